@@ -1,0 +1,81 @@
+"""Shared test fixtures: the GPU marker, and the CUDA toolkits (one per major) that CPU tests compile with.
+
+``TILEJIT_TEST_CUDA_ROOTS`` lists folders (os.pathsep-separated), each a ``pip install --target``
+of one CUDA major's ``nvidia-cuda-nvrtc`` and ``nvidia-cuda-runtime`` wheels; ``.ci/run`` makes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@functools.cache
+def has_gpu() -> bool:
+    """True when a CUDA driver loads and reports at least one device."""
+    try:
+        from tilejit.runtime.device import device_count
+
+        return device_count() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU/driver on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """One CUDA major's pip-wheel files: NVRTC library and the cuda.h / nvrtc.h headers."""
+
+    major: int
+    root: Path
+    nvrtc: Path
+    cuda_h: Path
+    nvrtc_h: Path
+
+
+_NVRTC_NAMES = {13: "libnvrtc.so.13", 12: "libnvrtc.so.12", 11: "libnvrtc.so.11.2"}
+
+
+def _toolkit_at(root: Path) -> Toolkit | None:
+    for major, soname in _NVRTC_NAMES.items():
+        libs = sorted(root.glob(f"nvidia/*/lib/{soname}"))
+        if not libs:
+            continue
+        lib = libs[0]
+        cuda_h = sorted(root.glob("nvidia/*/include/cuda.h"))
+        nvrtc_h = lib.parent.parent / "include" / "nvrtc.h"
+        if cuda_h and nvrtc_h.exists():
+            return Toolkit(major, root, lib, cuda_h[0], nvrtc_h)
+    return None
+
+
+@functools.cache
+def toolkits() -> tuple[Toolkit, ...]:
+    """The toolkits named by TILEJIT_TEST_CUDA_ROOTS (or found in .ci-cache/), newest major first."""
+    raw = os.environ.get("TILEJIT_TEST_CUDA_ROOTS", "")
+    roots = [Path(p) for p in raw.split(os.pathsep) if p]
+    if not roots:
+        ci_cache = Path(__file__).resolve().parent.parent / ".ci-cache"
+        roots = sorted(ci_cache.glob("cu*")) if ci_cache.is_dir() else []
+    found = [tk for tk in (_toolkit_at(r) for r in roots) if tk is not None]
+    return tuple(sorted(found, key=lambda t: -t.major))
+
+
+@pytest.fixture(params=[tk.major for tk in toolkits()] or [None], ids=lambda m: f"cuda{m}")
+def toolkit(request: pytest.FixtureRequest) -> Toolkit:
+    """Each available CUDA major's toolkit in turn; skips when none was installed."""
+    if request.param is None:
+        pytest.skip("no CUDA toolkits in TILEJIT_TEST_CUDA_ROOTS or .ci-cache/")
+    return next(tk for tk in toolkits() if tk.major == request.param)

@@ -1,0 +1,81 @@
+"""Typed ``TILEJIT_*`` environment settings: the one place tilejit reads its configuration from.
+
+Each setting is read when it is asked for, so tests and long-lived processes see changes to
+``os.environ`` without re-importing anything.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One environment variable with a type, a default and a line of documentation."""
+
+    name: str
+    kind: type
+    default: T
+    doc: str
+
+    def get(self) -> T:
+        raw = os.environ.get(self.name)
+        if raw is None:
+            return self.default
+        try:
+            return self._parse(raw.strip())  # type: ignore[no-any-return]
+        except ValueError as exc:
+            raise ValueError(f"environment variable {self.name}={raw!r}: {exc}") from None
+
+    def _parse(self, raw: str) -> object:
+        if self.kind is bool:
+            low = raw.lower()
+            if low in _TRUE:
+                return True
+            if low in _FALSE:
+                return False
+            raise ValueError("expected one of 1/0/true/false/yes/no/on/off")
+        if self.kind is int:
+            return _parse_size(raw)
+        return raw or self.default
+
+
+def _parse_size(raw: str) -> int:
+    """An integer, optionally with a K/M/G suffix (powers of 1024)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    low = raw.lower().removesuffix("b").removesuffix("i")
+    if low and low[-1] in units:
+        return int(float(low[:-1]) * units[low[-1]])
+    return int(low)
+
+
+CUDA_DRIVER = Setting[str | None]("TILEJIT_CUDA_DRIVER", str, None, "explicit path of libcuda.so.1 / nvcuda.dll")
+NVRTC = Setting[str | None]("TILEJIT_NVRTC", str, None, "explicit path of the NVRTC library to load")
+NVJITLINK = Setting[str | None]("TILEJIT_NVJITLINK", str, None, "explicit path of the nvJitLink library")
+TILEIRAS = Setting[str | None]("TILEJIT_TILEIRAS", str, None, "explicit path of the tileiras executable")
+CACHE_DIR = Setting[str | None]("TILEJIT_CACHE_DIR", str, None, "disk cache folder (default: user cache dir)")
+CACHE = Setting[bool]("TILEJIT_CACHE", bool, True, "set to 0 to disable the disk cache")
+CACHE_MAX_BYTES = Setting[int]("TILEJIT_CACHE_MAX_BYTES", int, 1 << 30, "cache size bound, e.g. 512M or 2G")
+DEFAULT_ARCH = Setting[str | None]("TILEJIT_ARCH", str, None, "compile target when no GPU is present, e.g. sm_90")
+EMIT_PTX = Setting[bool]("TILEJIT_EMIT_PTX", bool, False, "load PTX instead of an exact-arch CUBIN")
+DEBUG = Setting[bool]("TILEJIT_DEBUG", bool, False, "keep generated sources and show compiler internals in errors")
+
+ALL: tuple[Setting[object], ...] = (
+    CUDA_DRIVER,  # type: ignore[assignment]
+    NVRTC,  # type: ignore[assignment]
+    NVJITLINK,  # type: ignore[assignment]
+    TILEIRAS,  # type: ignore[assignment]
+    CACHE_DIR,  # type: ignore[assignment]
+    CACHE,  # type: ignore[assignment]
+    CACHE_MAX_BYTES,  # type: ignore[assignment]
+    DEFAULT_ARCH,  # type: ignore[assignment]
+    EMIT_PTX,  # type: ignore[assignment]
+    DEBUG,  # type: ignore[assignment]
+)

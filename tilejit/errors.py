@@ -1,0 +1,100 @@
+"""Every exception tilejit raises on purpose, in one place so users can catch them by type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TilejitError(Exception):
+    """Base class of all tilejit errors."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One place a library was looked for, and why it was not used."""
+
+    where: str
+    why: str
+
+
+class LibraryNotFoundError(TilejitError, OSError):
+    """A CUDA library (driver, NVRTC, nvJitLink, tileiras) could not be loaded.
+
+    The message lists every place tried and why each failed, then what to install.
+    """
+
+    def __init__(self, library: str, attempts: list[Attempt], hint: str) -> None:
+        self.library = library
+        self.attempts = list(attempts)
+        self.hint = hint
+        lines = [f"could not load {library}; tried:"]
+        lines += [f"  - {a.where}: {a.why}" for a in self.attempts] or ["  (nowhere)"]
+        lines.append(hint)
+        super().__init__("\n".join(lines))
+
+
+class CUDAError(TilejitError, RuntimeError):
+    """A CUDA driver call returned an error code."""
+
+    def __init__(self, function: str, code: int, name: str, message: str, detail: str = "") -> None:
+        self.function = function
+        self.code = code
+        self.name = name
+        text = f"{function} failed with {name} ({code}): {message}"
+        if detail:
+            text += "\n" + detail
+        super().__init__(text)
+
+
+class DriverVersionError(TilejitError, RuntimeError):
+    """The installed driver is too old for what is being loaded (e.g. PTX from a newer NVRTC)."""
+
+
+class CompileError(TilejitError, RuntimeError):
+    """NVRTC, nvJitLink or tileiras rejected a program; the message carries the log and source lines."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        self.log = log
+        super().__init__(message)
+
+
+class TargetError(TilejitError, ValueError):
+    """A compile target (e.g. ``sm_90``) is malformed or not supported by the compiler found."""
+
+
+class TileCompileError(TilejitError):
+    """An error in user kernel code, located at file:line with the source line and a caret.
+
+    Raised for unsupported syntax, shape or dtype mismatches, non-constants where a constant is
+    required, and every other problem the front end finds in a kernel.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        filename: str | None = None,
+        line: int | None = None,
+        col: int | None = None,
+        source_line: str | None = None,
+    ) -> None:
+        self.message = message
+        self.filename = filename
+        self.line = line
+        self.col = col
+        self.source_line = source_line
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        if self.filename is None or self.line is None:
+            return self.message
+        text = f"{self.filename}:{self.line}:{(self.col or 0) + 1}: error: {self.message}"
+        if self.source_line is not None:
+            stripped = self.source_line.rstrip("\n")
+            text += f"\n    {stripped}"
+            if self.col is not None:
+                text += "\n    " + " " * self.col + "^"
+        return text
+
+
+class LaunchError(TilejitError, TypeError):
+    """Kernel arguments do not match the kernel's parameters (wrong type, dtype, rank or count)."""

@@ -1,0 +1,1 @@
+"""The tile IR: types, ops, printer, verifier and passes."""

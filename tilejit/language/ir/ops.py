@@ -1,0 +1,394 @@
+"""The tile IR's ops. Every op works on whole tiles; no op mentions threads.
+
+Conventions every op relies on (the front end establishes them, the verifier checks them):
+- Elementwise ops (Unary, Binary, Compare, Select) take operands of exactly the result shape:
+  the front end inserts ``BroadcastOp`` for numpy broadcasting and ``CastOp`` for type promotion.
+- Scalars are 0-d tiles (``TileType(dtype, ())``), uniform across the block.
+- Index operands of Load/Store and loop bounds are scalar integers; shapes and strides of arrays
+  are ``int64`` scalars read with ``ArrayDimOp``.
+- A block that ends control flow ends with exactly one terminator: ``YieldOp`` (end of an If
+  branch), ``ContinueOp`` (end of a loop iteration), ``BreakOp`` (leave the innermost loop) or
+  ``ReturnOp`` (end of the kernel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tilejit.language.ir.core import Block, Op, Value, attribute, operand, region
+from tilejit.language.ir.types import ArrayType, DType
+
+# ---------------------------------------------------------------------------------------------
+# Values from nothing
+
+
+@dataclass(eq=False, kw_only=True)
+class ConstantOp(Op):
+    """A tile (or scalar) whose every element is ``value``; the result type says dtype and shape."""
+
+    NAME: ClassVar[str] = "constant"
+    value: Any = attribute()
+
+
+@dataclass(eq=False, kw_only=True)
+class ArangeOp(Op):
+    """The 1-d tile ``[0, 1, ..., n-1]`` of the result's dtype (n is the result's shape[0])."""
+
+    NAME: ClassVar[str] = "arange"
+
+
+@dataclass(eq=False, kw_only=True)
+class BlockIdOp(Op):
+    """This block's index along grid ``axis`` (0, 1 or 2): an int32 scalar."""
+
+    NAME: ClassVar[str] = "block_id"
+    axis: int = attribute()
+
+
+@dataclass(eq=False, kw_only=True)
+class NumBlocksOp(Op):
+    """The grid's size along ``axis``: an int32 scalar."""
+
+    NAME: ClassVar[str] = "num_blocks"
+    axis: int = attribute()
+
+
+@dataclass(eq=False, kw_only=True)
+class ArrayDimOp(Op):
+    """``array.shape[axis]`` (``which='shape'``) or ``array.strides[axis]`` in elements
+    (``which='stride'``), as an int64 scalar known at run time."""
+
+    NAME: ClassVar[str] = "array_dim"
+    array: Value = operand()
+    axis: int = attribute()
+    which: str = attribute("shape")
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+
+
+@dataclass(eq=False, kw_only=True)
+class LoadOp(Op):
+    """Read the tile at tile-grid ``index`` of ``array``: element ``j`` along dim ``d`` comes from
+    array index ``index[d] * shape[d] + j``. Elements outside the array read ``padding``.
+    ``shape`` (the result's) has one entry per array dim."""
+
+    NAME: ClassVar[str] = "load"
+    array: Value = operand()
+    index: list[Value] = operand()
+    padding: Any = attribute(0)
+
+
+@dataclass(eq=False, kw_only=True)
+class StoreOp(Op):
+    """Write ``tile`` at tile-grid ``index`` of ``array`` (same indexing as ``LoadOp``); elements
+    outside the array are not written."""
+
+    NAME: ClassVar[str] = "store"
+    has_side_effects: ClassVar[bool] = True
+    array: Value = operand()
+    index: list[Value] = operand()
+    tile: Value = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class GatherOp(Op):
+    """Read ``array[indices[0][e], indices[1][e], ...]`` for each element ``e`` of the result; the
+    index tiles (one per array dim, integer, already broadcast to the result shape) give element
+    indices. Out-of-range elements read ``padding``."""
+
+    NAME: ClassVar[str] = "gather"
+    array: Value = operand()
+    indices: list[Value] = operand()
+    padding: Any = attribute(0)
+
+
+@dataclass(eq=False, kw_only=True)
+class ScatterOp(Op):
+    """Write ``tile[e]`` to ``array[indices[0][e], ...]``; out-of-range elements are skipped."""
+
+    NAME: ClassVar[str] = "scatter"
+    has_side_effects: ClassVar[bool] = True
+    array: Value = operand()
+    indices: list[Value] = operand()
+    tile: Value = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class AtomicOp(Op):
+    """Atomic read-modify-write at element indices (as ``ScatterOp``), one per element of ``value``.
+    ``kind`` is 'add', 'max', 'min', 'xchg' or 'cas' (then ``compare`` holds the expected values).
+    The result holds the old values (out-of-range elements: 0, nothing written)."""
+
+    NAME: ClassVar[str] = "atomic"
+    has_side_effects: ClassVar[bool] = True
+    kind: str = attribute()
+    array: Value = operand()
+    indices: list[Value] = operand()
+    value: Value = operand()
+    compare: list[Value] = operand()  # [] or [expected]
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise
+
+UNARY_FNS = (
+    "neg", "not", "invert", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos",
+    "tanh", "floor", "ceil", "erf", "sigmoid",
+)
+BINARY_FNS = (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum",
+    "and", "or", "xor", "lshift", "rshift",
+)
+COMPARE_FNS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+@dataclass(eq=False, kw_only=True)
+class UnaryOp(Op):
+    """Elementwise ``fn(x)``; ``fn`` is one of ``UNARY_FNS``. 'not' is logical (bool), 'invert' bitwise."""
+
+    NAME: ClassVar[str] = "unary"
+    fn: str = attribute()
+    x: Value = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class BinaryOp(Op):
+    """Elementwise ``fn(x, y)``; both operands have the result's type. 'truediv' only on floats
+    (the front end casts ints first); 'floordiv' and 'mod' follow Python (floor) semantics."""
+
+    NAME: ClassVar[str] = "binary"
+    fn: str = attribute()
+    x: Value = operand()
+    y: Value = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class CompareOp(Op):
+    """Elementwise comparison of two operands of one type; the result is a bool tile."""
+
+    NAME: ClassVar[str] = "compare"
+    fn: str = attribute()
+    x: Value = operand()
+    y: Value = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class SelectOp(Op):
+    """Elementwise ``cond ? x : y`` (``where``); all three have the result's shape."""
+
+    NAME: ClassVar[str] = "select"
+    cond: Value = operand()
+    x: Value = operand()
+    y: Value = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class CastOp(Op):
+    """Elementwise conversion to the result's dtype (C++ ``static_cast`` semantics; float to int
+    truncates; to bool is ``!= 0``)."""
+
+    NAME: ClassVar[str] = "cast"
+    x: Value = operand()
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape
+
+
+@dataclass(eq=False, kw_only=True)
+class ReshapeOp(Op):
+    """Same elements in row-major order, new shape (the result's); sizes match."""
+
+    NAME: ClassVar[str] = "reshape"
+    x: Value = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class PermuteOp(Op):
+    """``numpy.transpose(x, perm)``."""
+
+    NAME: ClassVar[str] = "permute"
+    x: Value = operand()
+    perm: tuple[int, ...] = attribute()
+
+
+@dataclass(eq=False, kw_only=True)
+class BroadcastOp(Op):
+    """Broadcast ``x`` to the result shape. ``x`` is a scalar or has the result's rank with size 1
+    in every broadcast dim."""
+
+    NAME: ClassVar[str] = "broadcast"
+    x: Value = operand()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions, scans, matrix multiply
+
+REDUCE_FNS = ("sum", "max", "min", "prod")
+ARGREDUCE_FNS = ("argmax", "argmin")
+SCAN_FNS = ("sum",)
+
+
+@dataclass(eq=False, kw_only=True)
+class ReduceOp(Op):
+    """Reduce ``x`` along ``axis`` with ``fn``; the result drops that axis (keepdims is a reshape).
+    Sum and prod of ints accumulate in the result dtype; floats of < 32 bits accumulate in float32."""
+
+    NAME: ClassVar[str] = "reduce"
+    fn: str = attribute()
+    x: Value = operand()
+    axis: int = attribute()
+
+
+@dataclass(eq=False, kw_only=True)
+class ArgReduceOp(Op):
+    """Index (int32) of the first max/min of ``x`` along ``axis``; the result drops that axis."""
+
+    NAME: ClassVar[str] = "argreduce"
+    fn: str = attribute()
+    x: Value = operand()
+    axis: int = attribute()
+
+
+@dataclass(eq=False, kw_only=True)
+class ScanOp(Op):
+    """Inclusive prefix ``fn`` (cumsum) of ``x`` along ``axis``; same shape as ``x``."""
+
+    NAME: ClassVar[str] = "scan"
+    fn: str = attribute()
+    x: Value = operand()
+    axis: int = attribute()
+
+
+@dataclass(eq=False, kw_only=True)
+class MmaOp(Op):
+    """``a @ b + acc`` with a: (M, K), b: (K, N), acc and result: (M, N). a and b share a dtype
+    (f16, bf16, f32, f64, or ints); acc is f32 for f16/bf16/f32 inputs. ``tf32`` allows the
+    tensor cores' tf32 mode for f32 inputs."""
+
+    NAME: ClassVar[str] = "mma"
+    a: Value = operand()
+    b: Value = operand()
+    acc: Value = operand()
+    tf32: bool = attribute(False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Structured control flow
+
+
+@dataclass(eq=False, kw_only=True)
+class ForOp(Op):
+    """``for iv in range(lower, upper, step)`` with loop-carried values.
+
+    ``body.args`` are ``[iv, *carried]``; the body ends with ``ContinueOp(next carried values)``
+    and may leave early through ``BreakOp(values)``. ``results`` are the carried values at exit.
+    ``step`` is positive at run time (the front end checks constant steps)."""
+
+    NAME: ClassVar[str] = "for"
+    lower: Value = operand()
+    upper: Value = operand()
+    step: Value = operand()
+    init: list[Value] = operand()
+    body: Block = region()
+    unroll: int = attribute(1)
+
+
+@dataclass(eq=False, kw_only=True)
+class LoopOp(Op):
+    """A loop with no bound (Python ``while``): runs ``body`` until a ``BreakOp``.
+
+    ``body.args`` are the carried values; ``ContinueOp(values)`` starts the next iteration and
+    ``BreakOp(values)`` leaves with ``results = values``. ``while c: S`` becomes
+    ``loop { if not c: break; S; continue }``."""
+
+    NAME: ClassVar[str] = "loop"
+    init: list[Value] = operand()
+    body: Block = region()
+
+
+@dataclass(eq=False, kw_only=True)
+class IfOp(Op):
+    """``if cond`` (a bool scalar) with both branches; each branch ends in ``YieldOp(values)``
+    (giving ``results``) or leaves the enclosing loop with ``BreakOp``/``ContinueOp``."""
+
+    NAME: ClassVar[str] = "if"
+    cond: Value = operand()
+    then_body: Block = region()
+    else_body: Block = region()
+
+
+@dataclass(eq=False, kw_only=True)
+class YieldOp(Op):
+    """Ends an ``IfOp`` branch, giving the If's results."""
+
+    NAME: ClassVar[str] = "yield"
+    is_terminator: ClassVar[bool] = True
+    values: list[Value] = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class ContinueOp(Op):
+    """Ends the current iteration of the innermost For/Loop with the next carried values."""
+
+    NAME: ClassVar[str] = "continue"
+    is_terminator: ClassVar[bool] = True
+    values: list[Value] = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class BreakOp(Op):
+    """Leaves the innermost For/Loop; ``values`` become its results."""
+
+    NAME: ClassVar[str] = "break"
+    is_terminator: ClassVar[bool] = True
+    values: list[Value] = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class ReturnOp(Op):
+    """Ends the kernel (for this block of the grid)."""
+
+    NAME: ClassVar[str] = "return"
+    is_terminator: ClassVar[bool] = True
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel
+
+
+@dataclass(eq=False)
+class Function:
+    """A kernel after specialization: constants are folded in; parameters are arrays and scalars.
+
+    ``param_names`` keeps the user's names for the printer and error messages; ``body.args`` are
+    the parameter values in order. ``body`` ends with ``ReturnOp``."""
+
+    name: str
+    param_names: list[str]
+    body: Block
+    filename: str = "<unknown>"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def params(self) -> list[Value]:
+        return self.body.args
+
+    def array_params(self) -> list[tuple[str, ArrayType]]:
+        return [
+            (n, v.type) for n, v in zip(self.param_names, self.params) if isinstance(v.type, ArrayType)
+        ]
+
+
+ALL_OPS: tuple[type[Op], ...] = (
+    ConstantOp, ArangeOp, BlockIdOp, NumBlocksOp, ArrayDimOp, LoadOp, StoreOp, GatherOp, ScatterOp,
+    AtomicOp, UnaryOp, BinaryOp, CompareOp, SelectOp, CastOp, ReshapeOp, PermuteOp, BroadcastOp,
+    ReduceOp, ArgReduceOp, ScanOp, MmaOp, ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp, ReturnOp,
+)
+
+__all__ = [cls.__name__ for cls in ALL_OPS] + [
+    "ARGREDUCE_FNS", "BINARY_FNS", "COMPARE_FNS", "REDUCE_FNS", "SCAN_FNS", "UNARY_FNS", "DType", "Function",
+]

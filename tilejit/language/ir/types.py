@@ -1,0 +1,147 @@
+"""IR types: element dtypes, tiles of a fixed shape, and arrays whose shape is known only at run time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DType:
+    """An element type. ``kind`` is 'b' (bool), 'i' (signed), 'u' (unsigned) or 'f' (float)."""
+
+    name: str
+    kind: str
+    bits: int
+    short: str
+    c_type: str
+
+    @property
+    def itemsize(self) -> int:
+        return max(1, self.bits // 8)
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in "iu"
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind in "if"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    def __repr__(self) -> str:
+        return f"tj.{self.name}"
+
+    def __str__(self) -> str:
+        return self.short
+
+    def __getitem__(self, key: object) -> ArrayType:
+        """``tj.float32[:]`` is a rank-1 array type, ``tj.float32[:, :]`` rank 2 (for ``tj.compile``)."""
+        ndim = len(key) if isinstance(key, tuple) else 1
+        return ArrayType(self, ndim)
+
+
+bool_ = DType("bool", "b", 8, "i1", "bool")
+int8 = DType("int8", "i", 8, "i8", "int8_t")
+int16 = DType("int16", "i", 16, "i16", "int16_t")
+int32 = DType("int32", "i", 32, "i32", "int32_t")
+int64 = DType("int64", "i", 64, "i64", "int64_t")
+uint8 = DType("uint8", "u", 8, "u8", "uint8_t")
+uint16 = DType("uint16", "u", 16, "u16", "uint16_t")
+uint32 = DType("uint32", "u", 32, "u32", "uint32_t")
+uint64 = DType("uint64", "u", 64, "u64", "uint64_t")
+float16 = DType("float16", "f", 16, "f16", "__half")
+bfloat16 = DType("bfloat16", "f", 16, "bf16", "__nv_bfloat16")
+float32 = DType("float32", "f", 32, "f32", "float")
+float64 = DType("float64", "f", 64, "f64", "double")
+
+ALL_DTYPES: tuple[DType, ...] = (
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64,
+)
+BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES} | {d.short: d for d in ALL_DTYPES}
+
+
+def promote(a: DType, b: DType) -> DType:
+    """numpy's promotion of two array dtypes, with bfloat16 (bf16 with f16 gives f32, as in torch)."""
+    if a == b:
+        return a
+    if a.is_bool:
+        return b
+    if b.is_bool:
+        return a
+    if a.is_float and b.is_float:
+        if {a, b} == {float16, bfloat16}:
+            return float32
+        return a if a.bits > b.bits else b
+    if a.is_float or b.is_float:
+        f, i = (a, b) if a.is_float else (b, a)
+        if f.bits > i.bits:
+            return f
+        return float64 if i.bits >= 32 or f.bits >= 32 else float32
+    if a.kind == b.kind:
+        return a if a.bits > b.bits else b
+    s, u = (a, b) if a.kind == "i" else (b, a)
+    if s.bits > u.bits:
+        return s
+    if u.bits == 64:
+        return float64
+    return BY_NAME[f"int{u.bits * 2}"]
+
+
+@dataclass(frozen=True)
+class TileType:
+    """A tile: ``shape`` is compile-time (powers of two); ``()`` is a scalar held uniformly by the block."""
+
+    dtype: DType
+    shape: tuple[int, ...] = ()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.shape == ()
+
+    def with_dtype(self, dtype: DType) -> TileType:
+        return TileType(dtype, self.shape)
+
+    def with_shape(self, shape: tuple[int, ...]) -> TileType:
+        return TileType(self.dtype, tuple(shape))
+
+    def __str__(self) -> str:
+        if not self.shape:
+            return str(self.dtype)
+        return "tile<" + "x".join(map(str, self.shape)) + f"x{self.dtype}>"
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    """A kernel array parameter: dtype and rank at compile time; pointer, shape and strides at run time."""
+
+    dtype: DType
+    ndim: int
+
+    def __str__(self) -> str:
+        return f"array<{self.dtype}, {self.ndim}>"
+
+
+Type = TileType | ArrayType
+
+
+def scalar(dtype: DType) -> TileType:
+    """The 0-d tile type of ``dtype``."""
+    return TileType(dtype, ())
