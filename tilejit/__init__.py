@@ -1,8 +1,109 @@
 """tilejit: GPU kernels as tile programs in Python, compiled anywhere for CUDA 11, 12 and 13.
 
-Importing tilejit loads no CUDA library; the driver and compilers are found on first use.
+Importing tilejit loads no CUDA library and no heavy module: every public name below is
+resolved on first use, and the driver and compilers are found when a kernel first needs them.
+
+    import tilejit as tj
+
+    @tj.kernel
+    def vector_add(x, y, out, TILE: tj.Constant[int]):
+        i = tj.bid(0)
+        tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) + tj.load(y, index=(i,), shape=(TILE,)))
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_TILE_NAMES = (
+    # kernel-side language
+    "Constant", "function", "static_range", "bid", "num_blocks", "num_tiles", "cdiv",
+    "load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
+    "full", "zeros", "ones", "arange", "where", "astype", "reshape", "transpose", "expand_dims", "broadcast_to",
+    "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",
+    "maximum", "minimum", "pow", "erf", "sigmoid",
+    "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul",
+)
+_DTYPES = (
+    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64",
+)
+
+_LAZY: dict[str, str] = {
+    **{name: "tilejit.language.tile" for name in _TILE_NAMES},
+    **{name: "tilejit.language.ir.types" for name in _DTYPES},
+    "DType": "tilejit.language.ir.types",
+    "kernel": "tilejit.api.kernel",
+    "Kernel": "tilejit.api.kernel",
+    "compile": "tilejit.api.compile",
+    "Artifact": "tilejit.api.compile",
+    "RawKernel": "tilejit.api.raw",
+    "Device": "tilejit.runtime.device",
+    "device_count": "tilejit.runtime.device",
+    "get_device": "tilejit.runtime.device",
+    "Stream": "tilejit.runtime.stream",
+    "current_stream": "tilejit.runtime.stream",
+    "Event": "tilejit.runtime.event",
+    "DeviceArray": "tilejit.runtime.array",
+    "asarray": "tilejit.runtime.array",
+    "empty": "tilejit.runtime.array",
+    "TilejitError": "tilejit.errors",
+    "TileCompileError": "tilejit.errors",
+    "CompileError": "tilejit.errors",
+    "CUDAError": "tilejit.errors",
+    "LaunchError": "tilejit.errors",
+    "LibraryNotFoundError": "tilejit.errors",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tilejit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:
+    from tilejit.api.compile import Artifact, compile
+    from tilejit.api.kernel import Kernel, kernel
+    from tilejit.api.raw import RawKernel
+    from tilejit.errors import (
+        CompileError,
+        CUDAError,
+        LaunchError,
+        LibraryNotFoundError,
+        TileCompileError,
+        TilejitError,
+    )
+    from tilejit.language.ir.types import (
+        DType,
+        bfloat16,
+        bool_,
+        float16,
+        float32,
+        float64,
+        int8,
+        int16,
+        int32,
+        int64,
+        uint8,
+        uint16,
+        uint32,
+        uint64,
+    )
+    from tilejit.language.tile import *
+    from tilejit.runtime.array import DeviceArray, asarray, empty
+    from tilejit.runtime.device import Device, device_count, get_device
+    from tilejit.runtime.event import Event
+    from tilejit.runtime.stream import Stream, current_stream

@@ -1,0 +1,45 @@
+"""Shared by the examples: run on the GPU when there is one, otherwise compile for a named target."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import tilejit as tj
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--arch", default="sm_90", help="target to compile for when no GPU is present")
+    p.add_argument("--compile-only", action="store_true", help="compile for --arch even if a GPU is present")
+    p.add_argument("--show", choices=["ir", "cuda", "ptx"], help="print one compiled form")
+    return p.parse_args()
+
+
+def compile_only(args: argparse.Namespace, kernel: object, signature: tuple, constants: dict) -> None:
+    """Compile for ``args.arch`` with no GPU and report what came out."""
+    art = tj.compile(kernel, signature, constants=constants, target=args.arch)
+    if args.show == "ir":
+        print(art.ir_text())
+    elif args.show == "cuda":
+        print(art.cuda_source())
+    elif args.show == "ptx":
+        print(art.ptx())
+    cubin = art.cubin()
+    print(f"compiled {art.name} for {args.arch}: {len(cubin)} bytes of CUBIN (no GPU needed)")
+
+
+def should_run(args: argparse.Namespace) -> bool:
+    return not args.compile_only and tj.device_count() > 0
+
+
+def check(name: str, got: np.ndarray, want: np.ndarray, rtol: float) -> None:
+    """Relative error in the 2-norm; exits non-zero when over ``rtol``."""
+    got64, want64 = got.astype(np.float64), want.astype(np.float64)
+    err = np.linalg.norm(got64 - want64) / max(np.linalg.norm(want64), 1e-30)
+    ok = bool(np.isfinite(err) and err <= rtol)
+    print(f"{name}: relative error {err:.2e} ({'ok' if ok else 'FAILED'}, tolerance {rtol:g})")
+    if not ok:
+        sys.exit(1)

@@ -1,0 +1,170 @@
+"""Compile a tile kernel for a named target with no GPU: IR text, CUDA C++, PTX and CUBIN on demand.
+
+The same pipeline serves launches (``tilejit.api.kernel``): front end → passes → CUDA C++ backend →
+NVRTC, with each stage's output kept on the artifact so it is computed at most once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tilejit.errors import TileCompileError
+from tilejit.language.ir.types import ArrayType, DType, TileType, float32, int32, scalar
+from tilejit.language.ir.types import bool_ as tj_bool
+
+if TYPE_CHECKING:
+    from tilejit.backends.cuda.codegen import ArrayHint, CudaKernel
+    from tilejit.compiler.nvrtc import CompiledProgram
+    from tilejit.compiler.targets import Target
+    from tilejit.language.ir.ops import Function
+
+
+def _as_param_type(name: str, t: object) -> ArrayType | TileType:
+    """Accept ``tj.float32[:]`` (arrays), dtypes or Python ``int``/``float``/``bool`` (scalars)."""
+    if isinstance(t, ArrayType | TileType):
+        return t
+    if isinstance(t, DType):
+        return scalar(t)
+    if t is int:
+        return scalar(int32)
+    if t is float:
+        return scalar(float32)
+    if t is bool:
+        return scalar(tj_bool)
+    raise TypeError(
+        f"parameter '{name}': signature entries are array types like tj.float32[:] or tj.float16[:, :], "
+        f"scalar dtypes like tj.int32, or int/float/bool; got {t!r}"
+    )
+
+
+@dataclass
+class Artifact:
+    """One specialization of a kernel for one target, compiled lazily stage by stage."""
+
+    kernel_func: Any
+    name: str
+    arg_types: dict[str, ArrayType | TileType]
+    constants: dict[str, Any]
+    target: Target
+    num_threads: int | None = None
+    hints: dict[str, ArrayHint] = field(default_factory=dict)
+    _fn: Function | None = None
+    _cuda: CudaKernel | None = None
+    _progs: dict[str, CompiledProgram] = field(default_factory=dict)
+
+    def ir(self) -> Function:
+        """The optimized tile IR."""
+        if self._fn is None:
+            from tilejit.language.frontend.translate import translate
+            from tilejit.language.ir.passes import run_passes
+
+            fn = translate(self.kernel_func, self.arg_types, self.constants, name=self.name)
+            self._fn = run_passes(fn)
+        return self._fn
+
+    def ir_text(self) -> str:
+        """The IR's stable text form."""
+        from tilejit.language.ir.printer import print_function
+
+        return print_function(self.ir())
+
+    def cuda_kernel(self) -> CudaKernel:
+        """Generated CUDA C++ with its launch facts (threads, shared memory, parameter ABI)."""
+        if self._cuda is None:
+            from tilejit.backends.cuda.codegen import generate
+
+            self._cuda = generate(
+                self.ir(), target=self.target, num_threads=self.num_threads, hints=self.hints
+            )
+        return self._cuda
+
+    def cuda_source(self) -> str:
+        return self.cuda_kernel().source
+
+    def _program(self, output: str) -> CompiledProgram:
+        prog = self._progs.get(output)
+        if prog is None:
+            from tilejit.compiler.nvrtc import compile_cuda
+
+            ck = self.cuda_kernel()
+            prog = compile_cuda(
+                ck.source,
+                name=f"{self.name}.cu",
+                headers=ck.headers,
+                target=self.target,
+                output=output,  # type: ignore[arg-type]
+            )
+            self._progs[output] = prog
+        return prog
+
+    def ptx(self) -> str:
+        return self._program("ptx").code.decode()
+
+    def cubin(self) -> bytes:
+        return self._program("cubin").code
+
+
+def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) -> dict[str, ArrayType | TileType]:
+    """Map a user signature (positional over non-constant params, or by name) to IR parameter types."""
+    from tilejit.language.frontend.translate import constant_params, signature_params
+
+    func = getattr(kernel, "func", kernel)
+    consts = set(constant_params(func))
+    names = [p for p in signature_params(func) if p not in consts]
+    if isinstance(signature, Mapping):
+        unknown = set(signature) - set(names)
+        missing = [n for n in names if n not in signature]
+        if unknown or missing:
+            raise TypeError(
+                f"{func.__name__}: signature names {sorted(unknown)} are not parameters; missing {missing}"
+            )
+        pairs = [(n, signature[n]) for n in names]
+    else:
+        if len(signature) != len(names):
+            raise TypeError(
+                f"{func.__name__} takes {len(names)} non-constant parameters ({', '.join(names)}), "
+                f"signature has {len(signature)}"
+            )
+        pairs = list(zip(names, signature))
+    return {n: _as_param_type(n, t) for n, t in pairs}
+
+
+def compile(
+    kernel: Any,
+    signature: Sequence[object] | Mapping[str, object],
+    *,
+    constants: Mapping[str, Any] | None = None,
+    target: str | int | Target | None = None,
+    num_threads: int | None = None,
+) -> Artifact:
+    """Compile ``kernel`` for ``target`` (e.g. "sm_90") with no GPU needed.
+
+    ``signature`` gives each non-constant parameter's type: ``tj.float32[:]`` for a rank-1 array,
+    ``tj.int32`` or ``int`` for a scalar. Stages run when their output is first asked for.
+    """
+    from tilejit.compiler.targets import parse_target
+
+    func = getattr(kernel, "func", kernel)
+    arg_types = specialize(kernel, signature)
+    tgt = parse_target(target) if target is not None else _default_target()
+    threads = num_threads if num_threads is not None else getattr(kernel, "num_threads", None)
+    return Artifact(func, func.__name__, arg_types, dict(constants or {}), tgt, threads)
+
+
+@functools.cache
+def _default_target() -> Target:
+    from tilejit.compiler.targets import parse_target
+    from tilejit.config import DEFAULT_ARCH
+    from tilejit.runtime.device import device_count, get_device
+
+    if device_count() > 0:
+        return parse_target(get_device().arch)
+    arch = DEFAULT_ARCH.get()
+    if arch:
+        return parse_target(arch)
+    raise TileCompileError(
+        "no GPU is present to choose a target: pass target='sm_90' (or set TILEJIT_ARCH)"
+    )

@@ -1,0 +1,199 @@
+"""``@tj.kernel``: a tile kernel that specializes, compiles (with a disk cache) and launches itself.
+
+``kernel[grid](*args, **constants)`` launches on the current stream; ``kernel[grid, stream](...)``
+on a given one. Each distinct combination of argument dtypes/ranks/layout facts, constant values
+and device is one specialization, compiled once per process and cached on disk across processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tilejit.api.compile import Artifact
+from tilejit.api.signature import array_key, scalar_type_of
+from tilejit.errors import LaunchError
+from tilejit.language.ir.types import ArrayType, TileType
+
+
+@dataclass
+class _Compiled:
+    """One loaded specialization: its launcher and what produced it."""
+
+    launcher: Any
+    artifact: Artifact | None
+    module: Any
+
+
+def _normalize_grid(grid: object) -> tuple[int, int, int]:
+    dims = grid if isinstance(grid, tuple) else (grid,)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d >= 1 for d in dims):
+        raise LaunchError(f"grid must be a positive int or a tuple of 1 to 3 positive ints, got {grid!r}")
+    return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) -> str:
+    """A hash of the kernel's source and of every global it names that can change the code."""
+    seen = seen if seen is not None else set()
+    if id(func) in seen:
+        return ""
+    seen.add(id(func))
+    h = hashlib.sha256()
+    try:
+        h.update(inspect.getsource(func).encode())
+    except (OSError, TypeError):
+        h.update(func.__code__.co_code)
+    g = getattr(func, "__globals__", {})
+    for name in sorted(set(func.__code__.co_names)):
+        value = g.get(name)
+        inner = getattr(value, "func", None)
+        if inner is not None and callable(inner) and hasattr(inner, "__code__"):
+            h.update(name.encode() + _source_fingerprint(inner, seen).encode())
+        elif isinstance(value, int | float | bool | str | tuple | type(None)):
+            h.update(f"{name}={value!r};".encode())
+    return h.hexdigest()
+
+
+class Kernel:
+    """A tile kernel. Launch with ``kernel[grid](args...)``; compile ahead with ``tj.compile``."""
+
+    def __init__(self, func: Callable[..., Any], *, num_threads: int | None = None) -> None:
+        from tilejit.language.frontend.translate import constant_params, signature_params
+
+        self.func = func
+        self.__name__ = func.__name__
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+        self.num_threads = num_threads
+        self._params = signature_params(func)
+        consts = set(constant_params(func))
+        self._constants = [p for p in self._params if p in consts]
+        self._args = [p for p in self._params if p not in consts]
+        self._specs: dict[tuple[Any, ...], _Compiled] = {}
+        self._lock = threading.Lock()
+        self._fingerprint: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<tilejit.Kernel {self.func.__module__}.{self.func.__qualname__}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(f"launch a tile kernel with a grid: {self.__name__}[grid](...)")
+
+    def __getitem__(self, item: object) -> Callable[..., None]:
+        if isinstance(item, tuple) and len(item) == 2 and not isinstance(item[1], int):
+            grid, stream = _normalize_grid(item[0]), item[1]
+        else:
+            grid, stream = _normalize_grid(item), None
+        launch = self._launch
+
+        def bound(*args: Any, **kwargs: Any) -> None:
+            launch(grid, stream, args, kwargs)
+
+        return bound
+
+    # ------------------------------------------------------------------ launching
+
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], tuple[Any, ...]]:
+        """Separate run-time arguments (in parameter order) from constant values."""
+        n = len(self._args)
+        if not kwargs and len(args) == n and not self._constants:
+            return list(args), ()
+        values = dict(zip(self._args, args))
+        if len(args) > n:
+            raise LaunchError(
+                f"{self.__name__}() takes {n} positional arguments ({', '.join(self._args)}); constants "
+                f"({', '.join(self._constants)}) are passed by keyword; got {len(args)} positional"
+            )
+        for k, v in kwargs.items():
+            if k not in self._params:
+                raise LaunchError(f"{self.__name__}() got an unexpected argument '{k}'")
+            if k in values:
+                raise LaunchError(f"{self.__name__}() got multiple values for argument '{k}'")
+            values[k] = v
+        missing = [p for p in self._params if p not in values]
+        if missing:
+            raise LaunchError(f"{self.__name__}() missing arguments: {', '.join(missing)}")
+        consts = tuple(values[c] for c in self._constants)
+        for c, v in zip(self._constants, consts):
+            try:
+                hash(v)
+            except TypeError:
+                raise LaunchError(f"constant '{c}' must be hashable, got {type(v).__name__}") from None
+        return [values[a] for a in self._args], consts
+
+    def _launch(self, grid: tuple[int, int, int], stream: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        from tilejit.runtime.interop import as_view
+
+        run_args, consts = self._split(args, kwargs)
+        views: list[Any] = []
+        key: list[Any] = [consts]
+        for name, a in zip(self._args, run_args):
+            if isinstance(a, int | float | bool):
+                views.append(a)
+                key.append(type(a) if not isinstance(a, int) or -(1 << 31) <= a < (1 << 31) else "i64")
+                continue
+            try:
+                v = as_view(a)
+            except (TypeError, ValueError) as exc:
+                if getattr(a, "shape", None) == ():
+                    views.append(a)
+                    key.append(str(a.dtype))
+                    continue
+                raise LaunchError(f"parameter '{name}': {exc}") from None
+            views.append(v)
+            key.append(array_key(v.dtype, v.shape, v.strides, v.ptr))
+        k = tuple(key)
+        compiled = self._specs.get(k)
+        if compiled is None:
+            compiled = self._specialize(k, run_args, views, consts)
+        compiled.launcher(grid, views, stream)
+
+    def _specialize(
+        self, key: tuple[Any, ...], run_args: list[Any], views: list[Any], consts: tuple[Any, ...]
+    ) -> _Compiled:
+        with self._lock:
+            compiled = self._specs.get(key)
+            if compiled is None:
+                compiled = self._build(run_args, views, consts)
+                self._specs[key] = compiled
+            return compiled
+
+    def _build(self, run_args: list[Any], views: list[Any], consts: tuple[Any, ...]) -> _Compiled:
+        from tilejit.backends.cuda.codegen import ArrayHint
+        from tilejit.compiler.targets import parse_target
+        from tilejit.runtime.device import get_device
+
+        arg_types: dict[str, ArrayType | TileType] = {}
+        hints: dict[str, ArrayHint] = {}
+        for name, a, v in zip(self._args, run_args, views):
+            if v is a:
+                arg_types[name] = scalar_type_of(name, a)
+            else:
+                dtype, ndim, unit, aligned = array_key(v.dtype, v.shape, v.strides, v.ptr)
+                arg_types[name] = ArrayType(dtype, ndim)
+                hints[name] = ArrayHint(unit_stride=unit, aligned16=aligned)
+        device = get_device()
+        target = parse_target(device.arch)
+        artifact = Artifact(
+            self.func, self.func.__name__, arg_types, dict(zip(self._constants, consts)), target,
+            self.num_threads, hints,
+        )
+        from tilejit.api.loader import load_artifact
+
+        if self._fingerprint is None:
+            self._fingerprint = _source_fingerprint(self.func)
+        return load_artifact(artifact, self._fingerprint)
+
+
+def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = None) -> Any:
+    """Decorate a Python function as a tile kernel; ``num_threads`` overrides the compiler's choice."""
+    if func is None:
+        return lambda f: Kernel(f, num_threads=num_threads)
+    return Kernel(func, num_threads=num_threads)
+
+
+__all__ = ["Kernel", "kernel"]
