@@ -1,0 +1,136 @@
+"""tj.compile with no GPU: every stage's output for named targets, and located errors for bad kernels."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilejit as tj
+
+
+@tj.kernel
+def vadd(x, y, out, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) + tj.load(y, index=(i,), shape=(TILE,)))
+
+
+SIG = (tj.float32[:], tj.float32[:], tj.float32[:])
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("arch", ["sm_70", "sm_80", "sm_90"])
+def test_compile_every_stage(arch: str) -> None:
+    art = tj.compile(vadd, SIG, constants={"TILE": 1024}, target=arch)
+    ir = art.ir_text()
+    assert "func @vadd(" in ir and "load" in ir and "store" in ir and "tile<1024xf32>" in ir
+    src = art.cuda_source()
+    assert 'extern "C"' in src and "vadd" in src
+    ptx = art.ptx()
+    assert f".target {arch}" in ptx
+    cubin = art.cubin()
+    assert cubin[:4] == b"\x7fELF"
+
+
+def test_signature_by_name_and_scalars() -> None:
+    @tj.kernel
+    def scale(x, out, a, n, TILE: tj.Constant[int]):
+        i = tj.bid(0)
+        tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) * a + n)
+
+    art = tj.compile(scale, {"x": tj.float32[:], "out": tj.float32[:], "a": float, "n": tj.int64},
+                     constants={"TILE": 256}, target="sm_80")
+    text = art.ir_text()
+    assert "%a: f32" in text and "%n: i64" in text
+
+
+def test_signature_length_mismatch_is_clear() -> None:
+    with pytest.raises(TypeError, match="3 non-constant parameters"):
+        tj.compile(vadd, (tj.float32[:],), constants={"TILE": 1024}, target="sm_90")
+
+
+def test_bad_target_is_clear() -> None:
+    with pytest.raises(tj.TilejitError, match="sm_"):
+        tj.compile(vadd, SIG, constants={"TILE": 1024}, target="sm_9x").cubin()
+
+
+def _line_of(fragment: str, func: object) -> int:
+    lines, start = inspect.getsourcelines(func)  # type: ignore[arg-type]
+    for off, text in enumerate(lines):
+        if fragment in text:
+            return start + off
+    raise AssertionError(fragment)
+
+
+def test_unsupported_syntax_is_located() -> None:
+    def bad(x, TILE: tj.Constant[int]):
+        t = tj.load(x, index=(0,), shape=(TILE,))
+        try:
+            pass
+        finally:
+            pass
+        tj.store(x, index=(0,), tile=t)
+
+    with pytest.raises(tj.TileCompileError) as info:
+        tj.compile(tj.kernel(bad), (tj.float32[:],), constants={"TILE": 128}, target="sm_90").ir_text()
+    err = info.value
+    assert err.filename == __file__
+    assert err.line == _line_of("try:", bad)
+    assert "^" in str(err) and "try" in str(err)
+
+
+def test_non_power_of_two_shape_is_located() -> None:
+    def bad(x):
+        t = tj.load(x, index=(0,), shape=(100,))
+        tj.store(x, index=(0,), tile=t)
+
+    with pytest.raises(tj.TileCompileError) as info:
+        tj.compile(tj.kernel(bad), (tj.float32[:],), target="sm_90").ir_text()
+    assert info.value.line == _line_of("shape=(100,)", bad)
+    assert "power of two" in str(info.value)
+
+
+def test_shape_mismatch_is_located() -> None:
+    def bad(x, y):
+        a = tj.load(x, index=(0,), shape=(128,))
+        b = tj.load(y, index=(0,), shape=(64,))
+        tj.store(x, index=(0,), tile=a + b)
+
+    with pytest.raises(tj.TileCompileError) as info:
+        tj.compile(tj.kernel(bad), (tj.float32[:], tj.float32[:]), target="sm_90").ir_text()
+    assert info.value.line == _line_of("a + b", bad)
+
+
+def test_non_constant_where_constant_needed_is_located() -> None:
+    def bad(x, n):
+        t = tj.load(x, index=(0,), shape=(n,))
+        tj.store(x, index=(0,), tile=t)
+
+    with pytest.raises(tj.TileCompileError) as info:
+        tj.compile(tj.kernel(bad), (tj.float32[:], tj.int32), target="sm_90").ir_text()
+    assert info.value.line == _line_of("shape=(n,)", bad)
+    assert "constant" in str(info.value)
+
+
+def test_import_is_lazy_and_fast() -> None:
+    code = (
+        "import time; t=time.perf_counter(); import tilejit; dt=time.perf_counter()-t\n"
+        "maps=open('/proc/self/maps').read()\n"
+        "assert 'libcuda' not in maps and 'libnvrtc' not in maps, 'CUDA library loaded at import'\n"
+        "import sys; assert 'numpy' not in sys.modules, 'numpy imported at import'\n"
+        "print(dt)"
+    )
+    best = min(
+        float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                             env={**os.environ}).stdout)
+        for _ in range(3)
+    )
+    assert best < 0.1, f"import tilejit took {best * 1e3:.1f} ms"

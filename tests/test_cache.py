@@ -1,0 +1,348 @@
+"""The disk cache: entry format and damage detection, fresh-process hits without NVRTC, races, read-only folders,
+the size bound, and compile_cuda's use of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import Toolkit
+
+from tilejit.compiler import cache as cache_mod
+from tilejit.compiler.cache import CacheWarning, DiskCache, cache_key, default_cache, user_cache_dir
+from tilejit.compiler.nvrtc import compile_cuda
+
+SRC = 'extern "C" __global__ void fill(float* out, float v) { out[threadIdx.x] = v; }\n'
+
+# Compiles SRC in a new process and reports whether it came from the cache and whether NVRTC got loaded.
+CHILD = textwrap.dedent(
+    """
+    import json, sys, warnings
+    warnings.simplefilter("always")
+    from tilejit.compiler.nvrtc import compile_cuda
+    src = sys.argv[1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        progs = [compile_cuda(src.replace("fill", f"fill{i}"), target="sm_80") for i in range(int(sys.argv[2]))]
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+    print(json.dumps({
+        "from_cache": [p.from_cache for p in progs],
+        "sizes": [len(p.code) for p in progs],
+        "elf": [p.code[:4] == b"\\x7fELF" for p in progs],
+        "nvrtc_loaded": "libnvrtc" in maps,
+        "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
+    }))
+    """
+)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TILEJIT_CACHE", raising=False)
+    monkeypatch.delenv("TILEJIT_CACHE_MAX_BYTES", raising=False)
+
+
+def entries(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.tjc")) if directory.is_dir() else []
+
+
+def run_child(env_cache: Path, nvrtc: Path, count: int = 1, **extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "TILEJIT_CACHE_DIR": str(env_cache), "TILEJIT_NVRTC": str(nvrtc), **extra}
+    env.pop("TILEJIT_CACHE", None)
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, SRC, str(count)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def child_result(proc: subprocess.Popen[str]) -> dict[str, object]:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+# ---------------------------------------------------------------- DiskCache itself
+
+
+def test_put_get_round_trip(tmp_path: Path) -> None:
+    c = DiskCache(tmp_path / "c")
+    key = cache_key("a", b"b")
+    assert c.get(key) is None
+    c.put(key, {"code": b"\x00\x01binary\xff", "ptx": bytearray(b"text"), "names": {"f<int>": "_Z1fIiEvv"}, "n": 3})
+    got = c.get(key)
+    assert got == {"code": b"\x00\x01binary\xff", "ptx": b"text", "names": {"f<int>": "_Z1fIiEvv"}, "n": 3}
+    assert [p.name for p in entries(tmp_path / "c")] == [key + ".tjc"]
+    assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_keys_are_validated(tmp_path: Path) -> None:
+    c = DiskCache(tmp_path)
+    for bad in ["../etc/passwd", "ABCDEF0123456789", "short", ""]:
+        with pytest.raises(ValueError, match="cache key must be 16-128 lowercase hex digits"):
+            c.get(bad)
+
+
+def test_entry_values_must_serialize(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="bytes or JSON-serializable"):
+        DiskCache(tmp_path).put(cache_key("x"), {"obj": object()})
+
+
+def test_cache_key_separates_parts() -> None:
+    assert cache_key("ab", "c") != cache_key("a", "bc")
+    assert cache_key("a") != cache_key(b"a")
+    assert cache_key("a", "b") == cache_key("a", "b")
+    assert len(cache_key()) == 64
+
+
+def test_user_cache_dir_matches_platformdirs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import platformdirs
+
+    assert user_cache_dir() == platformdirs.user_cache_dir("tilejit", appauthor=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert user_cache_dir() == platformdirs.user_cache_dir("tilejit", appauthor=False)
+
+
+def test_default_cache_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "one"))
+    monkeypatch.setenv("TILEJIT_CACHE_MAX_BYTES", "2M")
+    first = default_cache()
+    assert first is default_cache()
+    assert (first.directory, first.max_bytes) == (str(tmp_path / "one"), 2 << 20)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "two"))
+    assert default_cache().directory == str(tmp_path / "two")
+    monkeypatch.delenv("TILEJIT_CACHE_DIR")
+    assert default_cache().directory == user_cache_dir()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip_payload", "flip_header", "empty", "other_key", "old_format"])
+def test_damaged_entry_is_a_miss_and_removed(tmp_path: Path, damage: str) -> None:
+    c = DiskCache(tmp_path)
+    key, other = cache_key("k"), cache_key("other")
+    c.put(key, {"code": b"x" * 1000, "meta": "m"})
+    path = Path(c.path_of(key))
+    blob = bytearray(path.read_bytes())
+    if damage == "truncate":
+        blob = blob[: len(blob) // 2]
+    elif damage == "flip_payload":
+        blob[-100] ^= 0x40
+    elif damage == "flip_header":
+        blob[20] ^= 0x01
+    elif damage == "empty":
+        blob = bytearray()
+    elif damage == "other_key":
+        c.put(other, {"code": b"y"})
+        blob = bytearray(Path(c.path_of(other)).read_bytes())
+    elif damage == "old_format":
+        blob[8] = 99  # format version field
+    path.write_bytes(bytes(blob))
+    assert c.get(key) is None
+    assert not path.exists()
+    c.put(key, {"code": b"x" * 1000, "meta": "m"})
+    assert c.get(key) == {"code": b"x" * 1000, "meta": "m"}
+
+
+def test_size_bound_evicts_least_recently_used(tmp_path: Path) -> None:
+    payload = b"p" * 1000
+    probe = DiskCache(tmp_path / "probe")
+    probe.put(cache_key("probe"), {"code": payload})
+    size = entries(tmp_path / "probe")[0].stat().st_size
+    c = DiskCache(tmp_path / "c", max_bytes=int(size * 3.5))
+    keys = {name: cache_key(name) for name in "abcd"}
+    for name in "abc":
+        c.put(keys[name], {"code": payload})
+    for i, name in enumerate("abc"):
+        os.utime(c.path_of(keys[name]), (1_000_000 + i, 1_000_000 + i))  # a oldest, c newest
+    assert c.get(keys["a"]) is not None  # a hit makes a the most recently used
+    c.put(keys["d"], {"code": payload})
+    left = {name for name, key in keys.items() if os.path.exists(c.path_of(key))}
+    assert left == {"a", "c", "d"}
+    assert c.info()["bytes"] <= c.max_bytes
+
+
+def test_size_bound_holds_across_many_puts_and_fresh_instances(tmp_path: Path) -> None:
+    bound = 20_000
+    for round_ in range(3):
+        c = DiskCache(tmp_path, max_bytes=bound)  # a new process's view: no running estimate yet
+        for i in range(20):
+            c.put(cache_key(f"{round_}-{i}"), {"code": os.urandom(900)})
+        assert c.info()["bytes"] <= bound
+    assert 0 < c.info()["entries"] <= bound // 900
+
+
+def test_entry_larger_than_the_bound_is_not_stored(tmp_path: Path) -> None:
+    c = DiskCache(tmp_path, max_bytes=500)
+    c.put(cache_key("big"), {"code": b"b" * 1000})
+    assert c.get(cache_key("big")) is None
+    assert entries(tmp_path) == []
+
+
+def test_info_and_clear(tmp_path: Path) -> None:
+    c = DiskCache(tmp_path / "c", max_bytes=12345)
+    assert c.info() == {"dir": str(tmp_path / "c"), "entries": 0, "bytes": 0, "max_bytes": 12345}
+    for i in range(3):
+        c.put(cache_key(str(i)), {"code": b"z" * 100})
+    (tmp_path / "c" / ".tmp-stray").write_bytes(b"partial")
+    info = c.info()
+    assert info["entries"] == 3
+    assert info["bytes"] == sum(p.stat().st_size for p in entries(tmp_path / "c"))
+    assert c.clear() == 3
+    assert c.info()["entries"] == 0
+    assert list((tmp_path / "c").iterdir()) == []
+
+
+def test_stale_temp_files_are_swept(tmp_path: Path) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    stale, fresh = tmp_path / ".tmp-1-2-3", tmp_path / ".tmp-4-5-6"
+    stale.write_bytes(b"x")
+    fresh.write_bytes(b"x")
+    os.utime(stale, (1_000_000, 1_000_000))
+    DiskCache(tmp_path).put(cache_key("k"), {"code": b"c"})
+    assert not stale.exists()
+    assert fresh.exists()  # may belong to a writer that is still running
+
+
+def test_write_failure_degrades_with_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    monkeypatch.setattr(cache_mod, "_warned", False)
+
+    def full(fd: int, data: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    c = DiskCache(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        monkeypatch.setattr(cache_mod.os, "write", full)
+        for i in range(3):
+            c.put(cache_key(str(i)), {"code": b"c"})
+        DiskCache(tmp_path / "other").put(cache_key("x"), {"code": b"c"})
+    monkeypatch.undo()
+    cache_warnings = [w for w in caught if issubclass(w.category, CacheWarning)]
+    assert len(cache_warnings) == 1, [str(w.message) for w in caught]
+    assert "No space left on device" in str(cache_warnings[0].message)
+    assert str(tmp_path) in str(cache_warnings[0].message)
+    assert entries(tmp_path) == []
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+# ---------------------------------------------------------------- compile_cuda through the cache
+
+
+def test_compile_hits_the_cache_in_process(toolkit: Toolkit, tmp_path: Path) -> None:
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    first = compile_cuda(SRC, target="sm_80", name_expressions=["fill"], nvrtc=lib)
+    second = compile_cuda(SRC, target="sm_80", name_expressions=["fill"], nvrtc=lib)
+    assert (first.from_cache, second.from_cache) == (False, True)
+    assert second.code == first.code
+    assert second.lowered_names == first.lowered_names == {"fill": "fill"}
+    assert second.nvrtc_version == first.nvrtc_version == lib.version
+    assert second.target == first.target
+    assert len(entries(tmp_path / "cache")) == 1
+    # Everything that changes the output changes the key.
+    variants = [
+        {"source": SRC.replace("v;", "v + 1.0f;")},
+        {"target": "sm_90"},
+        {"output": "ptx"},
+        {"options": ["-DX=1"]},
+        {"headers": {"unused.h": "// a"}},
+        {"headers": {"unused.h": "// b"}},
+        {"name": "other.cu"},
+        {"name_expressions": []},
+    ]
+    for change in variants:
+        kwargs: dict[str, object] = {"target": "sm_80", "name_expressions": ["fill"], "nvrtc": lib, **change}
+        source = kwargs.pop("source", SRC)
+        assert compile_cuda(source, **kwargs).from_cache is False, change  # type: ignore[arg-type]
+    assert len(entries(tmp_path / "cache")) == 1 + len(variants)
+
+
+def test_cache_off(toolkit: Toolkit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    assert compile_cuda(SRC, target="sm_80", nvrtc=lib, cache=False).from_cache is False
+    assert compile_cuda(SRC, target="sm_80", nvrtc=lib, cache=False).from_cache is False
+    monkeypatch.setenv("TILEJIT_CACHE", "0")
+    assert compile_cuda(SRC, target="sm_80", nvrtc=lib).from_cache is False
+    assert compile_cuda(SRC, target="sm_80", nvrtc=lib).from_cache is False
+    # -I reads headers from disk, which the key cannot see: not cached unless asked for.
+    monkeypatch.delenv("TILEJIT_CACHE")
+    assert compile_cuda(SRC, target="sm_80", nvrtc=lib, options=[f"-I{tmp_path}"]).from_cache is False
+    assert compile_cuda(SRC, target="sm_80", nvrtc=lib, options=[f"-I{tmp_path}"]).from_cache is False
+    assert entries(tmp_path / "cache") == []
+
+
+def test_truncated_compile_entry_is_recompiled(toolkit: Toolkit, tmp_path: Path) -> None:
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    good = compile_cuda(SRC, target="sm_80", nvrtc=lib)
+    (path,) = entries(tmp_path / "cache")
+    path.write_bytes(path.read_bytes()[:-7])
+    again = compile_cuda(SRC, target="sm_80", nvrtc=lib)
+    assert again.from_cache is False
+    assert again.code == good.code
+    (path,) = entries(tmp_path / "cache")
+    third = compile_cuda(SRC, target="sm_80", nvrtc=lib)
+    assert third.from_cache is True
+    assert third.code == good.code
+
+
+def test_fresh_process_hit_does_not_load_nvrtc(toolkit: Toolkit, tmp_path: Path) -> None:
+    cold = child_result(run_child(tmp_path / "shared", toolkit.nvrtc))
+    assert cold["from_cache"] == [False]
+    assert cold["nvrtc_loaded"] is True
+    warm = child_result(run_child(tmp_path / "shared", toolkit.nvrtc))
+    assert warm["from_cache"] == [True]
+    assert warm["sizes"] == cold["sizes"]
+    assert warm["elf"] == [True]
+    assert warm["nvrtc_loaded"] is False
+
+
+def test_concurrent_processes_leave_one_good_entry(toolkit: Toolkit, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    procs = [run_child(shared, toolkit.nvrtc) for _ in range(4)]
+    results = [child_result(p) for p in procs]
+    assert all(r["elf"] == [True] for r in results)
+    assert len({tuple(r["sizes"]) for r in results}) == 1  # type: ignore[arg-type]
+    (entry,) = entries(shared)
+    assert not [p for p in shared.iterdir() if p.name.startswith(".tmp-")]
+    key = entry.name.removesuffix(".tjc")
+    got = DiskCache(shared).get(key)
+    assert got is not None and got["code"][:4] == b"\x7fELF"
+    assert child_result(run_child(shared, toolkit.nvrtc))["from_cache"] == [True]
+
+
+@pytest.mark.parametrize("how", ["read_only_dir", "path_under_a_file"])
+def test_unwritable_cache_works_with_exactly_one_warning(toolkit: Toolkit, tmp_path: Path, how: str) -> None:
+    if how == "read_only_dir":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders; covered by path_under_a_file")
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o555)
+    else:
+        (tmp_path / "file").write_text("not a folder")
+        folder = tmp_path / "file" / "cache"
+    try:
+        result = child_result(run_child(folder, toolkit.nvrtc, count=3))
+    finally:
+        if how == "read_only_dir":
+            folder.chmod(0o755)
+    assert result["from_cache"] == [False, False, False]
+    assert result["elf"] == [True, True, True]
+    assert len(result["warnings"]) == 1, result["warnings"]  # type: ignore[arg-type]
+    message = result["warnings"][0]  # type: ignore[index]
+    assert message.startswith("CacheWarning: tilejit disk cache disabled for this process: cannot write to")
+    assert str(folder) in message

@@ -1,0 +1,210 @@
+"""The tilejit command line, run as a separate process the way users run it."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import Toolkit, has_gpu
+
+from tilejit.compiler.cache import DiskCache, cache_key
+
+KERNEL = """#include "scale.h"
+#include "local.cuh"
+template <typename T>
+__global__ void scale(T* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * (T)SCALE + (T)OFFSET + local_bias();
+}
+"""
+
+
+def tilejit(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "tilejit", *args], env=full_env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "scale.h").write_text("#define SCALE 3\n")
+    (tmp_path / "local.cuh").write_text("__device__ inline int local_bias() { return 1; }\n")
+    (tmp_path / "scale.cu").write_text(KERNEL)
+    return tmp_path
+
+
+def test_doctor_with_nvrtc(toolkit: Toolkit, tmp_path: Path) -> None:
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    archs = lib.supported_archs()
+    r = tilejit("doctor", env={"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    out = r.stdout
+    assert f"  found: {toolkit.nvrtc}" in out
+    assert f"  version: {lib.version[0]}.{lib.version[1]}" in out
+    assert "sm_80, " in out
+    assert f"{tmp_path / 'c'}: 0 entries" in out
+    assert "\nCUDA driver\n" in out and "\nGPUs\n" in out and "\nnvJitLink" in out
+    summary = out.strip().splitlines()[-1]
+    if has_gpu():
+        assert summary.startswith("Summary: ready:")
+    else:
+        assert summary == (
+            f"Summary: No GPU: you can compile for any of sm_{archs[0]}…sm_{archs[-1]} here "
+            f"(NVRTC {lib.version[0]}.{lib.version[1]}); running kernels needs a GPU."
+        )
+        assert "  none: " in out.split("\nGPUs\n")[1]
+
+
+def test_doctor_without_nvrtc_lists_places_tried(tmp_path: Path) -> None:
+    missing = tmp_path / "libnvrtc.so.13"
+    r = tilejit("doctor", env={"TILEJIT_NVRTC": str(missing), "TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert "Traceback" not in r.stdout + r.stderr
+    nvrtc_section = r.stdout.split("NVRTC (compiler)\n")[1].split("\n\n")[0]
+    assert "not found:" in nvrtc_section
+    assert str(missing) in nvrtc_section
+    assert "pip install" in nvrtc_section
+    if not has_gpu():  # a GPU machine may still find an NVRTC elsewhere (an already-loaded copy)
+        assert r.returncode == 1
+        assert r.stdout.strip().splitlines()[-1].startswith("Summary: no NVRTC, so nothing can be compiled here")
+
+
+def test_compile_writes_each_output(toolkit: Toolkit, project: Path) -> None:
+    out = project / "out"
+    r = tilejit(
+        "compile", str(project / "scale.cu"), "--arch", "sm_80,sm_90", "--emit", "ptx,cubin", "-o", str(out),
+        "-I", str(project / "inc"), "-D", "OFFSET=2", "--name-expr", "scale<float>",
+        env={"TILEJIT_NVRTC": str(toolkit.nvrtc)},
+    )
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["scale.sm_80.cubin", "scale.sm_80.ptx", "scale.sm_90.cubin", "scale.sm_90.ptx"]
+    for arch in (80, 90):
+        cubin = (out / f"scale.sm_{arch}.cubin").read_bytes()
+        assert cubin[:4] == b"\x7fELF"
+        flags = struct.unpack_from("<I", cubin, 48)[0]
+        assert ((flags >> 8) & 0xFF if cubin[8] >= 8 else flags & 0xFF) == arch
+        ptx = (out / f"scale.sm_{arch}.ptx").read_text()
+        assert f".target sm_{arch}" in ptx
+        assert f"wrote {out / f'scale.sm_{arch}.cubin'}" in r.stdout
+    assert "scale<float> -> _Z5scaleIfEvPT_i" in r.stdout
+    # The CLI does not cache: headers from -I folders are invisible to the cache key.
+    assert "Traceback" not in r.stderr
+
+
+def test_compile_next_to_the_source_by_default(toolkit: Toolkit, project: Path) -> None:
+    r = tilejit(
+        "compile", "scale.cu", "--arch", "80", "-I", "inc", "-D", "OFFSET=2",
+        env={"TILEJIT_NVRTC": str(toolkit.nvrtc)}, cwd=project,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (project / "scale.sm_80.cubin").read_bytes()[:4] == b"\x7fELF"
+
+
+def test_compile_ltoir(toolkit: Toolkit, project: Path) -> None:
+    r = tilejit(
+        "compile", str(project / "scale.cu"), "--arch", "sm_80", "--emit", "ltoir", "-I", str(project / "inc"),
+        "-D", "OFFSET=2", env={"TILEJIT_NVRTC": str(toolkit.nvrtc)},
+    )
+    if toolkit.major < 12:
+        assert r.returncode == 1
+        assert "output='ltoir' needs NVRTC 12.0 or newer" in r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    assert (project / "scale.sm_80.ltoir").stat().st_size > 64
+
+
+def test_compile_error_prints_message_and_exits_1(toolkit: Toolkit, tmp_path: Path) -> None:
+    lines = ['extern "C" __global__ void k(float* x) {', "    float a = x[0];", "    x[1] = a * SCALE;", "}"]
+    (tmp_path / "broken.cu").write_text("\n".join(lines) + "\n")
+    r = tilejit("compile", str(tmp_path / "broken.cu"), "--arch", "sm_80", env={"TILEJIT_NVRTC": str(toolkit.nvrtc)})
+    assert r.returncode == 1, r.stdout
+    assert "Traceback" not in r.stderr
+    assert r.stderr.startswith("tilejit compile: error: NVRTC")
+    assert 'broken.cu(3): error: identifier "SCALE" is undefined' in r.stderr
+    assert "> 3 |     x[1] = a * SCALE;" in r.stderr
+    assert "  2 |     float a = x[0];" in r.stderr
+    assert not list(tmp_path.glob("broken.sm_80.*"))
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (["--arch", "sm_8"], 1, "invalid target 'sm_8'"),
+        (["--arch", "sm_990"], 1, "sm_990 is not supported by NVRTC"),
+        (["--arch", "sm_80", "--emit", "sass"], 2, "--emit 'sass': choose from ptx, cubin, ltoir"),
+        (["--arch", "sm_80", "--nvrtc-option=-arch=sm_90"], 2, "choose targets with --arch"),
+    ],
+)
+def test_compile_bad_input(toolkit: Toolkit, project: Path, args: list[str], code: int, text: str) -> None:
+    r = tilejit("compile", str(project / "scale.cu"), *args, env={"TILEJIT_NVRTC": str(toolkit.nvrtc)})
+    assert r.returncode == code, r.stderr
+    assert text in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_compile_missing_file_and_unknown_kind(tmp_path: Path) -> None:
+    r = tilejit("compile", str(tmp_path / "nope.cu"), "--arch", "sm_80")
+    assert (r.returncode, "Traceback" in r.stderr) == (2, False)
+    assert f"cannot read {tmp_path / 'nope.cu'}" in r.stderr
+    (tmp_path / "k.txt").write_text("x")
+    r = tilejit("compile", str(tmp_path / "k.txt"), "--arch", "sm_80")
+    assert r.returncode == 2
+    assert "don't know how to compile '.txt' files" in r.stderr
+
+
+def test_compile_without_arch_or_gpu(project: Path) -> None:
+    if has_gpu():
+        pytest.skip("with a GPU the target defaults to it")
+    r = tilejit("compile", str(project / "scale.cu"))
+    assert r.returncode == 2
+    assert "pass --arch" in r.stderr
+
+
+def test_cache_info_and_clear(tmp_path: Path) -> None:
+    folder = tmp_path / "c"
+    cache = DiskCache(folder)
+    for i in range(3):
+        cache.put(cache_key(str(i)), {"code": b"x" * 1000})
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    env = {"TILEJIT_CACHE_DIR": str(folder), "TILEJIT_CACHE_MAX_BYTES": "64M"}
+    r = tilejit("cache", "info", env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"directory: {folder}" in r.stdout
+    assert "entries:   3" in r.stdout
+    assert f"({size} bytes)" in r.stdout
+    assert "max size:  64.0 MiB" in r.stdout
+    r = tilejit("cache", "clear", env=env)
+    assert (r.returncode, r.stdout.strip()) == (0, f"removed 3 entries from {folder}")
+    assert list(folder.iterdir()) == []
+    assert "entries:   0" in tilejit("cache", "info", env=env).stdout
+
+
+def test_usage_errors() -> None:
+    r = tilejit()
+    assert r.returncode == 2
+    assert "COMMAND" in r.stderr
+    r = tilejit("cache", "wipe")
+    assert r.returncode == 2
+    assert "invalid choice: 'wipe'" in r.stderr
+    r = tilejit("--version")
+    assert (r.returncode, r.stdout.strip()) == (0, "tilejit 0.1.0")
+
+
+def test_console_script_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="console_scripts") if e.name == "tilejit"]
+    assert ep.value == "tilejit.cli.main:main"
+    from tilejit.cli.main import main
+
+    assert ep.load() is main

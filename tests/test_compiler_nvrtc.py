@@ -1,0 +1,236 @@
+"""compile_cuda with each CUDA major's NVRTC: outputs, targets, headers, name expressions and errors."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from conftest import Toolkit, has_gpu
+
+from tilejit.bindings.nvrtc import NVRTC, load_nvrtc
+from tilejit.compiler.nvrtc import CompiledProgram, compile_cuda, default_target
+from tilejit.compiler.targets import Target
+from tilejit.errors import CompileError, TargetError
+
+ADD = """
+template <typename T>
+__global__ void add(const T* x, const T* y, T* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] + y[i];
+}
+"""
+SIMPLE = 'extern "C" __global__ void fill(float* out, float v) { out[threadIdx.x] = v; }\n'
+EM_CUDA = 190
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def lib(toolkit: Toolkit) -> NVRTC:
+    return load_nvrtc(str(toolkit.nvrtc))
+
+
+def cubin_sm(code: bytes) -> int:
+    """The SM number a CUDA ELF was built for, read from e_flags (its layout changed with ELF ABI version 8)."""
+    assert code[:4] == b"\x7fELF", "not an ELF file"
+    assert code[4] == 2, "not a 64-bit ELF"
+    (machine,) = struct.unpack_from("<H", code, 18)
+    assert machine == EM_CUDA
+    (flags,) = struct.unpack_from("<I", code, 48)
+    abi_version = code[8]
+    return (flags >> 8) & 0xFF if abi_version >= 8 else flags & 0xFF
+
+
+def ptx_target(ptx: str) -> str:
+    lines = [ln.split()[1] for ln in ptx.splitlines() if ln.startswith(".target")]
+    assert len(lines) == 1, ptx[:400]
+    return lines[0].rstrip(",")
+
+
+@pytest.mark.parametrize("arch", [70, 80, 90])
+def test_cubin_and_ptx_for_each_toolkit(lib: NVRTC, arch: int) -> None:
+    if arch not in lib.supported_archs():
+        with pytest.raises(TargetError, match=f"sm_{arch} is not supported by NVRTC {lib.version[0]}"):
+            compile_cuda(SIMPLE, target=arch, nvrtc=lib, cache=False)
+        return
+    cubin = compile_cuda(SIMPLE, target=f"sm_{arch}", nvrtc=lib, cache=False)
+    assert isinstance(cubin, CompiledProgram)
+    assert cubin.kind == "cubin"
+    assert cubin.target == Target(arch // 10, arch % 10)
+    assert cubin.nvrtc_version == lib.version
+    assert cubin.from_cache is False
+    assert cubin_sm(cubin.code) == arch
+    assert b"fill" in cubin.code
+    with pytest.raises(ValueError, match="holds cubin, not PTX"):
+        _ = cubin.ptx
+
+    ptx = compile_cuda(SIMPLE, target=f"compute_{arch}", output="ptx", nvrtc=lib, cache=False)
+    assert ptx.kind == "ptx"
+    assert ptx_target(ptx.ptx) == f"sm_{arch}"
+    assert ".entry fill(" in ptx.ptx
+    assert ptx.code == ptx.ptx.encode()
+    assert not ptx.code.endswith(b"\0")
+
+
+def test_arch_specific_target(lib: NVRTC) -> None:
+    if lib.version < (12, 0):
+        with pytest.raises(TargetError, match="needs NVRTC 12"):
+            compile_cuda(SIMPLE, target="sm_90a", output="ptx", nvrtc=lib, cache=False)
+        return
+    ptx = compile_cuda(SIMPLE, target="sm_90a", output="ptx", nvrtc=lib, cache=False)
+    assert ptx_target(ptx.ptx) == "sm_90a"
+    assert cubin_sm(compile_cuda(SIMPLE, target="sm_90a", nvrtc=lib, cache=False).code) == 90
+
+
+def test_ltoir(lib: NVRTC) -> None:
+    if lib.nvrtcGetLTOIR is None:
+        with pytest.raises(CompileError, match=r"output='ltoir' needs NVRTC 12\.0 or newer"):
+            compile_cuda(SIMPLE, target="sm_80", output="ltoir", nvrtc=lib, cache=False)
+        return
+    lto = compile_cuda(SIMPLE, target="sm_80", output="ltoir", nvrtc=lib, cache=False)
+    assert lto.kind == "ltoir"
+    assert len(lto.code) > 64
+    assert lto.code[:4] != b"\x7fELF"  # NVVM IR, not a linked CUBIN
+    assert lto.code[:4] == b"\xedCN\x7f"  # the LTO-IR (NVVM bitcode wrapper) magic
+
+
+def test_name_expressions_give_lowered_names(lib: NVRTC) -> None:
+    prog = compile_cuda(ADD, target="sm_80", name_expressions=["add<float>", "add<int>"], nvrtc=lib, cache=False)
+    assert prog.lowered_names == {"add<float>": "_Z3addIfEvPKT_S2_PS0_i", "add<int>": "_Z3addIiEvPKT_S2_PS0_i"}
+    for mangled in prog.lowered_names.values():
+        assert mangled.encode() in prog.code
+
+
+def test_headers_in_memory(lib: NVRTC) -> None:
+    headers = {
+        "my/header.cuh": (
+            '#pragma once\n#include "my/inner.cuh"\n__device__ float twice(float v) { return SCALE * v; }\n'
+        ),
+        "my/inner.cuh": "#pragma once\n#define SCALE 2.0f\n",
+    }
+    src = '#include "my/header.cuh"\nextern "C" __global__ void k(float* x) { x[0] = twice(x[0]); }\n'
+    prog = compile_cuda(src, headers=headers, target="sm_80", output="ptx", nvrtc=lib, cache=False)
+    assert ".entry k(" in prog.ptx
+    with pytest.raises(CompileError, match=r"my/header\.cuh"):
+        compile_cuda(src, target="sm_80", output="ptx", nvrtc=lib, cache=False)
+
+
+def test_compile_error_shows_log_and_numbered_lines(lib: NVRTC) -> None:
+    src = "\n".join(
+        [
+            "// line 1",
+            'extern "C" __global__ void k(float* x) {',
+            "    float a = x[0];",
+            "    x[1] = a + not_declared;",
+            "    x[2] = a;",
+            "}",
+            "",
+        ]
+    )
+    with pytest.raises(CompileError) as info:
+        compile_cuda(src, name="broken.cu", target="sm_80", nvrtc=lib, cache=False)
+    msg = str(info.value)
+    version = f"{lib.version[0]}.{lib.version[1]}"
+    assert f"NVRTC {version} could not compile broken.cu for sm_80" in msg
+    assert 'broken.cu(4): error: identifier "not_declared" is undefined' in msg
+    assert info.value.log and info.value.log in msg
+    assert "broken.cu:4:" in msg
+    assert "> 4 |     x[1] = a + not_declared;" in msg
+    assert "  3 |     float a = x[0];" in msg  # context before
+    assert "  5 |     x[2] = a;" in msg  # and after
+    assert "  1 | // line 1" not in msg  # only a couple of lines of context
+
+
+def test_compile_error_in_a_header_shows_the_header_line(lib: NVRTC) -> None:
+    headers = {"h/bad.cuh": "#pragma once\n__device__ int f() {\n    return oops;\n}\n"}
+    src = '#include "h/bad.cuh"\nextern "C" __global__ void k(int* x) { x[0] = f(); }\n'
+    with pytest.raises(CompileError) as info:
+        compile_cuda(src, headers=headers, target="sm_80", nvrtc=lib, cache=False)
+    msg = str(info.value)
+    assert "h/bad.cuh:3:" in msg
+    assert "> 3 |     return oops;" in msg
+
+
+def test_bad_option_is_a_compile_error(lib: NVRTC) -> None:
+    with pytest.raises(CompileError) as info:
+        compile_cuda(SIMPLE, target="sm_80", options=["--no-such-option"], nvrtc=lib, cache=False)
+    assert "NVRTC_ERROR_INVALID_OPTION" in str(info.value)
+    assert "--no-such-option" in str(info.value)
+
+
+def test_user_options_reach_nvrtc(lib: NVRTC) -> None:
+    src = 'extern "C" __global__ void k(int* x) { x[0] = VALUE; }\n'
+    prog = compile_cuda(src, target="sm_80", output="ptx", options=["-DVALUE=1234567"], nvrtc=lib, cache=False)
+    assert "1234567" in prog.ptx
+    std = 'extern "C" __global__ void k(int* x) {\n#if __cplusplus >= 201703L\n x[0] = 1;\n#endif\n}\n'
+    assert "st.global" in compile_cuda(std, target="sm_80", output="ptx", nvrtc=lib, cache=False).ptx
+    legacy = compile_cuda(std, target="sm_80", output="ptx", options=["-std=c++14"], nvrtc=lib, cache=False)
+    assert "st.global" not in legacy.ptx
+
+
+def test_unsupported_target_names_nvrtc_and_lists_targets(lib: NVRTC) -> None:
+    with pytest.raises(TargetError) as info:
+        compile_cuda(SIMPLE, target="sm_990", nvrtc=lib, cache=False)
+    msg = str(info.value)
+    assert f"NVRTC {lib.version[0]}.{lib.version[1]}" in msg
+    assert "sm_80" in msg and "sm_90" in msg
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "text"),
+    [
+        ({"output": "sass"}, ValueError, "output must be one of ptx, cubin, ltoir; got 'sass'"),
+        ({"options": ["-arch=sm_80"]}, ValueError, "choose the architecture with target="),
+        ({"options": ["-dlto"]}, ValueError, "LTO-IR with output='ltoir'"),
+        ({"options": "-DX=1"}, TypeError, "options must be a sequence of str"),
+        ({"headers": {"a.h": b"bytes"}}, TypeError, "headers must map non-empty str names to str text"),
+        ({"headers": ["a.h"]}, TypeError, "headers must map include names"),
+        ({"name_expressions": [1]}, TypeError, "name_expressions must be a sequence of str"),
+        ({"target": "sm-80"}, TargetError, "invalid target 'sm-80'"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, object], exc: type[Exception], text: str) -> None:
+    kwargs.setdefault("target", "sm_80")
+    with pytest.raises(exc) as info:
+        compile_cuda(SIMPLE, **kwargs)  # type: ignore[arg-type]
+    assert text in str(info.value)
+
+
+def test_source_must_be_text() -> None:
+    with pytest.raises(TypeError, match="source must be str"):
+        compile_cuda(SIMPLE.encode(), target="sm_80")  # type: ignore[arg-type]
+
+
+def test_default_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_ARCH", "sm_86")
+    if has_gpu():
+        from tilejit.runtime.device import get_device
+
+        assert default_target().sm == get_device().arch
+        return
+    assert default_target() == Target(8, 6)
+    monkeypatch.delenv("TILEJIT_ARCH")
+    with pytest.raises(TargetError, match="pass target='sm_90'"):
+        default_target()
+
+
+def test_target_none_uses_tilejit_arch(lib: NVRTC, monkeypatch: pytest.MonkeyPatch) -> None:
+    if has_gpu():
+        pytest.skip("with a GPU the default target is the GPU's")
+    monkeypatch.setenv("TILEJIT_ARCH", "sm_80")
+    prog = compile_cuda(SIMPLE, nvrtc=lib, cache=False)
+    assert prog.target == Target(8, 0)
+    assert cubin_sm(prog.code) == 80
+
+
+@pytest.mark.gpu
+def test_default_target_is_the_gpu_and_the_cubin_loads() -> None:
+    from tilejit.runtime.device import get_device
+
+    prog = compile_cuda(SIMPLE, cache=False)
+    assert prog.target.sm == get_device().arch
+    assert cubin_sm(prog.code) == prog.target.number

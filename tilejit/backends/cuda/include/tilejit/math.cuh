@@ -1,0 +1,164 @@
+// tilejit device headers: elementwise functions per dtype, with numpy/Python semantics.
+//
+// 16-bit floats never reach these: the generated code converts them to float first (tj::Compute).
+#pragma once
+#include <tilejit/types.cuh>
+
+namespace tj {
+
+// ---- conversions (static_cast semantics; to bool is != 0; 16-bit floats via float)
+template <class To, class From> struct Cvt {
+  __device__ __forceinline__ static To f(From x) { return static_cast<To>(x); }
+};
+template <class From> struct Cvt<bool, From> {
+  __device__ __forceinline__ static bool f(From x) { return x != From(0); }
+};
+template <class From> struct Cvt<half, From> {
+  __device__ __forceinline__ static half f(From x) { return half(static_cast<float>(x)); }
+};
+template <class From> struct Cvt<bf16, From> {
+  __device__ __forceinline__ static bf16 f(From x) { return bf16(static_cast<float>(x)); }
+};
+template <class To> struct Cvt<To, half> {
+  __device__ __forceinline__ static To f(half x) { return Cvt<To, float>::f(static_cast<float>(x)); }
+};
+template <class To> struct Cvt<To, bf16> {
+  __device__ __forceinline__ static To f(bf16 x) { return Cvt<To, float>::f(static_cast<float>(x)); }
+};
+template <> struct Cvt<bool, half> {
+  __device__ __forceinline__ static bool f(half x) { return static_cast<float>(x) != 0.0f; }
+};
+template <> struct Cvt<bool, bf16> {
+  __device__ __forceinline__ static bool f(bf16 x) { return static_cast<float>(x) != 0.0f; }
+};
+template <> struct Cvt<half, half> {
+  __device__ __forceinline__ static half f(half x) { return x; }
+};
+template <> struct Cvt<bf16, bf16> {
+  __device__ __forceinline__ static bf16 f(bf16 x) { return x; }
+};
+template <> struct Cvt<half, bf16> {
+  __device__ __forceinline__ static half f(bf16 x) { return half(static_cast<float>(x)); }
+};
+template <> struct Cvt<bf16, half> {
+  __device__ __forceinline__ static bf16 f(half x) { return bf16(static_cast<float>(x)); }
+};
+template <> struct Cvt<bool, bool> {
+  __device__ __forceinline__ static bool f(bool x) { return x; }
+};
+template <class To, class From>
+__device__ __forceinline__ To cast(From x) { return Cvt<To, From>::f(x); }
+
+// ---- float functions (float and double overloads)
+#define TJ_FN1(name, ff, fd)                                                  \
+  __device__ __forceinline__ float name(float x) { return ff(x); }           \
+  __device__ __forceinline__ double name(double x) { return fd(x); }
+TJ_FN1(exp, ::expf, ::exp)
+TJ_FN1(exp2, ::exp2f, ::exp2)
+TJ_FN1(log, ::logf, ::log)
+TJ_FN1(log2, ::log2f, ::log2)
+TJ_FN1(sqrt, ::sqrtf, ::sqrt)
+TJ_FN1(rsqrt, ::rsqrtf, ::rsqrt)
+TJ_FN1(sin, ::sinf, ::sin)
+TJ_FN1(cos, ::cosf, ::cos)
+TJ_FN1(tanh, ::tanhf, ::tanh)
+TJ_FN1(floor, ::floorf, ::floor)
+TJ_FN1(ceil, ::ceilf, ::ceil)
+TJ_FN1(erf, ::erff, ::erf)
+TJ_FN1(fabs, ::fabsf, ::fabs)
+#undef TJ_FN1
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + ::expf(-x)); }
+__device__ __forceinline__ double sigmoid(double x) { return 1.0 / (1.0 + ::exp(-x)); }
+__device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
+__device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
+
+// ---- integer and generic helpers
+template <class T> __device__ __forceinline__ T abs(T x) { return x < T(0) ? T(-x) : x; }
+__device__ __forceinline__ float abs(float x) { return ::fabsf(x); }
+__device__ __forceinline__ double abs(double x) { return ::fabs(x); }
+__device__ __forceinline__ bool abs(bool x) { return x; }
+#define TJ_UABS(T) __device__ __forceinline__ T abs(T x) { return x; }
+TJ_UABS(u8) TJ_UABS(u16) TJ_UABS(u32) TJ_UABS(u64)
+#undef TJ_UABS
+
+// Python floor division and modulo; x // 0 and x % 0 give 0 for integers, as numpy does.
+template <class T> struct IsSigned { static constexpr bool value = T(-1) < T(0); };
+template <class T> __device__ __forceinline__ T floordiv(T a, T b) {
+  if (b == T(0)) return T(0);
+  T q = T(a / b);
+  if (IsSigned<T>::value && (a % b != T(0)) && ((a < T(0)) != (b < T(0)))) q = T(q - T(1));
+  return q;
+}
+template <class T> __device__ __forceinline__ T mod(T a, T b) {
+  if (b == T(0)) return T(0);
+  T r = T(a % b);
+  if (IsSigned<T>::value && r != T(0) && ((r < T(0)) != (b < T(0)))) r = T(r + b);
+  return r;
+}
+__device__ __forceinline__ bool floordiv(bool a, bool b) { return b ? a : false; }
+__device__ __forceinline__ bool mod(bool, bool) { return false; }
+__device__ __forceinline__ float fmod_(float a, float b) { return ::fmodf(a, b); }
+__device__ __forceinline__ double fmod_(double a, double b) { return ::fmod(a, b); }
+__device__ __forceinline__ float copysign_(float a, float b) { return ::copysignf(a, b); }
+__device__ __forceinline__ double copysign_(double a, double b) { return ::copysign(a, b); }
+// numpy's npy_divmod for floats.
+template <class F> __device__ __forceinline__ F fmod_py(F a, F b, F* div_out) {
+  F m = fmod_(a, b);
+  if (b == F(0)) {
+    if (div_out) *div_out = a / b;
+    return m;
+  }
+  F div = (a - m) / b;
+  if (m != F(0)) {
+    if ((b < F(0)) != (m < F(0))) {
+      m += b;
+      div -= F(1);
+    }
+  } else {
+    m = copysign_(F(0), b);
+  }
+  F fd;
+  if (div != F(0)) {
+    fd = floor(div);
+    if (div - fd > F(0.5)) fd += F(1);
+  } else {
+    fd = copysign_(F(0), a / b);
+  }
+  if (div_out) *div_out = fd;
+  return m;
+}
+__device__ __forceinline__ float floordiv(float a, float b) { float d; fmod_py<float>(a, b, &d); return d; }
+__device__ __forceinline__ double floordiv(double a, double b) { double d; fmod_py<double>(a, b, &d); return d; }
+__device__ __forceinline__ float mod(float a, float b) { return fmod_py<float>(a, b, nullptr); }
+__device__ __forceinline__ double mod(double a, double b) { return fmod_py<double>(a, b, nullptr); }
+
+// Integer power by squaring; a negative exponent gives 1/a**-b truncated (0 unless |a| == 1).
+template <class T> __device__ __forceinline__ T ipow(T a, T b) {
+  if (IsSigned<T>::value && b < T(0)) {
+    if (a == T(1)) return T(1);
+    if (a == T(-1)) return (b % T(2) == T(0)) ? T(1) : T(-1);
+    return T(0);
+  }
+  T r = T(1);
+  while (b != T(0)) {
+    if (b & T(1)) r = T(r * a);
+    a = T(a * a);
+    b = T(b >> 1);
+  }
+  return r;
+}
+
+// maximum/minimum propagate NaN (numpy), and are plain compares for integers.
+template <class T> __device__ __forceinline__ T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
+template <class T> __device__ __forceinline__ T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
+
+// Shifts by >= the bit width give 0 (or -1 for an arithmetic right shift of a negative number).
+template <class T> __device__ __forceinline__ T lshift(T a, T b) {
+  return (b < T(0) || (u64)b >= sizeof(T) * 8) ? T(0) : T(a << b);
+}
+template <class T> __device__ __forceinline__ T rshift(T a, T b) {
+  if (b < T(0) || (u64)b >= sizeof(T) * 8) return (a < T(0)) ? T(-1) : T(0);
+  return T(a >> b);
+}
+
+}  // namespace tj

@@ -1,0 +1,244 @@
+// tilejit device headers: bounds-checked tile loads/stores, gather/scatter and atomics.
+//
+// A tile element is in range iff every array coordinate is in [0, shape). Out-of-range loads read
+// the padding value; out-of-range stores are skipped. With VEC > 0 the innermost stride is 1 and
+// rows are 16-byte aligned (the launcher checked), so each group of VEC contiguous elements of a
+// thread is one vector access when the whole group is in range, element by element otherwise.
+// VEC == 0 is the general strided path (any strides, element by element).
+#pragma once
+#include <tilejit/tile.cuh>
+
+namespace tj {
+
+template <int BYTES> struct VecWord;
+template <> struct VecWord<1> { typedef u8 type; };
+template <> struct VecWord<2> { typedef u16 type; };
+template <> struct VecWord<4> { typedef u32 type; };
+template <> struct VecWord<8> { typedef uint2 type; };
+template <> struct VecWord<16> { typedef uint4 type; };
+
+// VEC elements of T as whole words of at most 16 bytes.
+template <class T, int VEC>
+union Pack {
+  static constexpr int BYTES = VEC * (int)sizeof(T);
+  static constexpr int WB = BYTES < 16 ? BYTES : 16;
+  typedef typename VecWord<WB>::type W;
+  T e[VEC];
+  W w[BYTES / WB];
+};
+
+template <class W> __device__ __forceinline__ W ld_nc(const W* p) { return *p; }
+template <> __device__ __forceinline__ uint4 ld_nc<uint4>(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+template <> __device__ __forceinline__ uint2 ld_nc<uint2>(const uint2* p) {
+  uint2 r;
+  asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+  return r;
+}
+template <> __device__ __forceinline__ u32 ld_nc<u32>(const u32* p) {
+  u32 r;
+  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// Array offset (in elements) of the tile element at flat index f, and whether the element's
+// leading coordinates (all but the innermost) are in range; `col` gets the innermost index.
+template <class Shp, class T, int N>
+__device__ __forceinline__ i64 outer_offset(const Array<T, N>& a, const i64 (&org)[N], int f, bool& ok, i64& col) {
+  i64 off = 0;
+  ok = true;
+#pragma unroll
+  for (int d = 0; d < N - 1; ++d) {
+    i64 x = org[d] + Shp::coord(f, d);
+    ok = ok && (u64)x < (u64)a.shape[d];
+    off += x * a.stride[d];
+  }
+  col = org[N - 1] + Shp::coord(f, N - 1);
+  return off;
+}
+
+template <int VEC, bool NC, class Shp, class L, class T, int N>
+__device__ __forceinline__ void load(Tile<T, L>& out, const Array<T, N>& a, const i64 (&org)[N], T pad) {
+  const int tid = threadIdx.x;
+  constexpr int V = VEC > 0 ? VEC : 1;
+#pragma unroll
+  for (int g = 0; g < L::E / V; ++g) {
+    const int f = L::flat(tid, g * V);
+    bool ok;
+    i64 col;
+    const i64 off = outer_offset<Shp>(a, org, f, ok, col);
+    const i64 n = a.shape[N - 1];
+    if (VEC > 1 && ok && col >= 0 && col + V <= n) {
+      typedef Pack<T, V> P;
+      P p;
+      const typename P::W* src = reinterpret_cast<const typename P::W*>(a.ptr + off + col);
+#pragma unroll
+      for (int w = 0; w < P::BYTES / P::WB; ++w) p.w[w] = NC ? ld_nc(src + w) : src[w];
+#pragma unroll
+      for (int v = 0; v < V; ++v) out.v[g * V + v] = p.e[v];
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const i64 c = col + v;
+        const bool in = ok && (u64)c < (u64)n;
+        const i64 s = VEC > 0 ? 1 : a.stride[N - 1];
+        out.v[g * V + v] = in ? a.ptr[off + c * s] : pad;
+      }
+    }
+  }
+}
+
+template <int VEC, class Shp, class L, class T, int N>
+__device__ __forceinline__ void store(const Array<T, N>& a, const i64 (&org)[N], const Tile<T, L>& t) {
+  const int tid = threadIdx.x;
+  if (!L::owner(tid)) return;
+  constexpr int V = VEC > 0 ? VEC : 1;
+#pragma unroll
+  for (int g = 0; g < L::E / V; ++g) {
+    const int f = L::flat(tid, g * V);
+    bool ok;
+    i64 col;
+    const i64 off = outer_offset<Shp>(a, org, f, ok, col);
+    const i64 n = a.shape[N - 1];
+    if (VEC > 1 && ok && col >= 0 && col + V <= n) {
+      typedef Pack<T, V> P;
+      P p;
+#pragma unroll
+      for (int v = 0; v < V; ++v) p.e[v] = t.v[g * V + v];
+      typename P::W* dst = reinterpret_cast<typename P::W*>(a.ptr + off + col);
+#pragma unroll
+      for (int w = 0; w < P::BYTES / P::WB; ++w) dst[w] = p.w[w];
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const i64 c = col + v;
+        const i64 s = VEC > 0 ? 1 : a.stride[N - 1];
+        if (ok && (u64)c < (u64)n) a.ptr[off + c * s] = t.v[g * V + v];
+      }
+    }
+  }
+}
+
+// Element offset of array[idx...] and whether every index is in range.
+template <class T, int N>
+__device__ __forceinline__ i64 index_offset(const Array<T, N>& a, const i64 (&idx)[N], bool& ok) {
+  i64 off = 0;
+  ok = true;
+#pragma unroll
+  for (int d = 0; d < N; ++d) {
+    ok = ok && (u64)idx[d] < (u64)a.shape[d];
+    off += idx[d] * a.stride[d];
+  }
+  return off;
+}
+
+// ---- atomics: add / max / min / xchg / cas, by element type
+__device__ __forceinline__ u32 cas32(u32* p, u32 cmp, u32 val) { return atomicCAS(p, cmp, val); }
+__device__ __forceinline__ u64 cas64(u64* p, u64 cmp, u64 val) {
+  return atomicCAS((unsigned long long*)p, (unsigned long long)cmp, (unsigned long long)val);
+}
+__device__ __forceinline__ u16 cas16(u16* p, u16 cmp, u16 val) {
+#if __CUDA_ARCH__ >= 700
+  u16 old;
+  asm volatile("atom.global.cas.b16 %0, [%1], %2, %3;" : "=h"(old) : "l"(p), "h"(cmp), "h"(val) : "memory");
+  return old;
+#else
+  u32* w = (u32*)((u64)p & ~(u64)3);
+  const int sh = ((u64)p & 2) ? 16 : 0;
+  u32 cur = *w;
+  for (;;) {
+    const u16 have = (u16)(cur >> sh);
+    if (have != cmp) return have;
+    const u32 next = (cur & ~(0xffffu << sh)) | ((u32)val << sh);
+    const u32 seen = atomicCAS(w, cur, next);
+    if (seen == cur) return have;
+    cur = seen;
+  }
+#endif
+}
+
+template <int BYTES> struct UWord;
+template <> struct UWord<2> { typedef u16 type; };
+template <> struct UWord<4> { typedef u32 type; };
+template <> struct UWord<8> { typedef u64 type; };
+__device__ __forceinline__ u16 cas_word(u16* p, u16 c, u16 v) { return cas16(p, c, v); }
+__device__ __forceinline__ u32 cas_word(u32* p, u32 c, u32 v) { return cas32(p, c, v); }
+__device__ __forceinline__ u64 cas_word(u64* p, u64 c, u64 v) { return cas64(p, c, v); }
+
+// Generic read-modify-write through compare-and-swap on the element's bits.
+template <class T, class F>
+__device__ __forceinline__ T atomic_cas_loop(T* p, T val, F fn) {
+  typedef typename UWord<sizeof(T)>::type W;
+  union U { T t; W w; };
+  U cur, next;
+  cur.t = *p;
+  for (;;) {
+    next.t = fn(cur.t, val);
+    U seen;
+    seen.w = cas_word(reinterpret_cast<W*>(p), cur.w, next.w);
+    if (seen.w == cur.w) return cur.t;
+    cur = seen;
+  }
+}
+struct AddFn { template <class T> __device__ T operator()(T a, T b) const { return cast<T>(static_cast<typename Compute<T>::type>(a) + static_cast<typename Compute<T>::type>(b)); } };
+struct MaxFn { template <class T> __device__ T operator()(T a, T b) const { return cast<T>(maximum(static_cast<typename Compute<T>::type>(a), static_cast<typename Compute<T>::type>(b))); } };
+struct MinFn { template <class T> __device__ T operator()(T a, T b) const { return cast<T>(minimum(static_cast<typename Compute<T>::type>(a), static_cast<typename Compute<T>::type>(b))); } };
+struct XchgFn { template <class T> __device__ T operator()(T, T b) const { return b; } };
+
+// atomic_add
+template <class T> __device__ __forceinline__ T atomic_add(T* p, T v) { return atomic_cas_loop(p, v, AddFn()); }
+__device__ __forceinline__ i32 atomic_add(i32* p, i32 v) { return atomicAdd(p, v); }
+__device__ __forceinline__ u32 atomic_add(u32* p, u32 v) { return atomicAdd(p, v); }
+__device__ __forceinline__ u64 atomic_add(u64* p, u64 v) { return atomicAdd((unsigned long long*)p, (unsigned long long)v); }
+__device__ __forceinline__ i64 atomic_add(i64* p, i64 v) { return (i64)atomicAdd((unsigned long long*)p, (unsigned long long)v); }
+__device__ __forceinline__ float atomic_add(float* p, float v) { return atomicAdd(p, v); }
+__device__ __forceinline__ double atomic_add(double* p, double v) {
+#if __CUDA_ARCH__ >= 600
+  return atomicAdd(p, v);
+#else
+  return atomic_cas_loop(p, v, AddFn());
+#endif
+}
+__device__ __forceinline__ half atomic_add(half* p, half v) {
+  half old;
+  asm volatile("atom.global.add.noftz.f16 %0, [%1], %2;" : "=h"(old.bits) : "l"(p), "h"(v.bits) : "memory");
+  return old;
+}
+__device__ __forceinline__ bf16 atomic_add(bf16* p, bf16 v) {
+#if __CUDA_ARCH__ >= 900
+  bf16 old;
+  asm volatile("atom.global.add.noftz.bf16 %0, [%1], %2;" : "=h"(old.bits) : "l"(p), "h"(v.bits) : "memory");
+  return old;
+#else
+  return atomic_cas_loop(p, v, AddFn());
+#endif
+}
+
+// atomic_max / atomic_min: native for 32/64-bit integers, CAS loops otherwise.
+template <class T> __device__ __forceinline__ T atomic_max(T* p, T v) { return atomic_cas_loop(p, v, MaxFn()); }
+template <class T> __device__ __forceinline__ T atomic_min(T* p, T v) { return atomic_cas_loop(p, v, MinFn()); }
+__device__ __forceinline__ i32 atomic_max(i32* p, i32 v) { return atomicMax(p, v); }
+__device__ __forceinline__ u32 atomic_max(u32* p, u32 v) { return atomicMax(p, v); }
+__device__ __forceinline__ i64 atomic_max(i64* p, i64 v) { return (i64)atomicMax((long long*)p, (long long)v); }
+__device__ __forceinline__ u64 atomic_max(u64* p, u64 v) { return atomicMax((unsigned long long*)p, (unsigned long long)v); }
+__device__ __forceinline__ i32 atomic_min(i32* p, i32 v) { return atomicMin(p, v); }
+__device__ __forceinline__ u32 atomic_min(u32* p, u32 v) { return atomicMin(p, v); }
+__device__ __forceinline__ i64 atomic_min(i64* p, i64 v) { return (i64)atomicMin((long long*)p, (long long)v); }
+__device__ __forceinline__ u64 atomic_min(u64* p, u64 v) { return atomicMin((unsigned long long*)p, (unsigned long long)v); }
+
+// atomic_xchg / atomic_cas on the element's bits (16/32/64-bit types).
+template <class T> __device__ __forceinline__ T atomic_xchg(T* p, T v) { return atomic_cas_loop(p, v, XchgFn()); }
+template <class T> __device__ __forceinline__ T atomic_cas(T* p, T cmp, T v) {
+  typedef typename UWord<sizeof(T)>::type W;
+  union U { T t; W w; };
+  U c, n, o;
+  c.t = cmp;
+  n.t = v;
+  o.w = cas_word(reinterpret_cast<W*>(p), c.w, n.w);
+  return o.t;
+}
+
+}  // namespace tj

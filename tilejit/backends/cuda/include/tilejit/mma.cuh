@@ -1,0 +1,171 @@
+// tilejit device headers: matrix multiply-accumulate of tiles.
+//
+// Operands go to shared memory as row-major matrices with rows padded by 16 bytes (A: M x (K+PA),
+// B: K x (N+PB)), which keeps ldmatrix and the fragment loads free of bank conflicts.
+//  * TensorCore (sm_80+, f16/bf16 inputs, f32 accumulate): each of the WM x WN warps owns a
+//    (M/WM) x (N/WN) block of m16n8 accumulator fragments, loads A with ldmatrix.x4 and B with
+//    ldmatrix.x4.trans and issues mma.sync.aligned.m16n8k16. The accumulator tile stays in the
+//    fragment layout (tile.cuh), so a K loop never moves it.
+//  * TensorCoreTF32 (sm_80+, f32 inputs with tf32 allowed): mma.sync.aligned.m16n8k8.tf32.
+//  * mma_fma: any dtype, any target, any accumulator layout: each thread forms its own elements.
+#pragma once
+#include <tilejit/math.cuh>
+#include <tilejit/memory.cuh>
+#include <tilejit/tile.cuh>
+
+namespace tj {
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Write a 2-D tile into shared memory with row stride LD elements (VEC-element groups at once).
+template <int COLS, int LD, int VEC, class L, class T>
+__device__ __forceinline__ void to_smem(T* s, const Tile<T, L>& t) {
+  const int tid = threadIdx.x;
+  if (!L::owner(tid)) return;
+  constexpr int SH = Shape<COLS>::log2(COLS);
+#pragma unroll
+  for (int g = 0; g < L::E / VEC; ++g) {
+    const int f = L::flat(tid, g * VEC);
+    T* dst = s + (f >> SH) * LD + (f & (COLS - 1));
+    typedef Pack<T, VEC> P;
+    P p;
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) p.e[v] = t.v[g * VEC + v];
+#pragma unroll
+    for (int w = 0; w < P::BYTES / P::WB; ++w) reinterpret_cast<typename P::W*>(dst)[w] = p.w[w];
+  }
+}
+
+// acc[i] += sum_k A[row][k] * B[k][col] for each accumulator element the thread holds.
+template <int K, int N, int LDA, int LDB, class L, class A, class T>
+__device__ __forceinline__ void mma_fma(Tile<A, L>& acc, const T* As, const T* Bs) {
+  const int tid = threadIdx.x;
+  constexpr int SH = Shape<N>::log2(N);
+#pragma unroll 4
+  for (int k = 0; k < K; ++k) {
+    TJ_EACH(i, L) {
+      const int f = L::flat(tid, i);
+      const A a = cast<A>(As[(f >> SH) * LDA + k]);
+      const A b = cast<A>(Bs[k * LDB + (f & (N - 1))]);
+      acc.v[i] = A(acc.v[i] + a * b);
+    }
+  }
+}
+
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2_t(u32 (&r)[2], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+template <class T> struct MmaName;
+template <> struct MmaName<half> {
+  __device__ __forceinline__ static void mma(float* d, const u32 (&a)[4], const u32* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+template <> struct MmaName<bf16> {
+  __device__ __forceinline__ static void mma(float* d, const u32 (&a)[4], const u32* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+
+// Accumulator element i of a warp: i = (mi * NTL + ni) * 4 + r (the m16n8 C fragment order).
+template <class T, int M, int N, int K, int WM, int WN, int LDA, int LDB>
+struct TensorCore {
+  static constexpr int WTM = M / WM, WTN = N / WN, MT = WTM / 16, NTL = WTN / 8;
+  template <class L>
+  __device__ __forceinline__ static void run(Tile<float, L>& acc, const T* As, const T* Bs) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int m0 = (warp % WM) * WTM, n0 = (warp / WM) * WTN;
+    const u32 a_base = smem_addr(As + (m0 + (lane & 15)) * LDA + (lane >> 4) * 8);
+    const u32 b_base = smem_addr(Bs + (lane & 15) * LDB + n0 + (lane >> 4) * 8);
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+      u32 af[MT][4];
+      u32 bfr[NTL][2];
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) ldsm_x4(af[mi], a_base + (u32)((mi * 16 * LDA + kk * 16) * 2));
+#pragma unroll
+      for (int nj = 0; nj < NTL / 2; ++nj) {
+        u32 r[4];
+        ldsm_x4_t(r, b_base + (u32)((kk * 16 * LDB + nj * 16) * 2));
+        bfr[2 * nj][0] = r[0];
+        bfr[2 * nj][1] = r[1];
+        bfr[2 * nj + 1][0] = r[2];
+        bfr[2 * nj + 1][1] = r[3];
+      }
+      if (NTL % 2) {
+        u32 r[2];
+        ldsm_x2_t(r, b_base + (u32)((kk * 16 * LDB + (NTL - 1) * 8) * 2));
+        bfr[NTL - 1][0] = r[0];
+        bfr[NTL - 1][1] = r[1];
+      }
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NTL; ++ni) MmaName<T>::mma(&acc.v[(mi * NTL + ni) * 4], af[mi], bfr[ni]);
+    }
+  }
+};
+
+__device__ __forceinline__ u32 to_tf32(float x) {
+  u32 r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+template <int M, int N, int K, int WM, int WN, int LDA, int LDB>
+struct TensorCoreTF32 {
+  static constexpr int WTM = M / WM, WTN = N / WN, MT = WTM / 16, NTL = WTN / 8;
+  template <class L>
+  __device__ __forceinline__ static void run(Tile<float, L>& acc, const float* As, const float* Bs) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int m0 = (warp % WM) * WTM, n0 = (warp / WM) * WTN;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int kk = 0; kk < K / 8; ++kk) {
+      u32 af[MT][4];
+      u32 bfr[NTL][2];
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        const float* p = As + (m0 + mi * 16 + g) * LDA + kk * 8 + t;
+        af[mi][0] = to_tf32(p[0]);
+        af[mi][1] = to_tf32(p[8 * LDA]);
+        af[mi][2] = to_tf32(p[4]);
+        af[mi][3] = to_tf32(p[8 * LDA + 4]);
+      }
+#pragma unroll
+      for (int ni = 0; ni < NTL; ++ni) {
+        const float* p = Bs + (kk * 8 + t) * LDB + n0 + ni * 8 + g;
+        bfr[ni][0] = to_tf32(p[0]);
+        bfr[ni][1] = to_tf32(p[4 * LDB]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NTL; ++ni) {
+          float* d = &acc.v[(mi * NTL + ni) * 4];
+          asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                       : "r"(af[mi][0]), "r"(af[mi][1]), "r"(af[mi][2]), "r"(af[mi][3]), "r"(bfr[ni][0]), "r"(bfr[ni][1]));
+        }
+    }
+  }
+};
+
+}  // namespace tj

@@ -1,0 +1,71 @@
+// tilejit device headers: scalar types and the kernel array ABI.
+//
+// Self-contained on purpose: NVRTC ships no standard headers (and 11.x has no built-in
+// <cuda_fp16.h>), so the fixed-width integers and the two 16-bit float types are defined here.
+// tj::half and tj::bf16 have the size, alignment and bit layout of __half / __nv_bfloat16.
+#pragma once
+
+namespace tj {
+
+typedef signed char i8;
+typedef short i16;
+typedef int i32;
+typedef long long i64;
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// IEEE binary16; arithmetic happens in float (correctly rounded for + - * / sqrt).
+struct __align__(2) half {
+  u16 bits;
+  half() = default;
+  __device__ __forceinline__ half(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+  __device__ __forceinline__ operator float() const {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+  }
+  __device__ static __forceinline__ half from_bits(u16 b) { half h; h.bits = b; return h; }
+};
+
+// bfloat16 (8-bit mantissa); round-to-nearest-even from float, in software before sm_80.
+struct __align__(2) bf16 {
+  u16 bits;
+  bf16() = default;
+  __device__ __forceinline__ bf16(float f) {
+#if __CUDA_ARCH__ >= 800
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(f));
+#else
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) bits = (u16)((u >> 16) | 0x40u);
+    else bits = (u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
+  }
+  __device__ __forceinline__ operator float() const { return __uint_as_float((u32)bits << 16); }
+  __device__ static __forceinline__ bf16 from_bits(u16 b) { bf16 h; h.bits = b; return h; }
+};
+
+// The kernel ABI of an array parameter: strides in elements, all fields 8 bytes.
+template <class T, int N>
+struct Array {
+  T* ptr;
+  i64 shape[N];
+  i64 stride[N];
+};
+template <class T>
+struct Array<T, 0> {
+  T* ptr;
+};
+
+// Arithmetic type of an element type: 16-bit floats compute in float.
+template <class T> struct Compute { typedef T type; };
+template <> struct Compute<half> { typedef float type; };
+template <> struct Compute<bf16> { typedef float type; };
+
+__device__ __forceinline__ float inf_f() { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ float nan_f() { return __int_as_float(0x7fc00000); }
+__device__ __forceinline__ double inf_d() { return __longlong_as_double(0x7ff0000000000000LL); }
+__device__ __forceinline__ double nan_d() { return __longlong_as_double(0x7ff8000000000000LL); }
+
+}  // namespace tj

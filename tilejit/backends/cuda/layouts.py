@@ -1,0 +1,184 @@
+"""Tile layouts (which thread holds which element) and the pass that assigns one to every value.
+
+A layout maps the bits of a tile's row-major flat index to register-index bits and thread-index
+bits (tile.cuh explains the scheme and the C++ side). Every N-d tile gets the *blocked* layout of
+its shape, except values that flow into or out of a tensor-core ``MmaOp``: those keep the mma
+accumulator fragment layout, through loop-carried values, ifs and elementwise ops, so that a K loop
+never moves the accumulator between threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilejit.language.ir.core import Block, Value
+from tilejit.language.ir.ops import (
+    BinaryOp,
+    CastOp,
+    CompareOp,
+    ForOp,
+    Function,
+    IfOp,
+    LoopOp,
+    MmaOp,
+    SelectOp,
+    UnaryOp,
+)
+from tilejit.language.ir.types import TileType
+
+
+def log2(x: int) -> int:
+    return x.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """``ibits[k]``/``tbits[k]``: the flat-index bit that register bit k / thread bit k holds
+    (-1: a replica bit). ``vec``: how many consecutive register slots hold consecutive elements
+    of one row (the width of one vector access)."""
+
+    kind: str  # "blocked" or "mma"
+    nt: int
+    ibits: tuple[int, ...]
+    tbits: tuple[int, ...]
+    vec: int
+
+    @property
+    def elems(self) -> int:
+        return 1 << len(self.ibits)
+
+    @property
+    def size(self) -> int:
+        return 1 << (len(self.ibits) + sum(1 for b in self.tbits if b >= 0))
+
+    @property
+    def is_single(self) -> bool:
+        """One element, held by every thread."""
+        return self.size == 1
+
+    def cxx(self) -> str:
+        ib = ", ".join(map(str, self.ibits))
+        tb = ", ".join(map(str, self.tbits))
+        return f"tj::Layout<{self.nt}, tj::Bits<{ib}>, tj::Bits<{tb}>>"
+
+    def warp_axis_groups(self, lo: int, hi: int) -> int:
+        """How many warp groups hold partials of one output when reducing flat bits [lo, hi)."""
+        return 1 << sum(1 for k, b in enumerate(self.tbits) if k >= 5 and lo <= b < hi)
+
+
+def blocked(shape: tuple[int, ...], nt: int, vec: int) -> Layout:
+    """Thread t holds ``vec`` contiguous elements per chunk; chunks are strided by nt*vec."""
+    size = 1
+    for s in shape:
+        size *= s
+    ls, lt = log2(size), log2(nt)
+    if size < nt:
+        return Layout("blocked", nt, (), tuple(range(ls)) + (-1,) * (lt - ls), 1)
+    vec = max(1, min(vec, size // nt, shape[-1] if shape else 1))
+    lv = log2(vec)
+    ibits = tuple(range(lv)) + tuple(range(lv + lt, ls))
+    return Layout("blocked", nt, ibits, tuple(range(lv, lv + lt)), vec)
+
+
+@dataclass(frozen=True)
+class WarpGrid:
+    """How the warps of a block tile an (M, N) mma accumulator: WM x WN warps."""
+
+    wm: int
+    wn: int
+
+
+def mma_layout(m: int, n: int, nt: int, grid: WarpGrid) -> Layout:
+    """The m16n8 C-fragment layout: element i of a thread is (mi * NTL + ni) * 4 + r."""
+    wtm, wtn = m // grid.wm, n // grid.wn
+    ln = log2(n)
+
+    def row(b: int) -> int:
+        return ln + b
+
+    ibits = [0, row(3)]
+    ibits += [3 + k for k in range(log2(wtn // 8))]
+    ibits += [row(4 + k) for k in range(log2(wtm // 16))]
+    tbits = [1, 2, row(0), row(1), row(2)]
+    tbits += [row(log2(wtm) + k) for k in range(log2(grid.wm))]
+    tbits += [log2(wtn) + k for k in range(log2(grid.wn))]
+    assert len(tbits) == log2(nt), (m, n, nt, grid)
+    return Layout("mma", nt, tuple(ibits), tuple(tbits), 2)
+
+
+def choose_warp_grid(m: int, n: int, nt: int) -> WarpGrid | None:
+    """The most square split of the block's warps over (M, N) with m16 x n16 warp tiles, if any."""
+    warps = nt // 32
+    best: WarpGrid | None = None
+    for k in range(log2(warps) + 1):
+        wm, wn = 1 << k, warps >> k
+        if m % (wm * 16) or n % (wn * 16):
+            continue
+        cand = WarpGrid(wm, wn)
+        if best is None or abs(log2(m // wm) - log2(n // wn)) < abs(log2(m // best.wm) - log2(n // best.wn)):
+            best = cand
+    return best
+
+
+def _walk_blocks(block: Block) -> list[Block]:
+    out = [block]
+    for op in block.ops:
+        for r in op.regions():
+            out.extend(_walk_blocks(r))
+    return out
+
+
+def assign_mma_layouts(fn: Function, mma_results: dict[Value, Layout]) -> dict[Value, Layout]:
+    """Spread the accumulator layouts of tensor-core MmaOps to every value that must share them:
+    the acc operand chain, loop-carried values, if results and elementwise ops (fixed point)."""
+    lay: dict[Value, Layout] = dict(mma_results)
+    ops = list(fn.body.walk())
+    changed = True
+
+    def put(v: Value, layout: Layout) -> None:
+        nonlocal changed
+        if v not in lay and isinstance(v.type, TileType) and v.type.size == layout.size and not v.type.is_scalar:
+            lay[v] = layout
+            changed = True
+
+    while changed:
+        changed = False
+        for op in ops:
+            if isinstance(op, MmaOp) and op.result in lay:
+                put(op.acc, lay[op.result])
+            elif isinstance(op, UnaryOp | BinaryOp | CompareOp | SelectOp | CastOp):
+                for v in op.operands():
+                    if v in lay and isinstance(v.type, TileType) and v.type.shape == op.result.type.shape:
+                        put(op.result, lay[v])
+            elif isinstance(op, ForOp | LoopOp):
+                args = op.body.args[1:] if isinstance(op, ForOp) else op.body.args
+                exits = [t for b in _walk_blocks(op.body) for t in b.ops if t.NAME in ("continue", "break")]
+                for k, (arg, res) in enumerate(zip(args, op.results)):
+                    group = [arg, res, op.init[k]] + [t.operands()[k] for t in exits if _innermost(op, t)]
+                    found = next((lay[v] for v in group if v in lay), None)
+                    if found is not None:
+                        for v in (arg, res):
+                            put(v, found)
+            elif isinstance(op, IfOp):
+                yields = [b.ops[-1] for b in (op.then_body, op.else_body) if b.ops and b.ops[-1].NAME == "yield"]
+                for k, res in enumerate(op.results):
+                    found = next((lay[y.operands()[k]] for y in yields if y.operands()[k] in lay), None)
+                    if found is not None:
+                        put(res, found)
+    return lay
+
+
+def _innermost(loop: ForOp | LoopOp, term: object) -> bool:
+    """Whether a continue/break belongs to ``loop`` (not to a loop nested inside it)."""
+    return _owner_loop(loop.body, term) is loop
+
+
+def _owner_loop(block: Block, term: object, current: object = None) -> object:
+    for op in block.ops:
+        if op is term:
+            return current
+        for r in op.regions():
+            found = _owner_loop(r, term, op if isinstance(op, ForOp | LoopOp) else current)
+            if found is not None:
+                return found
+    return None

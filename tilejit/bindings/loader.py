@@ -1,0 +1,337 @@
+"""Find and load a shared library from an ordered list of places, recording why each place failed.
+
+Used by every library binding (driver, NVRTC, nvJitLink). No policy lives here: callers decide
+the order of places and what counts as the wrong library (``reject``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import os
+import re
+import site
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from tilejit.errors import Attempt, LibraryNotFoundError
+
+IS_WINDOWS = sys.platform == "win32"
+IS_LINUX = sys.platform.startswith("linux")
+
+RTLD_LOCAL: int = getattr(os, "RTLD_LOCAL", 0)
+RTLD_GLOBAL: int = getattr(os, "RTLD_GLOBAL", 0)
+RTLD_NOW: int = getattr(os, "RTLD_NOW", 0)
+
+Reject = Callable[[ctypes.CDLL, str], "str | None"]
+"""Inspects a freshly loaded library; returns why it must not be used, or None to accept it."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One place to look for a library.
+
+    kind is ``"file"`` (an explicit path), ``"dir"`` (a folder searched for ``names`` in order),
+    ``"soname"`` (a bare name for the system loader) or ``"none"`` (nothing to try; ``why`` says why,
+    e.g. an unset environment variable, so the error still lists the place).
+    """
+
+    kind: str
+    path: str
+    origin: str
+    names: tuple[str, ...] = ()
+    why: str = ""
+
+    @staticmethod
+    def file(path: str, origin: str) -> Candidate:
+        return Candidate("file", path, origin)
+
+    @staticmethod
+    def folder(path: str, names: Sequence[str], origin: str) -> Candidate:
+        return Candidate("dir", path, origin, tuple(names))
+
+    @staticmethod
+    def soname(name: str, origin: str = "system loader") -> Candidate:
+        return Candidate("soname", name, origin)
+
+    @staticmethod
+    def nothing(where: str, why: str) -> Candidate:
+        return Candidate("none", where, where, why=why)
+
+
+def _where(cand: Candidate, path: str) -> str:
+    return f"{path} ({cand.origin})" if cand.origin and cand.origin != path else path
+
+
+def dlopen(path: str, mode: int = RTLD_LOCAL) -> ctypes.CDLL:
+    """ctypes.CDLL with the mode tilejit wants (RTLD_NOW so missing symbols fail here, not at first call)."""
+    if IS_WINDOWS:
+        return ctypes.CDLL(path, winmode=0)
+    return ctypes.CDLL(path, mode=mode | RTLD_NOW)
+
+
+def find_and_load(
+    library: str,
+    candidates: Iterable[Candidate],
+    hint: str,
+    *,
+    reject: Reject | None = None,
+    before_load: Callable[[str], None] | None = None,
+) -> tuple[ctypes.CDLL, str]:
+    """Load the first candidate that opens and passes ``reject``; return it and the path it was loaded from.
+
+    ``before_load(path)`` runs before each dlopen of a file (e.g. to preload a companion library).
+    Raises LibraryNotFoundError listing every place tried and why each failed.
+    """
+    attempts: list[Attempt] = []
+    tried: set[str] = set()
+
+    def try_path(cand: Candidate, path: str, display: str) -> tuple[ctypes.CDLL, str] | None:
+        if cand.kind != "soname":
+            key = os.path.realpath(path)
+            if key in tried:
+                return None
+            tried.add(key)
+        try:
+            if before_load is not None and cand.kind != "soname":
+                before_load(path)
+            lib = dlopen(path)
+        except OSError as exc:
+            attempts.append(Attempt(display, f"dlopen failed: {exc}"))
+            return None
+        loaded = path if cand.kind != "soname" else (library_path(lib) or path)
+        if cand.kind == "soname":
+            tried.add(os.path.realpath(loaded))
+        why = reject(lib, loaded) if reject is not None else None
+        if why is not None:
+            attempts.append(Attempt(display if cand.kind != "soname" else f"{display} -> {loaded}", why))
+            return None
+        return lib, loaded
+
+    for cand in candidates:
+        if cand.kind == "none":
+            attempts.append(Attempt(cand.path, cand.why))
+        elif cand.kind == "file":
+            if not os.path.isfile(cand.path):
+                attempts.append(Attempt(_where(cand, cand.path), "file does not exist"))
+                continue
+            found = try_path(cand, cand.path, _where(cand, cand.path))
+            if found:
+                return found
+        elif cand.kind == "dir":
+            if not os.path.isdir(cand.path):
+                attempts.append(Attempt(_where(cand, cand.path), "folder does not exist"))
+                continue
+            present = [os.path.join(cand.path, n) for n in cand.names if os.path.isfile(os.path.join(cand.path, n))]
+            if not present:
+                attempts.append(Attempt(_where(cand, cand.path), f"none of {', '.join(cand.names)} there"))
+                continue
+            for path in present:
+                found = try_path(cand, path, _where(cand, path))
+                if found:
+                    return found
+        elif cand.kind == "soname":
+            found = try_path(cand, cand.path, _where(cand, cand.path))
+            if found:
+                return found
+        else:
+            raise ValueError(f"unknown candidate kind {cand.kind!r}")
+    raise LibraryNotFoundError(library, attempts, hint)
+
+
+def find_file(candidates: Iterable[Candidate]) -> tuple[str | None, list[Attempt]]:
+    """Discovery without dlopen: the first existing file among the candidates (sonames are resolved
+    through /proc/self/maps or the ld.so cache only), plus the places that had nothing."""
+    attempts: list[Attempt] = []
+    for cand in candidates:
+        if cand.kind == "none":
+            attempts.append(Attempt(cand.path, cand.why))
+        elif cand.kind == "file":
+            if os.path.isfile(cand.path):
+                return cand.path, attempts
+            attempts.append(Attempt(_where(cand, cand.path), "file does not exist"))
+        elif cand.kind == "dir":
+            for name in cand.names:
+                path = os.path.join(cand.path, name)
+                if os.path.isfile(path):
+                    return path, attempts
+            attempts.append(Attempt(_where(cand, cand.path), "no matching file"))
+        elif cand.kind == "soname":
+            resolved = ldconfig_path_of(cand.path)
+            if resolved is not None:
+                return resolved, attempts
+            attempts.append(Attempt(_where(cand, cand.path), "not in the loader cache"))
+    return None, attempts
+
+
+# ----------------------------------------------------------------------------- places to look
+
+
+def loaded_libraries() -> list[str]:
+    """Paths of the shared libraries mapped into this process (Linux: /proc/self/maps; elsewhere empty)."""
+    if not IS_LINUX:
+        return []
+    paths: list[str] = []
+    seen: set[str] = set()
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                parts = line.split(None, 5)
+                if len(parts) == 6:
+                    path = parts[5].strip()
+                    if path.startswith("/") and ".so" in path and path not in seen:
+                        seen.add(path)
+                        paths.append(path)
+    except OSError:
+        return []
+    return paths
+
+
+def library_path(lib: ctypes.CDLL) -> str | None:
+    """The file a loaded library came from (Linux: dlinfo RTLD_DI_LINKMAP), e.g. what a bare soname resolved to."""
+    if not IS_LINUX:
+        return None
+
+    class _LinkMap(ctypes.Structure):
+        _fields_ = [("l_addr", ctypes.c_void_p), ("l_name", ctypes.c_char_p)]
+
+    try:
+        libc = ctypes.CDLL(None)
+        dlinfo = libc.dlinfo
+    except (OSError, AttributeError):
+        return None
+    dlinfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    dlinfo.restype = ctypes.c_int
+    lm = ctypes.POINTER(_LinkMap)()
+    if dlinfo(lib._handle, 2, ctypes.byref(lm)) != 0 or not lm or not lm.contents.l_name:
+        return None
+    return os.fsdecode(lm.contents.l_name)
+
+
+def already_loaded(pattern: str, origin: str = "already loaded in this process") -> list[Candidate]:
+    """Candidates for copies of a library already mapped in this process whose file name matches ``pattern``
+    (a regular expression, fully matched against the base name)."""
+    rx = re.compile(pattern)
+    return [Candidate.file(p, origin) for p in loaded_libraries() if rx.fullmatch(os.path.basename(p))]
+
+
+def site_dirs() -> list[str]:
+    """Every site-packages folder and sys.path entry, in order, without duplicates."""
+    dirs: list[str] = []
+    with contextlib.suppress(AttributeError):  # virtualenv's old site.py lacks these
+        dirs += site.getsitepackages()
+        dirs.append(site.getusersitepackages())
+    dirs += [p for p in sys.path if p]
+    out: list[str] = []
+    seen: set[str] = set()
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real not in seen and os.path.isdir(real):
+            seen.add(real)
+            out.append(d)
+    return out
+
+
+def pip_wheel_dirs(subdirs: Sequence[str], names: Sequence[str], label: str) -> list[Candidate]:
+    """Folders of NVIDIA pip wheels (e.g. ``nvidia/cu13/lib``) under every site folder that exist; when none
+    exists, a single ``nothing`` candidate says so (the error lists it as one place)."""
+    found: list[Candidate] = []
+    for base in site_dirs():
+        for sub in subdirs:
+            path = os.path.join(base, *sub.split("/"))
+            if os.path.isdir(path):
+                found.append(Candidate.folder(path, names, f"pip wheel {label}"))
+    if not found:
+        found.append(
+            Candidate.nothing(
+                f"pip wheels ({', '.join(subdirs)} under site-packages and sys.path)", "no such folder anywhere"
+            )
+        )
+    return found
+
+
+def conda_dirs(names: Sequence[str]) -> list[Candidate]:
+    """``$CONDA_PREFIX/lib`` (``Library/bin`` on Windows)."""
+    prefix = os.environ.get("CONDA_PREFIX")
+    if not prefix:
+        return [Candidate.nothing("$CONDA_PREFIX", "not set")]
+    sub = os.path.join("Library", "bin") if IS_WINDOWS else "lib"
+    return [Candidate.folder(os.path.join(prefix, sub), names, "conda")]
+
+
+def cuda_home_dirs(names: Sequence[str]) -> list[Candidate]:
+    """Library folders of the toolkits named by ``$CUDA_HOME`` and ``$CUDA_PATH``."""
+    out: list[Candidate] = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if not root:
+            out.append(Candidate.nothing(f"${var}", "not set"))
+            continue
+        if IS_WINDOWS:
+            subs = [os.path.join(root, "bin"), os.path.join(root, "bin", "x64")]
+        else:
+            subs = [os.path.join(root, "lib64"), os.path.join(root, "lib")]
+            subs += sorted(glob.glob(os.path.join(root, "targets", "*", "lib")))
+        out += [Candidate.folder(s, names, f"${var}") for s in subs]
+    return out
+
+
+def system_sonames(names: Sequence[str]) -> list[Candidate]:
+    """Bare names for the system loader (LD_LIBRARY_PATH, ld.so.cache; PATH on Windows)."""
+    return [Candidate.soname(n) for n in names]
+
+
+def ldconfig_path_of(soname: str) -> str | None:
+    """Where the system loader would find ``soname``, from ``ldconfig -p``, without loading it."""
+    if not IS_LINUX:
+        return None
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        if d and os.path.isfile(os.path.join(d, soname)):
+            return os.path.join(d, soname)
+    import subprocess
+
+    for exe in ("/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"):
+        try:
+            out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        for line in out.splitlines():
+            left, _, right = line.partition("=>")
+            if left.strip().split(" ")[0] == soname and right.strip():
+                return right.strip()
+        return None
+    return None
+
+
+def preload_global(folder: str, pattern: str) -> list[str]:
+    """dlopen with RTLD_GLOBAL every file in ``folder`` whose name fully matches ``pattern``; return their paths.
+
+    Lets a library that dlopens a companion by soname (NVRTC → libnvrtc-builtins) find the copy shipped
+    next to it. Failures are ignored here: the library reports them itself when it needs the companion.
+    """
+    rx = re.compile(pattern)
+    loaded: list[str] = []
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return loaded
+    for name in entries:
+        if rx.fullmatch(name):
+            path = os.path.join(folder, name)
+            try:
+                dlopen(path, RTLD_GLOBAL)
+                loaded.append(path)
+            except OSError:
+                pass
+    return loaded
+
+
+def dlsym(lib: ctypes.CDLL, name: str) -> int | None:
+    """Address of an exported symbol, or None."""
+    try:
+        fn = getattr(lib, name)
+    except AttributeError:
+        return None
+    return ctypes.cast(fn, ctypes.c_void_p).value

@@ -1,0 +1,310 @@
+"""The ``tilejit`` command: ``doctor`` (what was found where), ``compile`` (CUDA C++ → PTX/CUBIN/LTO-IR), ``cache``.
+
+Each subcommand is a ``(configure, run)`` pair in ``COMMANDS``, so new ones plug in without touching ``main``.
+Expected failures (compile errors, bad targets, missing libraries) print a message and exit 1; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from tilejit.errors import TilejitError
+
+Configure = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace], int]
+
+
+def _bytes(n: int) -> str:
+    """1536 → '1.5 KiB'."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in str(text).splitlines())
+
+
+# ---------------------------------------------------------------- doctor
+
+
+def _configure_doctor(p: argparse.ArgumentParser) -> None:
+    p.description = "Show which CUDA libraries and GPUs tilejit finds, where, and what it can do here."
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    out: TextIO = sys.stdout
+    import platform
+
+    import tilejit
+    from tilejit import config
+
+    print(f"tilejit {tilejit.__version__} (Python {platform.python_version()}, {sys.platform})", file=out)
+    settings = [(s.name, os.environ[s.name]) for s in config.ALL if s.name in os.environ]
+    if settings:
+        print("settings: " + ", ".join(f"{k}={v}" for k, v in settings), file=out)
+
+    archs: list[int] = []
+    nvrtc_version = ""
+    print("\nNVRTC (compiler)", file=out)
+    try:
+        from tilejit.bindings.nvrtc import nvrtc
+
+        lib = nvrtc()
+        archs = lib.supported_archs()
+        nvrtc_version = ".".join(map(str, lib.version))
+        from tilejit.compiler.targets import format_targets
+
+        print(f"  found: {lib.path}", file=out)
+        print(f"  version: {nvrtc_version}", file=out)
+        print(f"  targets: {format_targets(archs)}", file=out)
+    except (TilejitError, OSError) as exc:
+        print("  not found:", file=out)
+        print(_indent(str(exc)), file=out)
+
+    print("\nnvJitLink (LTO linker, optional)", file=out)
+    try:
+        from tilejit.bindings.nvjitlink import nvjitlink
+
+        jl = nvjitlink()
+        print(f"  found: {jl.path}", file=out)
+        print(f"  version: {'.'.join(map(str, jl.version))}", file=out)
+    except (TilejitError, OSError, ImportError) as exc:
+        print("  not found:", file=out)
+        print(_indent(str(exc)), file=out)
+
+    print("\nCUDA driver", file=out)
+    driver_ok = False
+    try:
+        from tilejit.bindings.driver import driver, format_version
+
+        drv = driver()
+        driver_ok = True
+        print(f"  found: {drv.path}", file=out)
+        print(f"  version: CUDA {format_version(drv.version)}", file=out)
+    except (TilejitError, OSError, ImportError) as exc:
+        print("  not found:", file=out)
+        print(_indent(str(exc)), file=out)
+
+    gpus: list[str] = []
+    print("\nGPUs", file=out)
+    if driver_ok:
+        try:
+            from tilejit.runtime.device import Device, device_count, initialized_driver
+
+            initialized_driver()
+            for i in range(device_count()):
+                dev = Device(i)
+                major, minor = dev.compute_capability
+                gpus.append(dev.arch)
+                print(
+                    f"  {i}: {dev.name}, compute capability {major}.{minor} ({dev.arch}), "
+                    f"{dev.multiprocessor_count} SMs, {_bytes(dev.total_memory)}",
+                    file=out,
+                )
+            if not gpus:
+                print("  none: the driver reports no CUDA device", file=out)
+        except (TilejitError, OSError, ImportError) as exc:
+            print("  none: the driver could not be initialized:", file=out)
+            print(_indent(str(exc)), file=out)
+    else:
+        print("  none: no CUDA driver", file=out)
+
+    print("\nDisk cache", file=out)
+    try:
+        from tilejit.compiler.cache import default_cache
+
+        info = default_cache().info()
+        state = "on" if config.CACHE.get() else f"off ({config.CACHE.name}=0)"
+        print(f"  {info['dir']}: {info['entries']} entries, {_bytes(info['bytes'])} of "
+              f"{_bytes(info['max_bytes'])}; caching {state}", file=out)
+    except (TilejitError, OSError, ValueError) as exc:
+        print(f"  unavailable: {exc}", file=out)
+
+    print("", file=out)
+    if not archs:
+        print("Summary: no NVRTC, so nothing can be compiled here; install it with pip install \"tilejit[cu13]\" "
+              "(or [cu12] / [cu11]).", file=out)
+        return 1
+    span = f"sm_{archs[0]}…sm_{archs[-1]}"
+    if not gpus:
+        print(f"Summary: No GPU: you can compile for any of {span} here (NVRTC {nvrtc_version}); "
+              "running kernels needs a GPU.", file=out)
+        return 0
+    unsupported = sorted({g for g in gpus if int(g[3:]) not in archs})
+    if unsupported:
+        print(f"Summary: NVRTC {nvrtc_version} cannot compile for {', '.join(unsupported)} "
+              f"(it targets {span}); install an NVRTC that supports your GPU.", file=out)
+        return 1
+    print(f"Summary: ready: {len(gpus)} GPU(s) ({', '.join(sorted(set(gpus)))}); kernels compile and run here, "
+          f"and you can compile for any of {span}.", file=out)
+    return 0
+
+
+# ---------------------------------------------------------------- compile
+
+EMITS = ("ptx", "cubin", "ltoir")
+
+
+def _configure_compile(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Compile a CUDA C++ file with NVRTC, writing FILE.<arch>.ptx / .cubin / .ltoir. "
+        "Needs no GPU."
+    )
+    p.add_argument("file", type=Path, help="a CUDA C++ source file (.cu)")
+    p.add_argument(
+        "--arch", default=None,
+        help="target(s), comma-separated, e.g. sm_90 or sm_80,sm_90a (default: this GPU, else $TILEJIT_ARCH)",
+    )
+    p.add_argument("--emit", default="cubin", help="outputs, comma-separated from ptx, cubin, ltoir (default: cubin)")
+    p.add_argument("-o", "--output-dir", type=Path, default=None, help="folder for outputs (default: next to FILE)")
+    p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR", help="add an include folder")
+    p.add_argument("-D", dest="define", action="append", default=[], metavar="NAME[=VALUE]", help="define a macro")
+    p.add_argument(
+        "--name-expr", action="append", default=[], metavar="EXPR",
+        help="a kernel name expression (e.g. 'add<float>') whose mangled name to print",
+    )
+    p.add_argument(
+        "-X", "--nvrtc-option", action="append", default=[], metavar="OPT",
+        help="pass an option to NVRTC as is, e.g. --nvrtc-option=--use_fast_math",
+    )
+
+
+def _run_compile(args: argparse.Namespace) -> int:
+    compilers: dict[str, Run] = {".cu": _compile_cuda_file, ".cuh": _compile_cuda_file, ".cpp": _compile_cuda_file}
+    suffix = args.file.suffix.lower()
+    run = compilers.get(suffix)
+    if run is None:
+        raise _UsageError(f"{args.file}: don't know how to compile '{suffix or 'no suffix'}' files; "
+                          f"expected one of {', '.join(sorted(compilers))}")
+    return run(args)
+
+
+class _UsageError(Exception):
+    """Bad command-line input: printed as ``tilejit: error: ...``, exit status 2."""
+
+
+def _compile_cuda_file(args: argparse.Namespace) -> int:
+    from tilejit.compiler.nvrtc import compile_cuda, default_target
+    from tilejit.compiler.targets import parse_target
+    from tilejit.errors import TargetError
+
+    emits = [e.strip() for e in args.emit.split(",") if e.strip()]
+    bad = [e for e in emits if e not in EMITS]
+    if bad or not emits:
+        raise _UsageError(f"--emit {args.emit!r}: choose from {', '.join(EMITS)}")
+    try:
+        source = args.file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _UsageError(f"cannot read {args.file}: {exc}") from None
+    if args.arch:
+        targets = [parse_target(a.strip()) for a in args.arch.split(",") if a.strip()]
+    else:
+        try:
+            targets = [default_target()]
+        except TargetError:
+            raise _UsageError("no GPU here to choose a target from: pass --arch (e.g. --arch sm_90) "
+                              "or set TILEJIT_ARCH") from None
+    for opt in args.nvrtc_option:
+        if opt.startswith(("-arch", "--gpu-architecture", "-dlto", "--dlink-time-opt")):
+            raise _UsageError(f"--nvrtc-option={opt}: choose targets with --arch and LTO-IR with --emit ltoir")
+    out_dir: Path = args.output_dir or args.file.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    options = [f"-I{args.file.parent.resolve()}"] + [f"-I{d}" for d in args.include]
+    options += [f"-D{d}" for d in args.define] + list(args.nvrtc_option)
+    for target in targets:
+        for emit in emits:
+            try:
+                prog = compile_cuda(
+                    source, name=args.file.name, options=options, target=target, output=emit,  # type: ignore[arg-type]
+                    name_expressions=args.name_expr, cache=False,
+                )
+            except TilejitError:
+                raise
+            except ValueError as exc:
+                raise _UsageError(str(exc)) from None
+            path = out_dir / f"{args.file.stem}.{target.sm}.{emit}"
+            path.write_bytes(prog.code)
+            print(f"wrote {path} ({_bytes(len(prog.code))})")
+            if prog.log:
+                print(_indent(prog.log), file=sys.stderr)
+        for expr, lowered in prog.lowered_names.items():
+            print(f"  {expr} -> {lowered}")
+    return 0
+
+
+# ---------------------------------------------------------------- cache
+
+
+def _configure_cache(p: argparse.ArgumentParser) -> None:
+    p.description = "Inspect or empty the disk cache of compiled kernels."
+    p.add_argument("action", choices=("info", "clear"), help="info: location and size; clear: remove every entry")
+
+
+def _run_cache(args: argparse.Namespace) -> int:
+    from tilejit import config
+    from tilejit.compiler.cache import default_cache
+
+    cache = default_cache()
+    if args.action == "clear":
+        n = cache.clear()
+        print(f"removed {n} entries from {cache.directory}")
+        return 0
+    info = cache.info()
+    print(f"directory: {info['dir']}")
+    print(f"entries:   {info['entries']}")
+    print(f"size:      {_bytes(info['bytes'])} ({info['bytes']} bytes)")
+    print(f"max size:  {_bytes(info['max_bytes'])} ({config.CACHE_MAX_BYTES.name})")
+    print(f"enabled:   {'yes' if config.CACHE.get() else f'no ({config.CACHE.name}=0)'}")
+    return 0
+
+
+COMMANDS: dict[str, tuple[str, Configure, Run]] = {
+    "doctor": ("show what tilejit finds on this machine", _configure_doctor, _run_doctor),
+    "compile": ("compile a CUDA C++ file to PTX / CUBIN / LTO-IR", _configure_compile, _run_compile),
+    "cache": ("inspect or clear the disk cache", _configure_cache, _run_cache),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand of ``COMMANDS``."""
+    import tilejit
+
+    parser = argparse.ArgumentParser(prog="tilejit", description="GPU tile kernels in Python, compiled anywhere.")
+    parser.add_argument("--version", action="version", version=f"tilejit {tilejit.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (help_text, configure, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        configure(p)
+        p.set_defaults(_run=run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tilejit`` console script and ``python -m tilejit``; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Run = args._run
+    try:
+        return run(args)
+    except _UsageError as exc:
+        parser.exit(2, f"tilejit {args.command}: error: {exc}\n")
+    except TilejitError as exc:
+        print(f"tilejit {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

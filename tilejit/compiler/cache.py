@@ -1,0 +1,285 @@
+"""A disk cache of compiled programs shared by every tilejit process of a user.
+
+Each entry is one file, written atomically (temp file in the same folder, then ``os.replace``)::
+
+    b"TJCACHE\\0" | u32 format version | u32 JSON length | JSON header | payload | sha256 of all before
+
+so a truncated or corrupted file is detected, treated as a miss and removed. Concurrent writers of
+one key each replace the file whole, leaving one good entry. A folder that cannot be written turns
+caching off for the process with one warning. Size is bounded; least recently used entries (by
+mtime, touched on every hit) are evicted first. Reading an entry loads no CUDA library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import struct
+import sys
+import threading
+import time
+import warnings
+from typing import Any
+
+from tilejit import config
+
+MAGIC = b"TJCACHE\0"
+FORMAT_VERSION = 1
+SUFFIX = ".tjc"
+_HEAD = struct.Struct("<8sII")
+_DIGEST = 32
+_KEY = re.compile(r"[0-9a-f]{16,128}")
+_TMP_PREFIX = ".tmp-"
+_STALE_TMP_SECONDS = 600.0
+_EVICT_TO = 0.9  # evict down to this fraction of max_bytes, so the next puts do not evict again at once
+
+_warned = False
+_warn_lock = threading.Lock()
+
+
+class CacheWarning(UserWarning):
+    """The disk cache could not be written (read-only or full folder); tilejit keeps working without it."""
+
+
+def cache_key(*parts: bytes | str) -> str:
+    """A sha256 hex key over ``parts``; each part is length-prefixed, so ("ab", "c") and ("a", "bc") differ."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8") if isinstance(part, str) else bytes(part)
+        h.update(b"s" if isinstance(part, str) else b"b")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def user_cache_dir() -> str:
+    """The per-user cache folder: ``platformdirs.user_cache_dir("tilejit")``, computed without importing it on Linux."""
+    if sys.platform.startswith("linux"):
+        # Same rule as platformdirs' Unix backend; importing platformdirs costs ~15 ms.
+        base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.expanduser("~/.cache")
+        return os.path.join(base, "tilejit")
+    import platformdirs
+
+    return platformdirs.user_cache_dir("tilejit", appauthor=False)
+
+
+class DiskCache:
+    """Entries keyed by a hex string; each entry is a dict of JSON values plus ``bytes`` values (the payload).
+
+    ``directory`` defaults to ``TILEJIT_CACHE_DIR``, else the user cache folder; ``max_bytes`` to
+    ``TILEJIT_CACHE_MAX_BYTES``. The folder is created on the first write.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, max_bytes: int | None = None) -> None:
+        if directory is None:
+            directory = config.CACHE_DIR.get() or user_cache_dir()
+        self.directory = os.fspath(directory)
+        self.max_bytes = int(config.CACHE_MAX_BYTES.get() if max_bytes is None else max_bytes)
+        if self.max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {self.max_bytes}")
+        self._writable = True
+        self._approx_bytes: int | None = None  # this process's running estimate of the folder's size
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"DiskCache({self.directory!r}, max_bytes={self.max_bytes})"
+
+    def path_of(self, key: str) -> str:
+        """The file that holds ``key``'s entry."""
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise ValueError(f"cache key must be 16-128 lowercase hex digits (see cache_key()), got {key!r}")
+        return os.path.join(self.directory, key + SUFFIX)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The entry stored under ``key``, or None on a miss; a damaged entry is removed and is a miss."""
+        path = self.path_of(key)
+        try:
+            with open(path, "rb") as f:
+                blob = f.read()
+        except OSError:
+            return None
+        entry = _decode(blob, key)
+        if entry is None:
+            _remove(path)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # mark as recently used for LRU eviction
+        return entry
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        """Store ``entry`` under ``key``: ``bytes`` values go to the payload, the rest must be JSON-serializable."""
+        path = self.path_of(key)
+        blob = _encode(key, entry)
+        if not self._writable or len(blob) > self.max_bytes:
+            return
+        tmp = os.path.join(self.directory, f"{_TMP_PREFIX}{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}")
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
+            try:
+                view = memoryview(blob)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as exc:
+            _remove(tmp)
+            self._writable = False
+            _warn_once(f"tilejit disk cache disabled for this process: cannot write to {self.directory} ({exc})")
+            return
+        with self._lock:
+            if self._approx_bytes is None:
+                self._approx_bytes = self._scan_and_evict()
+            else:
+                self._approx_bytes += len(blob)
+                if self._approx_bytes > self.max_bytes:
+                    self._approx_bytes = self._scan_and_evict()
+
+    def clear(self) -> int:
+        """Remove every entry (and stray temp files); returns how many entries were removed."""
+        removed = 0
+        for item in self._scan():
+            if item.name.endswith(SUFFIX):
+                removed += _remove(item.path)
+            elif item.name.startswith(_TMP_PREFIX):
+                _remove(item.path)
+        with self._lock:
+            self._approx_bytes = None
+        return removed
+
+    def info(self) -> dict[str, Any]:
+        """``{"dir", "entries", "bytes", "max_bytes"}`` of the folder as it is now."""
+        entries = 0
+        total = 0
+        for item in self._scan():
+            if item.name.endswith(SUFFIX):
+                try:
+                    total += item.stat().st_size
+                except OSError:
+                    continue
+                entries += 1
+        return {"dir": self.directory, "entries": entries, "bytes": total, "max_bytes": self.max_bytes}
+
+    def _scan(self) -> list[os.DirEntry[str]]:
+        try:
+            with os.scandir(self.directory) as it:
+                return [e for e in it if e.is_file(follow_symlinks=False)]
+        except OSError:
+            return []
+
+    def _scan_and_evict(self) -> int:
+        """Sum entry sizes; if over the bound, remove least recently used entries. Returns the size left."""
+        now = time.time()
+        files: list[tuple[float, int, str]] = []
+        for item in self._scan():
+            try:
+                st = item.stat()
+            except OSError:
+                continue
+            if item.name.endswith(SUFFIX):
+                files.append((st.st_mtime, st.st_size, item.path))
+            elif item.name.startswith(_TMP_PREFIX) and now - st.st_mtime > _STALE_TMP_SECONDS:
+                _remove(item.path)  # left by a process that died mid-write
+        total = sum(size for _, size, _ in files)
+        if total <= self.max_bytes:
+            return total
+        goal = int(self.max_bytes * _EVICT_TO)
+        for _, size, path in sorted(files):
+            if total <= goal:
+                break
+            if _remove(path):
+                total -= size
+        return total
+
+
+def _encode(key: str, entry: dict[str, Any]) -> bytes:
+    fields: dict[str, list[int]] = {}
+    meta: dict[str, Any] = {}
+    chunks: list[bytes] = []
+    offset = 0
+    for name, value in entry.items():
+        if not isinstance(name, str):
+            raise TypeError(f"cache entry keys must be str, got {name!r}")
+        if isinstance(value, bytes | bytearray | memoryview):
+            data = bytes(value)
+            fields[name] = [offset, len(data)]
+            chunks.append(data)
+            offset += len(data)
+        else:
+            meta[name] = value
+    try:
+        header = json.dumps({"key": key, "fields": fields, "meta": meta}, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"cache entry values must be bytes or JSON-serializable: {exc}") from None
+    body = b"".join([_HEAD.pack(MAGIC, FORMAT_VERSION, len(header)), header, *chunks])
+    return body + hashlib.sha256(body).digest()
+
+
+def _decode(blob: bytes, key: str) -> dict[str, Any] | None:
+    if len(blob) < _HEAD.size + _DIGEST:
+        return None
+    magic, version, header_len = _HEAD.unpack_from(blob)
+    if magic != MAGIC or version != FORMAT_VERSION or _HEAD.size + header_len > len(blob) - _DIGEST:
+        return None
+    body = memoryview(blob)[: len(blob) - _DIGEST]
+    if hashlib.sha256(body).digest() != blob[-_DIGEST:]:
+        return None
+    try:
+        header = json.loads(bytes(body[_HEAD.size : _HEAD.size + header_len]))
+    except ValueError:
+        return None
+    if not isinstance(header, dict) or header.get("key") != key:
+        return None
+    payload = body[_HEAD.size + header_len :]
+    meta = header.get("meta")
+    fields = header.get("fields")
+    if not isinstance(meta, dict) or not isinstance(fields, dict):
+        return None
+    entry: dict[str, Any] = dict(meta)
+    for name, span in fields.items():
+        if not (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) for v in span)):
+            return None
+        start, length = span
+        if start < 0 or length < 0 or start + length > len(payload):
+            return None
+        entry[name] = bytes(payload[start : start + length])
+    return entry
+
+
+def _remove(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+def _warn_once(message: str) -> None:
+    global _warned
+    with _warn_lock:
+        if _warned:
+            return
+        _warned = True
+    warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+_defaults: dict[tuple[str | None, int], DiskCache] = {}
+
+
+def default_cache() -> DiskCache:
+    """The process-wide cache for the current ``TILEJIT_CACHE_DIR`` / ``TILEJIT_CACHE_MAX_BYTES``.
+
+    Whether to use it at all is ``config.CACHE`` (``TILEJIT_CACHE=0`` turns caching off); callers check that.
+    """
+    key = (config.CACHE_DIR.get(), config.CACHE_MAX_BYTES.get())
+    cache = _defaults.get(key)
+    if cache is None:
+        cache = _defaults.setdefault(key, DiskCache(key[0], key[1]))
+    return cache
+
+
+__all__ = ["CacheWarning", "DiskCache", "cache_key", "default_cache", "user_cache_dir"]

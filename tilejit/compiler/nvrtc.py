@@ -1,0 +1,403 @@
+"""Compile CUDA C++ with NVRTC to PTX, CUBIN or LTO-IR for a named target, with no GPU needed.
+
+Headers are handed to NVRTC in memory (name → text), so device headers ship inside the package.
+Results go through the disk cache; a cache hit does not load NVRTC: the key names the NVRTC file
+by path, size and mtime, which ``find_nvrtc()`` gives without a dlopen.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from tilejit import config
+from tilejit.compiler.targets import Target, check_supported, parse_target
+from tilejit.errors import CompileError, TargetError, TilejitError
+
+if TYPE_CHECKING:
+    import ctypes
+
+    from tilejit.bindings.nvrtc import NVRTC
+
+Output = Literal["ptx", "cubin", "ltoir"]
+OUTPUTS: tuple[str, ...] = ("ptx", "cubin", "ltoir")
+DEFAULT_OPTIONS: tuple[str, ...] = ("-std=c++17", "-default-device")
+_CACHE_TAG = "tilejit.compile_cuda.v1"
+_CONTEXT_LINES = 2
+_MAX_SHOWN_ERRORS = 8
+_LOG_LOCATION = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?:catastrophic )?error\b", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """NVRTC's output for one program: the code (PTX as utf-8 bytes, CUBIN or LTO-IR), lowered names and log."""
+
+    code: bytes
+    kind: Output
+    target: Target
+    lowered_names: dict[str, str] = field(default_factory=dict)
+    log: str = ""
+    nvrtc_version: tuple[int, int] = (0, 0)
+    from_cache: bool = False
+
+    @property
+    def ptx(self) -> str:
+        """The PTX text; only for ``kind == "ptx"``."""
+        if self.kind != "ptx":
+            raise ValueError(f"this program holds {self.kind}, not PTX; compile with output='ptx'")
+        return self.code.decode("utf-8")
+
+
+def compile_cuda(
+    source: str,
+    *,
+    name: str = "kernel.cu",
+    headers: Mapping[str, str] | None = None,
+    options: Sequence[str] = (),
+    target: str | int | Target | None = None,
+    output: Output = "cubin",
+    name_expressions: Sequence[str] = (),
+    cache: bool | None = None,
+    nvrtc: NVRTC | None = None,
+) -> CompiledProgram:
+    """Compile CUDA C++ ``source`` for ``target`` into ``output``.
+
+    ``target`` None means the current GPU's architecture, else ``TILEJIT_ARCH``. ``headers`` maps
+    include names to their text. ``name_expressions`` (e.g. ``"add<float>"``) come back mangled in
+    ``lowered_names``. ``cache`` None follows ``TILEJIT_CACHE``, except that ``-I`` options (headers read
+    from disk, which the cache key cannot see) turn it off. A compile error raises ``CompileError`` with
+    NVRTC's log and the offending source lines.
+    """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be str (CUDA C++ text), got {type(source).__name__}")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    if output not in OUTPUTS:
+        raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
+    header_map = _check_headers(headers)
+    user_options = _check_strings("options", options)
+    exprs = _check_strings("name_expressions", name_expressions)
+    for opt in user_options:
+        if re.match(r"^(-arch|--gpu-architecture|-dlto|--dlink-time-opt)\b", opt):
+            raise ValueError(f"option {opt!r}: choose the architecture with target= and LTO-IR with output='ltoir'")
+    tgt = parse_target(target) if target is not None else default_target()
+    opts = _options(user_options, tgt, output)
+
+    if cache is None:
+        # Headers read from disk through -I are not part of the key, so only an explicit cache=True caches them.
+        cache = config.CACHE.get() and not any(o.startswith(("-I", "--include-path")) for o in user_options)
+    use_cache = bool(cache)
+    key: str | None = None
+    if use_cache:
+        from tilejit.compiler.cache import default_cache
+
+        key = _key(source, name, header_map, opts, tgt, output, exprs, nvrtc)
+        entry = default_cache().get(key)
+        if entry is not None and entry.get("kind") == output:
+            return CompiledProgram(
+                code=entry["code"],
+                kind=output,
+                target=tgt,
+                lowered_names=dict(entry.get("lowered_names", {})),
+                log=str(entry.get("log", "")),
+                nvrtc_version=tuple(entry.get("nvrtc_version", (0, 0))),  # type: ignore[arg-type]
+                from_cache=True,
+            )
+
+    lib = nvrtc if nvrtc is not None else _default_nvrtc()
+    _check_supported(tgt, lib)
+    if output == "ltoir" and getattr(lib, "nvrtcGetLTOIR", None) is None:
+        raise CompileError(
+            f"output='ltoir' needs NVRTC 12.0 or newer (nvrtcGetLTOIR); NVRTC {_version(lib)} at {lib.path} has none"
+        )
+    prog = _run_nvrtc(lib, source, name, header_map, opts, tgt, output, exprs)
+    if key is not None:
+        from tilejit.compiler.cache import default_cache
+
+        default_cache().put(
+            key,
+            {
+                "code": prog.code,
+                "kind": output,
+                "lowered_names": prog.lowered_names,
+                "log": prog.log,
+                "nvrtc_version": list(prog.nvrtc_version),
+                "target": tgt.sm,
+            },
+        )
+    return prog
+
+
+def default_target() -> Target:
+    """The current GPU's architecture if there is a GPU, else ``TILEJIT_ARCH``, else a ``TargetError``."""
+    arch = _gpu_arch()
+    if arch is not None:
+        return parse_target(arch)
+    configured = config.DEFAULT_ARCH.get()
+    if configured:
+        return parse_target(configured)
+    raise TargetError("no GPU is present to choose a compile target: pass target='sm_90' (or set TILEJIT_ARCH=sm_90)")
+
+
+def _gpu_arch() -> str | None:
+    if not _has_gpu():
+        return None
+    from tilejit.runtime.device import get_device
+
+    return str(get_device().arch)
+
+
+@functools.cache
+def _has_gpu() -> bool:
+    try:
+        from tilejit.runtime.device import device_count
+
+        return device_count() > 0
+    except (ImportError, TilejitError, OSError):
+        return False
+
+
+def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise TypeError(f"headers must map include names to header text, got {type(headers).__name__}")
+    out: dict[str, str] = {}
+    for hname, text in headers.items():
+        if not isinstance(hname, str) or not hname or not isinstance(text, str):
+            raise TypeError(f"headers must map non-empty str names to str text; got {hname!r}: {type(text).__name__}")
+        out[hname] = text
+    return out
+
+
+def _check_strings(what: str, values: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(values, str | bytes) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"{what} must be a sequence of str, got {values!r}")
+    return tuple(values)
+
+
+def _options(user: tuple[str, ...], target: Target, output: str) -> tuple[str, ...]:
+    user_std = any(u.startswith(("-std", "--std")) for u in user)
+    opts = [o for o in DEFAULT_OPTIONS if not (user_std and o.startswith("-std="))]
+    if output == "cubin":
+        opts.append(f"-arch={target.sm}")
+    else:
+        opts.append(f"-arch={target.compute}")
+    if output == "ltoir":
+        opts.append("-dlto")
+    return (*opts, *user)
+
+
+@functools.cache
+def _default_nvrtc() -> NVRTC:
+    from tilejit.bindings.nvrtc import nvrtc
+
+    return nvrtc()
+
+
+_supported_ok: set[tuple[str, Target]] = set()
+
+
+def _check_supported(target: Target, lib: NVRTC) -> None:
+    memo = (lib.path, target)
+    if memo not in _supported_ok:
+        check_supported(target, lib)
+        _supported_ok.add(memo)
+
+
+def _version(lib: NVRTC) -> str:
+    return ".".join(str(v) for v in lib.version)
+
+
+# ---------------------------------------------------------------- cache key
+
+
+_identity_memo: dict[str, str] = {}
+
+
+def nvrtc_identity(lib: NVRTC | None = None) -> str:
+    """Which NVRTC compiles: ``path|size|mtime_ns`` of its file, found without loading it when ``lib`` is None."""
+    if lib is not None:
+        path = lib.path
+    else:
+        loaded = _default_nvrtc.cache_info().currsize
+        if loaded:
+            path = _default_nvrtc().path
+        else:
+            memo_key = config.NVRTC.get() or ""
+            cached = _identity_memo.get(memo_key)
+            if cached is not None:
+                return cached
+            from tilejit.bindings.nvrtc import find_nvrtc
+
+            path = find_nvrtc()
+            ident = _file_identity(path)
+            _identity_memo[memo_key] = ident
+            return ident
+    cached = _identity_memo.get("\0" + path)
+    if cached is None:
+        cached = _identity_memo["\0" + path] = _file_identity(path)
+    return cached
+
+
+def _file_identity(path: str) -> str:
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+        return f"{real}|{st.st_size}|{st.st_mtime_ns}"
+    except OSError:
+        return f"{path}|?|?"
+
+
+def _key(
+    source: str,
+    name: str,
+    headers: dict[str, str],
+    opts: tuple[str, ...],
+    target: Target,
+    output: str,
+    exprs: tuple[str, ...],
+    lib: NVRTC | None,
+) -> str:
+    import tilejit
+    from tilejit.compiler.cache import cache_key
+
+    parts: list[str] = [_CACHE_TAG, tilejit.__version__, nvrtc_identity(lib), source, name, target.sm, output]
+    parts.append(str(len(headers)))
+    for hname in sorted(headers):
+        parts += [hname, headers[hname]]
+    parts.append(str(len(opts)))
+    parts += opts
+    parts.append(str(len(exprs)))
+    parts += exprs
+    return cache_key(*parts)
+
+
+# ---------------------------------------------------------------- NVRTC calls
+
+
+def _run_nvrtc(
+    lib: NVRTC,
+    source: str,
+    name: str,
+    headers: dict[str, str],
+    opts: tuple[str, ...],
+    target: Target,
+    output: Output,
+    exprs: tuple[str, ...],
+) -> CompiledProgram:
+    import ctypes
+
+    prog = ctypes.c_void_p()
+    n = len(headers)
+    texts = (ctypes.c_char_p * n)(*(t.encode() for t in headers.values())) if n else None
+    names = (ctypes.c_char_p * n)(*(h.encode() for h in headers)) if n else None
+    lib.check(
+        lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), n, texts, names),
+        "nvrtcCreateProgram",
+    )
+    try:
+        for expr in exprs:
+            lib.check(lib.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression")
+        c_opts = (ctypes.c_char_p * len(opts))(*(o.encode() for o in opts))
+        status = lib.nvrtcCompileProgram(prog, len(opts), c_opts)
+        log = _get_log(lib, prog)
+        if status != 0:
+            raise CompileError(_error_message(lib, status, log, source, name, headers, target, opts), log=log)
+        if output == "ptx":
+            code = _get_blob(lib, prog, lib.nvrtcGetPTXSize, lib.nvrtcGetPTX, "nvrtcGetPTX").rstrip(b"\0")
+        elif output == "cubin":
+            code = _get_blob(lib, prog, lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN, "nvrtcGetCUBIN")
+        else:
+            code = _get_blob(lib, prog, lib.nvrtcGetLTOIRSize, lib.nvrtcGetLTOIR, "nvrtcGetLTOIR")
+        lowered: dict[str, str] = {}
+        for expr in exprs:
+            out = ctypes.c_char_p()
+            lib.check(lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(out)), "nvrtcGetLoweredName")
+            lowered[expr] = (out.value or b"").decode()
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return CompiledProgram(code, output, target, lowered, log, tuple(lib.version)[:2], False)  # type: ignore[arg-type]
+
+
+def _get_log(lib: NVRTC, prog: ctypes.c_void_p) -> str:
+    import ctypes
+
+    size = ctypes.c_size_t()
+    lib.check(lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)), "nvrtcGetProgramLogSize")
+    buf = ctypes.create_string_buffer(max(size.value, 1))
+    lib.check(lib.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+    return buf.value.decode("utf-8", errors="replace").strip()
+
+
+def _get_blob(lib: NVRTC, prog: ctypes.c_void_p, size_fn: object, get_fn: object, what: str) -> bytes:
+    import ctypes
+
+    size = ctypes.c_size_t()
+    lib.check(size_fn(prog, ctypes.byref(size)), f"{what}Size")  # type: ignore[operator]
+    buf = ctypes.create_string_buffer(size.value)
+    lib.check(get_fn(prog, buf), what)  # type: ignore[operator]
+    return buf.raw
+
+
+def _error_message(
+    lib: NVRTC,
+    status: int,
+    log: str,
+    source: str,
+    name: str,
+    headers: dict[str, str],
+    target: Target,
+    opts: tuple[str, ...],
+) -> str:
+    why = _status_text(lib, status)
+    lines = [f"NVRTC {_version(lib)} could not compile {name} for {target.sm} ({why}); options: {' '.join(opts)}"]
+    lines.append(log if log else "(NVRTC gave no log)")
+    excerpts = format_error_lines(log, source, name, headers)
+    if excerpts:
+        lines += ["", excerpts]
+    return "\n".join(lines)
+
+
+def _status_text(lib: NVRTC, status: int) -> str:
+    try:
+        return f"{lib.error_string(status)} ({status})"
+    except Exception:
+        return f"status {status}"
+
+
+def format_error_lines(log: str, source: str, name: str, headers: Mapping[str, str]) -> str:
+    """The source lines that ``log``'s ``file(LINE): error`` entries point at, numbered, with context."""
+    files = {name: source, **headers}
+    shown: list[str] = []
+    seen: set[tuple[str, int]] = set()
+    for match in _LOG_LOCATION.finditer(log):
+        fname, line = match.group("file"), int(match.group("line"))
+        text = files.get(fname)
+        if text is None:
+            base = os.path.basename(fname)
+            text = next((t for h, t in files.items() if h == base or h.endswith("/" + base)), None)
+        if text is None or (fname, line) in seen:
+            continue
+        seen.add((fname, line))
+        if len(seen) > _MAX_SHOWN_ERRORS:
+            shown.append("(more errors; see the log above)")
+            break
+        src_lines = text.splitlines()
+        if not 1 <= line <= len(src_lines):
+            continue
+        lo, hi = max(1, line - _CONTEXT_LINES), min(len(src_lines), line + _CONTEXT_LINES)
+        width = len(str(hi))
+        block = [f"{fname}:{line}:"]
+        for i in range(lo, hi + 1):
+            mark = ">" if i == line else " "
+            block.append(f"{mark} {i:>{width}} | {src_lines[i - 1]}")
+        shown.append("\n".join(block))
+    return "\n\n".join(shown)
+
+
+__all__ = ["DEFAULT_OPTIONS", "CompiledProgram", "Output", "compile_cuda", "default_target", "nvrtc_identity"]

@@ -1,0 +1,321 @@
+"""Inserting IR ops at the current block with the current source location, plus the typing
+rules every operation shares: weak Python scalars, numpy promotion and broadcasting, casts.
+
+Errors about user values raise ``FrontendError``; the AST handler that is running locates them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from tilejit.language.frontend.source import FrontendError
+from tilejit.language.frontend.values import Tile, describe, is_number
+from tilejit.language.ir import ops
+from tilejit.language.ir.core import UNKNOWN_LOC, Block, Loc, Op, Value
+from tilejit.language.ir.types import (
+    ArrayType,
+    DType,
+    TileType,
+    bool_,
+    float32,
+    int32,
+    int64,
+    promote,
+)
+
+OpT = TypeVar("OpT", bound=Op)
+
+_INT_RANGES: dict[str, tuple[int, int]] = {}
+
+
+def int_range(dtype: DType) -> tuple[int, int]:
+    """The inclusive range of an integer (or bool) dtype."""
+    if dtype.is_bool:
+        return 0, 1
+    if dtype.kind == "u":
+        return 0, (1 << dtype.bits) - 1
+    return -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1
+
+
+def is_pow2(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n > 0 and (n & (n - 1)) == 0
+
+
+def check_shape(shape: object, what: str) -> tuple[int, ...]:
+    """A compile-time tile shape: a tuple (or one int) of powers of two."""
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    if isinstance(shape, list):
+        shape = tuple(shape)
+    if not isinstance(shape, tuple) or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+        raise FrontendError(f"{what} must be a compile-time tuple of ints, got {describe(shape)}")
+    bad = [s for s in shape if not is_pow2(s)]
+    if bad:
+        raise FrontendError(f"{what} {shape} has a dimension that is not a power of two ({bad[0]}): tile "
+                            "dimensions must be powers of two (pad with a larger tile and mask)")
+    return shape
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast of shapes, or a FrontendError naming them."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(ndim):
+        dims = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0} - {1}
+        if len(dims) > 1:
+            raise FrontendError(
+                "shapes " + ", ".join(str(s) for s in shapes) + " cannot be broadcast together"
+            )
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def default_dtype(value: object) -> DType:
+    """The dtype a lone Python scalar gets: bool, int32 (int64 when too big), float32."""
+    if isinstance(value, bool):
+        return bool_
+    if isinstance(value, int):
+        lo, hi = int_range(int32)
+        if lo <= value <= hi:
+            return int32
+        lo, hi = int_range(int64)
+        if lo <= value <= hi:
+            return int64
+        raise FrontendError(f"the constant {value} does not fit in int64")
+    if isinstance(value, float):
+        return float32
+    raise FrontendError(f"expected a number, got {describe(value)}")
+
+
+def weak_dtype(value: object, other: DType) -> DType:
+    """The dtype of ``value (weak Python scalar) op tile-of-other``, per NEP 50 (floats: float32)."""
+    if isinstance(value, bool):
+        return other
+    if isinstance(value, int):
+        if other.is_bool:
+            return default_dtype(value)
+        if other.is_int:
+            return other
+        return other
+    if isinstance(value, float):
+        return other if other.is_float else float32
+    raise FrontendError(f"expected a tile or a number, got {describe(value)}")
+
+
+def const_value(value: object, dtype: DType) -> bool | int | float:
+    """``value`` as an element of ``dtype`` (exact; a FrontendError when it does not fit)."""
+    if not is_number(value):
+        raise FrontendError(f"expected a number, got {describe(value)}")
+    assert isinstance(value, bool | int | float)
+    if dtype.is_bool:
+        if isinstance(value, bool) or value in (0, 1):
+            return bool(value)
+        raise FrontendError(f"the constant {value!r} is not a bool")
+    if dtype.is_int:
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise FrontendError(f"the constant {value!r} is not an integer, so it cannot be {dtype.name}")
+            value = int(value)
+        lo, hi = int_range(dtype)
+        if not lo <= int(value) <= hi:
+            raise FrontendError(f"the constant {value} does not fit in {dtype.name} ({lo}..{hi})")
+        return int(value)
+    return float(value)
+
+
+class Builder:
+    """Appends ops to ``block`` at ``loc`` and implements the typing rules of tile operations."""
+
+    def __init__(self, block: Block, loc: Loc = UNKNOWN_LOC) -> None:
+        self.block = block
+        self.loc = loc
+
+    @contextmanager
+    def at(self, block: Block) -> Iterator[Block]:
+        """Temporarily insert into ``block``."""
+        saved = self.block
+        self.block = block
+        try:
+            yield block
+        finally:
+            self.block = saved
+
+    def emit(self, op: OpT) -> OpT:
+        op.loc = self.loc
+        self.block.append(op)
+        return op
+
+    def make(self, cls: type[OpT], result_type: TileType | None, **fields: Any) -> OpT:
+        """Emit ``cls(**fields)`` with one result of ``result_type`` (or none)."""
+        results = [Value(result_type)] if result_type is not None else []
+        return self.emit(cls(results=results, **fields))
+
+    def tile(self, cls: type[Op], result_type: TileType, **fields: Any) -> Tile:
+        return Tile(self.make(cls, result_type, **fields).result)
+
+    # ------------------------------------------------------------------ constants and conversions
+
+    def constant(self, value: object, type: TileType) -> Tile:
+        return self.tile(ops.ConstantOp, type, value=const_value(value, type.dtype))
+
+    def as_tile(self, v: object, like: DType | None = None) -> Tile:
+        """A tile from a tile or a number (weak: it takes ``like``'s dtype when given)."""
+        if isinstance(v, Tile):
+            return v
+        if is_number(v):
+            dtype = weak_dtype(v, like) if like is not None else default_dtype(v)
+            return self.constant(v, TileType(dtype))
+        raise FrontendError(f"expected a tile or a number, got {describe(v)}")
+
+    def cast(self, t: Tile, dtype: DType) -> Tile:
+        if t.dtype == dtype:
+            return t
+        return self.tile(ops.CastOp, t.type.with_dtype(dtype), x=t.value)
+
+    def to_bool(self, t: Tile) -> Tile:
+        """Truth value element-wise: ``x != 0`` for non-bool tiles."""
+        if t.dtype.is_bool:
+            return t
+        zero = self.constant(0, t.type)
+        return self.tile(ops.CompareOp, t.type.with_dtype(bool_), fn="ne", x=t.value, y=zero.value)
+
+    def reshape(self, t: Tile, shape: tuple[int, ...]) -> Tile:
+        if t.shape == shape:
+            return t
+        return self.tile(ops.ReshapeOp, t.type.with_shape(shape), x=t.value)
+
+    def broadcast(self, t: Tile, shape: tuple[int, ...]) -> Tile:
+        """numpy broadcast of ``t`` to ``shape`` (leading dims of size 1 added by a reshape)."""
+        if t.shape == shape:
+            return t
+        if broadcast_shapes(t.shape, shape) != shape:
+            raise FrontendError(f"cannot broadcast a tile of shape {t.shape} to shape {shape}")
+        if t.shape and len(t.shape) < len(shape):
+            t = self.reshape(t, (1,) * (len(shape) - len(t.shape)) + t.shape)
+        if t.shape == shape:
+            return t
+        return self.tile(ops.BroadcastOp, t.type.with_shape(shape), x=t.value)
+
+    def full(self, value: object, type: TileType) -> Tile:
+        """A tile of ``type`` from a number (one ConstantOp) or a scalar tile (cast, broadcast)."""
+        if isinstance(value, Tile):
+            return self.broadcast(self.cast(value, type.dtype), type.shape)
+        return self.constant(value, type)
+
+    # ------------------------------------------------------------------ promotion
+
+    def common_dtype(self, values: Sequence[object]) -> DType:
+        """numpy promotion of tiles, with numbers weak (NEP 50; float literal + int tile = float32)."""
+        tiles = [v for v in values if isinstance(v, Tile)]
+        for v in values:
+            if not isinstance(v, Tile) and not is_number(v):
+                raise FrontendError(f"expected a tile or a number, got {describe(v)}")
+        if not tiles:
+            dtype = default_dtype(values[0])
+            for v in values[1:]:
+                dtype = promote(dtype, default_dtype(v))
+            return dtype
+        dtype = tiles[0].dtype
+        for t in tiles[1:]:
+            dtype = promote(dtype, t.dtype)
+        for v in values:
+            if not isinstance(v, Tile):
+                dtype = weak_dtype(v, dtype)
+        return dtype
+
+    def unify(self, values: Sequence[object], dtype: DType | None = None) -> list[Tile]:
+        """Cast and broadcast tiles and numbers to one dtype and shape."""
+        dtype = dtype if dtype is not None else self.common_dtype(values)
+        shape = broadcast_shapes(*(v.shape for v in values if isinstance(v, Tile)))
+        out = []
+        for v in values:
+            if isinstance(v, Tile):
+                out.append(self.broadcast(self.cast(v, dtype), shape))
+            else:
+                out.append(self.constant(v, TileType(dtype, shape)))
+        return out
+
+    # ------------------------------------------------------------------ element-wise operations
+
+    def binary(self, fn: str, a: object, b: object, symbol: str | None = None) -> Tile:
+        """``a fn b`` for tiles/numbers (at least one a tile) with promotion and broadcasting."""
+        sym = symbol or fn
+        dtype = self.common_dtype([a, b])
+        if fn == "truediv" and not dtype.is_float:
+            dtype = float32
+        elif fn in ("and", "or", "xor"):
+            if dtype.is_float:
+                raise FrontendError(f"operator {sym} needs integer or bool operands, got {dtype.name}")
+        elif fn in ("lshift", "rshift"):
+            if not dtype.is_int:
+                raise FrontendError(f"operator {sym} needs integer operands, got {dtype.name}")
+        elif fn in ("add", "sub", "mul", "floordiv", "mod", "pow") and dtype.is_bool:
+            dtype = int32
+        x, y = self.unify([a, b], dtype)
+        return self.tile(ops.BinaryOp, x.type, fn=fn, x=x.value, y=y.value)
+
+    def compare(self, fn: str, a: object, b: object) -> Tile:
+        x, y = self.unify([a, b])
+        return self.tile(ops.CompareOp, x.type.with_dtype(bool_), fn=fn, x=x.value, y=y.value)
+
+    def unary(self, fn: str, a: object) -> Tile:
+        """``fn(a)``: float math on int/bool tiles computes in float32; abs/neg keep ints."""
+        t = self.as_tile(a)
+        if fn == "neg":
+            if t.dtype.is_bool:
+                raise FrontendError("unary - is not defined for bool tiles; use ~ or 'not'")
+        elif fn == "invert":
+            if t.dtype.is_bool:
+                fn = "not"
+            elif not t.dtype.is_int:
+                raise FrontendError(f"operator ~ needs integer or bool operands, got {t.dtype.name}")
+        elif fn == "not":
+            t = self.to_bool(t)
+        elif fn == "abs":
+            if t.dtype.is_bool or t.dtype.kind == "u":
+                return t
+        elif not t.dtype.is_float:
+            t = self.cast(t, float32)
+        return self.tile(ops.UnaryOp, t.type, fn=fn, x=t.value)
+
+    def select(self, cond: object, x: object, y: object) -> Tile:
+        c = self.as_tile(cond)
+        c = self.to_bool(c)
+        if isinstance(x, Tile) or isinstance(y, Tile):
+            dtype = self.common_dtype([x, y])
+        else:
+            dtype = self.common_dtype([x, y])
+        shape = broadcast_shapes(c.shape, *(v.shape for v in (x, y) if isinstance(v, Tile)))
+        c = self.broadcast(c, shape)
+        tx, ty = (
+            self.broadcast(self.cast(v, dtype), shape) if isinstance(v, Tile)
+            else self.constant(v, TileType(dtype, shape))
+            for v in (x, y)
+        )
+        return self.tile(ops.SelectOp, tx.type, cond=c.value, x=tx.value, y=ty.value)
+
+    # ------------------------------------------------------------------ indices and arrays
+
+    def index_scalar(self, v: object, what: str) -> Tile:
+        """An integer scalar for an index or loop bound (numbers become int32, or int64 if needed)."""
+        if isinstance(v, Tile):
+            if not v.type.is_scalar:
+                raise FrontendError(f"{what} must be a scalar, got a tile of shape {v.shape}")
+            if not v.dtype.is_int:
+                raise FrontendError(f"{what} must be an integer, got {v.dtype.name}")
+            return v
+        if isinstance(v, int) and not isinstance(v, bool):
+            return self.constant(v, TileType(default_dtype(v)))
+        raise FrontendError(f"{what} must be an integer, got {describe(v)}")
+
+    def array_dim(self, array: Value, axis: int, which: str) -> Tile:
+        assert isinstance(array.type, ArrayType)
+        return self.tile(ops.ArrayDimOp, TileType(int64), array=array, axis=axis, which=which)
+
+
+def float_value(x: float) -> float:
+    """Python float with inf/nan preserved (helper for folding in the front end)."""
+    return float(x) if math.isfinite(x) else x

@@ -1,0 +1,387 @@
+"""The tile language: what a ``@tj.kernel`` or ``@tj.function`` body may call.
+
+These functions only *describe* operations: the front end (``tilejit.language.frontend``)
+recognizes them by identity and translates each call to tile IR. Called from ordinary Python they
+raise ``TileCompileError``, except ``cdiv`` (also works on ints) and ``static_range`` (a ``range``).
+
+Semantics follow numpy unless noted:
+
+- Shapes of tiles are compile-time tuples of powers of two; scalars are 0-d tiles.
+- Binary operators and the two-argument functions broadcast like numpy and promote dtypes like
+  numpy (``tilejit.language.ir.types.promote``). Python ``int``/``float``/``bool`` values (and
+  compile-time constants) are *weak*: they take the tile's dtype (NEP 50). Deviation from numpy: a
+  float literal with an integer or bool tile gives ``float32`` (not float64), and ``/`` on integers
+  gives ``float32``.
+- Float math (``exp``, ``sqrt``, ``sin``...) on integer or bool tiles computes in ``float32``;
+  ``abs``, ``maximum`` and ``minimum`` keep integer dtypes.
+- ``sum``/``prod``/``cumsum`` of bool or integers narrower than 32 bits return ``int32`` (or
+  ``uint32`` for unsigned); floats keep their dtype (16-bit floats accumulate in float32).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, NoReturn, TypeVar
+
+from tilejit.errors import TileCompileError
+from tilejit.language.ir.types import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+
+_T = TypeVar("_T")
+
+
+class _ConstantMarker:
+    """Metadata that marks a parameter annotation as ``tj.Constant[...]``."""
+
+    def __repr__(self) -> str:
+        return "tj.Constant"
+
+
+CONSTANT_MARKER = _ConstantMarker()
+
+#: ``x: tj.Constant[int]`` makes ``x`` a compile-time constant: its value is substituted into the
+#: kernel and each distinct value compiles a separate specialization. Static type checkers see ``int``.
+Constant = Annotated[_T, CONSTANT_MARKER]
+
+Tile = Any
+Array = Any
+Shape = Sequence[int]
+Index = Sequence[Any]
+
+
+def _outside(name: str) -> NoReturn:
+    raise TileCompileError(
+        f"tj.{name}() can only be used inside a @tj.kernel or @tj.function body (it describes tile "
+        "code; it does not run in Python)"
+    )
+
+
+class TileFunction:
+    """A helper written in the tile language; calls from kernels are inlined at compile time."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        if not callable(func) or not hasattr(func, "__code__"):
+            raise TypeError(f"@tj.function expects a Python function, got {func!r}")
+        self.func = func
+        functools.update_wrapper(self, func)
+
+    def __repr__(self) -> str:
+        return f"<tilejit.TileFunction {self.func.__module__}.{self.func.__qualname__}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TileCompileError(
+            f"{self.func.__name__}() is a @tj.function: it can only be called from a @tj.kernel or "
+            "another @tj.function"
+        )
+
+
+def function(func: Callable[..., Any]) -> TileFunction:
+    """Mark ``func`` as a tile helper that kernels may call; the call is inlined (no recursion)."""
+    return TileFunction(func)
+
+
+def static_range(*args: int) -> range:
+    """``range`` whose loop is unrolled at compile time; bounds must be compile-time ints."""
+    return range(*args)
+
+
+def cdiv(a: Any, b: Any) -> Any:
+    """Ceiling division ``(a + b - 1) // b`` for positive ints (also works outside kernels)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    _outside("cdiv")
+
+
+# ------------------------------------------------------------------------------- block ids
+
+
+def bid(axis: int) -> Tile:
+    """This block's index along grid ``axis`` (0, 1 or 2), an int32 scalar."""
+    _outside("bid")
+
+
+def num_blocks(axis: int) -> Tile:
+    """The number of blocks of the grid along ``axis`` (0, 1 or 2), an int32 scalar."""
+    _outside("num_blocks")
+
+
+def num_tiles(array: Array, axis: int, shape: Shape) -> Tile:
+    """How many tiles of ``shape`` cover ``array`` along ``axis``: ``cdiv(array.shape[axis],
+    shape[axis])`` as an int32 scalar."""
+    _outside("num_tiles")
+
+
+# ------------------------------------------------------------------------------- memory
+
+
+def load(array: Array, index: Index, shape: Shape, padding: Any = 0) -> Tile:
+    """The tile of ``shape`` at tile-grid ``index`` of ``array`` (one index per array dim): element
+    ``j`` along dim ``d`` is ``array[index[d] * shape[d] + j]``. Elements past the end read
+    ``padding`` (a compile-time number, e.g. ``float("-inf")``). The tile has the array's dtype."""
+    _outside("load")
+
+
+def store(array: Array, index: Index, tile: Tile) -> None:
+    """Write ``tile`` at tile-grid ``index`` of ``array`` (indexing as ``load``; the tile's rank is
+    the array's). Elements past the end are not written; the tile is cast to the array's dtype."""
+    _outside("store")
+
+
+def gather(array: Array, indices: Any, padding: Any = 0) -> Tile:
+    """``array[indices]`` element-wise: ``indices`` is an integer tile (rank-1 arrays) or a tuple of
+    them, one per array dim, broadcast together. Out-of-range elements read ``padding``."""
+    _outside("gather")
+
+
+def scatter(array: Array, indices: Any, tile: Tile) -> None:
+    """``array[indices] = tile`` element-wise (indices as ``gather``, broadcast with ``tile``);
+    out-of-range elements are skipped."""
+    _outside("scatter")
+
+
+def atomic_add(array: Array, indices: Any, value: Any) -> Tile:
+    """Atomically add ``value`` at ``indices`` (as ``scatter``); returns the old values."""
+    _outside("atomic_add")
+
+
+def atomic_max(array: Array, indices: Any, value: Any) -> Tile:
+    """Atomically store the maximum of the old value and ``value``; returns the old values."""
+    _outside("atomic_max")
+
+
+def atomic_min(array: Array, indices: Any, value: Any) -> Tile:
+    """Atomically store the minimum of the old value and ``value``; returns the old values."""
+    _outside("atomic_min")
+
+
+def atomic_xchg(array: Array, indices: Any, value: Any) -> Tile:
+    """Atomically replace the values at ``indices`` with ``value``; returns the old values."""
+    _outside("atomic_xchg")
+
+
+def atomic_cas(array: Array, indices: Any, expected: Any, desired: Any) -> Tile:
+    """Atomic compare-and-swap: where the old value equals ``expected`` store ``desired``; returns
+    the old values."""
+    _outside("atomic_cas")
+
+
+# ------------------------------------------------------------------------------- creation
+
+
+def full(shape: Shape, value: Any, dtype: DType | None = None) -> Tile:
+    """A tile of ``shape`` filled with ``value``; ``dtype`` defaults to int32/float32/bool by the
+    value's Python type (or the value's dtype for a scalar)."""
+    _outside("full")
+
+
+def zeros(shape: Shape, dtype: DType = float32) -> Tile:
+    """A tile of ``shape`` filled with 0."""
+    _outside("zeros")
+
+
+def ones(shape: Shape, dtype: DType = float32) -> Tile:
+    """A tile of ``shape`` filled with 1."""
+    _outside("ones")
+
+
+def arange(n: int, dtype: DType = int32) -> Tile:
+    """The 1-d tile ``[0, 1, ..., n-1]``; ``n`` is a compile-time power of two."""
+    _outside("arange")
+
+
+# ------------------------------------------------------------------------------- elementwise and shape
+
+
+def where(cond: Any, x: Any, y: Any) -> Tile:
+    """Element-wise ``x if cond else y`` with broadcasting and promotion of ``x`` and ``y``."""
+    _outside("where")
+
+
+def astype(x: Any, dtype: DType) -> Tile:
+    """``x`` converted to ``dtype`` (C++ cast semantics: float to int truncates)."""
+    _outside("astype")
+
+
+def reshape(x: Any, shape: Shape) -> Tile:
+    """Same elements in row-major order with a new ``shape`` (one entry may be -1)."""
+    _outside("reshape")
+
+
+def transpose(x: Any, axes: Sequence[int] | None = None) -> Tile:
+    """``numpy.transpose``: permute the dimensions (reverse them by default)."""
+    _outside("transpose")
+
+
+def expand_dims(x: Any, axis: int) -> Tile:
+    """Insert a dimension of size 1 at ``axis``."""
+    _outside("expand_dims")
+
+
+def broadcast_to(x: Any, shape: Shape) -> Tile:
+    """``x`` broadcast to ``shape`` by numpy rules."""
+    _outside("broadcast_to")
+
+
+def exp(x: Any) -> Tile:
+    """Element-wise e**x."""
+    _outside("exp")
+
+
+def exp2(x: Any) -> Tile:
+    """Element-wise 2**x."""
+    _outside("exp2")
+
+
+def log(x: Any) -> Tile:
+    """Element-wise natural logarithm."""
+    _outside("log")
+
+
+def log2(x: Any) -> Tile:
+    """Element-wise base-2 logarithm."""
+    _outside("log2")
+
+
+def sqrt(x: Any) -> Tile:
+    """Element-wise square root."""
+    _outside("sqrt")
+
+
+def rsqrt(x: Any) -> Tile:
+    """Element-wise 1 / sqrt(x)."""
+    _outside("rsqrt")
+
+
+def sin(x: Any) -> Tile:
+    """Element-wise sine."""
+    _outside("sin")
+
+
+def cos(x: Any) -> Tile:
+    """Element-wise cosine."""
+    _outside("cos")
+
+
+def tanh(x: Any) -> Tile:
+    """Element-wise hyperbolic tangent."""
+    _outside("tanh")
+
+
+def abs(x: Any) -> Tile:
+    """Element-wise absolute value (keeps integer dtypes)."""
+    _outside("abs")
+
+
+def floor(x: Any) -> Tile:
+    """Element-wise floor."""
+    _outside("floor")
+
+
+def ceil(x: Any) -> Tile:
+    """Element-wise ceiling."""
+    _outside("ceil")
+
+
+def erf(x: Any) -> Tile:
+    """Element-wise error function."""
+    _outside("erf")
+
+
+def sigmoid(x: Any) -> Tile:
+    """Element-wise 1 / (1 + exp(-x))."""
+    _outside("sigmoid")
+
+
+def maximum(x: Any, y: Any) -> Tile:
+    """Element-wise maximum with broadcasting and promotion (keeps integer dtypes)."""
+    _outside("maximum")
+
+
+def minimum(x: Any, y: Any) -> Tile:
+    """Element-wise minimum with broadcasting and promotion (keeps integer dtypes)."""
+    _outside("minimum")
+
+
+def pow(x: Any, y: Any) -> Tile:
+    """Element-wise ``x ** y``."""
+    _outside("pow")
+
+
+# ------------------------------------------------------------------------------- reductions, scans, mma
+
+
+def sum(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
+    """Sum along ``axis`` (all axes when None)."""
+    _outside("sum")
+
+
+def max(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
+    """Maximum along ``axis`` (all axes when None)."""
+    _outside("max")
+
+
+def min(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
+    """Minimum along ``axis`` (all axes when None)."""
+    _outside("min")
+
+
+def prod(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
+    """Product along ``axis`` (all axes when None)."""
+    _outside("prod")
+
+
+def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Tile:
+    """int32 index of the first maximum along ``axis`` (of the flattened tile when None)."""
+    _outside("argmax")
+
+
+def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Tile:
+    """int32 index of the first minimum along ``axis`` (of the flattened tile when None)."""
+    _outside("argmin")
+
+
+def cumsum(x: Any, axis: int = 0) -> Tile:
+    """Inclusive prefix sum along ``axis``."""
+    _outside("cumsum")
+
+
+def mma(a: Any, b: Any, acc: Any) -> Tile:
+    """``a @ b + acc`` for a: (M, K), b: (K, N), acc: (M, N). ``a`` and ``b`` share a dtype; ``acc``
+    is float32 for float16/bfloat16/float32 inputs, float64 for float64, int32 for 8-bit ints.
+    Returns the new accumulator (tensor cores where the target has them)."""
+    _outside("mma")
+
+
+def matmul(a: Any, b: Any) -> Tile:
+    """``a @ b`` of 2-d tiles: accumulates like ``mma`` from zeros; float results are cast back to
+    the inputs' dtype (as numpy), integer results stay int32."""
+    _outside("matmul")
+
+
+_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
+
+__all__ = [
+    "Constant", "TileFunction", "function", "static_range", "cdiv", "bid", "num_blocks", "num_tiles",
+    "load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
+    "full", "zeros", "ones", "arange", "where", "astype", "reshape", "transpose", "expand_dims", "broadcast_to",
+    "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",
+    "maximum", "minimum", "pow", "erf", "sigmoid",
+    "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul",
+    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64",
+]

@@ -1,0 +1,393 @@
+"""``DeviceArray``: tilejit's own small n-d array in device memory.
+
+Enough to feed kernels and check results without another GPU library: create (``empty``,
+``zeros``, ``full``, ``asarray`` from host data), read back (``numpy()``), basic slicing to views,
+and the two exchange protocols (``__cuda_array_interface__`` v3 and DLPack) so torch, CuPy and
+others can use one without a copy. Strides are in bytes, as in numpy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from tilejit.runtime.device import Device, get_device, initialized_driver
+from tilejit.runtime.dtypes import ITEMSIZE, NAME_TO_DLPACK, NAME_TO_TYPESTR, dtype_name, numpy_dtype
+from tilejit.runtime.interop import (
+    KDL_CUDA,
+    ArrayView,
+    DLDevice,
+    DLManagedTensor,
+    DLTensor,
+    as_view,
+    c_strides,
+    register_converter,
+)
+from tilejit.runtime.memory import DeviceBuffer
+from tilejit.runtime.stream import stream_handle
+
+
+def _shape_tuple(shape: int | Sequence[int]) -> tuple[int, ...]:
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise ValueError(f"shape must be non-negative ints, got {shape!r}")
+    return dims
+
+
+class DeviceArray:
+    """An n-d array in device memory. ``strides`` are in bytes (numpy-style); ``ptr`` is the address
+    of element 0. Views (from slicing) share their base's memory and keep it alive."""
+
+    __slots__ = ("__weakref__", "_base", "_dtname", "_view", "device", "ptr", "shape", "strides")
+
+    def __init__(
+        self,
+        shape: int | Sequence[int],
+        dtype: Any = "float32",
+        *,
+        device: Device | int | None = None,
+        strides: Sequence[int] | None = None,
+        ptr: int | None = None,
+        base: object = None,
+    ) -> None:
+        self.shape = _shape_tuple(shape)
+        self._dtname = dtype_name(dtype)
+        item = ITEMSIZE[self._dtname]
+        if ptr is None:
+            buf = DeviceBuffer(math.prod(self.shape) * item, device)
+            self.device = buf.device
+            self.ptr = buf.ptr
+            self._base: object = buf
+            self.strides = tuple(s * item for s in c_strides(self.shape))
+        else:
+            self.device = get_device() if device is None else Device(device)
+            self.ptr = ptr
+            self._base = base
+            if strides is None:
+                self.strides = tuple(s * item for s in c_strides(self.shape))
+            else:
+                self.strides = tuple(int(s) for s in strides)
+                if len(self.strides) != len(self.shape) or any(s % item for s in self.strides):
+                    raise ValueError(f"strides {tuple(strides)} do not fit shape {self.shape} of {self._dtname}")
+        self._view = ArrayView(self.ptr, self.shape, tuple(s // item for s in self.strides), self._dtname, self._base)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def dtype(self) -> Any:
+        """The numpy dtype (bfloat16 needs ml_dtypes)."""
+        return numpy_dtype(self._dtname)
+
+    @property
+    def dtype_name(self) -> str:
+        return self._dtname
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self._dtname]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        return self.size <= 1 or all(
+            s == c for s, c, n in zip(self.strides, (x * self.itemsize for x in c_strides(self.shape)), self.shape)
+            if n > 1
+        )
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<tilejit.DeviceArray shape={self.shape} dtype={self._dtname} device={self.device.ordinal}>"
+
+    # ------------------------------------------------------------------ slicing
+
+    def __getitem__(self, key: Any) -> DeviceArray:
+        """Basic indexing (ints and slices, with steps) returns a view sharing this memory."""
+        keys = key if isinstance(key, tuple) else (key,)
+        if len(keys) > self.ndim:
+            raise IndexError(f"too many indices ({len(keys)}) for a {self.ndim}-d array")
+        offset = 0
+        shape: list[int] = []
+        strides: list[int] = []
+        for axis, k in enumerate(keys):
+            n, st = self.shape[axis], self.strides[axis]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                length = len(range(start, stop, step))
+                offset += start * st if length else 0
+                shape.append(length)
+                strides.append(st * step)
+            else:
+                try:
+                    i = operator.index(k)
+                except TypeError:
+                    raise IndexError(f"only ints and slices index a DeviceArray, got {type(k).__name__}") from None
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+                offset += (i % n) * st
+        shape += self.shape[len(keys):]
+        strides += self.strides[len(keys):]
+        return DeviceArray(shape, self._dtname, device=self.device, strides=strides, ptr=self.ptr + offset,
+                           base=self._base)
+
+    # ------------------------------------------------------------------ host transfers
+
+    def _span(self) -> tuple[int, int]:
+        """(lowest, highest+1) byte offsets from ``ptr`` that the elements touch."""
+        if self.size == 0:
+            return 0, 0
+        lo = sum(s * (n - 1) for s, n in zip(self.strides, self.shape) if s < 0)
+        hi = sum(s * (n - 1) for s, n in zip(self.strides, self.shape) if s > 0)
+        return lo, hi + self.itemsize
+
+    def numpy(self, *, stream: Any = None) -> Any:
+        """A new host numpy array with this array's contents (after the current stream's work)."""
+        import numpy as np
+
+        dt = self.dtype
+        if self.size == 0:
+            return np.empty(self.shape, dt)
+        lo, hi = self._span()
+        raw = np.empty(hi - lo, np.uint8)
+        _copy_dtoh(raw, self.ptr + lo, hi - lo, stream)
+        if self.is_c_contiguous:
+            return raw.view(dt).reshape(self.shape)
+        return np.ndarray(self.shape, dt, buffer=raw, offset=-lo, strides=self.strides).copy()
+
+    to_numpy = numpy
+
+    def copy_to_host(self, *, stream: Any = None) -> Any:
+        return self.numpy(stream=stream)
+
+    def copy_from_host(self, src: Any, *, stream: Any = None) -> None:
+        """Overwrite the contents from a host array of the same shape (cast to this dtype)."""
+        import numpy as np
+
+        a = np.ascontiguousarray(np.asarray(src, dtype=self.dtype))
+        if a.shape != self.shape:
+            a = np.ascontiguousarray(np.broadcast_to(a, self.shape))
+        if not self.is_c_contiguous:
+            raise ValueError("copy_from_host needs a C-contiguous destination")
+        _copy_htod(self.ptr, a, stream)
+
+    def fill(self, value: Any, *, stream: Any = None) -> DeviceArray:
+        """Set every element to ``value``; returns self."""
+        import numpy as np
+
+        if not self.is_c_contiguous:
+            raise ValueError("fill needs a C-contiguous array")
+        if self.size == 0:
+            return self
+        one = np.asarray(value, dtype=self.dtype).reshape(1).view(np.uint8)
+        d = initialized_driver()
+        h = ctypes.c_void_p(stream_handle(stream))
+        if np.all(one == one[0]):
+            d.check(d.cuMemsetD8Async(self.ptr, int(one[0]), self.nbytes, h), "cuMemsetD8Async")
+        else:
+            _copy_htod(self.ptr, np.full(self.shape, value, dtype=self.dtype), stream)
+        return self
+
+    def poison(self, *, stream: Any = None) -> DeviceArray:
+        """Fill with 0xFF bytes (NaN for floats, -1 / max for ints) to catch unwritten outputs."""
+        if not self.is_c_contiguous:
+            raise ValueError("poison needs a C-contiguous array")
+        if self.nbytes:
+            d = initialized_driver()
+            d.check(d.cuMemsetD8Async(self.ptr, 0xFF, self.nbytes, ctypes.c_void_p(stream_handle(stream))),
+                    "cuMemsetD8Async")
+        return self
+
+    # ------------------------------------------------------------------ exchange protocols
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        typestr = NAME_TO_TYPESTR.get(self._dtname)
+        if typestr is None:
+            raise AttributeError(f"{self._dtname} has no __cuda_array_interface__ typestr; use DLPack")
+        h = stream_handle(None)
+        return {
+            "shape": self.shape,
+            "typestr": typestr,
+            "data": (self.ptr, False),
+            "strides": None if self.is_c_contiguous else self.strides,
+            "version": 3,
+            "stream": h if h else 1,
+        }
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (KDL_CUDA, self.device.ordinal)
+
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
+        """A DLPack ``dltensor`` capsule; the consumer's ``stream`` is made to wait for the current one."""
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"cannot export to device {dl_device}: the array is on {self.__dlpack_device__()}")
+        if copy:
+            raise BufferError("DeviceArray.__dlpack__ does not copy")
+        if stream is not None and stream != -1:
+            _order_streams(stream)
+        return _make_capsule(self)
+
+
+register_converter(DeviceArray, operator.attrgetter("_view"))
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def empty(shape: int | Sequence[int], dtype: Any = "float32", *, device: Device | int | None = None) -> DeviceArray:
+    """An uninitialized device array."""
+    return DeviceArray(shape, dtype, device=device)
+
+
+def zeros(shape: int | Sequence[int], dtype: Any = "float32", *, device: Device | int | None = None) -> DeviceArray:
+    a = DeviceArray(shape, dtype, device=device)
+    if a.nbytes:
+        d = initialized_driver()
+        d.check(d.cuMemsetD8Async(a.ptr, 0, a.nbytes, ctypes.c_void_p(stream_handle(None))), "cuMemsetD8Async")
+    return a
+
+
+def full(
+    shape: int | Sequence[int], value: Any, dtype: Any = "float32", *, device: Device | int | None = None
+) -> DeviceArray:
+    return DeviceArray(shape, dtype, device=device).fill(value)
+
+
+def asarray(obj: Any, dtype: Any = None, *, device: Device | int | None = None) -> DeviceArray:
+    """A device array of ``obj``: a DeviceArray is returned as is; another library's device array is
+    wrapped without a copy (its dtype must match ``dtype`` if given); host data is copied."""
+    if isinstance(obj, DeviceArray):
+        if dtype is not None and dtype_name(dtype) != obj._dtname:
+            raise TypeError(f"asarray: the array is {obj._dtname}, {dtype_name(dtype)} was asked for")
+        return obj
+    if not _is_host(obj):
+        try:
+            v = as_view(obj)
+        except TypeError:
+            v = None
+        if v is not None:
+            if dtype is not None and dtype_name(dtype) != v.dtype:
+                raise TypeError(f"asarray: the device array is {v.dtype}, {dtype_name(dtype)} was asked for")
+            item = ITEMSIZE[v.dtype]
+            return DeviceArray(v.shape, v.dtype, device=device, strides=[s * item for s in v.strides], ptr=v.ptr,
+                               base=v.owner)
+    return from_numpy(obj, dtype, device=device)
+
+
+def from_numpy(obj: Any, dtype: Any = None, *, device: Device | int | None = None) -> DeviceArray:
+    """Copy host data (a numpy array or anything ``numpy.asarray`` takes) to a new device array."""
+    import numpy as np
+
+    a = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=numpy_dtype(dtype_name(dtype)))
+    name = dtype_name(a.dtype)
+    a = np.ascontiguousarray(a)
+    out = DeviceArray(a.shape, name, device=device)
+    if out.nbytes:
+        _copy_htod(out.ptr, a, None)
+    return out
+
+
+def _is_host(obj: Any) -> bool:
+    import numpy as np
+
+    return isinstance(obj, np.ndarray | np.generic | list | tuple | int | float | bool)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _copy_htod(dst: int, host: Any, stream: Any) -> None:
+    d = initialized_driver()
+    h = ctypes.c_void_p(stream_handle(stream))
+    d.check(d.cuMemcpyHtoDAsync(dst, ctypes.c_void_p(host.ctypes.data), host.nbytes, h), "cuMemcpyHtoDAsync")
+    d.check(d.cuStreamSynchronize(h), "cuStreamSynchronize")
+
+
+def _copy_dtoh(host: Any, src: int, nbytes: int, stream: Any) -> None:
+    d = initialized_driver()
+    h = ctypes.c_void_p(stream_handle(stream))
+    d.check(d.cuMemcpyDtoHAsync(ctypes.c_void_p(host.ctypes.data), src, nbytes, h), "cuMemcpyDtoHAsync")
+    d.check(d.cuStreamSynchronize(h), "cuStreamSynchronize")
+
+
+def _order_streams(consumer: int) -> None:
+    """Make the consumer's stream wait for the work queued so far on the current stream."""
+    from tilejit.runtime.event import Event
+
+    producer = stream_handle(None)
+    consumer = int(consumer)
+    if producer == consumer or (producer == 0 and consumer in (0, 1)):
+        return
+    with Event(timing=False) as ev:
+        ev.record(producer)
+        d = initialized_driver()
+        d.check(d.cuStreamWaitEvent(ctypes.c_void_p(consumer), ctypes.c_void_p(ev.handle), 0), "cuStreamWaitEvent")
+
+
+# DLPack export: each capsule points at a DLManagedTensor kept (with the array) in _EXPORTED until
+# the consumer calls the deleter, or until an unconsumed capsule is destroyed.
+_EXPORTED: dict[int, tuple[Any, ...]] = {}
+_CAPSULE_NAME = b"dltensor"
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
+_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", ctypes.pythonapi))
+_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _dl_deleter(managed: int | None) -> None:
+    _EXPORTED.pop(int(managed or 0), None)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule: int | None) -> None:
+    # Called when a capsule dies; if nobody consumed it (name still "dltensor"), free its tensor.
+    if capsule and _is_valid(capsule, _CAPSULE_NAME):
+        managed = _get_pointer(capsule, _CAPSULE_NAME)
+        _EXPORTED.pop(int(managed or 0), None)
+
+
+_DELETER_ADDR = ctypes.cast(_dl_deleter, ctypes.c_void_p).value
+_DESTRUCTOR_ADDR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
+
+
+def _make_capsule(a: DeviceArray) -> Any:
+    ndim = a.ndim
+    shape = (ctypes.c_int64 * max(ndim, 1))(*a.shape)
+    strides = (ctypes.c_int64 * max(ndim, 1))(*a._view.strides)
+    code, bits = NAME_TO_DLPACK[a._dtname]
+    tensor = DLTensor(
+        ctypes.c_void_p(a.ptr or None), DLDevice(KDL_CUDA, a.device.ordinal), ndim, (code, bits, 1),
+        ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64)), 0,
+    )
+    managed = DLManagedTensor(tensor, None, _DELETER_ADDR)
+    addr = ctypes.addressof(managed)
+    managed.manager_ctx = addr
+    _EXPORTED[addr] = (managed, shape, strides, a)
+    return _capsule_new(addr, _CAPSULE_NAME, _DESTRUCTOR_ADDR)
+
+
+__all__ = ["DeviceArray", "asarray", "empty", "from_numpy", "full", "zeros"]

@@ -1,0 +1,510 @@
+"""Kernel launches: the hot path.
+
+A :class:`Launcher` is built once per kernel signature. It lays the parameters out as the kernel
+sees them (each at its natural C alignment), precomputes a ``struct`` format for the whole block,
+a reusable parameter buffer and launch configuration, and generates (``exec``, as ``dataclasses``
+does) one small Python function specialized to the signature. Each launch then converts the
+arguments, packs them with ONE ``pack_into`` and makes ONE ctypes call::
+
+    cuLaunchKernelEx(&config, f, NULL, {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                                        &size, CU_LAUNCH_PARAM_END})
+
+Argument checks on the fast path are the cheap ones (exact-type tests, ``struct``'s own range
+checks); when anything fails, a slow path re-checks every argument and raises a ``LaunchError``
+naming the parameter, what it expects and what it got.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tilejit.errors import CUDAError, LaunchError
+from tilejit.runtime.dtypes import ITEMSIZE, STRUCT_CHAR, float_to_bfloat16_bits
+from tilejit.runtime.interop import ArrayView, as_view
+from tilejit.runtime.stream import Stream, _current_handle, stream_handle
+
+_INT_RANGE: dict[str, tuple[int, int]] = {
+    f"{s}int{b}": ((0, (1 << b) - 1) if s else (-(1 << (b - 1)), (1 << (b - 1)) - 1))
+    for s in ("", "u") for b in (8, 16, 32, 64)
+}
+_MAX_GRID = (2**31 - 1, 65535, 65535)
+_MAX_BLOCK = (1024, 1024, 64)
+_CUDA_ERROR_INVALID_CONTEXT = 201
+_CUDA_ERROR_INVALID_HANDLE = 400
+_CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
+# CUlaunchConfig: 7 x unsigned int (grid xyz, block xyz, shared bytes), pad, CUstream at 32; attrs at 40
+# and numAttrs at 48 stay NULL/0.
+_CONFIG = struct.Struct("=7I4xQ")
+_CONFIG_SIZE = 56
+
+
+def _type_name(value: Any) -> str:
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+class ParamKind:
+    """How one kernel parameter is passed: a scalar, a raw pointer, or a tile-kernel array struct.
+
+    * ``ParamKind.scalar("float32")``: bool, int8..uint64, float16, bfloat16, float32, float64.
+    * ``ParamKind.pointer("float32")`` (``T*``; dtype None for ``void*``): takes any device array
+      (DeviceArray, ``__cuda_array_interface__``, DLPack, torch) or an int address.
+    * ``ParamKind.array("float32", 2)``: ``struct {T* ptr; int64_t shape[2]; int64_t stride[2];}``
+      with strides in elements, as the tile backend's ``tj::Array<T, N>``.
+    """
+
+    __slots__ = ("align", "dtype", "fmt", "kind", "ndim", "size")
+
+    kind: str
+    dtype: str | None
+    ndim: int
+    fmt: str
+    size: int
+    align: int
+
+    def __init__(self, kind: str, dtype: str | None, ndim: int = 0) -> None:
+        if kind == "scalar":
+            if dtype not in STRUCT_CHAR:
+                raise ValueError(f"unsupported scalar dtype {dtype!r}; supported: {', '.join(STRUCT_CHAR)}")
+            self.fmt, self.size, self.align = STRUCT_CHAR[dtype], ITEMSIZE[dtype], ITEMSIZE[dtype]
+        elif kind == "pointer":
+            if dtype is not None and dtype not in ITEMSIZE:
+                raise ValueError(f"unsupported pointer element dtype {dtype!r}")
+            self.fmt, self.size, self.align = "Q", 8, 8
+        elif kind == "array":
+            if dtype not in ITEMSIZE:
+                raise ValueError(f"unsupported array dtype {dtype!r}")
+            if isinstance(ndim, bool) or not isinstance(ndim, int) or ndim < 0:
+                raise ValueError(f"array rank must be a non-negative int, got {ndim!r}")
+            self.fmt, self.size, self.align = "Q" + "q" * (2 * ndim), 8 * (1 + 2 * ndim), 8
+        else:
+            raise ValueError(f"parameter kind must be 'scalar', 'pointer' or 'array', got {kind!r}")
+        self.kind, self.dtype, self.ndim = kind, dtype, ndim
+
+    @classmethod
+    def scalar(cls, dtype: str) -> ParamKind:
+        return cls("scalar", dtype)
+
+    @classmethod
+    def pointer(cls, dtype: str | None = None) -> ParamKind:
+        return cls("pointer", dtype)
+
+    @classmethod
+    def array(cls, dtype: str, ndim: int) -> ParamKind:
+        return cls("array", dtype, ndim)
+
+    @classmethod
+    def from_spec(cls, spec: Sequence[Any]) -> ParamKind:
+        """From the backend's ABI entries: ``("array", dtype, ndim)`` or ``("scalar", dtype)``."""
+        if spec and spec[0] == "array" and len(spec) == 3:
+            return cls.array(spec[1], spec[2])
+        if spec and spec[0] == "scalar" and len(spec) == 2:
+            return cls.scalar(spec[1])
+        if spec and spec[0] == "pointer" and len(spec) == 2:
+            return cls.pointer(spec[1])
+        raise ValueError(f"not a parameter spec: {spec!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ParamKind) and (self.kind, self.dtype, self.ndim) == (
+            other.kind, other.dtype, other.ndim)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.dtype, self.ndim))
+
+    def __str__(self) -> str:
+        if self.kind == "scalar":
+            return str(self.dtype)
+        if self.kind == "pointer":
+            return f"{self.dtype or 'void'}*"
+        return f"array<{self.dtype}, {self.ndim}>"
+
+    def __repr__(self) -> str:
+        return f"ParamKind({self})"
+
+    # ------------------------------------------------------------------ checked conversion (slow path)
+
+    def convert(self, value: Any, where: str) -> tuple[Any, ...]:
+        """The struct values for ``value``, or a ``LaunchError`` starting with ``where``."""
+        if self.kind == "scalar":
+            return (self._scalar(value, where),)
+        if self.kind == "pointer":
+            if isinstance(value, int) and not isinstance(value, bool):
+                if not 0 <= value < 1 << 64:
+                    raise LaunchError(f"{where}: the address {value} is not a 64-bit pointer")
+                return (value,)
+            v = self._view(value, where, "a device array or an int address")
+            if self.dtype is not None and v.dtype != self.dtype:
+                raise LaunchError(f"{where}: expected {self.dtype} data, got an array of {v.dtype}")
+            return (v.ptr,)
+        v = self._view(value, where, f"a {self.ndim}-d {self.dtype} device array")
+        if v.dtype != self.dtype or len(v.shape) != self.ndim:
+            raise LaunchError(
+                f"{where}: expected a {self.ndim}-d {self.dtype} array, got a {len(v.shape)}-d {v.dtype} array"
+            )
+        return (v.ptr, *v.shape, *v.strides)
+
+    @staticmethod
+    def _view(value: Any, where: str, expected: str) -> ArrayView:
+        try:
+            return as_view(value)
+        except (TypeError, ValueError) as exc:
+            raise LaunchError(f"{where}: expected {expected}; {exc}") from None
+
+    def _scalar(self, value: Any, where: str) -> Any:
+        dtype = self.dtype
+        assert dtype is not None
+        shape = getattr(value, "shape", None)
+        if shape is not None and tuple(shape) != ():
+            raise LaunchError(f"{where}: expected a {dtype} scalar, got an array ({_type_name(value)})")
+        if dtype == "bool":
+            if isinstance(value, bool) or _type_name(value) in ("numpy.bool_", "numpy.bool"):
+                return bool(value)
+            if isinstance(value, int) and value in (0, 1):
+                return bool(value)
+            raise LaunchError(f"{where}: expected a bool, got {_type_name(value)} {value!r}")
+        if dtype in _INT_RANGE:
+            if isinstance(value, float) or (not isinstance(value, int) and not hasattr(value, "__index__")):
+                raise LaunchError(f"{where}: expected an int for {dtype}, got {_type_name(value)} {value!r}")
+            try:
+                v = value.__index__()
+            except TypeError:
+                raise LaunchError(f"{where}: expected an int for {dtype}, got {_type_name(value)} {value!r}") from None
+            lo, hi = _INT_RANGE[dtype]
+            if not lo <= v <= hi:
+                raise LaunchError(f"{where}: {v} is out of range for {dtype} [{lo}, {hi}]")
+            return v
+        # floating point
+        if not (isinstance(value, int | float) or hasattr(value, "__float__")):
+            raise LaunchError(f"{where}: expected a number for {dtype}, got {_type_name(value)}")
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            raise LaunchError(f"{where}: expected a number for {dtype}, got {_type_name(value)} {value!r}") from None
+        try:
+            if dtype == "bfloat16":
+                return float_to_bfloat16_bits(f)
+            struct.pack(self.fmt, f)
+        except OverflowError:
+            raise LaunchError(f"{where}: {f!r} is out of range for {dtype}") from None
+        return f
+
+
+def param_layout(kinds: Sequence[ParamKind]) -> tuple[str, tuple[int, ...], int]:
+    """(struct format, byte offset of each parameter, total size) of the kernel parameter block.
+
+    Each parameter starts at a multiple of its alignment, as a C compiler lays out a struct of
+    them; the size is the end of the last parameter.
+    """
+    fmt = "="
+    offsets: list[int] = []
+    off = 0
+    for k in kinds:
+        pad = -off % k.align
+        if pad:
+            fmt += f"{pad}x"
+        off += pad
+        offsets.append(off)
+        fmt += k.fmt
+        off += k.size
+    return fmt, tuple(offsets), off
+
+
+def _grid3(grid: Any) -> tuple[int, int, int]:
+    """A grid as three ints, checked against the hardware limits."""
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        dims: tuple[Any, ...] = (grid, 1, 1)
+    elif isinstance(grid, tuple | list) and 1 <= len(grid) <= 3:
+        dims = (*grid, *(1,) * (3 - len(grid)))
+    else:
+        raise LaunchError(f"grid must be a positive int or a tuple of 1 to 3 positive ints, got {grid!r}")
+    for d, limit in zip(dims, _MAX_GRID):
+        if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= limit:
+            raise LaunchError(
+                f"grid must be a positive int or a tuple of 1 to 3 positive ints within {_MAX_GRID}, got {grid!r}"
+            )
+    return dims  # type: ignore[return-value]
+
+
+def _block3(block: Any) -> tuple[int, int, int]:
+    if isinstance(block, int) and not isinstance(block, bool):
+        dims: tuple[Any, ...] = (block, 1, 1)
+    elif isinstance(block, tuple | list) and 1 <= len(block) <= 3:
+        dims = (*block, *(1,) * (3 - len(block)))
+    else:
+        raise ValueError(f"block must be a positive int or a tuple of 1 to 3 positive ints, got {block!r}")
+    for d, limit in zip(dims, _MAX_BLOCK):
+        if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= limit:
+            raise ValueError(f"block {block!r}: each dimension must be an int in 1..{limit} (x, y ≤ 1024, z ≤ 64)")
+    if dims[0] * dims[1] * dims[2] > 1024:
+        raise ValueError(f"block {block!r} has {dims[0] * dims[1] * dims[2]} threads; at most 1024 are allowed")
+    return dims  # type: ignore[return-value]
+
+
+class _Mismatch(Exception):
+    """Raised by generated code when an array argument's dtype or rank differs (details: slow path)."""
+
+
+def _address(fn: Any) -> int:
+    addr = ctypes.cast(fn, ctypes.c_void_p).value
+    if not addr:
+        raise ValueError("the launch entry point has no address")
+    return int(addr)
+
+
+_EX_PROTO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_LEGACY_PROTO = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, *(ctypes.c_uint,) * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)
+
+
+class _Buffers:
+    """One set of launch buffers: parameters, the ``extra`` array pointing at them, and the config."""
+
+    def __init__(self, size: int, block: tuple[int, int, int], shared: int) -> None:
+        self.params = ctypes.create_string_buffer(max(size, 1))
+        self.size = ctypes.c_size_t(size)
+        self.extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(self.params), 2, ctypes.addressof(self.size), 0)
+        self.extra_addr = ctypes.addressof(self.extra) if size else 0
+        self.config = ctypes.create_string_buffer(_CONFIG_SIZE)
+        self.config_addr = ctypes.addressof(self.config)
+        _CONFIG.pack_into(self.config, 0, 1, 1, 1, *block, shared, 0)
+
+
+class Launcher:
+    """Launches one kernel with one parameter signature, fast.
+
+    ``function`` is a loaded kernel (:class:`tilejit.runtime.module.Function`, or anything with
+    ``.handle`` and ``.name``); ``params`` its parameters in order as (name, ParamKind). Call
+    ``launcher(grid, args, stream=None)``, or ``launcher.launch`` (the same, one call layer less).
+    ``stream`` None means the current stream. ``driver`` is for tests (default: the CUDA driver).
+    """
+
+    def __init__(
+        self,
+        function: Any,
+        params: Sequence[tuple[str, ParamKind]],
+        block: int | Sequence[int] = (128, 1, 1),
+        shared_bytes: int = 0,
+        *,
+        driver: Any = None,
+    ) -> None:
+        self.function = function
+        self.name: str = getattr(function, "name", "kernel")
+        self.params = tuple((str(n), k) for n, k in params)
+        for n, k in self.params:
+            if not isinstance(k, ParamKind):
+                raise TypeError(f"parameter {n!r}: expected a ParamKind, got {type(k).__name__}")
+        self.block = _block3(tuple(block) if not isinstance(block, int) else block)
+        if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, int) or shared_bytes < 0:
+            raise ValueError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
+        self.shared_bytes = shared_bytes
+        if shared_bytes > 48 * 1024 and hasattr(function, "set_max_dynamic_shared"):
+            function.set_max_dynamic_shared(shared_bytes)
+        self.format, self.offsets, self.size = param_layout([k for _, k in self.params])
+        self._struct = struct.Struct(self.format)
+        if driver is None:
+            from tilejit.runtime.device import initialized_driver
+
+            driver = initialized_driver()
+        self._driver = driver
+        ex = getattr(driver, "cuLaunchKernelEx", None)
+        self._uses_ex = ex is not None
+        self._call = _EX_PROTO(_address(ex)) if ex is not None else _LEGACY_PROTO(_address(driver.cuLaunchKernel))
+        self._handle = int(function.handle)
+        self._owner_thread = threading.get_ident()
+        self._buffers = _Buffers(self.size, self.block, shared_bytes)
+        self._state: list[Any] = [None, -1]
+        self.launch: Callable[..., None] = self._generate()
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{k} {n}" for n, k in self.params)
+        return f"<tilejit.Launcher {self.name}({sig}) block={self.block} shared={self.shared_bytes}>"
+
+    def __call__(self, grid: Any, args: Sequence[Any], stream: Any = None) -> None:
+        self.launch(grid, args, stream)
+
+    # ------------------------------------------------------------------ code generation
+
+    def _generate(self) -> Callable[..., None]:
+        env: dict[str, Any] = {
+            "pack": self._struct.pack_into, "buf": self._buffers.params, "cfgpack": _CONFIG.pack_into,
+            "cfg": self._buffers.config, "call": self._call, "cfgaddr": self._buffers.config_addr,
+            "fh": self._handle, "extra": self._buffers.extra_addr, "st": self._state, "cur": _current_handle,
+            "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
+            "owner": self._owner_thread, "slow": self._launch_generic, "explain": self._explain,
+            "failed": self._failed, "AV": ArrayView, "as_view": as_view, "Mismatch": _Mismatch,
+        }
+        n = len(self.params)
+        lines: list[str] = []
+        if n == 0:
+            lines.append("if len(args) != 0: raise Mismatch()")
+        else:
+            lines.append(", ".join(f"a{i}" for i in range(n)) + (", = args" if n == 1 else " = args"))
+        values: list[str] = []
+        bx, by, bz = self.block
+        for i, (_, k) in enumerate(self.params):
+            a = f"a{i}"
+            if k.kind == "scalar":
+                conv = f"conv{i}"
+                env[conv] = self._scalar_converter(i)
+                exact = {"bool": "bool", "float16": "float", "float32": "float", "float64": "float"}.get(
+                    str(k.dtype), "int")
+                if k.dtype == "bfloat16":
+                    values.append(f"{conv}({a})")
+                else:
+                    values.append(f"({a} if {a}.__class__ is {exact} else {conv}({a}))")
+            elif k.kind == "pointer":
+                conv = f"conv{i}"
+                env[conv] = self._pointer_converter(k)
+                values.append(f"{conv}({a})")
+            else:
+                v = f"v{i}"
+                lines.append(f"{v} = {a} if {a}.__class__ is AV else as_view({a})")
+                lines.append(f"if {v}.dtype != {k.dtype!r} or len({v}.shape) != {k.ndim}: raise Mismatch()")
+                values.append(f"{v}.ptr" + (f", *{v}.shape, *{v}.strides" if k.ndim else ""))
+        if values:
+            lines.append(f"pack(buf, 0, {', '.join(values)})")
+        lines += [
+            "if stream is None: h = cur[0]",
+            "elif stream.__class__ is Stream: h = stream.handle",
+            "else: h = stream_handle(stream)",
+        ]
+        if self._uses_ex:
+            lines += [
+                "if grid != st[0] or h != st[1]:",
+                "    gx, gy, gz = grid3(grid)",
+                f"    cfgpack(cfg, 0, gx, gy, gz, {bx}, {by}, {bz}, {self.shared_bytes}, h)",
+                "    st[0] = grid if grid.__class__ is int or grid.__class__ is tuple else None",
+                "    st[1] = h",
+            ]
+            call = "status = call(cfgaddr, fh, None, extra)"
+        else:
+            lines.append("gx, gy, gz = grid3(grid)")
+            call = f"status = call(fh, gx, gy, gz, {bx}, {by}, {bz}, {self.shared_bytes}, h, None, extra)"
+        body = "\n".join("            " + line for line in lines)
+        src = (
+            f"def make({', '.join(env)}):\n"
+            "    def launch(grid, args, stream=None):\n"
+            "        if ident() != owner:\n"
+            "            return slow(grid, args, stream)\n"
+            "        try:\n"
+            f"{body}\n"
+            "        except Exception as exc:\n"
+            "            raise explain(grid, args, stream, exc) from None\n"
+            f"        {call}\n"
+            "        if status:\n"
+            "            failed(status, grid, args, stream)\n"
+            "    return launch\n"
+        )
+        self.source = src
+        namespace: dict[str, Any] = {}
+        exec(compile(src, f"<tilejit launcher {self.name}>", "exec"), namespace)
+        launch: Callable[..., None] = namespace["make"](**env)
+        return launch
+
+    def _where(self, i: int) -> str:
+        name, kind = self.params[i]
+        return f"parameter '{name}' ({kind}) of kernel '{self.name}'"
+
+    def _scalar_converter(self, i: int) -> Callable[[Any], Any]:
+        kind, where = self.params[i][1], self._where(i)
+
+        def conv(value: Any) -> Any:
+            return kind._scalar(value, where)
+
+        return conv
+
+    def _pointer_converter(self, kind: ParamKind) -> Callable[[Any], int]:
+        dtype = kind.dtype
+
+        def conv(value: Any) -> int:
+            if value.__class__ is int:
+                return value  # struct rejects negative or >64-bit addresses
+            v = as_view(value)
+            if dtype is not None and v.dtype != dtype:
+                raise _Mismatch()
+            return v.ptr
+
+        return conv
+
+    # ------------------------------------------------------------------ slow path and errors
+
+    def convert_args(self, args: Sequence[Any]) -> list[Any]:
+        """Checked conversion of all arguments to the flat struct values (raises ``LaunchError``)."""
+        names = ", ".join(n for n, _ in self.params)
+        if not isinstance(args, tuple | list):
+            raise LaunchError(
+                f"kernel '{self.name}': args must be a tuple or list of its {len(self.params)} arguments "
+                f"({names}), got {_type_name(args)}"
+            )
+        if len(args) != len(self.params):
+            raise LaunchError(
+                f"kernel '{self.name}' takes {len(self.params)} argument(s) ({names}), got {len(args)}"
+            )
+        values: list[Any] = []
+        for i, ((_, kind), value) in enumerate(zip(self.params, args)):
+            values += kind.convert(value, self._where(i))
+        return values
+
+    def pack(self, args: Sequence[Any]) -> bytes:
+        """The parameter block for ``args``, as the kernel will receive it (checked path)."""
+        return self._struct.pack(*self.convert_args(args))
+
+    def _explain(self, grid: Any, args: Any, stream: Any, exc: BaseException) -> BaseException:
+        """The precise error behind a failed fast path (``exc`` itself if none is found)."""
+        try:
+            values = self.convert_args(args)
+            self._struct.pack(*values)
+            _grid3(grid)
+            stream_handle(stream)
+        except LaunchError as err:
+            return err
+        except (TypeError, ValueError) as err:
+            return LaunchError(f"kernel '{self.name}': stream: {err}")
+        except struct.error as err:
+            return LaunchError(f"kernel '{self.name}': {err}")
+        return exc
+
+    def _launch_generic(self, grid: Any, args: Sequence[Any], stream: Any = None) -> None:
+        """The same launch with fresh buffers and full checks (used by threads other than the creator)."""
+        values = self.convert_args(args)
+        gx, gy, gz = _grid3(grid)
+        try:
+            h = stream_handle(stream)
+        except (TypeError, ValueError) as err:
+            raise LaunchError(f"kernel '{self.name}': stream: {err}") from None
+        bufs = _Buffers(self.size, self.block, self.shared_bytes)
+        if values:
+            self._struct.pack_into(bufs.params, 0, *values)
+        if self._uses_ex:
+            _CONFIG.pack_into(bufs.config, 0, gx, gy, gz, *self.block, self.shared_bytes, h)
+            status = self._call(bufs.config_addr, self._handle, None, bufs.extra_addr)
+        else:
+            status = self._call(self._handle, gx, gy, gz, *self.block, self.shared_bytes, h, None, bufs.extra_addr)
+        if status:
+            self._failed(status, grid, args, stream, retry=False)
+
+    def _failed(self, status: int, grid: Any, args: Any, stream: Any, retry: bool = True) -> None:
+        """A launch returned ``status``: fix a missing/wrong current context and retry once, else raise."""
+        ctx = getattr(self.function, "context", None)
+        if retry and ctx is not None and status in (
+            _CUDA_ERROR_INVALID_CONTEXT, _CUDA_ERROR_INVALID_HANDLE, _CUDA_ERROR_CONTEXT_IS_DESTROYED
+        ) and not ctx.is_current():
+            ctx.make_current()
+            self._launch_generic(grid, args, stream)
+            return
+        detail = (
+            f"launching kernel '{self.name}' with grid={grid!r} block={self.block} "
+            f"shared_bytes={self.shared_bytes} on stream {stream_handle(stream):#x}"
+        )
+        check = getattr(self._driver, "check", None)
+        if check is not None:
+            check(status, "cuLaunchKernelEx" if self._uses_ex else "cuLaunchKernel", detail)
+        raise CUDAError("cuLaunchKernel", status, f"error {status}", "launch failed", detail)
+
+
+__all__ = ["Launcher", "ParamKind", "param_layout"]

@@ -1,0 +1,222 @@
+"""CUDA streams: tilejit's own, and any other library's (``__cuda_stream__``, torch, CuPy, int).
+
+A launch given no stream goes to the *current stream*: the legacy default stream (handle 0, the
+one torch and CuPy also use by default) until :func:`set_current_stream` names another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tilejit.runtime.device import Device, get_device, initialized_driver
+
+if TYPE_CHECKING:
+    from tilejit.runtime.event import Event
+
+STREAM_NON_BLOCKING = 0x1
+#: Special handles the driver accepts anywhere a stream goes (cuda.h ``CU_STREAM_LEGACY`` / ``_PER_THREAD``).
+STREAM_LEGACY = 0x1
+STREAM_PER_THREAD = 0x2
+_CUDA_ERROR_NOT_READY = 600
+
+
+class Stream:
+    """A CUDA stream. ``Stream()`` creates a non-blocking stream on the current device, which
+    ``close()`` (or leaving a ``with`` block) destroys; wrapped foreign streams are never destroyed."""
+
+    __slots__ = ("__weakref__", "_owned", "_owner", "device", "handle")
+
+    handle: int
+    device: Device | None
+    _owned: bool
+    _owner: object
+
+    def __init__(self, device: Device | int | None = None, *, non_blocking: bool = True) -> None:
+        dev = get_device() if device is None else Device(device)
+        dev.context.ensure_current()
+        d = initialized_driver()
+        out = ctypes.c_void_p(None)
+        flags = STREAM_NON_BLOCKING if non_blocking else 0
+        d.check(d.cuStreamCreate(ctypes.byref(out), flags), "cuStreamCreate")
+        self.handle = int(out.value or 0)
+        self.device = dev
+        self._owned = True
+        self._owner = None
+
+    @classmethod
+    def _wrap(cls, handle: int, owner: object = None) -> Stream:
+        s = cls.__new__(cls)
+        s.handle = handle
+        s.device = None
+        s._owned = False
+        s._owner = owner
+        return s
+
+    @classmethod
+    def legacy(cls) -> Stream:
+        """The legacy default stream (handle 0): ordered with every blocking stream of its context."""
+        return _LEGACY
+
+    @classmethod
+    def from_external(cls, obj: Any) -> Stream:
+        """Wrap another library's stream without taking ownership; ``obj`` is kept alive.
+
+        Accepts a :class:`Stream`, an object with ``__cuda_stream__`` (returning ``(version, handle)``),
+        a ``torch.cuda.Stream`` (``.cuda_stream``), a CuPy stream (``.ptr``) or an int handle.
+        """
+        if isinstance(obj, Stream):
+            return obj
+        return cls._wrap(stream_handle(obj), obj)
+
+    def __repr__(self) -> str:
+        kind = "owned" if self._owned else "external"
+        return f"<tilejit.Stream {self.handle:#x} ({kind})>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other.handle == self.handle
+
+    def __hash__(self) -> int:
+        return hash(self.handle)
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+    def synchronize(self) -> None:
+        """Wait until all work queued on this stream has finished."""
+        d = initialized_driver()
+        d.check(d.cuStreamSynchronize(ctypes.c_void_p(self.handle)), "cuStreamSynchronize")
+
+    def query(self) -> bool:
+        """True when all work queued on this stream has finished."""
+        d = initialized_driver()
+        status = d.cuStreamQuery(ctypes.c_void_p(self.handle))
+        if status == _CUDA_ERROR_NOT_READY:
+            return False
+        d.check(status, "cuStreamQuery")
+        return True
+
+    def wait(self, event: Event) -> None:
+        """Make later work on this stream wait until ``event`` has completed."""
+        d = initialized_driver()
+        d.check(d.cuStreamWaitEvent(ctypes.c_void_p(self.handle), ctypes.c_void_p(event.handle), 0),
+                "cuStreamWaitEvent")
+
+    def record(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one if None) on this stream and return it."""
+        from tilejit.runtime.event import Event
+
+        ev = Event() if event is None else event
+        ev.record(self)
+        return ev
+
+    def close(self) -> None:
+        """Destroy the stream if tilejit created it (queued work still completes)."""
+        if self._owned and self.handle:
+            handle, self.handle, self._owned = self.handle, 0, False
+            d = initialized_driver()
+            d.check(d.cuStreamDestroy(ctypes.c_void_p(handle)), "cuStreamDestroy")
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_owned", False) and self.handle:
+            with contextlib.suppress(Exception):
+                self.close()
+
+
+_LEGACY = Stream._wrap(0)
+#: The current stream and its handle; launch code reads ``_current_handle[0]`` directly.
+_current: list[Stream] = [_LEGACY]
+_current_handle: list[int] = [0]
+
+
+def current_stream() -> Stream:
+    """The stream launches use when given none."""
+    return _current[0]
+
+
+def set_current_stream(stream: Any) -> Stream:
+    """Make ``stream`` (anything :meth:`Stream.from_external` accepts; None = legacy default) current.
+
+    Returns the previous current stream, so callers can restore it.
+    """
+    previous = _current[0]
+    s = _LEGACY if stream is None else Stream.from_external(stream)
+    _current[0] = s
+    _current_handle[0] = s.handle
+    return previous
+
+
+# ------------------------------------------------------------------ handle of any stream object
+
+
+def _handle_of_own(s: Stream) -> int:
+    return s.handle
+
+
+def _handle_of_int(h: int) -> int:
+    if h < 0:
+        raise ValueError(f"a stream handle cannot be negative, got {h}")
+    return h
+
+
+def _handle_of_protocol(obj: Any) -> int:
+    attr = obj.__cuda_stream__
+    value = attr() if callable(attr) else attr
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise TypeError(f"{type(obj).__name__}.__cuda_stream__ must give (version, handle), got {value!r}")
+    return int(value[1])
+
+
+def _handle_of_torch(obj: Any) -> int:
+    return int(obj.cuda_stream)
+
+
+def _handle_of_cupy(obj: Any) -> int:
+    return int(obj.ptr)
+
+
+_BY_TYPE: dict[type, Callable[[Any], int]] = {Stream: _handle_of_own, int: _handle_of_int}
+
+
+def _converter(cls: type, obj: Any) -> Callable[[Any], int]:
+    if issubclass(cls, Stream):
+        return _handle_of_own
+    if issubclass(cls, bool):
+        raise TypeError("expected a stream, got a bool")
+    if issubclass(cls, int):
+        return _handle_of_int
+    if hasattr(obj, "__cuda_stream__"):
+        return _handle_of_protocol
+    if hasattr(obj, "cuda_stream"):
+        return _handle_of_torch
+    if cls.__module__.split(".")[0] == "cupy" and hasattr(obj, "ptr"):
+        return _handle_of_cupy
+    raise TypeError(
+        "expected a stream: tilejit.Stream, an object with __cuda_stream__, a torch.cuda.Stream, a CuPy "
+        f"stream or an int handle; got {cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def stream_handle(stream: Any) -> int:
+    """The raw ``CUstream`` handle of ``stream``; None means the current stream."""
+    if stream is None:
+        return _current_handle[0]
+    cls = type(stream)
+    conv = _BY_TYPE.get(cls)
+    if conv is None:
+        conv = _converter(cls, stream)
+        _BY_TYPE[cls] = conv
+    return conv(stream)
+
+
+__all__ = [
+    "STREAM_LEGACY", "STREAM_PER_THREAD", "Stream", "current_stream", "set_current_stream", "stream_handle",
+]
