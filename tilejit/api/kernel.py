@@ -29,6 +29,30 @@ class _Compiled:
     module: Any
 
 
+_PY_SCALARS = frozenset({int, float, bool})
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _scalar_annotations(func: Callable[..., Any], names: list[str]) -> dict[str, TileType]:
+    """Scalar parameters whose annotation fixes their type (``float`` → float32, ``tj.int64``...)."""
+    from tilejit.api.compile import _as_param_type
+
+    out: dict[str, TileType] = {}
+    for name in names:
+        ann = func.__annotations__.get(name)
+        if isinstance(ann, str):
+            ann = {"int": int, "float": float, "bool": bool}.get(ann, ann)
+        if ann is None or isinstance(ann, str):
+            continue
+        try:
+            t = _as_param_type(name, ann)
+        except TypeError:
+            continue
+        if isinstance(t, TileType):
+            out[name] = t
+    return out
+
+
 def _normalize_grid(grid: object) -> tuple[int, int, int]:
     dims = grid if isinstance(grid, tuple) else (grid,)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d >= 1 for d in dims):
@@ -73,6 +97,7 @@ class Kernel:
         consts = set(constant_params(func))
         self._constants = [p for p in self._params if p in consts]
         self._args = [p for p in self._params if p not in consts]
+        self._annotated = _scalar_annotations(func, self._args)
         self._specs: dict[tuple[Any, ...], _Compiled] = {}
         self._lock = threading.Lock()
         self._fingerprint: str | None = None
@@ -131,10 +156,14 @@ class Kernel:
         run_args, consts = self._split(args, kwargs)
         views: list[Any] = []
         key: list[Any] = [consts]
+        annotated = self._annotated
         for name, a in zip(self._args, run_args):
-            if isinstance(a, int | float | bool):
+            if a.__class__ in _PY_SCALARS:
                 views.append(a)
-                key.append(type(a) if not isinstance(a, int) or -(1 << 31) <= a < (1 << 31) else "i64")
+                if name in annotated:
+                    key.append(None)
+                else:
+                    key.append(a.__class__ if a.__class__ is not int or _I32_MIN <= a <= _I32_MAX else "i64")
                 continue
             try:
                 v = as_view(a)
@@ -171,7 +200,7 @@ class Kernel:
         hints: dict[str, ArrayHint] = {}
         for name, a, v in zip(self._args, run_args, views):
             if v is a:
-                arg_types[name] = scalar_type_of(name, a)
+                arg_types[name] = self._annotated.get(name) or scalar_type_of(name, a)
             else:
                 dtype, ndim, unit, aligned = array_key(v.dtype, v.shape, v.strides, v.ptr)
                 arg_types[name] = ArrayType(dtype, ndim)

@@ -159,7 +159,8 @@ class ParamKind:
         assert dtype is not None
         shape = getattr(value, "shape", None)
         if shape is not None and tuple(shape) != ():
-            raise LaunchError(f"{where}: expected a {dtype} scalar, got an array ({_type_name(value)})")
+            article = "an" if dtype[0] in "aeiou" else "a"
+            raise LaunchError(f"{where}: expected {article} {dtype} scalar, got an array ({_type_name(value)})")
         if dtype == "bool":
             if isinstance(value, bool) or _type_name(value) in ("numpy.bool_", "numpy.bool"):
                 return bool(value)

@@ -170,7 +170,7 @@ def assign_mma_layouts(fn: Function, mma_results: dict[Value, Layout]) -> dict[V
 
 def _innermost(loop: ForOp | LoopOp, term: object) -> bool:
     """Whether a continue/break belongs to ``loop`` (not to a loop nested inside it)."""
-    return _owner_loop(loop.body, term) is loop
+    return _owner_loop(loop.body, term, loop) is loop
 
 
 def _owner_loop(block: Block, term: object, current: object = None) -> object:

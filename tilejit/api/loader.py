@@ -1,0 +1,83 @@
+"""From a kernel specialization to a ready launcher, through the disk cache.
+
+A kernel-level cache entry holds the CUBIN and the launch facts (symbol, threads, shared memory,
+parameter ABI), keyed by the kernel's source fingerprint and everything else that changes the
+code, so a warm first call in a new process skips the front end, the backend and NVRTC entirely.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from tilejit.api.compile import Artifact
+from tilejit.config import CACHE
+
+if TYPE_CHECKING:
+    from tilejit.api.kernel import _Compiled
+
+_ENTRY_VERSION = "1"
+
+
+@functools.cache
+def _headers_digest() -> str:
+    from tilejit.backends.cuda.codegen import device_headers
+
+    h = hashlib.sha256()
+    for name, text in sorted(device_headers().items()):
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
+    return h.hexdigest()
+
+
+def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
+    from tilejit import __version__
+    from tilejit.compiler.cache import cache_key
+    from tilejit.compiler.nvrtc import nvrtc_identity
+
+    types = [(n, str(t)) for n, t in artifact.arg_types.items()]
+    consts = [(n, type(v).__name__, repr(v)) for n, v in sorted(artifact.constants.items())]
+    hints = sorted((n, h.unit_stride, h.aligned16) for n, h in artifact.hints.items())
+    return cache_key(
+        "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, json.dumps(types),
+        json.dumps(consts), json.dumps(hints), artifact.target.sm, str(artifact.num_threads),
+        nvrtc_identity(), _headers_digest(),
+    )
+
+
+def _compile_entry(artifact: Artifact) -> dict[str, Any]:
+    ck = artifact.cuda_kernel()
+    return {
+        "cubin": artifact.cubin(),
+        "symbol": ck.name,
+        "num_threads": ck.num_threads,
+        "shared_bytes": ck.shared_bytes,
+        "params": [[name, *spec] for name, spec in ck.params],
+    }
+
+
+def load_artifact(artifact: Artifact, fingerprint: str) -> _Compiled:
+    """Compile (or fetch from the disk cache) and load one specialization on the current device."""
+    from tilejit.api.kernel import _Compiled
+    from tilejit.compiler.cache import default_cache
+    from tilejit.runtime.launch import Launcher, ParamKind
+    from tilejit.runtime.module import Module
+
+    entry: dict[str, Any] | None = None
+    key = ""
+    if CACHE.get():
+        key = _specialization_key(artifact, fingerprint)
+        entry = default_cache().get(key)
+        if entry is not None and not {"cubin", "symbol", "num_threads", "shared_bytes", "params"} <= set(entry):
+            entry = None
+    if entry is None:
+        entry = _compile_entry(artifact)
+        if key:
+            default_cache().put(key, entry)
+    module = Module.load(entry["cubin"], "cubin")
+    function = module.get_function(entry["symbol"])
+    params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]
+    launcher = Launcher(function, params, block=(int(entry["num_threads"]), 1, 1),
+                        shared_bytes=int(entry["shared_bytes"]))
+    return _Compiled(launcher=launcher.launch, artifact=artifact, module=module)
