@@ -20,14 +20,17 @@ def parse_args(description: str) -> argparse.Namespace:
 
 def compile_only(args: argparse.Namespace, kernel: object, signature: tuple, constants: dict) -> None:
     """Compile for ``args.arch`` with no GPU and report what came out."""
-    art = tj.compile(kernel, signature, constants=constants, target=args.arch)
-    if args.show == "ir":
-        print(art.ir_text())
-    elif args.show == "cuda":
-        print(art.cuda_source())
-    elif args.show == "ptx":
-        print(art.ptx())
-    cubin = art.cubin()
+    try:
+        art = tj.compile(kernel, signature, constants=constants, target=args.arch)
+        if args.show == "ir":
+            print(art.ir_text())
+        elif args.show == "cuda":
+            print(art.cuda_source())
+        elif args.show == "ptx":
+            print(art.ptx())
+        cubin = art.cubin()
+    except tj.TilejitError as exc:
+        sys.exit(f"error: {exc}")
     print(f"compiled {art.name} for {args.arch}: {len(cubin)} bytes of CUBIN (no GPU needed)")
 
 

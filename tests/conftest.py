@@ -73,7 +73,10 @@ def toolkits() -> tuple[Toolkit, ...]:
     return tuple(sorted(found, key=lambda t: -t.major))
 
 
-@pytest.fixture(params=[tk.major for tk in toolkits()] or [None], ids=lambda m: f"cuda{m}")
+_MAJORS: list[int | None] = [tk.major for tk in toolkits()]
+
+
+@pytest.fixture(params=_MAJORS or [None], ids=lambda m: f"cuda{m}")
 def toolkit(request: pytest.FixtureRequest) -> Toolkit:
     """Each available CUDA major's toolkit in turn; skips when none was installed."""
     if request.param is None:

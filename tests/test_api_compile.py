@@ -27,7 +27,7 @@ def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.mark.parametrize("arch", ["sm_70", "sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
 def test_compile_every_stage(arch: str) -> None:
     art = tj.compile(vadd, SIG, constants={"TILE": 1024}, target=arch)
     ir = art.ir_text()

@@ -29,7 +29,7 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         # A distinct file name per variant: the system loader shares libraries by path.
         path = out / f"libcuda_stub_{variant}.so.1"
         subprocess.run(
-            [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", *flags, str(STUB_SOURCE), "-o", str(path)],
+            [cc, "-shared", "-fPIC", "-O1", *flags, str(STUB_SOURCE), "-o", str(path)],
             check=True,
             capture_output=True,
         )
@@ -257,9 +257,7 @@ def test_real_driver_singleton() -> None:
     dev = drv.CUdevice()
     d.check(d.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
     major = ctypes.c_int()
-    d.check(
-        d.cuDeviceGetAttribute(ctypes.byref(major), drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "attr"
-    )
+    d.check(d.cuDeviceGetAttribute(ctypes.byref(major), drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "attr")
     assert major.value >= 5
     assert d.error_name(1) == "CUDA_ERROR_INVALID_VALUE"
     with pytest.raises(CUDAError, match=r"CUDA_ERROR_INVALID_VALUE \(1\)"):

@@ -25,9 +25,10 @@ __global__ void scale(T* x, int n) {
 
 def tilejit(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
-    full_env.update(env or {})
+    full_env.update({"PYTHONIOENCODING": "utf-8", **(env or {})})
     return subprocess.run(
-        [sys.executable, "-m", "tilejit", *args], env=full_env, cwd=cwd, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "tilejit", *args], env=full_env, cwd=cwd, capture_output=True, timeout=300,
+        encoding="utf-8", errors="strict",
     )
 
 
@@ -63,6 +64,15 @@ def test_doctor_with_nvrtc(toolkit: Toolkit, tmp_path: Path) -> None:
             f"(NVRTC {lib.version[0]}.{lib.version[1]}); running kernels needs a GPU."
         )
         assert "  none: " in out.split("\nGPUs\n")[1]
+
+
+def test_doctor_on_an_ascii_terminal(toolkit: Toolkit, tmp_path: Path) -> None:
+    r = tilejit("doctor", env={"TILEJIT_NVRTC": str(toolkit.nvrtc), "PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    if not has_gpu():
+        assert "Summary: No GPU: you can compile for any of sm_" in r.stdout
+        assert "..." in r.stdout.strip().splitlines()[-1]
 
 
 def test_doctor_without_nvrtc_lists_places_tried(tmp_path: Path) -> None:

@@ -234,3 +234,14 @@ def test_default_target_is_the_gpu_and_the_cubin_loads() -> None:
     prog = compile_cuda(SIMPLE, cache=False)
     assert prog.target.sm == get_device().arch
     assert cubin_sm(prog.code) == prog.target.number
+
+
+def test_compiling_keeps_the_thread_locale(lib: NVRTC) -> None:
+    """NVRTC 11.x switches the calling thread to the "C" locale; compile_cuda must put it back."""
+    import locale
+
+    before = locale.getpreferredencoding(False)
+    compile_cuda(SIMPLE, target="sm_80", nvrtc=lib, cache=False)
+    with pytest.raises(CompileError):
+        compile_cuda("__global__ void k() { oops }", target="sm_80", nvrtc=lib, cache=False)
+    assert locale.getpreferredencoding(False) == before

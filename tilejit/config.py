@@ -30,7 +30,7 @@ class Setting(Generic[T]):
         if raw is None:
             return self.default
         try:
-            return self._parse(raw.strip())  # type: ignore[no-any-return]
+            return self._parse(raw.strip())  # type: ignore[return-value]
         except ValueError as exc:
             raise ValueError(f"environment variable {self.name}={raw!r}: {exc}") from None
 

@@ -59,17 +59,73 @@ _b(["short", "short int", "signed short", "int16_t"], "int", 16, True)
 _b(["unsigned short", "unsigned short int", "uint16_t"], "int", 16, False)
 _b(["int", "signed", "signed int", "int32_t"], "int", 32, True)
 _b(["unsigned", "unsigned int", "uint32_t", "cuuint32_t"], "int", 32, False)
-_b(["long", "long int", "signed long", "long long", "long long int", "signed long long", "int64_t", "ssize_t",
-    "intptr_t", "ptrdiff_t"], "int", 64, True)  # fmt: skip
-_b(["unsigned long", "unsigned long int", "unsigned long long", "unsigned long long int", "uint64_t", "size_t",
-    "uintptr_t", "cuuint64_t"], "int", 64, False)  # fmt: skip
+_b(
+    [
+        "long",
+        "long int",
+        "signed long",
+        "long long",
+        "long long int",
+        "signed long long",
+        "int64_t",
+        "ssize_t",
+        "intptr_t",
+        "ptrdiff_t",
+    ],
+    "int",
+    64,
+    True,
+)
+_b(
+    [
+        "unsigned long",
+        "unsigned long int",
+        "unsigned long long",
+        "unsigned long long int",
+        "uint64_t",
+        "size_t",
+        "uintptr_t",
+        "cuuint64_t",
+    ],
+    "int",
+    64,
+    False,
+)
 _b(["float"], "float", 32, True)
 _b(["double"], "float", 64, True)
 
-_QUALIFIERS = {"const", "volatile", "restrict", "__restrict", "__restrict__", "CUDAAPI", "CUDA_CB", "extern",
-               "__CUDA_DEPRECATED", "static", "inline", "__inline__", "__host__", "__device__"}  # fmt: skip
-_TYPE_WORDS = {"unsigned", "signed", "char", "short", "int", "long", "float", "double", "void", "struct", "enum",
-               "union", "_Bool", "bool"}  # fmt: skip
+_QUALIFIERS = {
+    "const",
+    "volatile",
+    "restrict",
+    "__restrict",
+    "__restrict__",
+    "CUDAAPI",
+    "CUDA_CB",
+    "extern",
+    "__CUDA_DEPRECATED",
+    "static",
+    "inline",
+    "__inline__",
+    "__host__",
+    "__device__",
+}
+_TYPE_WORDS = {
+    "unsigned",
+    "signed",
+    "char",
+    "short",
+    "int",
+    "long",
+    "float",
+    "double",
+    "void",
+    "struct",
+    "enum",
+    "union",
+    "_Bool",
+    "bool",
+}
 
 
 @dataclass

@@ -518,8 +518,9 @@ class Driver:
         pfn = c_void_p(0)
         if self._getproc_v2 is not None:
             result = c_int(-1)
-            status = self._getproc_v2(name, ctypes.byref(pfn), entry.version, CU_GET_PROC_ADDRESS_DEFAULT,
-                                      ctypes.byref(result))  # fmt: skip
+            status = self._getproc_v2(
+                name, ctypes.byref(pfn), entry.version, CU_GET_PROC_ADDRESS_DEFAULT, ctypes.byref(result)
+            )
             if status == 0 and result.value == CU_GET_PROC_ADDRESS_SUCCESS and pfn.value:
                 return pfn.value, ""
             if result.value == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT:

@@ -29,6 +29,15 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _ellipsis(stream: TextIO) -> str:
+    """"…" where the stream can print it, else "..." (a C/ASCII locale)."""
+    try:
+        "…".encode(getattr(stream, "encoding", None) or "ascii")
+        return "…"
+    except (UnicodeEncodeError, LookupError):
+        return "..."
+
+
 def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in str(text).splitlines())
 
@@ -134,7 +143,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
         print("Summary: no NVRTC, so nothing can be compiled here; install it with pip install \"tilejit[cu13]\" "
               "(or [cu12] / [cu11]).", file=out)
         return 1
-    span = f"sm_{archs[0]}…sm_{archs[-1]}"
+    span = f"sm_{archs[0]}{_ellipsis(out)}sm_{archs[-1]}"
     if not gpus:
         print(f"Summary: No GPU: you can compile for any of {span} here (NVRTC {nvrtc_version}); "
               "running kernels needs a GPU.", file=out)

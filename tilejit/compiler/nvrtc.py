@@ -7,10 +7,11 @@ by path, size and mtime, which ``find_nvrtc()`` gives without a dlopen.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -281,6 +282,47 @@ def _key(
 
 
 def _run_nvrtc(
+    lib: NVRTC,
+    source: str,
+    name: str,
+    headers: dict[str, str],
+    opts: tuple[str, ...],
+    target: Target,
+    output: Output,
+    exprs: tuple[str, ...],
+) -> CompiledProgram:
+    with _thread_locale_kept():
+        return _run_nvrtc_calls(lib, source, name, headers, opts, target, output, exprs)
+
+
+@functools.cache
+def _uselocale() -> Callable[[int | None], int | None] | None:
+    """libc's ``uselocale``, or None where there is none (Windows)."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None).uselocale
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_void_p]
+    return fn  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _thread_locale_kept() -> Iterator[None]:
+    """Put back the calling thread's locale after NVRTC: NVRTC 11.x leaves the thread in the "C" locale,
+    which turns Python's default text encoding (open(), subprocess) into ASCII for the rest of the thread."""
+    fn = _uselocale()
+    before = fn(None) if fn is not None else None
+    try:
+        yield
+    finally:
+        if fn is not None and before is not None and fn(None) != before:
+            fn(before)
+
+
+def _run_nvrtc_calls(
     lib: NVRTC,
     source: str,
     name: str,

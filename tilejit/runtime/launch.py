@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tilejit.errors import CUDAError, LaunchError
+from tilejit.runtime.array import DeviceArray
 from tilejit.runtime.dtypes import ITEMSIZE, STRUCT_CHAR, float_to_bfloat16_bits
 from tilejit.runtime.interop import ArrayView, as_view
 from tilejit.runtime.stream import Stream, _current_handle, stream_handle
@@ -136,11 +137,11 @@ class ParamKind:
                 if not 0 <= value < 1 << 64:
                     raise LaunchError(f"{where}: the address {value} is not a 64-bit pointer")
                 return (value,)
-            v = self._view(value, where, "a device array or an int address")
+            v = self._view(value, where)
             if self.dtype is not None and v.dtype != self.dtype:
                 raise LaunchError(f"{where}: expected {self.dtype} data, got an array of {v.dtype}")
             return (v.ptr,)
-        v = self._view(value, where, f"a {self.ndim}-d {self.dtype} device array")
+        v = self._view(value, where)
         if v.dtype != self.dtype or len(v.shape) != self.ndim:
             raise LaunchError(
                 f"{where}: expected a {self.ndim}-d {self.dtype} array, got a {len(v.shape)}-d {v.dtype} array"
@@ -148,11 +149,11 @@ class ParamKind:
         return (v.ptr, *v.shape, *v.strides)
 
     @staticmethod
-    def _view(value: Any, where: str, expected: str) -> ArrayView:
+    def _view(value: Any, where: str) -> ArrayView:
         try:
             return as_view(value)
         except (TypeError, ValueError) as exc:
-            raise LaunchError(f"{where}: expected {expected}; {exc}") from None
+            raise LaunchError(f"{where}: {exc}") from None
 
     def _scalar(self, value: Any, where: str) -> Any:
         dtype = self.dtype
@@ -188,7 +189,7 @@ class ParamKind:
         try:
             if dtype == "bfloat16":
                 return float_to_bfloat16_bits(f)
-            struct.pack(self.fmt, f)
+            struct.pack("=" + self.fmt, f)
         except OverflowError:
             raise LaunchError(f"{where}: {f!r} is out of range for {dtype}") from None
         return f
@@ -337,7 +338,7 @@ class Launcher:
             "fh": self._handle, "extra": self._buffers.extra_addr, "st": self._state, "cur": _current_handle,
             "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
             "owner": self._owner_thread, "slow": self._launch_generic, "explain": self._explain,
-            "failed": self._failed, "AV": ArrayView, "as_view": as_view, "Mismatch": _Mismatch,
+            "failed": self._failed, "AV": ArrayView, "DA": DeviceArray, "as_view": as_view, "Mismatch": _Mismatch,
         }
         n = len(self.params)
         lines: list[str] = []
@@ -358,15 +359,30 @@ class Launcher:
                     values.append(f"{conv}({a})")
                 else:
                     values.append(f"({a} if {a}.__class__ is {exact} else {conv}({a}))")
-            elif k.kind == "pointer":
-                conv = f"conv{i}"
-                env[conv] = self._pointer_converter(k)
-                values.append(f"{conv}({a})")
+                continue
+            # Arrays and pointers: take the ArrayView (own arrays and views inline, others through
+            # the per-type converters), then unpack it; nested unpacking checks the rank for free.
+            fallback = "as_view"
+            if k.kind == "pointer":
+                fallback = f"conv{i}"
+                env[fallback] = self._pointer_view
+            lines += [
+                f"if {a}.__class__ is DA: v{i} = {a}._view",
+                f"elif {a}.__class__ is AV: v{i} = {a}",
+                f"else: v{i} = {fallback}({a})",
+            ]
+            dims = [f"s{i}_{d}" for d in range(k.ndim)]
+            strides = [f"t{i}_{d}" for d in range(k.ndim)]
+            if k.kind == "array":
+                lines.append(f"p{i}, ({''.join(x + ', ' for x in dims)}), ({''.join(x + ', ' for x in strides)}), "
+                             f"d{i}, _ = v{i}")
             else:
-                v = f"v{i}"
-                lines.append(f"{v} = {a} if {a}.__class__ is AV else as_view({a})")
-                lines.append(f"if {v}.dtype != {k.dtype!r} or len({v}.shape) != {k.ndim}: raise Mismatch()")
-                values.append(f"{v}.ptr" + (f", *{v}.shape, *{v}.strides" if k.ndim else ""))
+                lines.append(f"p{i}, _, _, d{i}, _ = v{i}")
+            if k.kind == "array":
+                lines.append(f"if d{i} != {k.dtype!r}: raise Mismatch()")
+            elif k.dtype is not None:
+                lines.append(f"if d{i} != {k.dtype!r} and d{i} is not None: raise Mismatch()")
+            values.append(", ".join([f"p{i}", *dims, *strides]))
         if values:
             lines.append(f"pack(buf, 0, {', '.join(values)})")
         lines += [
@@ -419,25 +435,19 @@ class Launcher:
 
         return conv
 
-    def _pointer_converter(self, kind: ParamKind) -> Callable[[Any], int]:
-        dtype = kind.dtype
-
-        def conv(value: Any) -> int:
-            if value.__class__ is int:
-                return value  # struct rejects negative or >64-bit addresses
-            v = as_view(value)
-            if dtype is not None and v.dtype != dtype:
-                raise _Mismatch()
-            return v.ptr
-
-        return conv
+    @staticmethod
+    def _pointer_view(value: Any) -> ArrayView:
+        """An int address as a dtype-less view; anything else through :func:`as_view`."""
+        if value.__class__ is int:
+            return ArrayView(value, (), (), None, None)  # type: ignore[arg-type]  # struct checks the range
+        return as_view(value)
 
     # ------------------------------------------------------------------ slow path and errors
 
     def convert_args(self, args: Sequence[Any]) -> list[Any]:
         """Checked conversion of all arguments to the flat struct values (raises ``LaunchError``)."""
         names = ", ".join(n for n, _ in self.params)
-        if not isinstance(args, tuple | list):
+        if not isinstance(args, tuple | list) or isinstance(args, ArrayView):
             raise LaunchError(
                 f"kernel '{self.name}': args must be a tuple or list of its {len(self.params)} arguments "
                 f"({names}), got {_type_name(args)}"
@@ -466,7 +476,7 @@ class Launcher:
             return err
         except (TypeError, ValueError) as err:
             return LaunchError(f"kernel '{self.name}': stream: {err}")
-        except struct.error as err:
+        except (struct.error, OverflowError) as err:
             return LaunchError(f"kernel '{self.name}': {err}")
         return exc
 

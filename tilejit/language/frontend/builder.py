@@ -6,7 +6,6 @@ Errors about user values raise ``FrontendError``; the AST handler that is runnin
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -27,9 +26,6 @@ from tilejit.language.ir.types import (
 )
 
 OpT = TypeVar("OpT", bound=Op)
-
-_INT_RANGES: dict[str, tuple[int, int]] = {}
-
 
 def int_range(dtype: DType) -> tuple[int, int]:
     """The inclusive range of an integer (or bool) dtype."""
@@ -88,6 +84,21 @@ def default_dtype(value: object) -> DType:
     if isinstance(value, float):
         return float32
     raise FrontendError(f"expected a number, got {describe(value)}")
+
+
+def common_default(*items: object) -> DType:
+    """The dtype joining numbers (weak) and dtypes: used when a constant must become a variable."""
+    dtypes = [i for i in items if isinstance(i, DType)]
+    numbers = [i for i in items if not isinstance(i, DType)]
+    if dtypes:
+        dtype = dtypes[0]
+        for d in dtypes[1:]:
+            dtype = promote(dtype, d)
+    else:
+        dtype = default_dtype(numbers.pop(0))
+    for n in numbers:
+        dtype = weak_dtype(n, dtype)
+    return dtype
 
 
 def weak_dtype(value: object, other: DType) -> DType:
@@ -284,10 +295,7 @@ class Builder:
     def select(self, cond: object, x: object, y: object) -> Tile:
         c = self.as_tile(cond)
         c = self.to_bool(c)
-        if isinstance(x, Tile) or isinstance(y, Tile):
-            dtype = self.common_dtype([x, y])
-        else:
-            dtype = self.common_dtype([x, y])
+        dtype = self.common_dtype([x, y])
         shape = broadcast_shapes(c.shape, *(v.shape for v in (x, y) if isinstance(v, Tile)))
         c = self.broadcast(c, shape)
         tx, ty = (
@@ -315,7 +323,3 @@ class Builder:
         assert isinstance(array.type, ArrayType)
         return self.tile(ops.ArrayDimOp, TileType(int64), array=array, axis=axis, which=which)
 
-
-def float_value(x: float) -> float:
-    """Python float with inf/nan preserved (helper for folding in the front end)."""
-    return float(x) if math.isfinite(x) else x

@@ -1,0 +1,241 @@
+"""Generic library discovery (tilejit.bindings.loader) and the nvJitLink binding."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tilejit.bindings import loader, nvjitlink
+from tilejit.bindings.loader import Candidate, find_and_load, find_file
+from tilejit.errors import CompileError, LibraryNotFoundError
+
+LIBM = "libm.so.6"
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux loader behaviour")
+
+
+@pytest.fixture
+def libm_path() -> str:
+    path = loader.library_path(ctypes.CDLL(LIBM))
+    assert path is not None and os.path.isfile(path)
+    return path
+
+
+@linux_only
+def test_every_failure_is_listed_in_order(tmp_path: Path, libm_path: str) -> None:
+    (tmp_path / "empty").mkdir()
+    bogus = tmp_path / "libbogus.so.1"
+    bogus.write_bytes(b"\x00" * 64)
+    cands = [
+        Candidate.nothing("$TILEJIT_X", "not set"),
+        Candidate.file(str(tmp_path / "missing.so"), "$TILEJIT_X"),
+        Candidate.folder(str(tmp_path / "nofolder"), ["libx.so.1"], "pip wheel"),
+        Candidate.folder(str(tmp_path / "empty"), ["libx.so.1", "libx.so.2"], "conda"),
+        Candidate.file(str(bogus), "explicit"),
+        Candidate.file(libm_path, "explicit"),
+        Candidate.soname("libtilejit-absent.so.7"),
+    ]
+    with pytest.raises(LibraryNotFoundError) as info:
+        find_and_load("X", cands, "install X", reject=lambda lib, path: "wrong version: 1.0")
+    err = info.value
+    assert err.library == "X" and err.hint == "install X"
+    whys = [(a.where, a.why) for a in err.attempts]
+    assert whys[0] == ("$TILEJIT_X", "not set")
+    assert whys[1] == (f"{tmp_path / 'missing.so'} ($TILEJIT_X)", "file does not exist")
+    assert whys[2] == (f"{tmp_path / 'nofolder'} (pip wheel)", "folder does not exist")
+    assert whys[3] == (f"{tmp_path / 'empty'} (conda)", "none of libx.so.1, libx.so.2 there")
+    assert whys[4][0] == f"{bogus} (explicit)" and whys[4][1].startswith("dlopen failed: ")
+    assert "libbogus.so.1" in whys[4][1]  # the dlerror text
+    assert whys[5] == (f"{libm_path} (explicit)", "wrong version: 1.0")
+    assert whys[6][0] == "libtilejit-absent.so.7 (system loader)" and "dlopen failed" in whys[6][1]
+    assert len(whys) == 7
+    text = str(err)
+    assert text.startswith("could not load X; tried:\n  - $TILEJIT_X: not set\n") and text.endswith("install X")
+
+
+@linux_only
+def test_first_acceptable_candidate_wins(tmp_path: Path, libm_path: str) -> None:
+    folder = tmp_path / "lib"
+    folder.mkdir()
+    shutil.copy(libm_path, folder / "libm-copy.so.6")
+    calls: list[str] = []
+    lib, path = find_and_load(
+        "libm",
+        [
+            Candidate.file(str(tmp_path / "nope.so"), "x"),
+            Candidate.folder(str(folder), ["a.so", "libm-copy.so.6"], "d"),
+        ],
+        "hint",
+        before_load=calls.append,
+    )
+    assert path == str(folder / "libm-copy.so.6") and calls == [path]
+    assert lib.cos is not None
+
+
+@linux_only
+def test_soname_reports_resolved_file_and_duplicates_are_tried_once(libm_path: str) -> None:
+    _, path = find_and_load("libm", [Candidate.soname(LIBM)], "hint")
+    assert os.path.realpath(path) == os.path.realpath(libm_path)
+    seen: list[str] = []
+
+    def reject(lib: ctypes.CDLL, p: str) -> str | None:
+        seen.append(p)
+        return "no"
+
+    with pytest.raises(LibraryNotFoundError):
+        find_and_load("libm", [Candidate.file(libm_path, "a"), Candidate.file(libm_path, "b")], "hint", reject=reject)
+    assert seen == [libm_path]
+
+
+@linux_only
+def test_loaded_libraries_and_already_loaded(libm_path: str) -> None:
+    ctypes.CDLL(LIBM)
+    paths = loader.loaded_libraries()
+    assert any(os.path.basename(p).startswith("libm") for p in paths)
+    found = loader.already_loaded(r"libm(\.so\.6|-[\d.]+\.so)")
+    assert found and all(c.kind == "file" and c.origin == "already loaded in this process" for c in found)
+    assert loader.already_loaded(r"libtilejit-never-loaded\.so") == []
+
+
+def test_site_dirs_cover_sys_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    dirs = loader.site_dirs()
+    assert str(tmp_path) in dirs
+    assert len({os.path.realpath(d) for d in dirs}) == len(dirs)
+
+
+def test_pip_conda_cuda_home_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wheel = tmp_path / "nvidia" / "cu13" / "lib"
+    wheel.mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cands = loader.pip_wheel_dirs(["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"], ["libnvrtc.so.13"], "NVRTC")
+    assert next(c.path for c in cands if c.kind == "dir") == os.path.join(str(tmp_path), "nvidia", "cu13", "lib")
+    monkeypatch.setattr(loader, "site_dirs", lambda: [])
+    [none] = loader.pip_wheel_dirs(["nvidia/cu13/lib"], ["x"], "NVRTC")
+    assert none.kind == "none" and "nvidia/cu13/lib" in none.path
+
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    assert loader.conda_dirs(["x"]) == [Candidate.nothing("$CONDA_PREFIX", "not set")]
+    monkeypatch.setenv("CONDA_PREFIX", str(tmp_path))
+    assert loader.conda_dirs(["x"])[0].path == os.path.join(str(tmp_path), "lib")
+
+    (tmp_path / "targets" / "x86_64-linux" / "lib").mkdir(parents=True)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    home = loader.cuda_home_dirs(["x"])
+    if not loader.IS_WINDOWS:
+        assert [c.path for c in home[:3]] == [
+            os.path.join(str(tmp_path), "lib64"),
+            os.path.join(str(tmp_path), "lib"),
+            os.path.join(str(tmp_path), "targets", "x86_64-linux", "lib"),
+        ]
+    assert home[-1] == Candidate.nothing("$CUDA_PATH", "not set")
+
+
+@linux_only
+def test_find_file_does_not_load(tmp_path: Path) -> None:
+    fake = tmp_path / "libfake.so.1"
+    fake.write_bytes(b"not loadable")
+    path, attempts = find_file(
+        [Candidate.nothing("$X", "not set"), Candidate.folder(str(tmp_path), ["libfake.so.1"], "d")]
+    )
+    assert path == str(fake) and attempts[0].where == "$X"
+    path, attempts = find_file([Candidate.soname("libtilejit-absent.so.3")])
+    assert path is None and attempts[0].why == "not in the loader cache"
+    assert loader.ldconfig_path_of(LIBM) is not None
+
+
+@linux_only
+def test_preload_global_matches_exact_names(tmp_path: Path, libm_path: str) -> None:
+    shutil.copy(libm_path, tmp_path / "libnvrtc-builtins.so.99.1")
+    (tmp_path / "libnvrtc-builtins.alt.so.99.1").write_bytes(b"x")
+    loaded = loader.preload_global(str(tmp_path), r"libnvrtc-builtins\.so\.\d+\.\d+")
+    assert loaded == [str(tmp_path / "libnvrtc-builtins.so.99.1")]
+    assert str(tmp_path / "libnvrtc-builtins.so.99.1") in loader.loaded_libraries()
+
+
+# ----------------------------------------------------------------------------- nvJitLink
+
+
+def _nvjitlink_libs() -> list[Path]:
+    """nvJitLink libraries in the test toolkits (pip-installed nvidia-nvjitlink*), if any."""
+    from conftest import toolkits
+
+    found: list[Path] = []
+    for tk in toolkits():
+        found += sorted(tk.root.glob("nvidia/*/lib/libnvJitLink.so.*"))
+    extra = os.environ.get("TILEJIT_TEST_NVJITLINK")
+    if extra:
+        found += [Path(p) for p in extra.split(os.pathsep) if p]
+    return found
+
+
+def test_nvjitlink_rejects_other_libraries(libm_path: str) -> None:
+    with pytest.raises(LibraryNotFoundError, match="not nvJitLink"):
+        nvjitlink.load_nvjitlink(libm_path)
+    with pytest.raises(LibraryNotFoundError, match="file does not exist"):
+        nvjitlink.load_nvjitlink("/nonexistent/libnvJitLink.so.13")
+    assert nvjitlink.error_name(4) == "NVJITLINK_ERROR_PTX_COMPILE"
+    assert nvjitlink.error_name(77) == "NVJITLINK_ERROR_77"
+
+
+def test_nvjitlink_find_lists_places(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_NVJITLINK", "/nonexistent/libnvJitLink.so.13")
+    monkeypatch.setattr(loader, "site_dirs", lambda: [])
+    monkeypatch.setattr(loader, "already_loaded", lambda pattern, origin="": [])
+    monkeypatch.setattr(loader, "ldconfig_path_of", lambda soname: None)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    with pytest.raises(LibraryNotFoundError) as info:
+        nvjitlink.find_nvjitlink()
+    text = str(info.value)
+    places = [
+        "/nonexistent/libnvJitLink.so.13 ($TILEJIT_NVJITLINK): file does not exist",
+        "nvidia/nvjitlink/lib",
+        "$CONDA_PREFIX: not set",
+        "$CUDA_HOME: not set",
+        "libnvJitLink.so.12",
+        "TILEJIT_NVJITLINK",
+    ]
+    for place in places:
+        assert place in text, place
+
+
+@pytest.mark.parametrize("lib", _nvjitlink_libs() or [None], ids=lambda p: p.name if p else "none")
+def test_nvjitlink_links_ptx(lib: Path | None) -> None:
+    if lib is None:
+        pytest.skip("no nvJitLink wheel among the test toolkits (set TILEJIT_TEST_NVJITLINK)")
+    j = nvjitlink.load_nvjitlink(str(lib))
+    major = int(lib.name.rsplit(".so.", 1)[1].split(".")[0])
+    assert j.version[0] == major
+    assert j.symbols["nvJitLinkCreate"].startswith(f"__nvJitLinkCreate_{major}_")
+    ptx = (
+        f".version {'8.0' if major == 12 else '9.0'}\n.target sm_90\n.address_size 64\n"
+        ".visible .entry k(.param .u64 p) { ret; }\n"
+    ).encode()
+    handle = ctypes.c_void_p()
+    opts = (ctypes.c_char_p * 1)(b"-arch=sm_90")
+    j.check(j.nvJitLinkCreate(ctypes.byref(handle), 1, opts), "nvJitLinkCreate")
+    j.check(j.nvJitLinkAddData(handle, nvjitlink.NVJITLINK_INPUT_PTX, ptx, len(ptx), b"k.ptx"), "nvJitLinkAddData")
+    j.check(j.nvJitLinkComplete(handle), "nvJitLinkComplete")
+    size = ctypes.c_size_t()
+    j.check(j.nvJitLinkGetLinkedCubinSize(handle, ctypes.byref(size)), "size")
+    cubin = ctypes.create_string_buffer(size.value)
+    j.check(j.nvJitLinkGetLinkedCubin(handle, cubin), "cubin")
+    assert cubin.raw[:4] == b"\x7fELF"
+    j.check(j.nvJitLinkDestroy(ctypes.byref(handle)), "nvJitLinkDestroy")
+    # A broken input reports the library's error name and log.
+    j.check(j.nvJitLinkCreate(ctypes.byref(handle), 1, opts), "nvJitLinkCreate")
+    bad = b".version 8.0\n.target sm_90\n this is not ptx"
+    status = j.nvJitLinkAddData(handle, nvjitlink.NVJITLINK_INPUT_PTX, bad, len(bad), b"bad.ptx")
+    if status == 0:
+        status = j.nvJitLinkComplete(handle)
+    with pytest.raises(CompileError, match="nvJitLink: NVJITLINK_ERROR_"):
+        j.check(status, "nvJitLink")
+    j.nvJitLinkDestroy(ctypes.byref(handle))

@@ -1,0 +1,255 @@
+"""``RawKernel``: a CUDA C++ kernel written by hand, compiled with NVRTC and launched fast.
+
+    add = tj.RawKernel(source, "vadd")          # parameter types read from the source
+    add(grid, block, (x, y, out, n))            # x, y, out: any device arrays; n: an int
+
+Parameter types come from the kernel's ``__global__ void name(...)`` signature (or ``param_types``):
+pointers take any device array (tilejit, torch, CuPy, JAX, ``__cuda_array_interface__``, DLPack)
+or an int address; scalars are packed as their C type. The kernel is compiled for the current
+device on its first launch there (through the disk cache) and kept per device.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tilejit.runtime import device as _device_state
+from tilejit.runtime.launch import Launcher, ParamKind
+
+_TYPE_WORDS = {"unsigned", "signed", "int", "long", "short", "char", "float", "double", "bool", "void"}
+_QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct"}
+_LONG = "int32" if sys.platform == "win32" else "int64"
+_ULONG = "uint32" if sys.platform == "win32" else "uint64"
+
+#: C spellings of the scalar types a kernel parameter can have → runtime dtype names.
+C_TYPES: dict[str, str] = {
+    "bool": "bool", "char": "int8", "signed char": "int8", "unsigned char": "uint8",
+    "short": "int16", "short int": "int16", "signed short": "int16", "unsigned short": "uint16",
+    "unsigned short int": "uint16",
+    "int": "int32", "signed": "int32", "signed int": "int32", "unsigned": "uint32", "unsigned int": "uint32",
+    "long": _LONG, "long int": _LONG, "signed long": _LONG, "unsigned long": _ULONG, "unsigned long int": _ULONG,
+    "long long": "int64", "long long int": "int64", "signed long long": "int64", "unsigned long long": "uint64",
+    "unsigned long long int": "uint64",
+    "int8_t": "int8", "int16_t": "int16", "int32_t": "int32", "int64_t": "int64",
+    "uint8_t": "uint8", "uint16_t": "uint16", "uint32_t": "uint32", "uint64_t": "uint64",
+    "size_t": "uint64", "ptrdiff_t": "int64", "intptr_t": "int64", "uintptr_t": "uint64",
+    "float": "float32", "double": "float64", "__half": "float16", "half": "float16",
+    "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16",
+    # tilejit's own dtype names are accepted in param_types
+    "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
+    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+}
+
+_TOKEN = re.compile(r"[A-Za-z_]\w*|\*|&|::|<|>|\[|\]|\S")
+
+
+def parse_c_type(text: str, *, where: str = "parameter") -> ParamKind:
+    """The :class:`ParamKind` of a C parameter type such as ``const float* __restrict__`` or ``int``.
+
+    ``T*`` (any qualifiers) is a pointer (element dtype None for ``void`` or unknown types such as
+    ``float4``); scalars must be one of :data:`C_TYPES`. Anything else raises ``ValueError``.
+    """
+    tokens = [t for t in _TOKEN.findall(text) if t not in _QUALIFIERS]
+    if "&" in tokens or "[" in tokens:
+        raise ValueError(f"{where}: references and arrays ({text.strip()!r}) cannot be kernel parameters here")
+    depth = tokens.count("*")
+    base = " ".join(t for t in tokens if t != "*")
+    if depth:
+        if depth == 1 and tokens[-1] != "*":
+            raise ValueError(f"{where}: cannot parse the type {text.strip()!r}")
+        return ParamKind.pointer(C_TYPES.get(base) if depth == 1 and base != "void" else None)
+    dtype = C_TYPES.get(base)
+    if dtype is None:
+        raise ValueError(
+            f"{where}: unsupported type {text.strip()!r}; RawKernel passes pointers (T*) and scalars of type bool, "
+            "[unsigned] char/short/int/long/long long, int8_t..uint64_t, size_t, float, double, __half or "
+            "__nv_bfloat16 "
+            "(pass param_types=[...] to say how to pass it)"
+        )
+    return ParamKind.scalar(dtype)
+
+
+def _strip_comments(source: str) -> str:
+    source = re.sub(r"/\*.*?\*/", lambda m: " " * len(m.group(0)), source, flags=re.DOTALL)
+    return re.sub(r"//[^\n]*", "", source)
+
+
+def _matching(text: str, start: int, open_ch: str, close_ch: str) -> int:
+    """Index of the bracket closing the one at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == open_ch:
+            depth += 1
+        elif text[i] == close_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+    raise ValueError(f"unbalanced {open_ch}{close_ch} in the kernel source")
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch in "(<[{":
+            depth += 1
+        elif ch in ")>]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts]
+
+
+def _in_extern_c_block(source: str, pos: int) -> bool:
+    for m in re.finditer(r'extern\s+"C"\s*\{', source[:pos]):
+        try:
+            close = _matching(source, m.end() - 1, "{", "}")
+        except ValueError:
+            close = len(source)
+        if close > pos:
+            return True
+    return False
+
+
+def parse_signature(source: str, name: str) -> tuple[list[tuple[str, ParamKind]], bool]:
+    """(parameters, is extern "C") of the ``__global__`` function ``name`` in ``source``."""
+    text = _strip_comments(source)
+    base = name.split("<", 1)[0].strip()
+    pattern = re.compile(
+        r"__global__\b[^;{}()]*?(?:__launch_bounds__\s*\([^()]*\)[^;{}()]*?)?\b" + re.escape(base) + r"\s*\("
+    )
+    m = pattern.search(text)
+    if m is None:
+        raise ValueError(
+            f"kernel {name!r} not found in the source: expected a definition like "
+            f'extern "C" __global__ void {base}(...); pass param_types=[...] if it is generated by a macro'
+        )
+    open_paren = m.end() - 1
+    params_text = text[open_paren + 1:_matching(text, open_paren, "(", ")")].strip()
+    decl_start = max(text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start()), text.rfind("{", 0, m.start()))
+    extern_c = bool(re.search(r'extern\s+"C"', text[decl_start + 1:m.start()])) or _in_extern_c_block(text, m.start())
+    params: list[tuple[str, ParamKind]] = []
+    if params_text and params_text != "void":
+        for i, p in enumerate(_split_top_level(params_text)):
+            decl = p.split("=", 1)[0].strip()
+            tokens = _TOKEN.findall(decl)
+            pname = f"arg{i}"
+            if len(tokens) > 1 and re.fullmatch(r"[A-Za-z_]\w*", tokens[-1]) and tokens[-1] not in _TYPE_WORDS \
+                    and tokens[-1] not in _QUALIFIERS and tokens[-2] != "::":
+                pname = tokens[-1]
+                decl = decl[: decl.rfind(pname)]
+            params.append((pname, parse_c_type(decl, where=f"parameter {pname!r} of kernel {name!r}")))
+    return params, extern_c
+
+
+class RawKernel:
+    """A CUDA C++ ``__global__`` function from source. Call ``kernel(grid, block, args, stream=None,
+    shared_mem=0)``; grid and block are ints or tuples of up to three ints."""
+
+    def __init__(
+        self,
+        source: str,
+        name: str,
+        *,
+        options: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
+        param_types: Sequence[str] | None = None,
+    ) -> None:
+        if not isinstance(source, str) or not isinstance(name, str) or not name:
+            raise TypeError("RawKernel(source, name): both must be strings")
+        self.source = source
+        self.name = name
+        self.options = tuple(options)
+        self.headers = dict(headers or {})
+        if param_types is None:
+            self.params, self._extern_c = parse_signature(source, name)
+        else:
+            self.params = [
+                (f"arg{i}", parse_c_type(t, where=f"param_types[{i}] of kernel {name!r}"))
+                for i, t in enumerate(param_types)
+            ]
+            try:
+                self._extern_c = parse_signature(source, name)[1]
+            except ValueError:
+                self._extern_c = False
+        self._lock = threading.Lock()
+        self._functions: dict[int, Any] = {}
+        self._launchers: dict[tuple[Any, ...], Launcher] = {}
+        self._last: tuple[Any, Any, int, Any] | None = None
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{k} {n}" for n, k in self.params)
+        return f"<tilejit.RawKernel {self.name}({sig})>"
+
+    def compile(self, target: str | int | None = None, *, output: str = "cubin") -> Any:
+        """Compile (no GPU needed) for ``target`` (default: the current device); returns the
+        ``CompiledProgram`` (``.code``, ``.kind``, ``.lowered_names``)."""
+        from tilejit.compiler.nvrtc import compile_cuda
+
+        if target is None:
+            target = _device_state.get_device().arch
+        return compile_cuda(
+            self.source,
+            name=f"{self.name.split('<', 1)[0]}.cu",
+            headers=self.headers,
+            options=self.options,
+            target=target,
+            output=output,  # type: ignore[arg-type]
+            name_expressions=() if self._extern_c else (self.name,),
+        )
+
+    def function(self, device: Any = None) -> Any:
+        """The loaded kernel on ``device`` (default: current), compiling and loading it on first use."""
+        from tilejit import config
+        from tilejit.runtime.module import Module
+
+        dev = _device_state.get_device() if device is None else _device_state.Device(device)
+        fn = self._functions.get(dev.ordinal)
+        if fn is not None:
+            return fn
+        with self._lock:
+            fn = self._functions.get(dev.ordinal)
+            if fn is None:
+                output = "ptx" if config.EMIT_PTX.get() else "cubin"
+                prog = self.compile(dev.arch, output=output)
+                module = Module.load(prog.code, "ptx" if output == "ptx" else "cubin", device=dev)
+                symbol = self.name if self._extern_c else prog.lowered_names.get(self.name, self.name)
+                fn = self._functions[dev.ordinal] = module.get_function(symbol)
+        return fn
+
+    def launcher(self, block: Any, shared_mem: int = 0, device: Any = None) -> Launcher:
+        """The :class:`Launcher` of this kernel for one block shape and dynamic shared size."""
+        dev = _device_state.get_device() if device is None else _device_state.Device(device)
+        key = (dev.ordinal, tuple(block) if isinstance(block, list) else block, shared_mem)
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            launcher = Launcher(self.function(dev), self.params, block, shared_mem)
+            self._launchers[key] = launcher
+        return launcher
+
+    def __call__(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
+        last = self._last
+        dev = _device_state._current
+        if last is not None and last[0] is dev and last[1] == block and last[2] == shared_mem:
+            last[3](grid, args, stream)
+            return
+        self._first_call(grid, block, args, stream, shared_mem)
+
+    def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any, shared_mem: int) -> None:
+        dev = _device_state.get_device()
+        launch = self.launcher(block, shared_mem, dev).launch
+        self._last = (dev, tuple(block) if isinstance(block, list) else block, shared_mem, launch)
+        launch(grid, args, stream)
+
+
+__all__ = ["C_TYPES", "RawKernel", "parse_c_type", "parse_signature"]

@@ -1,0 +1,653 @@
+"""IR ops → CUDA C++ statements. One small method per op; the per-element expressions come from
+``tables`` and the thread mapping lives in the device headers (``include/tilejit``).
+
+Values become C++ in one of five forms (``CV``): a scalar expression, a tile variable in a layout,
+or three *lazy* tiles that cost nothing until an op reads them in some layout: a constant, a scalar
+broadcast ("splat") and ``arange``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tilejit.backends.cuda import tables
+from tilejit.backends.cuda.layouts import Layout, log2
+from tilejit.backends.cuda.plan import Plan
+from tilejit.errors import CompileError
+from tilejit.language.ir import ops as O
+from tilejit.language.ir.core import Block, Op, Value
+from tilejit.language.ir.types import ArrayType, DType, TileType, int32, int64
+
+_KEYWORDS = frozenset(
+    "alignas alignof asm auto bool break case catch char class const constexpr continue decltype default delete do "
+    "double else enum explicit export extern false float for friend goto if inline int long mutable namespace new "
+    "noexcept nullptr operator private protected public register return short signed sizeof static struct switch "
+    "template this throw true try typedef typename union unsigned using virtual void volatile while half".split()
+)
+
+
+def c_ident(name: str) -> str:
+    """A user name as a C++ identifier that cannot clash with keywords or generated names."""
+    if name in _KEYWORDS or name.startswith(("tj", "_")) or (name[:1] in "tvcrL" and name[1:].isdigit()):
+        return name + "_"
+    return name
+
+
+@dataclass(frozen=True)
+class CV:
+    """How one IR value is available in C++."""
+
+    kind: str  # "scalar" | "tile" | "const" | "splat" | "arange"
+    text: str  # expression / variable name / literal
+    dtype: DType
+    layout: Layout | None = None
+
+
+class Lowering:
+    """Emits the statements of a kernel body; ``smem`` ends as the scratch bytes it needs."""
+
+    def __init__(self, plan: Plan, hints: Mapping[str, object]) -> None:
+        self.plan = plan
+        self.hints = hints
+        self.lines: list[str] = []
+        self.depth = 1
+        self.vals: dict[Value, CV] = {}
+        self.count = 0
+        self.smem = 0
+        self.layout_names: dict[Layout, str] = {}
+        self.scopes: list[dict[tuple[Value, Layout], str]] = [{}]
+        self.loop_vars: list[tuple[list[str], list[Value]]] = []
+        self.if_vars: list[tuple[list[str], list[Value]]] = []
+
+    # ------------------------------------------------------------------ helpers
+
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def lname(self, layout: Layout) -> str:
+        name = self.layout_names.get(layout)
+        if name is None:
+            name = self.layout_names[layout] = f"L{len(self.layout_names)}"
+        return name
+
+    def need_smem(self, nbytes: int) -> None:
+        self.smem = max(self.smem, nbytes)
+
+    def tile_t(self, dt: DType, layout: Layout) -> str:
+        return f"tj::Tile<{tables.ctype(dt)}, {self.lname(layout)}>"
+
+    def cv(self, v: Value) -> CV:
+        return self.vals[v]
+
+    def scalar(self, v: Value) -> str:
+        c = self.vals[v]
+        if c.kind == "scalar":
+            return c.text
+        if c.kind == "const":
+            return c.text
+        if c.kind == "tile" and c.layout is not None and c.layout.is_single:
+            return f"{c.text}.v[0]"
+        raise CompileError(f"expected a scalar, got a tile of type {v.type}")
+
+    def elem(self, v: Value, layout: Layout) -> str:
+        """Expression of element ``i`` of ``v`` in ``layout`` (converting ``v`` if it lives elsewhere)."""
+        c = self.vals[v]
+        if c.kind in ("const", "splat", "scalar"):
+            return c.text
+        if c.kind == "arange":
+            return f"tj::cast<{tables.ctype(c.dtype)}>({self.lname(layout)}::flat(tj_tid, i))"
+        return f"{self.tile(v, layout)}.v[i]"
+
+    def tile(self, v: Value, layout: Layout | None = None) -> str:
+        """The name of a tile variable holding ``v`` in ``layout`` (its own one by default)."""
+        c = self.vals[v]
+        layout = layout or c.layout or self.plan.layout_of(v)
+        if c.kind == "tile" and c.layout == layout:
+            return c.text
+        for scope in reversed(self.scopes):
+            if (v, layout) in scope:
+                return scope[(v, layout)]
+        name = self.fresh("t")
+        self.line(f"{self.tile_t(c.dtype, layout)} {name};")
+        if c.kind == "tile":
+            assert c.layout is not None
+            if c.layout.is_single:
+                self.line(f"tj::splat({name}, {c.text});")
+            else:
+                self.need_smem(c.layout.size * c.dtype.itemsize)
+                self.line(f"tj::remap<tj::IdentityMap>({name}, {c.text}, tj_smem);")
+        else:
+            self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = {self.elem(v, layout)};")
+        self.scopes[-1][(v, layout)] = name
+        return name
+
+    def define_tile(self, v: Value, layout: Layout, init: str | None = None) -> str:
+        name = self.fresh("t")
+        self.line(f"{self.tile_t(self._dtype(v), layout)} {name}{init or ''};")
+        self.vals[v] = CV("tile", name, self._dtype(v), layout)
+        return name
+
+    def define_scalar(self, v: Value, expr: str) -> None:
+        name = self.fresh("v")
+        self.line(f"const {tables.ctype(self._dtype(v))} {name} = {expr};")
+        self.vals[v] = CV("scalar", name, self._dtype(v))
+
+    @staticmethod
+    def _dtype(v: Value) -> DType:
+        assert isinstance(v.type, TileType | ArrayType)
+        return v.type.dtype
+
+    # ------------------------------------------------------------------ walking
+
+    def block(self, block: Block) -> None:
+        for op in block.ops:
+            try:
+                self.op(op)
+            except CompileError as exc:
+                if op.loc.line and not str(exc).startswith(op.loc.filename):
+                    raise CompileError(f"{op.loc.filename}:{op.loc.line}: {exc}", exc.log) from None
+                raise
+
+    def nested(self, block: Block) -> None:
+        self.depth += 1
+        self.scopes.append({})
+        self.block(block)
+        self.scopes.pop()
+        self.depth -= 1
+
+    def op(self, op: Op) -> None:
+        handler: Callable[[Op], None] | None = getattr(self, "op_" + type(op).__name__, None)
+        if handler is None:
+            raise CompileError(f"the CUDA backend cannot generate code for op '{op.NAME}'")
+        handler(op)
+
+    # ------------------------------------------------------------------ values from nothing
+
+    def op_ConstantOp(self, op: O.ConstantOp) -> None:
+        t = op.result.type
+        assert isinstance(t, TileType)
+        self.vals[op.result] = CV("scalar" if t.is_scalar else "const", tables.literal(op.value, t.dtype), t.dtype)
+
+    def op_ArangeOp(self, op: O.ArangeOp) -> None:
+        self.vals[op.result] = CV("arange", "", self._dtype(op.result))
+
+    def op_BlockIdOp(self, op: O.BlockIdOp) -> None:
+        self.define_scalar(op.result, f"(tj::i32)blockIdx.{'xyz'[op.axis]}")
+
+    def op_NumBlocksOp(self, op: O.NumBlocksOp) -> None:
+        self.define_scalar(op.result, f"(tj::i32)gridDim.{'xyz'[op.axis]}")
+
+    def op_ArrayDimOp(self, op: O.ArrayDimOp) -> None:
+        t = op.array.type
+        assert isinstance(t, ArrayType)
+        if not 0 <= op.axis < t.ndim:
+            raise CompileError(f"array_dim axis {op.axis} is out of range for a {t.ndim}-d array")
+        field = "shape" if op.which == "shape" else "stride"
+        self.define_scalar(op.result, f"{self.vals[op.array].text}.{field}[{op.axis}]")
+
+    # ------------------------------------------------------------------ memory
+
+    def _array(self, v: Value) -> tuple[str, ArrayType]:
+        t = v.type
+        if not isinstance(t, ArrayType):
+            raise CompileError(f"expected an array operand, got {t}")
+        if t.ndim == 0:
+            raise CompileError("0-d arrays cannot be indexed by tile loads/stores")
+        return self.vals[v].text, t
+
+    def _vec(self, array: Value, layout: Layout) -> int:
+        """0: strided element accesses; 1: unit stride; >1: vectors of that many elements."""
+        hint = self.hints.get(self.plan.array_names.get(array, ""))
+        if hint is None or not getattr(hint, "unit_stride", False):
+            return 0
+        if not getattr(hint, "aligned16", False):
+            return 1
+        return layout.vec
+
+    def _origins(self, index: list[Value], shape: tuple[int, ...]) -> str:
+        return ", ".join(f"(tj::i64){self.scalar(ix)} * {s}" for ix, s in zip(index, shape))
+
+    @staticmethod
+    def _shape_t(shape: tuple[int, ...]) -> str:
+        return f"tj::Shape<{', '.join(map(str, shape))}>"
+
+    def op_LoadOp(self, op: O.LoadOp) -> None:
+        name, at = self._array(op.array)
+        t = op.result.type
+        assert isinstance(t, TileType)
+        if len(op.index) != at.ndim or t.ndim != at.ndim:
+            raise CompileError(f"load from a {at.ndim}-d array needs {at.ndim} indices and a {at.ndim}-d tile")
+        layout = self.plan.layout_of(op.result)
+        tname = self.define_tile(op.result, layout)
+        nc = "true" if op.array in self.plan.read_only else "false"
+        pad = tables.literal(op.padding, at.dtype)
+        self.line(
+            f"tj::load<{self._vec(op.array, layout)}, {nc}, {self._shape_t(t.shape)}>"
+            f"({tname}, {name}, {{{self._origins(op.index, t.shape)}}}, {pad});"
+        )
+
+    def op_StoreOp(self, op: O.StoreOp) -> None:
+        name, at = self._array(op.array)
+        t = op.tile.type
+        assert isinstance(t, TileType)
+        if t.is_scalar or len(op.index) != at.ndim or t.ndim != at.ndim:
+            raise CompileError(f"store to a {at.ndim}-d array needs {at.ndim} indices and a {at.ndim}-d tile")
+        tile = self._as_array_dtype(op.tile, at.dtype)
+        layout = self.vals[tile].layout if self.vals[tile].kind == "tile" else self.plan.layout_of(tile)
+        assert layout is not None
+        src = self.tile(tile, layout)
+        self.line(
+            f"tj::store<{self._vec(op.array, layout)}, {self._shape_t(t.shape)}>"
+            f"({name}, {{{self._origins(op.index, t.shape)}}}, {src});"
+        )
+
+    def _as_array_dtype(self, v: Value, dt: DType) -> Value:
+        if self._dtype(v) != dt:
+            raise CompileError(f"storing a {self._dtype(v).name} tile into a {dt.name} array (cast it first)")
+        return v
+
+    def _element_indices(self, array: Value, indices: list[Value], layout: Layout) -> tuple[str, str]:
+        """Statements computing ``tj_off``/``tj_ok`` for element i, and the array name."""
+        name, at = self._array(array)
+        if len(indices) != at.ndim:
+            raise CompileError(f"a {at.ndim}-d array needs {at.ndim} index tiles, got {len(indices)}")
+        for ix in indices:
+            if not self._dtype(ix).is_int:
+                raise CompileError(f"index tiles must be integers, got {self._dtype(ix).name}")
+        ixs = ", ".join(f"(tj::i64){self.elem(ix, layout)}" for ix in indices)
+        return f"bool tj_ok; const tj::i64 tj_ix[] = {{{ixs}}}; const tj::i64 tj_off = tj::index_offset({name}, tj_ix, tj_ok);", name
+
+    def op_GatherOp(self, op: O.GatherOp) -> None:
+        layout = self.plan.layout_of(op.result)
+        _, at = self._array(op.array)
+        setup, name = self._element_indices(op.array, op.indices, layout)
+        tname = self.define_tile(op.result, layout)
+        pad = tables.literal(op.padding, at.dtype)
+        self.line(f"TJ_EACH(i, {self.lname(layout)}) {{ {setup} {tname}.v[i] = tj_ok ? {name}.ptr[tj_off] : {pad}; }}")
+
+    def op_ScatterOp(self, op: O.ScatterOp) -> None:
+        _, at = self._array(op.array)
+        self._as_array_dtype(op.tile, at.dtype)
+        layout = self.plan.layout_of(op.tile)
+        setup, name = self._element_indices(op.array, op.indices, layout)
+        val = self.elem(op.tile, layout)
+        lname = self.lname(layout)
+        self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{ {setup} if (tj_ok) {name}.ptr[tj_off] = {val}; }}")
+
+    _ATOMIC_OK = {
+        "add": ("int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64", "int16", "uint16"),
+        "max": ("int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64"),
+        "xchg": ("int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64"),
+    }
+
+    def op_AtomicOp(self, op: O.AtomicOp) -> None:
+        _, at = self._array(op.array)
+        kind = op.kind
+        allowed = self._ATOMIC_OK.get({"min": "max", "cas": "xchg"}.get(kind, kind))
+        if allowed is None:
+            raise CompileError(f"atomic kind '{kind}' is not one of add, max, min, xchg, cas")
+        if at.dtype.name not in allowed:
+            raise CompileError(f"atomic_{kind} is not supported for dtype {at.dtype.name}")
+        self._as_array_dtype(op.value, at.dtype)
+        if kind == "cas" and len(op.compare) != 1:
+            raise CompileError("atomic cas needs exactly one tile of expected values")
+        res = op.results[0] if op.results else None
+        layout = self.plan.layout_of(res if res is not None else op.value)
+        setup, name = self._element_indices(op.array, op.indices, layout)
+        args = f"{name}.ptr + tj_off, " + (f"{self.elem(op.compare[0], layout)}, " if kind == "cas" else "")
+        args += self.elem(op.value, layout)
+        lname = self.lname(layout)
+        zero = tables.literal(0, at.dtype)
+        if res is None:
+            self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{ {setup} if (tj_ok) tj::atomic_{kind}({args}); }}")
+            return
+        tname = self.define_tile(res, layout)
+        self.line(f"TJ_EACH(i, {lname}) {tname}.v[i] = {zero};")
+        self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{ {setup} if (tj_ok) {tname}.v[i] = tj::atomic_{kind}({args}); }}")
+        if any(b < 0 for b in layout.tbits):  # replicas learn the owner's old values
+            shared = self.define_tile(res, layout)
+            self.need_smem(layout.size * at.dtype.itemsize)
+            self.line(f"tj::remap<tj::IdentityMap>({shared}, {tname}, tj_smem);")
+
+    # ------------------------------------------------------------------ elementwise
+
+    def _elementwise(self, op: Op, render: Callable[[Callable[[Value], str]], str]) -> None:
+        """Define op.result from a per-element expression (``render`` gets an operand accessor)."""
+        res = op.result
+        t = res.type
+        assert isinstance(t, TileType)
+        if t.is_scalar:
+            self.define_scalar(res, render(self.scalar))
+            return
+        layout = self.plan.layout_of(res)
+        expr = render(lambda v: self.elem(v, layout))
+        name = self.define_tile(res, layout)
+        self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = {expr};")
+
+    @staticmethod
+    def _in_compute(dt: DType) -> Callable[[str], str]:
+        cdt = tables.compute_dtype(dt)
+        if cdt == dt:
+            return lambda e: e
+        return lambda e: f"static_cast<{tables.ctype(cdt)}>({e})"
+
+    def op_UnaryOp(self, op: O.UnaryOp) -> None:
+        dt = self._dtype(op.x)
+        fmt = tables.table_entry(tables.UNARY, op.fn, dt, "unary function")
+        conv = self._in_compute(dt)
+        out = tables.ctype(self._dtype(op.result))
+        self._elementwise(op, lambda g: f"tj::cast<{out}>({fmt.format(x=conv(g(op.x)))})")
+
+    def op_BinaryOp(self, op: O.BinaryOp) -> None:
+        dt = self._dtype(op.x)
+        if self._dtype(op.y) != dt:
+            raise CompileError(f"binary '{op.fn}' operands differ in dtype: {dt.name} and {self._dtype(op.y).name}")
+        fmt = tables.table_entry(tables.BINARY, op.fn, dt, "binary function")
+        conv = self._in_compute(dt)
+        ct = tables.ctype(tables.compute_dtype(dt))
+        out = tables.ctype(self._dtype(op.result))
+        if dt.is_int and op.fn in ("floordiv", "mod", "pow", "maximum", "minimum", "lshift", "rshift"):
+            self._elementwise(op, lambda g: f"tj::cast<{out}>({fmt.format(x=g(op.x), y=g(op.y))})")
+            return
+        self._elementwise(
+            op, lambda g: f"tj::cast<{out}>(({ct})({fmt.format(x=conv(g(op.x)), y=conv(g(op.y)))}))"
+        )
+
+    def op_CompareOp(self, op: O.CompareOp) -> None:
+        sym = tables.COMPARE.get(op.fn)
+        if sym is None:
+            raise CompileError(f"comparison '{op.fn}' is not one of {', '.join(tables.COMPARE)}")
+        conv = self._in_compute(self._dtype(op.x))
+        self._elementwise(op, lambda g: f"({conv(g(op.x))} {sym} {conv(g(op.y))})")
+
+    def op_SelectOp(self, op: O.SelectOp) -> None:
+        self._elementwise(op, lambda g: f"({g(op.cond)} ? {g(op.x)} : {g(op.y)})")
+
+    def op_CastOp(self, op: O.CastOp) -> None:
+        out = tables.ctype(self._dtype(op.result))
+        self._elementwise(op, lambda g: f"tj::cast<{out}>({g(op.x)})")
+
+    # ------------------------------------------------------------------ shape ops
+
+    def _remap(self, op: Op, src: Value, bitmap: list[int] | None) -> None:
+        """op.result = src read through a flat-bit map (None: same flat order)."""
+        c = self.vals[src]
+        res = op.result
+        if c.kind in ("const", "splat", "scalar"):
+            self.vals[res] = CV("splat" if c.kind == "scalar" else c.kind, c.text, c.dtype)
+            return
+        layout = self.plan.layout_of(res)
+        src_layout = c.layout or self.plan.layout_of(src)
+        if c.kind == "tile" and src_layout.is_single:
+            self.vals[res] = CV("splat", f"{c.text}.v[0]", c.dtype)
+            return
+        if bitmap is None and c.kind == "tile" and src_layout == layout:
+            self.vals[res] = CV("tile", c.text, c.dtype, layout)
+            return
+        if bitmap is None and c.kind == "arange":
+            self.vals[res] = c
+            return
+        sname = self.tile(src, src_layout)
+        name = self.define_tile(res, layout)
+        mp = "tj::IdentityMap" if bitmap is None else f"tj::Bits<{', '.join(map(str, bitmap))}>"
+        self.need_smem(src_layout.size * c.dtype.itemsize)
+        self.line(f"tj::remap<{mp}>({name}, {sname}, tj_smem);")
+
+    def op_ReshapeOp(self, op: O.ReshapeOp) -> None:
+        self._remap(op, op.x, None)
+
+    def op_PermuteOp(self, op: O.PermuteOp) -> None:
+        st, dt_ = op.x.type, op.result.type
+        assert isinstance(st, TileType) and isinstance(dt_, TileType)
+        if sorted(op.perm) != list(range(st.ndim)):
+            raise CompileError(f"permute: {op.perm} is not a permutation of {st.ndim} axes")
+        bitmap = []
+        for d in reversed(range(dt_.ndim)):
+            s = op.perm[d]
+            base = sum(log2(x) for x in st.shape[s + 1:])
+            bitmap += [base + k for k in range(log2(dt_.shape[d]))]
+        self._remap(op, op.x, bitmap)
+
+    def op_BroadcastOp(self, op: O.BroadcastOp) -> None:
+        st, dt_ = op.x.type, op.result.type
+        assert isinstance(st, TileType) and isinstance(dt_, TileType)
+        if st.is_scalar or st.size == 1:
+            self._remap(op, op.x, None)
+            return
+        if st.ndim != dt_.ndim or any(a not in (1, b) for a, b in zip(st.shape, dt_.shape)):
+            raise CompileError(f"cannot broadcast {st} to {dt_}")
+        bitmap = []
+        for d in reversed(range(dt_.ndim)):
+            base = sum(log2(x) for x in st.shape[d + 1:])
+            bitmap += [(base + k if st.shape[d] != 1 else -1) for k in range(log2(dt_.shape[d]))]
+        self._remap(op, op.x, bitmap)
+
+    # ------------------------------------------------------------------ reductions, scans, mma
+
+    @staticmethod
+    def _axis_bits(t: TileType, axis: int) -> tuple[int, int]:
+        if not 0 <= axis < t.ndim:
+            raise CompileError(f"axis {axis} is out of range for a {t.ndim}-d tile")
+        lo = sum(log2(s) for s in t.shape[axis + 1:])
+        return lo, lo + log2(t.shape[axis])
+
+    def _acc_copy(self, x: Value, acc: DType, layout: Layout, conv: str | None = None) -> str:
+        name = self.fresh("t")
+        self.line(f"{self.tile_t(acc, layout)} {name};")
+        expr = conv or f"tj::cast<{tables.ctype(acc)}>({self.elem(x, layout)})"
+        self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = {expr};")
+        return name
+
+    def _finish(self, res: Value, acc: DType, acc_name: str, layout: Layout, field: str = "") -> None:
+        """Bind ``res`` to the reduced accumulator tile (converted to the result dtype)."""
+        rdt = self._dtype(res)
+        if not field and rdt == acc:
+            if isinstance(res.type, TileType) and res.type.is_scalar:
+                self.vals[res] = CV("scalar", f"{acc_name}.v[0]", rdt)
+            else:
+                self.vals[res] = CV("tile", acc_name, rdt, layout)
+            return
+        if isinstance(res.type, TileType) and res.type.is_scalar:
+            self.define_scalar(res, f"tj::cast<{tables.ctype(rdt)}>({acc_name}.v[0]{field})")
+            return
+        name = self.define_tile(res, layout)
+        self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = tj::cast<{tables.ctype(rdt)}>({acc_name}.v[i]{field});")
+
+    def _reduce(self, op: O.ReduceOp | O.ArgReduceOp, opname: str, acc: DType, pair: bool) -> None:
+        xt = op.x.type
+        assert isinstance(xt, TileType)
+        lo, hi = self._axis_bits(xt, op.axis)
+        c = self.vals[op.x]
+        lx = c.layout if c.kind == "tile" and c.layout is not None else self.plan.layout_of(op.x)
+        lo_layout = self.plan.layout_of(op.result)
+        a_t = tables.ctype(acc)
+        if pair:
+            conv = (f"tj::ArgPair<{a_t}>{{tj::cast<{a_t}>({self.elem(op.x, lx)}), "
+                    f"({self.lname(lx)}::flat(tj_tid, i) >> {lo}) & {(1 << (hi - lo)) - 1}}}")
+            src = self.fresh("t")
+            self.line(f"tj::Tile<tj::ArgPair<{a_t}>, {self.lname(lx)}> {src};")
+            self.line(f"TJ_EACH(i, {self.lname(lx)}) {src}.v[i] = {conv};")
+            out = self.fresh("t")
+            self.line(f"tj::Tile<tj::ArgPair<{a_t}>, {self.lname(lo_layout)}> {out};")
+            item = acc.itemsize + 4 + (4 if acc.itemsize == 8 else 0)
+        else:
+            src = self._acc_copy(op.x, acc, lx)
+            out = self.fresh("t")
+            self.line(f"{self.tile_t(acc, lo_layout)} {out};")
+            item = acc.itemsize
+        if not (lo_layout.is_single and lx.warp_axis_groups(lo, hi) == 1):
+            self.need_smem(lx.warp_axis_groups(lo, hi) * lo_layout.size * item)
+        self.line(f"tj::reduce<{opname}, {lo}, {hi}, {self.lname(lo_layout)}>({out}, {src}, tj_smem);")
+        self._finish(op.result, acc, out, lo_layout, ".i" if pair else "")
+
+    def op_ReduceOp(self, op: O.ReduceOp) -> None:
+        opname = tables.REDUCE_OPS.get(op.fn)
+        if opname is None:
+            raise CompileError(f"reduction '{op.fn}' is not one of {', '.join(tables.REDUCE_OPS)}")
+        rdt = self._dtype(op.result)
+        self._reduce(op, opname, tables.compute_dtype(rdt), False)
+
+    def op_ArgReduceOp(self, op: O.ArgReduceOp) -> None:
+        if op.fn not in ("argmax", "argmin"):
+            raise CompileError(f"arg-reduction '{op.fn}' is not argmax or argmin")
+        if self._dtype(op.result) not in (int32, int64):
+            raise CompileError(f"{op.fn} gives int32 indices, not {self._dtype(op.result).name}")
+        acc = tables.compute_dtype(self._dtype(op.x))
+        self._reduce(op, f"tj::ArgOp<{'true' if op.fn == 'argmax' else 'false'}>", acc, True)
+
+    def op_ScanOp(self, op: O.ScanOp) -> None:
+        if op.fn != "sum":
+            raise CompileError(f"scan '{op.fn}' is not supported (only sum)")
+        xt = op.x.type
+        assert isinstance(xt, TileType)
+        lo, hi = self._axis_bits(xt, op.axis)
+        layout = self.plan.layout_of(op.result)
+        acc = tables.compute_dtype(self._dtype(op.result))
+        name = self._acc_copy(op.x, acc, layout)
+        self.need_smem(2 * xt.size * acc.itemsize)
+        self.line(f"tj::scan_sum<{lo}, {hi}, {xt.size}>({name}, tj_smem);")
+        self._finish(op.result, acc, name, layout)
+
+    def op_MmaOp(self, op: O.MmaOp) -> None:
+        from tilejit.backends.cuda.mma_lower import lower_mma
+
+        lower_mma(self, op)
+
+    # ------------------------------------------------------------------ control flow
+
+    def _declare_vars(self, values: list[Value], inits: list[Value] | None) -> list[str]:
+        names = []
+        for k, v in enumerate(values):
+            t = v.type
+            assert isinstance(t, TileType)
+            init = inits[k] if inits is not None else None
+            if t.is_scalar:
+                name = self.fresh("c")
+                rhs = f" = {self.scalar(init)}" if init is not None else ""
+                self.line(f"{tables.ctype(t.dtype)} {name}{rhs};")
+            else:
+                layout = self.plan.layout_of(v)
+                name = self.fresh("c")
+                self.line(f"{self.tile_t(t.dtype, layout)} {name};")
+                if init is not None:
+                    self._assign(name, init, v)
+            names.append(name)
+        return names
+
+    def _assign(self, name: str, src: Value, like: Value) -> None:
+        t = like.type
+        assert isinstance(t, TileType)
+        if t.is_scalar:
+            self.line(f"{name} = {self.scalar(src)};")
+            return
+        layout = self.plan.layout_of(like)
+        c = self.vals[src]
+        if c.kind == "tile" and c.layout == layout:
+            self.line(f"{name} = {c.text};")
+        elif c.kind in ("const", "splat", "arange"):
+            self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = {self.elem(src, layout)};")
+        else:
+            self.line(f"{name} = {self.tile(src, layout)};")
+
+    def _bind_vars(self, values: list[Value], names: list[str]) -> None:
+        for v, n in zip(values, names):
+            t = v.type
+            assert isinstance(t, TileType)
+            if t.is_scalar:
+                self.vals[v] = CV("scalar", n, t.dtype)
+            else:
+                self.vals[v] = CV("tile", n, t.dtype, self.plan.layout_of(v))
+
+    def _assign_all(self, names: list[str], values: list[Value], likes: list[Value]) -> None:
+        if len(values) != len(names):
+            raise CompileError(f"expected {len(names)} values at the end of a region, got {len(values)}")
+        current = {self.vals[v].text for v in values if self.vals[v].kind in ("tile", "scalar")}
+        if current & set(names):  # a carried value moves to another slot: go through temporaries
+            temps = []
+            for v, like in zip(values, likes):
+                tmp = self.fresh("c")
+                t = like.type
+                assert isinstance(t, TileType)
+                decl = tables.ctype(t.dtype) if t.is_scalar else self.tile_t(t.dtype, self.plan.layout_of(like))
+                self.line(f"{decl} {tmp};")
+                self._assign(tmp, v, like)
+                temps.append(tmp)
+            for n, tmp in zip(names, temps):
+                self.line(f"{n} = {tmp};")
+            return
+        for n, v, like in zip(names, values, likes):
+            self._assign(n, v, like)
+
+    def op_ForOp(self, op: O.ForOp) -> None:
+        iv, carried = op.body.args[0], op.body.args[1:]
+        names = self._declare_vars(carried, op.init)
+        ivt = iv.type
+        assert isinstance(ivt, TileType)
+        ivn = self.fresh("v")
+        self.vals[iv] = CV("scalar", ivn, ivt.dtype)
+        self._bind_vars(carried, names)
+        if op.unroll > 1:
+            self.line(f"#pragma unroll {op.unroll}")
+        else:
+            self.line("#pragma unroll 1")
+        ct = tables.ctype(ivt.dtype)
+        self.line(
+            f"for ({ct} {ivn} = {self.scalar(op.lower)}; {ivn} < {self.scalar(op.upper)}; "
+            f"{ivn} = ({ct})({ivn} + {self.scalar(op.step)})) {{"
+        )
+        self.loop_vars.append((names, carried))
+        self.nested(op.body)
+        self.loop_vars.pop()
+        self.line("}")
+        self._bind_vars(op.results, names)
+
+    def op_LoopOp(self, op: O.LoopOp) -> None:
+        names = self._declare_vars(op.body.args, op.init)
+        self._bind_vars(op.body.args, names)
+        self.line("while (true) {")
+        self.loop_vars.append((names, op.body.args))
+        self.nested(op.body)
+        self.loop_vars.pop()
+        self.line("}")
+        self._bind_vars(op.results, names)
+
+    def _loop_exit(self, op: O.ContinueOp | O.BreakOp, stmt: str) -> None:
+        if not self.loop_vars:
+            raise CompileError(f"'{op.NAME}' outside a loop")
+        names, likes = self.loop_vars[-1]
+        self._assign_all(names, op.values, likes)
+        self.line(stmt)
+
+    def op_ContinueOp(self, op: O.ContinueOp) -> None:
+        self._loop_exit(op, "continue;")
+
+    def op_BreakOp(self, op: O.BreakOp) -> None:
+        self._loop_exit(op, "break;")
+
+    def op_IfOp(self, op: O.IfOp) -> None:
+        names = self._declare_vars(op.results, None)
+        self.line(f"if ({self.scalar(op.cond)}) {{")
+        self.if_vars.append((names, op.results))
+        self.nested(op.then_body)
+        self.line("} else {")
+        self.nested(op.else_body)
+        self.line("}")
+        self.if_vars.pop()
+        self._bind_vars(op.results, names)
+
+    def op_YieldOp(self, op: O.YieldOp) -> None:
+        if not self.if_vars:
+            raise CompileError("'yield' outside an if")
+        names, likes = self.if_vars[-1]
+        self._assign_all(names, op.values, likes)
+
+    def op_ReturnOp(self, op: O.ReturnOp) -> None:
+        self.line("return;")
+
+
+__all__ = ["CV", "Lowering", "c_ident"]
