@@ -205,8 +205,17 @@ def test_not_a_driver(tmp_path: Path) -> None:
         load_driver(libm)
 
 
-def test_discovery_lists_every_place(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_explicit_driver_path_is_the_only_place(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TILEJIT_CUDA_DRIVER", "/nonexistent/custom/libcuda.so.1")
+    with pytest.raises(LibraryNotFoundError) as info:
+        load_driver()
+    text = str(info.value)
+    assert "/nonexistent/custom/libcuda.so.1 ($TILEJIT_CUDA_DRIVER): file does not exist" in text
+    assert "libcuda.so.1 (" not in text.replace("/nonexistent/custom/libcuda.so.1 (", "")
+
+
+def test_discovery_lists_every_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TILEJIT_CUDA_DRIVER", raising=False)
     # Make the system loader find nothing, even on a machine with a driver.
     monkeypatch.setattr(
         loader, "system_sonames", lambda names: [loader.Candidate.soname(f"tilejit-absent-{n}") for n in names]
@@ -215,7 +224,7 @@ def test_discovery_lists_every_place(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(LibraryNotFoundError) as info:
         load_driver()
     text = str(info.value)
-    assert "/nonexistent/custom/libcuda.so.1 ($TILEJIT_CUDA_DRIVER): file does not exist" in text
+    assert "$TILEJIT_CUDA_DRIVER: not set" in text
     assert "tilejit-absent-libcuda.so.1" in text and "tilejit-absent-libcuda.so (" in text
     assert text.index("libcuda.so.1") < text.index("tilejit-absent-libcuda.so (")
 

@@ -184,8 +184,17 @@ def test_nvjitlink_rejects_other_libraries(libm_path: str) -> None:
     assert nvjitlink.error_name(77) == "NVJITLINK_ERROR_77"
 
 
-def test_nvjitlink_find_lists_places(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvjitlink_explicit_path_is_exclusive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TILEJIT_NVJITLINK", "/nonexistent/libnvJitLink.so.13")
+    with pytest.raises(LibraryNotFoundError) as info:
+        nvjitlink.find_nvjitlink()
+    text = str(info.value)
+    assert "/nonexistent/libnvJitLink.so.13 ($TILEJIT_NVJITLINK): file does not exist" in text
+    assert "nvidia/nvjitlink/lib" not in text
+
+
+def test_nvjitlink_find_lists_places(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TILEJIT_NVJITLINK", raising=False)
     monkeypatch.setattr(loader, "site_dirs", lambda: [])
     monkeypatch.setattr(loader, "already_loaded", lambda pattern, origin="": [])
     monkeypatch.setattr(loader, "ldconfig_path_of", lambda soname: None)
@@ -196,7 +205,7 @@ def test_nvjitlink_find_lists_places(monkeypatch: pytest.MonkeyPatch) -> None:
         nvjitlink.find_nvjitlink()
     text = str(info.value)
     places = [
-        "/nonexistent/libnvJitLink.so.13 ($TILEJIT_NVJITLINK): file does not exist",
+        "$TILEJIT_NVJITLINK: not set",
         "nvidia/nvjitlink/lib",
         "$CONDA_PREFIX: not set",
         "$CUDA_HOME: not set",

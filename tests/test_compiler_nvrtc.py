@@ -228,12 +228,27 @@ def test_target_none_uses_tilejit_arch(lib: NVRTC, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.gpu
-def test_default_target_is_the_gpu_and_the_cubin_loads() -> None:
-    from tilejit.runtime.device import get_device
+def test_default_target_is_the_gpu_and_the_code_loads() -> None:
+    from tilejit.bindings.nvrtc import nvrtc
+    from tilejit.errors import DriverVersionError
+    from tilejit.runtime.device import get_device, initialized_driver
+    from tilejit.runtime.module import Module
 
-    prog = compile_cuda(SIMPLE, cache=False)
-    assert prog.target.sm == get_device().arch
+    dev = get_device()
+    prog = compile_cuda(SIMPLE + ADD, name_expressions=["add<float>"], cache=False)
+    assert prog.target.sm == dev.arch
     assert cubin_sm(prog.code) == prog.target.number
+    with Module.load(prog.code, "cubin") as module:
+        assert module.get_function("fill").binary_version == prog.target.number
+        assert module.get_function(prog.lowered_names["add<float>"]).binary_version == prog.target.number
+    ptx = compile_cuda(SIMPLE, output="ptx", cache=False)
+    driver_version = initialized_driver().version
+    try:
+        with Module.load(ptx.code, "ptx") as module:
+            assert module.get_function("fill").ptx_version == prog.target.number
+    except DriverVersionError:
+        # PTX from an NVRTC newer than the driver cannot be JIT-compiled; CUBIN (the default) still loads.
+        assert nvrtc().version > (driver_version // 1000, driver_version % 1000 // 10)
 
 
 def test_compiling_keeps_the_thread_locale(lib: NVRTC) -> None:

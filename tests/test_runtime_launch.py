@@ -129,7 +129,7 @@ void fake_describe_mixed(char *out, size_t cap) {
 
 
 class Config(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint) for n in ("gx", "gy", "gz", "bx", "by", "bz", "shm")] + [
+    _fields_ = [(n, ctypes.c_uint) for n in ("gx", "gy", "gz", "bx", "by", "bz", "shm")] + [  # type: ignore[assignment]
         ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
 
 

@@ -185,7 +185,7 @@ class RawKernel:
         self._lock = threading.Lock()
         self._functions: dict[int, Any] = {}
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
-        self._last: tuple[Any, Any, int, Any] | None = None
+        self._last: tuple[Any, int, Any, Any] = (None, -1, None, None)
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{k} {n}" for n, k in self.params)
@@ -238,17 +238,16 @@ class RawKernel:
         return launcher
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
+        # Hot path: same block, shared size and device as last time → straight to that launcher.
         last = self._last
-        dev = _device_state._current
-        if last is not None and last[0] is dev and last[1] == block and last[2] == shared_mem:
-            last[3](grid, args, stream)
-            return
-        self._first_call(grid, block, args, stream, shared_mem)
+        if block == last[0] and shared_mem == last[1] and _device_state._current is last[2]:
+            return last[3](grid, args, stream)  # type: ignore[no-any-return]
+        return self._first_call(grid, block, args, stream, shared_mem)
 
     def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any, shared_mem: int) -> None:
         dev = _device_state.get_device()
         launch = self.launcher(block, shared_mem, dev).launch
-        self._last = (dev, tuple(block) if isinstance(block, list) else block, shared_mem, launch)
+        self._last = (tuple(block) if isinstance(block, list) else block, shared_mem, dev, launch)
         launch(grid, args, stream)
 
 

@@ -363,8 +363,8 @@ ENTRY_BY_NAME: dict[str, Entry] = {e.name: e for e in ENTRIES}
 def _driver_candidates() -> list[Candidate]:
     explicit = config.CUDA_DRIVER.get()
     cands: list[Candidate] = []
-    if explicit:
-        cands.append(Candidate.file(explicit, f"${config.CUDA_DRIVER.name}"))
+    if explicit:  # an explicit file is the only place looked at: no silent fallback
+        return [Candidate.file(explicit, f"${config.CUDA_DRIVER.name}")]
     else:
         cands.append(Candidate.nothing(f"${config.CUDA_DRIVER.name}", "not set"))
     if loader.IS_WINDOWS:

@@ -123,8 +123,8 @@ def nvjitlink_candidates() -> list[Candidate]:
     names = DLL_NAMES if loader.IS_WINDOWS else SONAMES
     explicit = config.NVJITLINK.get()
     cands: list[Candidate] = []
-    if explicit:
-        cands.append(Candidate.file(explicit, f"${config.NVJITLINK.name}"))
+    if explicit:  # an explicit file is the only place looked at: no silent fallback
+        return [Candidate.file(explicit, f"${config.NVJITLINK.name}")]
     else:
         cands.append(Candidate.nothing(f"${config.NVJITLINK.name}", "not set"))
     if not loader.IS_WINDOWS:

@@ -143,8 +143,8 @@ def nvrtc_candidates() -> list[Candidate]:
     names = DLL_NAMES if loader.IS_WINDOWS else SONAMES
     explicit = config.NVRTC.get()
     cands: list[Candidate] = []
-    if explicit:
-        cands.append(Candidate.file(explicit, f"${config.NVRTC.name}"))
+    if explicit:  # an explicit file is the only place looked at: no silent fallback
+        return [Candidate.file(explicit, f"${config.NVRTC.name}")]
     else:
         cands.append(Candidate.nothing(f"${config.NVRTC.name}", "not set"))
     if not loader.IS_WINDOWS:

@@ -125,7 +125,13 @@ class DiskCache:
                     view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except PermissionError:
+                if not os.path.exists(path):
+                    raise
+                _remove(tmp)  # Windows: another process has the entry open; it holds the same bytes
+                return
         except OSError as exc:
             _remove(tmp)
             self._writable = False

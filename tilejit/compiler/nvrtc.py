@@ -30,7 +30,7 @@ DEFAULT_OPTIONS: tuple[str, ...] = ("-std=c++17", "-default-device")
 _CACHE_TAG = "tilejit.compile_cuda.v1"
 _CONTEXT_LINES = 2
 _MAX_SHOWN_ERRORS = 8
-_LOG_LOCATION = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?:catastrophic )?error\b", re.MULTILINE)
+_LOG_LOCATION = r"^(?P<file>.+?)\((?P<line>\d+)\): (?:catastrophic )?error\b"
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def compile_cuda(
 
         key = _key(source, name, header_map, opts, tgt, output, exprs, nvrtc)
         entry = default_cache().get(key)
-        if entry is not None and entry.get("kind") == output:
+        if entry is not None and entry.get("kind") == output and isinstance(entry.get("code"), bytes):
             return CompiledProgram(
                 code=entry["code"],
                 kind=output,
@@ -229,15 +229,18 @@ def nvrtc_identity(lib: NVRTC | None = None) -> str:
         if loaded:
             path = _default_nvrtc().path
         else:
-            memo_key = config.NVRTC.get() or ""
-            cached = _identity_memo.get(memo_key)
+            explicit = config.NVRTC.get() or ""
+            cached = _identity_memo.get(explicit)
             if cached is not None:
                 return cached
-            from tilejit.bindings.nvrtc import find_nvrtc
+            if explicit and os.path.isfile(explicit):
+                path = explicit  # what find_nvrtc() returns first, without importing the bindings
+            else:
+                from tilejit.bindings.nvrtc import find_nvrtc
 
-            path = find_nvrtc()
+                path = find_nvrtc()
             ident = _file_identity(path)
-            _identity_memo[memo_key] = ident
+            _identity_memo[explicit] = ident
             return ident
     cached = _identity_memo.get("\0" + path)
     if cached is None:
@@ -417,7 +420,7 @@ def format_error_lines(log: str, source: str, name: str, headers: Mapping[str, s
     files = {name: source, **headers}
     shown: list[str] = []
     seen: set[tuple[str, int]] = set()
-    for match in _LOG_LOCATION.finditer(log):
+    for match in re.finditer(_LOG_LOCATION, log, re.MULTILINE):
         fname, line = match.group("file"), int(match.group("line"))
         text = files.get(fname)
         if text is None:

@@ -9,9 +9,10 @@ Semantics follow numpy unless noted:
 - Shapes of tiles are compile-time tuples of powers of two; scalars are 0-d tiles.
 - Binary operators and the two-argument functions broadcast like numpy and promote dtypes like
   numpy (``tilejit.language.ir.types.promote``). Python ``int``/``float``/``bool`` values (and
-  compile-time constants) are *weak*: they take the tile's dtype (NEP 50). Deviation from numpy: a
-  float literal with an integer or bool tile gives ``float32`` (not float64), and ``/`` on integers
-  gives ``float32``.
+  compile-time constants) are *weak*: they take the tile's dtype (NEP 50). Deviations from numpy,
+  so that nothing silently becomes float64: an integer or bool tile/scalar with a float one gives
+  that float dtype (``float32 + int32 -> float32``, as in torch and Triton); a float number with an
+  integer or bool tile gives ``float32``; and ``/`` on integers gives ``float32``.
 - Float math (``exp``, ``sqrt``, ``sin``...) on integer or bool tiles computes in ``float32``;
   ``abs``, ``maximum`` and ``minimum`` keep integer dtypes.
 - ``sum``/``prod``/``cumsum`` of bool or integers narrower than 32 bits return ``int32`` (or

@@ -71,6 +71,14 @@ def _torch_view(t: Any) -> ArrayView:
     return ArrayView(t.data_ptr(), t.shape, t.stride(), name, t)
 
 
+def _torch_pointer(t: Any) -> tuple[int, str]:
+    name = _TORCH_DTYPES.get(t.dtype)
+    if name is None or not t.is_cuda:
+        v = _torch_view(t)  # fills the dtype table, or raises the host / dtype error
+        return v.ptr, v.dtype
+    return t.data_ptr(), name
+
+
 def _cupy_view(a: Any) -> ArrayView:
     name = a.dtype.name
     item = ITEMSIZE.get(name)
@@ -302,6 +310,26 @@ def _choose(cls: type, obj: Any) -> Callable[[Any], ArrayView]:
     )
 
 
+_POINTER_BY_TYPE: dict[type, Callable[[Any], tuple[int, str]]] = {}
+
+
+def _pointer_via_view(obj: Any) -> tuple[int, str]:
+    v = as_view(obj)
+    return v.ptr, v.dtype
+
+
+def pointer_of(obj: Any) -> tuple[int, str]:
+    """(address, dtype) of a device array: what a ``T*`` kernel parameter needs, read more cheaply
+    than a full view where the library allows (torch)."""
+    cls = obj.__class__
+    conv = _POINTER_BY_TYPE.get(cls)
+    if conv is None:
+        as_view(obj)  # raises the right error for non-arrays before anything is cached
+        conv = _torch_pointer if _BY_TYPE.get(cls) is _torch_view else _pointer_via_view
+        _POINTER_BY_TYPE[cls] = conv
+    return conv(obj)
+
+
 def as_view(obj: Any) -> ArrayView:
     """A zero-copy :class:`ArrayView` of a device array; ``TypeError``/``ValueError`` if ``obj`` is
     not one (host arrays get a message saying to copy them to the GPU)."""
@@ -315,5 +343,5 @@ def as_view(obj: Any) -> ArrayView:
 
 __all__ = [
     "ArrayView", "DLPackOwner", "as_view", "c_strides", "parse_cuda_array_interface", "parse_dlpack_capsule",
-    "register_converter",
+    "pointer_of", "register_converter",
 ]

@@ -17,6 +17,7 @@ naming the parameter, what it expects and what it got.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -25,7 +26,7 @@ from typing import Any
 from tilejit.errors import CUDAError, LaunchError
 from tilejit.runtime.array import DeviceArray
 from tilejit.runtime.dtypes import ITEMSIZE, STRUCT_CHAR, float_to_bfloat16_bits
-from tilejit.runtime.interop import ArrayView, as_view
+from tilejit.runtime.interop import ArrayView, as_view, pointer_of
 from tilejit.runtime.stream import Stream, _current_handle, stream_handle
 
 _INT_RANGE: dict[str, tuple[int, int]] = {
@@ -336,6 +337,8 @@ class Launcher:
             "pack": self._struct.pack_into, "buf": self._buffers.params, "cfgpack": _CONFIG.pack_into,
             "cfg": self._buffers.config, "call": self._call, "cfgaddr": self._buffers.config_addr,
             "fh": self._handle, "extra": self._buffers.extra_addr, "st": self._state, "cur": _current_handle,
+            "launch_now": functools.partial(self._call, self._buffers.config_addr, self._handle, None,
+                                            self._buffers.extra_addr) if self._uses_ex else None,
             "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
             "owner": self._owner_thread, "slow": self._launch_generic, "explain": self._explain,
             "failed": self._failed, "AV": ArrayView, "DA": DeviceArray, "as_view": as_view, "Mismatch": _Mismatch,
@@ -362,26 +365,28 @@ class Launcher:
                 continue
             # Arrays and pointers: take the ArrayView (own arrays and views inline, others through
             # the per-type converters), then unpack it; nested unpacking checks the rank for free.
-            fallback = "as_view"
-            if k.kind == "pointer":
-                fallback = f"conv{i}"
-                env[fallback] = self._pointer_view
-            lines += [
-                f"if {a}.__class__ is DA: v{i} = {a}._view",
-                f"elif {a}.__class__ is AV: v{i} = {a}",
-                f"else: v{i} = {fallback}({a})",
-            ]
             dims = [f"s{i}_{d}" for d in range(k.ndim)]
             strides = [f"t{i}_{d}" for d in range(k.ndim)]
             if k.kind == "array":
-                lines.append(f"p{i}, ({''.join(x + ', ' for x in dims)}), ({''.join(x + ', ' for x in strides)}), "
-                             f"d{i}, _ = v{i}")
+                lines += [
+                    f"if {a}.__class__ is DA: v{i} = {a}._view",
+                    f"elif {a}.__class__ is AV: v{i} = {a}",
+                    f"else: v{i} = as_view({a})",
+                    f"p{i}, ({''.join(x + ', ' for x in dims)}), ({''.join(x + ', ' for x in strides)}), "
+                    f"d{i}, _ = v{i}",
+                    f"if d{i} != {k.dtype!r}: raise Mismatch()",
+                ]
             else:
-                lines.append(f"p{i}, _, _, d{i}, _ = v{i}")
-            if k.kind == "array":
-                lines.append(f"if d{i} != {k.dtype!r}: raise Mismatch()")
-            elif k.dtype is not None:
-                lines.append(f"if d{i} != {k.dtype!r} and d{i} is not None: raise Mismatch()")
+                # A pointer needs only the address and dtype: read just those (ints are addresses).
+                env[f"conv{i}"] = pointer_of
+                lines += [
+                    f"if {a}.__class__ is DA: p{i} = {a}.ptr; d{i} = {a}._dtname",
+                    f"elif {a}.__class__ is AV: p{i}, _, _, d{i}, _ = {a}",
+                    f"elif {a}.__class__ is int: p{i} = {a}; d{i} = None",
+                    f"else: p{i}, d{i} = conv{i}({a})",
+                ]
+                if k.dtype is not None:
+                    lines.append(f"if d{i} != {k.dtype!r} and d{i} is not None: raise Mismatch()")
             values.append(", ".join([f"p{i}", *dims, *strides]))
         if values:
             lines.append(f"pack(buf, 0, {', '.join(values)})")
@@ -398,7 +403,7 @@ class Launcher:
                 "    st[0] = grid if grid.__class__ is int or grid.__class__ is tuple else None",
                 "    st[1] = h",
             ]
-            call = "status = call(cfgaddr, fh, None, extra)"
+            call = "status = launch_now()"
         else:
             lines.append("gx, gy, gz = grid3(grid)")
             call = f"status = call(fh, gx, gy, gz, {bx}, {by}, {bz}, {self.shared_bytes}, h, None, extra)"
@@ -434,13 +439,6 @@ class Launcher:
             return kind._scalar(value, where)
 
         return conv
-
-    @staticmethod
-    def _pointer_view(value: Any) -> ArrayView:
-        """An int address as a dtype-less view; anything else through :func:`as_view`."""
-        if value.__class__ is int:
-            return ArrayView(value, (), (), None, None)  # type: ignore[arg-type]  # struct checks the range
-        return as_view(value)
 
     # ------------------------------------------------------------------ slow path and errors
 
@@ -480,7 +478,7 @@ class Launcher:
             return LaunchError(f"kernel '{self.name}': {err}")
         return exc
 
-    def _launch_generic(self, grid: Any, args: Sequence[Any], stream: Any = None) -> None:
+    def _launch_generic(self, grid: Any, args: Sequence[Any], stream: Any = None, retry: bool = True) -> None:
         """The same launch with fresh buffers and full checks (used by threads other than the creator)."""
         values = self.convert_args(args)
         gx, gy, gz = _grid3(grid)
@@ -497,7 +495,7 @@ class Launcher:
         else:
             status = self._call(self._handle, gx, gy, gz, *self.block, self.shared_bytes, h, None, bufs.extra_addr)
         if status:
-            self._failed(status, grid, args, stream, retry=False)
+            self._failed(status, grid, args, stream, retry)
 
     def _failed(self, status: int, grid: Any, args: Any, stream: Any, retry: bool = True) -> None:
         """A launch returned ``status``: fix a missing/wrong current context and retry once, else raise."""
@@ -506,7 +504,7 @@ class Launcher:
             _CUDA_ERROR_INVALID_CONTEXT, _CUDA_ERROR_INVALID_HANDLE, _CUDA_ERROR_CONTEXT_IS_DESTROYED
         ) and not ctx.is_current():
             ctx.make_current()
-            self._launch_generic(grid, args, stream)
+            self._launch_generic(grid, args, stream, retry=False)
             return
         detail = (
             f"launching kernel '{self.name}' with grid={grid!r} block={self.block} "

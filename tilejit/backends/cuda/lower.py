@@ -392,6 +392,11 @@ class Lowering:
         if bitmap is None and c.kind == "arange":
             self.vals[res] = c
             return
+        if bitmap is not None and all(b == p for p, b in enumerate(bitmap)):
+            bitmap = None
+            if c.kind == "tile" and src_layout == layout:
+                self.vals[res] = CV("tile", c.text, c.dtype, layout)
+                return
         sname = self.tile(src, src_layout)
         name = self.define_tile(res, layout)
         mp = "tj::IdentityMap" if bitmap is None else f"tj::Bits<{', '.join(map(str, bitmap))}>"

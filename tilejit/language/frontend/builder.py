@@ -86,6 +86,16 @@ def default_dtype(value: object) -> DType:
     raise FrontendError(f"expected a number, got {describe(value)}")
 
 
+def join(a: DType, b: DType) -> DType:
+    """numpy promotion of two tile dtypes, except that an integer or bool with a float gives the
+    float (numpy would widen float32 with int32 to float64, which is never what a GPU kernel wants)."""
+    if a.is_float and not b.is_float:
+        return a
+    if b.is_float and not a.is_float:
+        return b
+    return promote(a, b)
+
+
 def common_default(*items: object) -> DType:
     """The dtype joining numbers (weak) and dtypes: used when a constant must become a variable."""
     dtypes = [i for i in items if isinstance(i, DType)]
@@ -93,7 +103,7 @@ def common_default(*items: object) -> DType:
     if dtypes:
         dtype = dtypes[0]
         for d in dtypes[1:]:
-            dtype = promote(dtype, d)
+            dtype = join(dtype, d)
     else:
         dtype = default_dtype(numbers.pop(0))
     for n in numbers:
@@ -219,7 +229,8 @@ class Builder:
     # ------------------------------------------------------------------ promotion
 
     def common_dtype(self, values: Sequence[object]) -> DType:
-        """numpy promotion of tiles, with numbers weak (NEP 50; float literal + int tile = float32)."""
+        """numpy promotion of tiles (int with float gives the float: see ``join``), with numbers weak
+        (NEP 50; a float number with an integer tile gives float32)."""
         tiles = [v for v in values if isinstance(v, Tile)]
         for v in values:
             if not isinstance(v, Tile) and not is_number(v):
@@ -227,11 +238,11 @@ class Builder:
         if not tiles:
             dtype = default_dtype(values[0])
             for v in values[1:]:
-                dtype = promote(dtype, default_dtype(v))
+                dtype = join(dtype, default_dtype(v))
             return dtype
         dtype = tiles[0].dtype
         for t in tiles[1:]:
-            dtype = promote(dtype, t.dtype)
+            dtype = join(dtype, t.dtype)
         for v in values:
             if not isinstance(v, Tile):
                 dtype = weak_dtype(v, dtype)

@@ -498,9 +498,9 @@ class Translator:
                     names.append(n)
         yields: list[tuple[str, TileType]] = []
         for n in names:
-            vals = [sc.values.get(n, _MISSING) for _, sc in live]
+            branch_values = [sc.values.get(n, _MISSING) for _, sc in live]
             where = next((sc.where[n] for _, sc in live if n in sc.where), None)
-            merged = self._merge(n, vals, line)
+            merged = self._merge(n, branch_values, line)
             if isinstance(merged, TileType):
                 yields.append((n, merged))
             else:
@@ -509,7 +509,7 @@ class Translator:
                 after.where[n] = where
         for blk, sc in live:
             with self.b.at(blk):
-                vals = []
+                vals: list[Value] = []
                 for n, t in yields:
                     v = sc.values[n]
                     vals.append(v.value if isinstance(v, Tile) else self.b.full(v, t).value)
@@ -836,7 +836,8 @@ def _fstring(tr: Translator, node: ast.JoinedStr) -> object:
         if not is_const(val):
             raise FrontendError("f-strings can only format compile-time values", v)
         spec = tr.expr(v.format_spec) if v.format_spec is not None else ""
-        conv = {115: str, 114: repr, 97: ascii}.get(v.conversion)
+        convs: dict[int, Callable[[object], str]] = {115: str, 114: repr, 97: ascii}
+        conv = convs.get(v.conversion)
         parts.append(format(conv(val) if conv else val, str(spec)))
     return "".join(parts)
 

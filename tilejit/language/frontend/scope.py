@@ -69,7 +69,7 @@ class LoopCtx:
     if_depth: int = 0
 
 
-class ControlSignal(Exception):  # noqa: N818
+class ControlSignal(Exception):
     """Internal non-error unwinding (never shown to users; never wrapped as an internal error)."""
 
 

@@ -27,22 +27,10 @@ union Pack {
   W w[BYTES / WB];
 };
 
-template <class W> __device__ __forceinline__ W ld_nc(const W* p) { return *p; }
-template <> __device__ __forceinline__ uint4 ld_nc<uint4>(const uint4* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-  return r;
-}
-template <> __device__ __forceinline__ uint2 ld_nc<uint2>(const uint2* p) {
-  uint2 r;
-  asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
-  return r;
-}
-template <> __device__ __forceinline__ u32 ld_nc<u32>(const u32* p) {
-  u32 r;
-  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(r) : "l"(p));
-  return r;
-}
+// Read-only loads through the non-coherent cache (the array is never written by the kernel).
+template <class W> __device__ __forceinline__ W ld_nc(const W* p) { return __ldg(p); }
+template <> __device__ __forceinline__ u8 ld_nc<u8>(const u8* p) { return *p; }
+template <> __device__ __forceinline__ u16 ld_nc<u16>(const u16* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
 
 // Array offset (in elements) of the tile element at flat index f, and whether the element's
 // leading coordinates (all but the innermost) are in range; `col` gets the innermost index.
@@ -239,6 +227,50 @@ template <class T> __device__ __forceinline__ T atomic_cas(T* p, T cmp, T v) {
   n.t = v;
   o.w = cas_word(reinterpret_cast<W*>(p), c.w, n.w);
   return o.t;
+}
+
+// ---- cp.async (sm_80+): global → shared copies that complete in commit groups
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+#if __CUDA_ARCH__ >= 800
+  unsigned d;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Copy the (ROWS, COLS) tile at (r0, c0) of a row-major 2-D array (unit inner stride, 16-byte
+// aligned rows) into shared memory with row stride LD, 16 bytes per cp.async; bytes outside the
+// array are zero-filled.
+template <int ROWS, int COLS, int LD, int NT, class T>
+__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 r0, i64 c0) {
+  constexpr int V = 16 / (int)sizeof(T);
+  constexpr int CPR = COLS / V;  // chunks per row
+  constexpr int CHUNKS = ROWS * CPR;
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < (CHUNKS + NT - 1) / NT; ++j) {
+    const int c = tid + j * NT;
+    if (CHUNKS % NT == 0 || c < CHUNKS) {
+      const int row = c / CPR, col = (c % CPR) * V;
+      const i64 r = r0 + row, cc = c0 + col;
+      i64 left = (a.shape[1] - cc) * (i64)sizeof(T);
+      left = left < 0 ? 0 : (left > 16 ? 16 : left);
+      const bool ok = (u64)r < (u64)a.shape[0] && left > 0;
+      const T* src = ok ? a.ptr + r * a.stride[0] + cc : a.ptr;
+      cp_async16(dst + row * LD + col, src, ok ? (int)left : 0);
+    }
+  }
 }
 
 }  // namespace tj

@@ -1,0 +1,235 @@
+"""Per-launch overhead on one GPU: tilejit against cuda.core, CuPy, Triton and torch, in one run.
+
+Every implementation launches the same empty kernel (one pointer parameter, grid 1, block 32) in
+the same Python loop: N launches after a warm-up, one synchronize at the end, several repeats;
+the figure is the median microseconds per launch. A peer that is missing or fails is reported and
+skipped. Prints a markdown table with ratios against the best peer; writes JSON to $OUT if set.
+
+    python bench/bench_launch.py [--n 20000] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import tilejit as tj
+
+EMPTY = 'extern "C" __global__ void empty(float* x) {}\n'
+
+
+def measure(launch: Callable[[], Any], sync: Callable[[], Any], n: int, repeats: int) -> list[float]:
+    """Microseconds per launch of each repeat (N launches, then one sync)."""
+    for _ in range(min(n, 2000)):
+        launch()
+    sync()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            launch()
+        sync()
+        out.append((time.perf_counter() - t0) / n * 1e6)
+    return out
+
+
+def tilejit_cases(x: Any) -> dict[str, Callable[[], Any]]:
+    from tilejit.api.raw import RawKernel
+
+    k = RawKernel(EMPTY, "empty")
+    args = (x,)
+    k(1, 32, args)
+    launch = k.launcher(32).launch
+    cases: dict[str, Callable[[], Any]] = {
+        "tilejit RawKernel": lambda: k(1, 32, args),
+        "tilejit Launcher.launch": lambda: launch(1, args),
+    }
+    try:
+        import torch
+
+        targs = (torch.zeros(1, device="cuda"),)
+        k(1, 32, targs)
+        cases["tilejit RawKernel (torch tensor arg)"] = lambda: k(1, 32, targs)
+    except ImportError:
+        pass
+    return cases
+
+
+def tile_kernel_case(x: Any) -> Callable[[], Any]:
+    @tj.kernel
+    def empty_tile(x):  # type: ignore[no-untyped-def]
+        pass
+
+    try:
+        empty_tile[1](x)
+    except Exception:
+        # Some front ends want a body that touches its argument: a 1-element load/store.
+        @tj.kernel
+        def empty_tile(x):  # type: ignore[no-untyped-def]
+            tj.store(x, index=(0,), tile=tj.load(x, index=(0,), shape=(1,)))
+
+        empty_tile[1](x)
+    launch = empty_tile[1]
+    return lambda: launch(x)
+
+
+def cuda_core_case() -> Callable[[], Any]:
+    try:
+        from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+    except ImportError:
+        from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
+    dev = Device()
+    dev.set_current()
+    arch = "".join(str(v) for v in dev.compute_capability)
+    prog = Program(EMPTY, code_type="c++", options=ProgramOptions(arch=f"sm_{arch}"))
+    kernel = prog.compile("cubin").get_kernel("empty")
+    stream = dev.default_stream
+    try:
+        buf = dev.allocate(4, stream=stream)
+    except TypeError:  # older cuda.core: no stream argument
+        buf = dev.allocate(4)
+    config = LaunchConfig(grid=1, block=32)
+    try:
+        launch(stream, config, kernel, buf)
+        return lambda: launch(stream, config, kernel, buf)
+    except TypeError:  # cuda.core < 0.3: launch(kernel, config, *args), stream in the config
+        config = LaunchConfig(grid=1, block=32, stream=stream)
+        launch(kernel, config, buf)
+        return lambda: launch(kernel, config, buf)
+
+
+def cupy_case() -> Callable[[], Any]:
+    import cupy
+
+    k = cupy.RawKernel(EMPTY, "empty")
+    x = cupy.zeros(1, dtype=cupy.float32)
+    args = (x,)
+    k((1,), (32,), args)
+    return lambda: k((1,), (32,), args)
+
+
+def triton_case() -> Callable[[], Any]:
+    import torch
+    import triton
+
+    @triton.jit
+    def empty(x_ptr):  # type: ignore[no-untyped-def]
+        pass
+
+    x = torch.zeros(1, device="cuda")
+    grid = (1,)
+    empty[grid](x)
+    _ = triton
+    return lambda: empty[grid](x)
+
+
+def torch_case() -> Callable[[], Any]:
+    import torch
+
+    x = torch.zeros(1, device="cuda")
+    x.add_(1)
+    return lambda: x.add_(1)
+
+
+def ctypes_case(x: Any) -> Callable[[], Any]:
+    """The plain ctypes way: cuLaunchKernel with argtypes and a kernelParams array built per call."""
+    import ctypes
+
+    from tilejit.api.raw import RawKernel
+    from tilejit.runtime.device import initialized_driver
+
+    d = initialized_driver()
+    fn = RawKernel(EMPTY, "empty").function()
+    f = ctypes.c_void_p(fn.handle)
+    ptr = x.ptr
+
+    def launch() -> None:
+        p = ctypes.c_uint64(ptr)
+        params = (ctypes.c_void_p * 1)(ctypes.addressof(p))
+        d.check(d.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, None, params, None), "cuLaunchKernel")
+
+    launch()
+    return launch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=20000, help="launches per repeat")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+
+    dev = tj.get_device()
+    from tilejit.runtime.array import zeros
+
+    x = zeros(1, "float32")
+    sync = dev.synchronize
+
+    cases: dict[str, Callable[[], Any]] = {}
+    skipped: dict[str, str] = {}
+    peers = {"cuda.core": cuda_core_case, "CuPy RawKernel": cupy_case, "Triton (empty @triton.jit)": triton_case,
+             "torch x.add_(1)": torch_case, "ctypes cuLaunchKernel (kernelParams)": lambda: ctypes_case(x)}
+    builders: list[tuple[str, Callable[[], Any]]] = [("tilejit", lambda: tilejit_cases(x))]
+    try:
+        has_tile_kernels = hasattr(tj, "kernel")
+    except ImportError:
+        has_tile_kernels = False
+    if has_tile_kernels:
+        builders.append(("tilejit tile kernel empty[1](x)", lambda: tile_kernel_case(x)))
+    builders += list(peers.items())
+    for name, build in builders:
+        try:
+            made = build()
+            if isinstance(made, dict):
+                cases.update(made)
+            else:
+                cases[name] = made
+        except Exception as exc:
+            skipped[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            if os.environ.get("BENCH_VERBOSE"):
+                traceback.print_exc()
+
+    results: dict[str, dict[str, Any]] = {}
+    for name, launch in cases.items():
+        try:
+            per = measure(launch, sync, args.n, args.repeats)
+        except Exception as exc:
+            skipped[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            continue
+        results[name] = {"median_us": statistics.median(per), "min_us": min(per), "repeats_us": per}
+
+    peer_names = [n for n in results if not n.startswith("tilejit")]
+    best_peer = min(peer_names, key=lambda n: results[n]["median_us"]) if peer_names else None
+    best = results[best_peer]["median_us"] if best_peer else None
+    print(f"\nLaunch overhead on {dev.name} ({dev.arch}), Python {platform.python_version()}, "
+          f"N={args.n} launches x {args.repeats} repeats, empty kernel, grid 1 x block 32\n")
+    print("| implementation | median µs/launch | min µs/launch | vs best peer |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, r in sorted(results.items(), key=lambda kv: kv[1]["median_us"]):
+        ratio = f"{r['median_us'] / best:.2f}x" if best else "-"
+        print(f"| {name} | {r['median_us']:.2f} | {r['min_us']:.2f} | {ratio} |")
+    if best_peer:
+        print(f"\nbest peer: {best_peer} ({best:.2f} µs)")
+    for name, why in skipped.items():
+        print(f"skipped {name}: {why}")
+
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        payload = {"device": dev.name, "arch": dev.arch, "python": platform.python_version(), "n": args.n,
+                   "repeats": args.repeats, "results": results, "best_peer": best_peer, "skipped": skipped}
+        (Path(out_dir) / "bench_launch.json").write_text(json.dumps(payload, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,926 @@
+"""What calls, attributes and subscripts mean in tile code: one small function per ``tj.*``
+builtin, tile methods, and the few Python builtins that work on compile-time values.
+
+Builtins are found by identity of the function object (``tilejit.language.tile.load`` however it
+was imported). Arguments are bound against the user-facing signature in ``tile.py``, so defaults
+and keyword names are defined once and errors name the function.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import inspect
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tilejit.language import tile
+from tilejit.language.frontend.builder import (
+    broadcast_shapes,
+    check_shape,
+    const_value,
+    default_dtype,
+    int_range,
+    is_pow2,
+)
+from tilejit.language.frontend.source import FrontendError
+from tilejit.language.frontend.values import (
+    Array,
+    ArrayDims,
+    BoundMethod,
+    Tile,
+    Undefined,
+    describe,
+    is_const,
+    is_number,
+    normalize_const,
+)
+from tilejit.language.ir import ops
+from tilejit.language.ir.types import (
+    BY_NAME,
+    DType,
+    TileType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int32,
+    uint8,
+    uint32,
+)
+
+if TYPE_CHECKING:
+    from tilejit.language.frontend.handlers import Translator
+
+Impl = Callable[..., object]
+
+#: id(user-facing function) -> (that function, its implementation)
+BUILTINS: dict[int, tuple[Callable[..., Any], Impl]] = {}
+
+
+def builtin(api: Callable[..., Any]) -> Callable[[Impl], Impl]:
+    """Register the implementation of a ``tj.*`` function (same parameter names, plus ``tr`` first)."""
+
+    def deco(impl: Impl) -> Impl:
+        BUILTINS[id(api)] = (api, impl)
+        return impl
+
+    return deco
+
+
+@functools.cache
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def bind(api: Callable[..., Any], label: str, args: list[object], kwargs: dict[str, object]) -> dict[str, Any]:
+    """Bind call arguments to ``api``'s signature (defaults applied) or raise a clear error."""
+    try:
+        bound = _signature(api).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise FrontendError(f"{label}(): {exc}") from None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+# ====================================================================== helpers
+
+
+def to_dtype(v: object, what: str = "dtype") -> DType:
+    """A DType from ``tj.float32``, a name ("float32"), numpy dtypes, or Python bool/int/float."""
+    if isinstance(v, DType):
+        return v
+    if v is bool:
+        return bool_
+    if v is int:
+        return int32
+    if v is float:
+        return float32
+    for name in (v if isinstance(v, str) else None, getattr(v, "name", None), getattr(v, "__name__", None)):
+        if isinstance(name, str) and name in BY_NAME:
+            return BY_NAME[name]
+    raise FrontendError(f"{what} must be a dtype such as tj.float32, got {describe(v)}")
+
+
+def const_int(v: object, what: str) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    raise FrontendError(f"{what} must be a compile-time int, got {describe(v)}")
+
+
+def norm_axis(axis: object, ndim: int, what: str) -> int:
+    a = const_int(axis, what)
+    if not -ndim <= a < ndim:
+        raise FrontendError(f"{what} {a} is out of range for a tile of rank {ndim}")
+    return a % ndim
+
+
+def as_array(v: object, fn: str) -> Array:
+    if isinstance(v, Array):
+        return v
+    raise FrontendError(f"tj.{fn}() expects a kernel array parameter as its first argument, got {describe(v)}")
+
+
+def as_tile(tr: Translator, v: object, fn: str, what: str = "argument") -> Tile:
+    if isinstance(v, Tile):
+        return v
+    if is_number(v):
+        return tr.b.as_tile(v)
+    raise FrontendError(f"tj.{fn}(): {what} must be a tile or a number, got {describe(v)}")
+
+
+def convert_number(value: object, dtype: DType) -> bool | int | float:
+    """An explicit conversion of a number to ``dtype`` (C++ cast semantics; out of range is an error)."""
+    if not is_number(value):
+        raise FrontendError(f"expected a number, got {describe(value)}")
+    assert isinstance(value, bool | int | float)
+    if dtype.is_bool:
+        return bool(value)
+    if dtype.is_float:
+        return float(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise FrontendError(f"cannot convert {value} to {dtype.name}")
+        value = math.trunc(value)
+    return const_value(int(value), dtype)
+
+
+def tile_index(tr: Translator, arr: Array, index: object, fn: str) -> list[Any]:
+    """Tile-grid index operands for load/store: one integer scalar per array dim."""
+    if not isinstance(index, tuple | list):
+        if arr.ndim != 1:
+            raise FrontendError(
+                f"tj.{fn}(): index must be a tuple of {arr.ndim} indices (one per dim of '{arr.name}')"
+            )
+        index = (index,)
+    if len(index) != arr.ndim:
+        raise FrontendError(
+            f"tj.{fn}(): index has {len(index)} entries but the array '{arr.name}' has {arr.ndim} dims"
+        )
+    return [tr.b.index_scalar(i, f"tj.{fn}() index {k}").value for k, i in enumerate(index)]
+
+
+def element_indices(
+    tr: Translator, arr: Array, indices: object, fn: str, others: list[object]
+) -> tuple[list[Any], tuple[int, ...]]:
+    """Element index tiles for gather/scatter/atomics, broadcast with ``others`` to one shape."""
+    if not isinstance(indices, tuple | list):
+        if arr.ndim != 1:
+            raise FrontendError(
+                f"tj.{fn}(): indices must be a tuple of {arr.ndim} index tiles (one per dim of '{arr.name}')"
+            )
+        indices = (indices,)
+    if len(indices) != arr.ndim:
+        raise FrontendError(
+            f"tj.{fn}(): indices has {len(indices)} entries but the array '{arr.name}' has {arr.ndim} dims"
+        )
+    for k, i in enumerate(indices):
+        ok = (isinstance(i, Tile) and i.dtype.is_int) or (isinstance(i, int) and not isinstance(i, bool))
+        if not ok:
+            raise FrontendError(f"tj.{fn}(): index {k} must be an integer tile or int, got {describe(i)}")
+    shape = broadcast_shapes(*(v.shape for v in (*indices, *others) if isinstance(v, Tile)))
+    out = []
+    for i in indices:
+        if isinstance(i, Tile):
+            out.append(tr.b.broadcast(i, shape).value)
+        else:
+            out.append(tr.b.constant(i, TileType(default_dtype(i), shape)).value)
+    return out, shape
+
+
+def values_as(tr: Translator, v: object, dtype: DType, shape: tuple[int, ...], fn: str, what: str) -> Any:
+    """``v`` (tile or number) cast to ``dtype`` and broadcast to ``shape``, as an IR value."""
+    if isinstance(v, Tile):
+        return tr.b.broadcast(tr.b.cast(v, dtype), shape).value
+    if is_number(v):
+        return tr.b.constant(convert_number(v, dtype), TileType(dtype, shape)).value
+    raise FrontendError(f"tj.{fn}(): {what} must be a tile or a number, got {describe(v)}")
+
+
+def widen_for_sum(tr: Translator, t: Tile) -> Tile:
+    """Sums of bool and of integers narrower than 32 bits accumulate in (u)int32."""
+    if t.dtype.is_bool or (t.dtype.is_int and t.dtype.bits < 32):
+        return tr.b.cast(t, uint32 if t.dtype.kind == "u" else int32)
+    return t
+
+
+# ====================================================================== block ids and sizes
+
+
+@builtin(tile.bid)
+def _bid(tr: Translator, axis: object) -> object:
+    a = const_int(axis, "tj.bid() axis")
+    if a not in (0, 1, 2):
+        raise FrontendError(f"tj.bid() axis must be 0, 1 or 2, got {a}")
+    return tr.b.tile(ops.BlockIdOp, TileType(int32), axis=a)
+
+
+@builtin(tile.num_blocks)
+def _num_blocks(tr: Translator, axis: object) -> object:
+    a = const_int(axis, "tj.num_blocks() axis")
+    if a not in (0, 1, 2):
+        raise FrontendError(f"tj.num_blocks() axis must be 0, 1 or 2, got {a}")
+    return tr.b.tile(ops.NumBlocksOp, TileType(int32), axis=a)
+
+
+@builtin(tile.num_tiles)
+def _num_tiles(tr: Translator, array: object, axis: object, shape: object) -> object:
+    arr = as_array(array, "num_tiles")
+    ax = const_int(axis, "tj.num_tiles() axis")
+    if not -arr.ndim <= ax < arr.ndim:
+        raise FrontendError(f"tj.num_tiles() axis {ax} is out of range for the {arr.ndim}-d array '{arr.name}'")
+    ax %= arr.ndim
+    shp = check_shape(shape, "tj.num_tiles() shape")
+    if len(shp) != arr.ndim:
+        raise FrontendError(f"tj.num_tiles(): shape {shp} has {len(shp)} dims but the array '{arr.name}' has "
+                            f"{arr.ndim}")
+    dim = tr.b.array_dim(arr.value, ax, "shape")
+    n = tr.b.binary("floordiv", tr.b.binary("add", dim, shp[ax] - 1), shp[ax])
+    return tr.b.cast(n, int32)
+
+
+@builtin(tile.cdiv)
+def _cdiv(tr: Translator, a: object, b: object) -> object:
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise FrontendError("tj.cdiv(): division by zero")
+        return -(-a // b)
+    for v in (a, b):
+        if not (isinstance(v, Tile) or (isinstance(v, int) and not isinstance(v, bool))):
+            raise FrontendError(f"tj.cdiv() expects integers, got {describe(v)}")
+        if isinstance(v, Tile) and not v.dtype.is_int:
+            raise FrontendError(f"tj.cdiv() expects integers, got {v.dtype.name}")
+    bm1 = b - 1 if isinstance(b, int) else tr.b.binary("sub", b, 1)
+    return tr.b.binary("floordiv", tr.b.binary("add", a, bm1), b)
+
+
+@builtin(tile.static_range)
+def _static_range(tr: Translator, args: tuple[object, ...]) -> object:
+    return range(*(const_int(a, "tj.static_range() argument") for a in args))
+
+
+# ====================================================================== memory
+
+
+@builtin(tile.load)
+def _load(tr: Translator, array: object, index: object, shape: object, padding: object) -> object:
+    arr = as_array(array, "load")
+    shp = check_shape(shape, "tj.load() shape")
+    if len(shp) != arr.ndim:
+        raise FrontendError(
+            f"tj.load(): shape {shp} has {len(shp)} dims but the array '{arr.name}' has {arr.ndim}"
+        )
+    idx = tile_index(tr, arr, index, "load")
+    if not is_number(padding):
+        raise FrontendError(f"tj.load(): padding must be a compile-time number, got {describe(padding)}")
+    try:
+        pad = const_value(padding, arr.dtype)
+    except FrontendError as exc:
+        raise FrontendError(
+            f"tj.load(): padding {padding!r} is not a valid {arr.dtype.name}: {exc.message}"
+        ) from None
+    return tr.b.tile(ops.LoadOp, TileType(arr.dtype, shp), array=arr.value, index=idx, padding=pad)
+
+
+@builtin(tile.store)
+def _store(tr: Translator, array: object, index: object, tile: object) -> object:
+    arr = as_array(array, "store")
+    idx = tile_index(tr, arr, index, "store")
+    if is_number(tile):
+        t = tr.b.constant(convert_number(tile, arr.dtype), TileType(arr.dtype))
+    elif isinstance(tile, Tile):
+        t = tile
+    else:
+        raise FrontendError(f"tj.store(): tile must be a tile, got {describe(tile)}")
+    if t.ndim == 0:
+        t = tr.b.reshape(t, (1,) * arr.ndim)
+    elif t.ndim != arr.ndim:
+        raise FrontendError(
+            f"tj.store(): the tile has rank {t.ndim} (shape {t.shape}) but the array '{arr.name}' has rank "
+            f"{arr.ndim}; the tile's rank must equal the array's (reshape it)"
+        )
+    t = tr.b.cast(t, arr.dtype)
+    tr.b.make(ops.StoreOp, None, array=arr.value, index=idx, tile=t.value)
+    return None
+
+
+@builtin(tile.gather)
+def _gather(tr: Translator, array: object, indices: object, padding: object) -> object:
+    arr = as_array(array, "gather")
+    idx, shape = element_indices(tr, arr, indices, "gather", [])
+    if not is_number(padding):
+        raise FrontendError(f"tj.gather(): padding must be a compile-time number, got {describe(padding)}")
+    try:
+        pad = const_value(padding, arr.dtype)
+    except FrontendError as exc:
+        raise FrontendError(
+            f"tj.gather(): padding {padding!r} is not a valid {arr.dtype.name}: {exc.message}"
+        ) from None
+    return tr.b.tile(ops.GatherOp, TileType(arr.dtype, shape), array=arr.value, indices=idx, padding=pad)
+
+
+@builtin(tile.scatter)
+def _scatter(tr: Translator, array: object, indices: object, tile: object) -> object:
+    arr = as_array(array, "scatter")
+    idx, shape = element_indices(tr, arr, indices, "scatter", [tile])
+    val = values_as(tr, tile, arr.dtype, shape, "scatter", "tile")
+    tr.b.make(ops.ScatterOp, None, array=arr.value, indices=idx, tile=val)
+    return None
+
+
+_ATOMIC_DTYPES: dict[str, tuple[str, ...]] = {
+    "add": ("i32", "u32", "i64", "u64", "f16", "bf16", "f32", "f64"),
+    "max": ("i32", "u32", "i64", "u64", "f32", "f64"),
+    "min": ("i32", "u32", "i64", "u64", "f32", "f64"),
+    "xchg": ("i32", "u32", "i64", "u64", "f32", "f64"),
+    "cas": ("i32", "u32", "i64", "u64", "f32", "f64"),
+}
+
+
+def _atomic(tr: Translator, kind: str, array: object, indices: object, value: object,
+            expected: object = None) -> Tile:
+    fn = f"atomic_{kind}"
+    arr = as_array(array, fn)
+    if arr.dtype.short not in _ATOMIC_DTYPES[kind]:
+        allowed = ", ".join(BY_NAME[s].name for s in _ATOMIC_DTYPES[kind])
+        raise FrontendError(f"tj.{fn}() does not support {arr.dtype.name} arrays (supported: {allowed})")
+    others = [value] + ([expected] if kind == "cas" else [])
+    idx, shape = element_indices(tr, arr, indices, fn, others)
+    val = values_as(tr, value, arr.dtype, shape, fn, "desired" if kind == "cas" else "value")
+    compare = [values_as(tr, expected, arr.dtype, shape, fn, "expected")] if kind == "cas" else []
+    return tr.b.tile(ops.AtomicOp, TileType(arr.dtype, shape), kind=kind, array=arr.value, indices=idx,
+                     value=val, compare=compare)
+
+
+@builtin(tile.atomic_add)
+def _atomic_add(tr: Translator, array: object, indices: object, value: object) -> object:
+    return _atomic(tr, "add", array, indices, value)
+
+
+@builtin(tile.atomic_max)
+def _atomic_max(tr: Translator, array: object, indices: object, value: object) -> object:
+    return _atomic(tr, "max", array, indices, value)
+
+
+@builtin(tile.atomic_min)
+def _atomic_min(tr: Translator, array: object, indices: object, value: object) -> object:
+    return _atomic(tr, "min", array, indices, value)
+
+
+@builtin(tile.atomic_xchg)
+def _atomic_xchg(tr: Translator, array: object, indices: object, value: object) -> object:
+    return _atomic(tr, "xchg", array, indices, value)
+
+
+@builtin(tile.atomic_cas)
+def _atomic_cas(tr: Translator, array: object, indices: object, expected: object, desired: object) -> object:
+    return _atomic(tr, "cas", array, indices, desired, expected)
+
+
+# ====================================================================== creation
+
+
+@builtin(tile.full)
+def _full(tr: Translator, shape: object, value: object, dtype: object) -> object:
+    shp = check_shape(shape, "tj.full() shape")
+    if dtype is None:
+        if isinstance(value, Tile):
+            dt = value.dtype
+        elif is_number(value):
+            dt = default_dtype(value)
+        else:
+            raise FrontendError(f"tj.full(): value must be a number or a scalar, got {describe(value)}")
+    else:
+        dt = to_dtype(dtype, "tj.full() dtype")
+    if isinstance(value, Tile):
+        return tr.b.broadcast(tr.b.cast(value, dt), shp)
+    return tr.b.constant(convert_number(value, dt), TileType(dt, shp))
+
+
+@builtin(tile.zeros)
+def _zeros(tr: Translator, shape: object, dtype: object) -> object:
+    dt = to_dtype(dtype, "tj.zeros() dtype")
+    return tr.b.constant(convert_number(0, dt), TileType(dt, check_shape(shape, "tj.zeros() shape")))
+
+
+@builtin(tile.ones)
+def _ones(tr: Translator, shape: object, dtype: object) -> object:
+    dt = to_dtype(dtype, "tj.ones() dtype")
+    return tr.b.constant(convert_number(1, dt), TileType(dt, check_shape(shape, "tj.ones() shape")))
+
+
+@builtin(tile.arange)
+def _arange(tr: Translator, n: object, dtype: object) -> object:
+    size = const_int(n, "tj.arange() n")
+    if not is_pow2(size):
+        raise FrontendError(f"tj.arange() n must be a power of two, got {size}")
+    dt = to_dtype(dtype, "tj.arange() dtype")
+    if dt.is_bool:
+        raise FrontendError("tj.arange() dtype must be numeric, got bool")
+    if dt.is_int and size - 1 > int_range(dt)[1]:
+        raise FrontendError(f"tj.arange({size}) does not fit in {dt.name}")
+    return tr.b.tile(ops.ArangeOp, TileType(dt, (size,)))
+
+
+# ====================================================================== element-wise
+
+
+def _unary_impl(fn: str, name: str) -> Impl:
+    def impl(tr: Translator, x: object) -> object:
+        if is_number(x):
+            return _fold_unary(fn, x)
+        return tr.b.unary(fn, as_tile(tr, x, name, "x"))
+
+    return impl
+
+
+def _sigmoid(v: float) -> float:
+    return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))
+
+
+_PY_UNARY: dict[str, Callable[[float], float]] = {
+    "exp": math.exp, "exp2": lambda v: 2.0**v, "log": math.log, "log2": math.log2, "sqrt": math.sqrt,
+    "rsqrt": lambda v: 1.0 / math.sqrt(v), "sin": math.sin, "cos": math.cos, "tanh": math.tanh,
+    "floor": math.floor, "ceil": math.ceil, "erf": math.erf, "sigmoid": _sigmoid,
+}
+
+
+def _fold_unary(fn: str, x: object) -> object:
+    """A math function of a compile-time number, computed in float64 (domain errors give nan/inf)."""
+    assert isinstance(x, bool | int | float)
+    if fn == "abs":
+        return builtins.abs(x)
+    with np.errstate(all="ignore"):
+        np_fns: dict[str, Callable[[Any], Any]] = {
+            "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+            "rsqrt": lambda v: 1.0 / np.sqrt(v), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+            "floor": np.floor, "ceil": np.ceil,
+        }
+        if fn in np_fns:
+            return float(np_fns[fn](np.float64(x)))
+    try:
+        return float(_PY_UNARY[fn](float(x)))
+    except (ValueError, OverflowError):
+        return math.nan
+
+
+for _fn in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil", "erf",
+            "sigmoid"):
+    builtin(getattr(tile, _fn))(_unary_impl(_fn, _fn))
+
+
+def _binary_impl(fn: str, name: str, pyfn: Callable[[Any, Any], Any]) -> Impl:
+    def impl(tr: Translator, x: object, y: object) -> object:
+        if is_number(x) and is_number(y):
+            try:
+                return normalize_const(pyfn(x, y))
+            except (ZeroDivisionError, OverflowError, ValueError) as exc:
+                raise FrontendError(f"tj.{name}() of compile-time values failed: {exc}") from None
+        for v in (x, y):
+            if not isinstance(v, Tile) and not is_number(v):
+                raise FrontendError(f"tj.{name}() expects tiles or numbers, got {describe(v)}")
+        return tr.b.binary(fn, x, y)
+
+    return impl
+
+
+builtin(tile.maximum)(_binary_impl("maximum", "maximum", builtins.max))
+builtin(tile.minimum)(_binary_impl("minimum", "minimum", builtins.min))
+builtin(tile.pow)(_binary_impl("pow", "pow", builtins.pow))
+
+
+@builtin(tile.where)
+def _where(tr: Translator, cond: object, x: object, y: object) -> object:
+    if isinstance(cond, bool | int | float):
+        return x if cond else y
+    if not isinstance(cond, Tile):
+        raise FrontendError(f"tj.where(): cond must be a tile, got {describe(cond)}")
+    for v in (x, y):
+        if not isinstance(v, Tile) and not is_number(v):
+            raise FrontendError(f"tj.where() expects tiles or numbers, got {describe(v)}")
+    return tr.b.select(cond, x, y)
+
+
+@builtin(tile.astype)
+def _astype(tr: Translator, x: object, dtype: object) -> object:
+    dt = to_dtype(dtype, "astype() dtype")
+    if is_number(x):
+        return tr.b.constant(convert_number(x, dt), TileType(dt))
+    if not isinstance(x, Tile):
+        raise FrontendError(f"astype() expects a tile or a number, got {describe(x)}")
+    return tr.b.cast(x, dt)
+
+
+# ====================================================================== shape
+
+
+@builtin(tile.reshape)
+def _reshape(tr: Translator, x: object, shape: object) -> object:
+    t = as_tile(tr, x, "reshape", "x")
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, tuple | list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+        raise FrontendError(f"tj.reshape(): shape must be a compile-time tuple of ints, got {describe(shape)}")
+    dims = list(shape)
+    if dims.count(-1) > 1:
+        raise FrontendError("tj.reshape(): only one dimension can be -1")
+    if -1 in dims:
+        known = 1
+        for d in dims:
+            if d != -1:
+                known *= d
+        if known <= 0 or t.type.size % known:
+            raise FrontendError(f"tj.reshape(): cannot reshape a tile of shape {t.shape} into {tuple(shape)}")
+        dims[dims.index(-1)] = t.type.size // known
+    new = check_shape(tuple(dims), "tj.reshape() shape")
+    size = 1
+    for d in new:
+        size *= d
+    if size != t.type.size:
+        raise FrontendError(
+            f"tj.reshape(): cannot reshape a tile of shape {t.shape} ({t.type.size} elements) into {new} "
+            f"({size} elements)"
+        )
+    return tr.b.reshape(t, new)
+
+
+@builtin(tile.transpose)
+def _transpose(tr: Translator, x: object, axes: object) -> object:
+    t = as_tile(tr, x, "transpose", "x")
+    if axes is None:
+        perm = tuple(reversed(range(t.ndim)))
+    else:
+        if not isinstance(axes, tuple | list):
+            raise FrontendError(f"tj.transpose(): axes must be a tuple of ints, got {describe(axes)}")
+        perm = tuple(norm_axis(a, t.ndim, "tj.transpose() axis") for a in axes)
+        if sorted(perm) != list(range(t.ndim)):
+            raise FrontendError(f"tj.transpose(): axes {tuple(axes)} is not a permutation of the {t.ndim} dims")
+    if perm == tuple(range(t.ndim)):
+        return t
+    shape = tuple(t.shape[p] for p in perm)
+    return tr.b.tile(ops.PermuteOp, t.type.with_shape(shape), x=t.value, perm=perm)
+
+
+@builtin(tile.expand_dims)
+def _expand_dims(tr: Translator, x: object, axis: object) -> object:
+    t = as_tile(tr, x, "expand_dims", "x")
+    a = norm_axis(axis, t.ndim + 1, "tj.expand_dims() axis")
+    shape = t.shape[:a] + (1,) + t.shape[a:]
+    return tr.b.reshape(t, shape)
+
+
+@builtin(tile.broadcast_to)
+def _broadcast_to(tr: Translator, x: object, shape: object) -> object:
+    t = as_tile(tr, x, "broadcast_to", "x")
+    return tr.b.broadcast(t, check_shape(shape, "tj.broadcast_to() shape"))
+
+
+# ====================================================================== reductions, scans, mma
+
+
+def _axes(axis: object, ndim: int, fn: str) -> list[int] | None:
+    if axis is None:
+        return None
+    if isinstance(axis, tuple | list):
+        axes = [norm_axis(a, ndim, f"tj.{fn}() axis") for a in axis]
+        if len(set(axes)) != len(axes):
+            raise FrontendError(f"tj.{fn}(): repeated axis in {tuple(axis)}")
+        return axes
+    return [norm_axis(axis, ndim, f"tj.{fn}() axis")]
+
+
+def _reduce_impl(fn: str) -> Impl:
+    def impl(tr: Translator, x: object, axis: object, keepdims: object) -> object:
+        t = as_tile(tr, x, fn, "x")
+        if fn in ("sum", "prod"):
+            t = widen_for_sum(tr, t)
+        ndim, shape = t.ndim, t.shape
+        axes = _axes(axis, ndim, fn)
+        if axes is None:
+            if ndim == 0:
+                return t
+            if ndim > 1:
+                t = tr.b.reshape(t, (t.type.size,))
+            axes_to_do = [0]
+        else:
+            axes_to_do = sorted(axes, reverse=True)
+        for a in axes_to_do:
+            new_shape = t.shape[:a] + t.shape[a + 1:]
+            t = tr.b.tile(ops.ReduceOp, t.type.with_shape(new_shape), fn=fn, x=t.value, axis=a)
+        if keepdims:
+            kept = axes if axes is not None else list(range(ndim))
+            t = tr.b.reshape(t, tuple(1 if i in kept else s for i, s in enumerate(shape)))
+        return t
+
+    return impl
+
+
+for _fn in ("sum", "max", "min", "prod"):
+    builtin(getattr(tile, _fn))(_reduce_impl(_fn))
+
+
+def _argreduce_impl(fn: str) -> Impl:
+    def impl(tr: Translator, x: object, axis: object, keepdims: object) -> object:
+        t = as_tile(tr, x, fn, "x")
+        ndim, shape = t.ndim, t.shape
+        if axis is None:
+            if ndim == 0:
+                return tr.b.constant(0, TileType(int32))
+            if ndim > 1:
+                t = tr.b.reshape(t, (t.type.size,))
+            a = 0
+        else:
+            a = norm_axis(axis, ndim, f"tj.{fn}() axis")
+        new_shape = t.shape[:a] + t.shape[a + 1:]
+        r = tr.b.tile(ops.ArgReduceOp, TileType(int32, new_shape), fn=fn, x=t.value, axis=a)
+        if keepdims:
+            r = tr.b.reshape(r, tuple(1 if axis is None or i == a else s for i, s in enumerate(shape)))
+        return r
+
+    return impl
+
+
+builtin(tile.argmax)(_argreduce_impl("argmax"))
+builtin(tile.argmin)(_argreduce_impl("argmin"))
+
+
+@builtin(tile.cumsum)
+def _cumsum(tr: Translator, x: object, axis: object) -> object:
+    t = as_tile(tr, x, "cumsum", "x")
+    if t.ndim == 0:
+        raise FrontendError("tj.cumsum() needs a tile of rank >= 1, got a scalar")
+    a = norm_axis(axis, t.ndim, "tj.cumsum() axis")
+    t = widen_for_sum(tr, t)
+    return tr.b.tile(ops.ScanOp, t.type, fn="sum", x=t.value, axis=a)
+
+
+_MMA_ACC: dict[DType, DType] = {
+    float16: float32, bfloat16: float32, float32: float32, float64: float64, int8: int32, uint8: int32,
+}
+
+
+def _check_matrix(v: object, fn: str, what: str) -> Tile:
+    if not isinstance(v, Tile) or v.ndim != 2:
+        raise FrontendError(f"{fn}: {what} must be a 2-d tile, got {describe(v)}")
+    return v
+
+
+@builtin(tile.mma)
+def _mma(tr: Translator, a: object, b: object, acc: object) -> object:
+    ta, tb = _check_matrix(a, "tj.mma()", "a"), _check_matrix(b, "tj.mma()", "b")
+    (m, k), (k2, n) = ta.shape, tb.shape
+    if k != k2:
+        raise FrontendError(f"tj.mma(): inner dimensions differ: a is {ta.shape} (M, K) and b is {tb.shape} (K, N)")
+    if ta.dtype != tb.dtype:
+        raise FrontendError(
+            f"tj.mma(): a and b must have the same dtype, got {ta.dtype.name} and {tb.dtype.name} (convert one "
+            "with .astype)"
+        )
+    want = _MMA_ACC.get(ta.dtype)
+    if want is None:
+        raise FrontendError(
+            f"tj.mma() does not support {ta.dtype.name} inputs (float16, bfloat16, float32, float64, int8, uint8)"
+        )
+    if is_number(acc):
+        tacc = tr.b.constant(convert_number(acc, want), TileType(want, (m, n)))
+    elif isinstance(acc, Tile):
+        tacc = acc
+    else:
+        raise FrontendError(f"tj.mma(): acc must be a tile, got {describe(acc)}")
+    if tacc.shape != (m, n):
+        raise FrontendError(f"tj.mma(): acc has shape {tacc.shape} but a @ b has shape {(m, n)}")
+    if tacc.dtype != want:
+        raise FrontendError(
+            f"tj.mma(): the accumulator must be {want.name} for {ta.dtype.name} inputs, got {tacc.dtype.name}"
+        )
+    return tr.b.tile(ops.MmaOp, tacc.type, a=ta.value, b=tb.value, acc=tacc.value)
+
+
+def matmul_values(tr: Translator, a: object, b: object) -> Tile:
+    """``a @ b``: promote, accumulate from zeros like ``mma``, floats cast back to the input dtype."""
+    ta, tb = _check_matrix(a, "@", "the left operand"), _check_matrix(b, "@", "the right operand")
+    dtype = tr.b.common_dtype([ta, tb])
+    if dtype not in _MMA_ACC:
+        raise FrontendError(f"@ does not support {dtype.name} tiles (float16, bfloat16, float32, float64, int8, uint8)")
+    ta, tb = tr.b.cast(ta, dtype), tr.b.cast(tb, dtype)
+    (m, k), (k2, n) = ta.shape, tb.shape
+    if k != k2:
+        raise FrontendError(f"@: inner dimensions differ: {ta.shape} @ {tb.shape}")
+    acc = tr.b.constant(convert_number(0, _MMA_ACC[dtype]), TileType(_MMA_ACC[dtype], (m, n)))
+    r = tr.b.tile(ops.MmaOp, acc.type, a=ta.value, b=tb.value, acc=acc.value)
+    return tr.b.cast(r, dtype) if dtype.is_float else r
+
+
+@builtin(tile.matmul)
+def _matmul(tr: Translator, a: object, b: object) -> object:
+    return matmul_values(tr, a, b)
+
+
+# ====================================================================== attributes and subscripts
+
+_METHODS: dict[str, Callable[..., Any]] = {
+    "astype": tile.astype, "reshape": tile.reshape, "transpose": tile.transpose, "expand_dims": tile.expand_dims,
+    "broadcast_to": tile.broadcast_to, "sum": tile.sum, "max": tile.max, "min": tile.min, "prod": tile.prod,
+    "argmax": tile.argmax, "argmin": tile.argmin, "cumsum": tile.cumsum,
+}
+
+
+def get_attribute(tr: Translator, obj: object, attr: str) -> object:
+    """``obj.attr`` for tiles (shape, dtype, ndim, T, methods), arrays and compile-time objects."""
+    if isinstance(obj, Tile):
+        if attr == "shape":
+            return obj.shape
+        if attr == "dtype":
+            return obj.dtype
+        if attr == "ndim":
+            return obj.ndim
+        if attr == "size":
+            return obj.type.size
+        if attr == "T":
+            return _transpose(tr, obj, None)
+        if attr in _METHODS:
+            return BoundMethod(obj, attr)
+        raise FrontendError(f"a tile has no attribute '{attr}'")
+    if isinstance(obj, Array):
+        if attr == "shape":
+            return ArrayDims(obj, "shape")
+        if attr == "strides":
+            return ArrayDims(obj, "stride")
+        if attr == "ndim":
+            return obj.ndim
+        if attr == "dtype":
+            return obj.dtype
+        raise FrontendError(f"the array '{obj.name}' has no attribute '{attr}' (shape, strides, ndim, dtype)")
+    if isinstance(obj, ArrayDims | BoundMethod | Undefined) or not is_const(obj):
+        raise FrontendError(f"{describe(obj)} has no attribute '{attr}'")
+    if attr.startswith("__"):
+        raise FrontendError(f"attribute '{attr}' cannot be used in tile code")
+    try:
+        return normalize_const(getattr(obj, attr))
+    except AttributeError:
+        raise FrontendError(f"{describe(obj)} has no attribute '{attr}'") from None
+
+
+def subscript(tr: Translator, obj: object, index: object) -> object:
+    """``obj[index]``: tuples and constants, ``array.shape[i]``, and ``tile[None, :]``."""
+    if isinstance(obj, ArrayDims):
+        arr = obj.array
+        i = const_int(index, f"{arr.name}.{'shape' if obj.which == 'shape' else 'strides'} index")
+        if not -arr.ndim <= i < arr.ndim:
+            raise FrontendError(f"index {i} is out of range for the {arr.ndim}-d array '{arr.name}'")
+        return tr.b.array_dim(arr.value, i % arr.ndim, obj.which)
+    if isinstance(obj, Tile):
+        return _tile_subscript(tr, obj, index)
+    if isinstance(obj, Array):
+        raise FrontendError(
+            f"arrays cannot be indexed in tile code; read '{obj.name}' with tj.load(array, index=..., shape=...) "
+            "or tj.gather"
+        )
+    if isinstance(obj, tuple | list | str | range | dict) or is_const(obj):
+        if not is_const(index):
+            raise FrontendError(f"the index into {describe(obj)} must be a compile-time constant")
+        try:
+            return normalize_const(obj[index])  # type: ignore[index]
+        except (IndexError, KeyError, TypeError) as exc:
+            raise FrontendError(f"cannot index {describe(obj)} with {index!r}: {exc}") from None
+    raise FrontendError(f"{describe(obj)} cannot be indexed")
+
+
+def _tile_subscript(tr: Translator, t: Tile, index: object) -> Tile:
+    items = index if isinstance(index, tuple) else (index,)
+    full = slice(None)
+    if not all(i is None or i is Ellipsis or i == full for i in items if not isinstance(i, Tile)) or any(
+        isinstance(i, Tile) for i in items
+    ):
+        raise FrontendError(
+            "tiles can only be indexed with None and ':' (to add dimensions); read elements with reductions, "
+            "tj.where, or load/gather from an array"
+        )
+    if builtins.sum(1 for i in items if i is Ellipsis) > 1:
+        raise FrontendError("an index can only have one ellipsis (...)")
+    n_slices = builtins.sum(1 for i in items if isinstance(i, slice))
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        items = items[:k] + (full,) * (t.ndim - n_slices) + items[k + 1:]
+        n_slices = t.ndim
+    if n_slices > t.ndim:
+        raise FrontendError(f"too many indices for a tile of rank {t.ndim}")
+    items = items + (full,) * (t.ndim - n_slices)
+    shape: list[int] = []
+    dims = iter(t.shape)
+    for i in items:
+        shape.append(1 if i is None else next(dims))
+    return tr.b.reshape(t, tuple(shape))
+
+
+# ====================================================================== calls
+
+
+def _call_method(tr: Translator, m: BoundMethod, args: list[object], kwargs: dict[str, object]) -> object:
+    api = _METHODS[m.name]
+    if m.name in ("reshape", "transpose") and len(args) > 1:
+        args = [tuple(args)]  # numpy style: t.reshape(4, 8), t.transpose(1, 0)
+    arguments = bind(api, f".{m.name}", [m.obj, *args], kwargs)
+    return BUILTINS[id(api)][1](tr, **arguments)
+
+
+def _py_int_float_bool(tr: Translator, kind: type, args: list[object]) -> object:
+    if len(args) == 1 and isinstance(args[0], Tile):
+        t = args[0]
+        if not t.type.is_scalar:
+            raise FrontendError(f"{kind.__name__}() of a tile of shape {t.shape}: only scalars convert")
+        return tr.b.cast(t, {int: int32, float: float32, bool: bool_}[kind])
+    if not all(is_const(a) for a in args):
+        raise FrontendError(f"{kind.__name__}() works on compile-time values and scalars")
+    return normalize_const(kind(*args))
+
+
+def _py_len(tr: Translator, v: object) -> object:
+    if isinstance(v, Tile):
+        if v.ndim == 0:
+            raise FrontendError("len() of a scalar")
+        return v.shape[0]
+    if isinstance(v, Array):
+        return tr.b.array_dim(v.value, 0, "shape")
+    if isinstance(v, tuple | list | str | range | dict):
+        return len(v)
+    raise FrontendError(f"len() of {describe(v)}")
+
+
+_STRUCTURAL = {tuple, list, enumerate, zip, reversed, isinstance}
+_CONST_ONLY = {range, min, max, sum, abs, divmod, round, sorted, str, repr, any, all, hash, type, slice, pow}
+
+
+def _call_python_builtin(tr: Translator, fn: Any, args: list[object], kwargs: dict[str, object]) -> object:
+    if fn in (int, float, bool) and not kwargs:
+        return _py_int_float_bool(tr, fn, args)
+    if fn is len and len(args) == 1 and not kwargs:
+        return _py_len(tr, args[0])
+    if fn is builtins.abs and len(args) == 1 and isinstance(args[0], Tile):
+        return tr.b.unary("abs", args[0])
+    if fn in _STRUCTURAL:
+        try:
+            out = fn(*args, **kwargs)
+        except TypeError as exc:
+            raise FrontendError(f"{fn.__name__}(): {exc}") from None
+        return tuple(out) if isinstance(out, enumerate | zip | reversed | list) else out
+    if fn in _CONST_ONLY:
+        if not all(is_const(a) for a in args) or not all(is_const(a) for a in kwargs.values()):
+            hint = {min: "tj.minimum or tj.min", max: "tj.maximum or tj.max", sum: "tj.sum"}.get(fn)
+            raise FrontendError(
+                f"{fn.__name__}() works on compile-time values only" + (f"; for tiles use {hint}" if hint else "")
+            )
+        try:
+            return normalize_const(fn(*args, **kwargs))
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+            raise FrontendError(f"{fn.__name__}(): {exc}") from None
+    raise FrontendError(f"the Python builtin {fn.__name__}() is not supported in tile code")
+
+
+def call(tr: Translator, callee: object, args: list[object], kwargs: dict[str, object], node: ast.AST) -> object:
+    """Call ``callee`` from tile code: a tj builtin, a tile method, an inlined @tj.function, a dtype
+    (conversion), or a Python builtin/math function on compile-time values."""
+    if isinstance(callee, BoundMethod):
+        return _call_method(tr, callee, args, kwargs)
+    entry = BUILTINS.get(id(callee))
+    if entry is not None and entry[0] is callee:
+        api, impl = entry
+        return impl(tr, **bind(api, f"tj.{api.__name__}", args, kwargs))
+    if isinstance(callee, tile.TileFunction):
+        return tr.inline(callee.func, args, kwargs)
+    if isinstance(callee, DType):
+        if len(args) != 1 or kwargs:
+            raise FrontendError(f"{callee!r}() takes one value to convert")
+        return _astype(tr, args[0], callee)
+    if isinstance(callee, type) and issubclass(callee, BaseException):
+        if not all(is_const(a) for a in args):
+            raise FrontendError("exceptions can only be built from compile-time values")
+        return callee(*args)
+    if getattr(builtins, getattr(callee, "__name__", ""), None) is callee and callable(callee):
+        return _call_python_builtin(tr, callee, args, kwargs)
+    if getattr(callee, "__module__", None) == "math" and callable(callee):
+        if not all(is_const(a) for a in args) or kwargs:
+            raise FrontendError(f"math.{getattr(callee, '__name__', '?')}() works on compile-time values only; "
+                                "use the tj.* math functions on tiles")
+        try:
+            return normalize_const(callee(*args))
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise FrontendError(f"math.{getattr(callee, '__name__', '?')}(): {exc}") from None
+    cls = type(callee)
+    if cls.__name__ == "Kernel" and cls.__module__.startswith("tilejit."):
+        raise FrontendError(
+            "a @tj.kernel cannot be called from tile code; make the shared code a @tj.function and call that"
+        )
+    if callable(callee):
+        name = getattr(callee, "__qualname__", None) or getattr(callee, "__name__", None) or repr(callee)
+        raise FrontendError(
+            f"cannot call the Python function '{name}' in tile code: only tj.* functions, @tj.function helpers "
+            "and a few builtins on compile-time values can be called (decorate it with @tj.function)"
+        )
+    raise FrontendError(f"{describe(callee)} is not callable")

@@ -1,0 +1,339 @@
+"""Clean-up passes over tile IR, run between the front end and a backend.
+
+``run_passes`` is the whole pipeline, in order; each pass edits the function in place:
+
+1. verify                 the front end's output is well formed
+2. fold_constants         element-wise ops, casts, selects and shape ops on constants become constants
+                          (numpy semantics for the dtype; nothing whose GPU result could differ)
+3. eliminate_common       pure ops with the same operands and attributes are computed once
+4. eliminate_dead         pure ops, and ifs/loops without effects, whose results are unused
+5. verify                 the passes kept it well formed
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from tilejit.language.ir import ops
+from tilejit.language.ir.core import Block, Op, Value
+from tilejit.language.ir.types import DType, TileType
+from tilejit.language.ir.verifier import verify
+
+
+def run_passes(fn: ops.Function) -> ops.Function:
+    """The standard pipeline (see the module docstring); returns ``fn``, changed in place."""
+    verify(fn)
+    fold_constants(fn)
+    eliminate_common(fn)
+    eliminate_dead(fn)
+    verify(fn)
+    return fn
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _blocks(block: Block) -> list[Block]:
+    """``block`` and every block nested in it."""
+    out = [block]
+    for op in block.ops:
+        for r in op.regions():
+            out.extend(_blocks(r))
+    return out
+
+
+def _replace_uses(fn: ops.Function, mapping: dict[Value, Value]) -> None:
+    if not mapping:
+        return
+    for k in list(mapping):  # resolve chains a -> b -> c
+        v = mapping[k]
+        while v in mapping:
+            v = mapping[v]
+        mapping[k] = v
+    for op in fn.body.walk():
+        op.replace_operands(mapping)
+
+
+# ---------------------------------------------------------------------------------- constant folding
+
+_NP: dict[str, Any] = {
+    "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8,
+    "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "f16": np.float16, "f32": np.float32, "f64": np.float64,
+}
+
+
+class _NoFold(Exception):
+    """This op is left for the GPU (its result there could differ, or is undefined)."""
+
+
+def _round_bf16(x: float) -> float:
+    """Round a float to the nearest bfloat16 (ties to even), as the GPU's conversion does."""
+    f = np.array(x, dtype=np.float32)
+    if np.isnan(f):
+        return math.nan
+    bits = int(f.view(np.uint32))
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000) & 0xFFFFFFFF
+    return float(np.array(bits, dtype=np.uint32).view(np.float32))
+
+
+def _arr(value: object, dtype: DType) -> np.ndarray:
+    """A 0-d numpy array of ``value`` in ``dtype`` (bfloat16 held in float32)."""
+    npdt = _NP.get(dtype.short, np.float32)
+    return np.array(value, dtype=npdt)
+
+
+def _py(a: np.ndarray, dtype: DType) -> bool | int | float:
+    """A numpy result as the Python value a ConstantOp of ``dtype`` holds."""
+    if dtype.is_bool:
+        return bool(a)
+    if dtype.is_int:
+        return int(a)
+    v = float(a.astype(_NP.get(dtype.short, np.float32)))
+    return _round_bf16(v) if dtype.short == "bf16" else v
+
+
+def _float_math(fn: str, x: np.ndarray, dtype: DType) -> np.ndarray:
+    """Float math as the GPU does it: 16-bit floats compute in float32."""
+    wide = x.astype(np.float64 if dtype.bits == 64 else np.float32)
+    fns: dict[str, Any] = {
+        "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+        "rsqrt": lambda v: v.dtype.type(1) / np.sqrt(v), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+        "floor": np.floor, "ceil": np.ceil, "sigmoid": lambda v: v.dtype.type(1) / (v.dtype.type(1) + np.exp(-v)),
+        "erf": lambda v: np.array(math.erf(float(v)), dtype=v.dtype),
+    }
+    return np.asarray(fns[fn](wide))
+
+
+def _fold_unary(fn: str, v: object, dtype: DType) -> object:
+    x = _arr(v, dtype)
+    if fn == "neg":
+        return _py(np.negative(x), dtype)
+    if fn == "not":
+        return not bool(x)
+    if fn == "invert":
+        return _py(np.invert(x), dtype)
+    if fn == "abs":
+        return _py(np.abs(x), dtype)
+    return _py(_float_math(fn, x, dtype), dtype)
+
+
+def _fold_binary(fn: str, a: object, b: object, dtype: DType) -> object:
+    x, y = _arr(a, dtype), _arr(b, dtype)
+    if dtype.is_int or dtype.is_bool:
+        if fn in ("floordiv", "mod", "truediv") and int(y) == 0:
+            raise _NoFold  # undefined on the GPU
+        if fn in ("lshift", "rshift") and not 0 <= int(y) < dtype.bits:
+            raise _NoFold  # undefined in C++
+        if fn == "pow" and int(y) < 0:
+            raise _NoFold
+    if fn in ("maximum", "minimum") and dtype.is_float and (np.isnan(x) or np.isnan(y)):
+        raise _NoFold  # NaN handling of fmax/fmin differs from numpy
+    if dtype.is_float and dtype.bits < 32:
+        x, y = x.astype(np.float32), y.astype(np.float32)
+    fns: dict[str, Any] = {
+        "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+        "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power, "maximum": np.maximum,
+        "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+        "lshift": np.left_shift, "rshift": np.right_shift,
+    }
+    return _py(np.asarray(fns[fn](x, y)), dtype)
+
+
+def _fold_compare(fn: str, a: object, b: object, dtype: DType) -> bool:
+    x, y = _arr(a, dtype), _arr(b, dtype)
+    fns: dict[str, Any] = {
+        "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+        "ge": np.greater_equal,
+    }
+    return bool(fns[fn](x, y))
+
+
+def _fold_cast(v: object, src: DType, dst: DType) -> object:
+    if dst.is_bool:
+        return bool(v)
+    if src.is_float and dst.is_int:
+        f = float(v)  # type: ignore[arg-type]
+        if not math.isfinite(f):
+            raise _NoFold
+        i = math.trunc(f)
+        lo, hi = np.iinfo(_NP[dst.short]).min, np.iinfo(_NP[dst.short]).max
+        if not lo <= i <= hi:
+            raise _NoFold  # undefined in C++
+        return i
+    if dst.is_int:
+        return int(np.array(int(v), dtype=np.int64 if src.kind != "u" else np.uint64).astype(_NP[dst.short]))  # type: ignore[call-overload]
+    return _py(np.array(float(v), dtype=np.float64), dst)  # type: ignore[arg-type]
+
+
+def _fold(op: Op, consts: dict[Value, object]) -> object:
+    """The constant value of ``op``'s result, or _NoFold."""
+    r = op.results[0].type
+    assert isinstance(r, TileType)
+    if isinstance(op, ops.UnaryOp):
+        return _fold_unary(op.fn, consts[op.x], r.dtype)
+    if isinstance(op, ops.BinaryOp):
+        return _fold_binary(op.fn, consts[op.x], consts[op.y], r.dtype)
+    if isinstance(op, ops.CompareOp):
+        xt = op.x.type
+        assert isinstance(xt, TileType)
+        return _fold_compare(op.fn, consts[op.x], consts[op.y], xt.dtype)
+    if isinstance(op, ops.CastOp):
+        xt = op.x.type
+        assert isinstance(xt, TileType)
+        return _fold_cast(consts[op.x], xt.dtype, r.dtype)
+    if isinstance(op, ops.BroadcastOp | ops.ReshapeOp | ops.PermuteOp):
+        return consts[op.x]
+    raise _NoFold
+
+
+_FOLDABLE = (ops.UnaryOp, ops.BinaryOp, ops.CompareOp, ops.CastOp, ops.BroadcastOp, ops.ReshapeOp, ops.PermuteOp)
+
+
+def fold_constants(fn: ops.Function) -> int:
+    """Replace ops whose operands are all constants by constants; forward selects on a constant
+    condition. Returns how many ops changed."""
+    consts: dict[Value, object] = {}
+    forward: dict[Value, Value] = {}
+    changed = 0
+    for block in _blocks(fn.body):
+        for i, op in enumerate(block.ops):
+            if forward:
+                op.replace_operands(forward)
+            if isinstance(op, ops.ConstantOp):
+                consts[op.result] = op.value
+                continue
+            if isinstance(op, ops.SelectOp) and op.cond in consts:
+                forward[op.result] = op.x if consts[op.cond] else op.y
+                if op.result in forward and forward[op.result] in consts:
+                    consts[op.result] = consts[forward[op.result]]
+                changed += 1
+                continue
+            if not isinstance(op, _FOLDABLE) or not all(v in consts for v in op.operands()):
+                continue
+            try:
+                with np.errstate(all="ignore"):
+                    value = _fold(op, consts)
+            except _NoFold:
+                continue
+            block.ops[i] = ops.ConstantOp(results=op.results, loc=op.loc, value=value)
+            consts[op.result] = value
+            changed += 1
+    _replace_uses(fn, forward)
+    return changed
+
+
+# ---------------------------------------------------------------------------------- CSE
+
+#: ops that read memory: two of them may differ when a store comes between
+_READS_MEMORY = (ops.LoadOp, ops.GatherOp)
+
+
+def _attr_key(v: object) -> object:
+    if isinstance(v, float):
+        return ("f", repr(v))
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, int):
+        return ("i", v)
+    if isinstance(v, tuple | list):
+        return tuple(_attr_key(x) for x in v)
+    if isinstance(v, DType):
+        return ("d", v.name)
+    return ("r", repr(v))
+
+
+def _is_pure(op: Op) -> bool:
+    return not (op.has_side_effects or op.is_terminator or op.regions() or isinstance(op, _READS_MEMORY))
+
+
+def eliminate_common(fn: ops.Function) -> int:
+    """Common-subexpression elimination of pure ops, scoped by block nesting. Returns ops removed."""
+    mapping: dict[Value, Value] = {}
+    removed = 0
+
+    def run(block: Block, table: dict[object, list[Value]]) -> None:
+        nonlocal removed
+        keep: list[Op] = []
+        for op in block.ops:
+            op.replace_operands(mapping)
+            for r in op.regions():
+                run(r, dict(table))
+            if _is_pure(op) and op.results:
+                key = (
+                    type(op),
+                    tuple(v.id for v in op.operands()),
+                    tuple(_attr_key(a) for a in op.attributes().values()),
+                    tuple(str(r.type) for r in op.results),
+                )
+                found = table.get(key)
+                if found is not None:
+                    for res, prev in zip(op.results, found):
+                        mapping[res] = prev
+                    removed += 1
+                    continue
+                table[key] = list(op.results)
+            keep.append(op)
+        block.ops[:] = keep
+
+    run(fn.body, {})
+    return removed
+
+
+# ---------------------------------------------------------------------------------- DCE
+
+
+def _has_effects(op: Op, in_loop: bool = False) -> bool:
+    """Whether removing ``op`` could change what the kernel does: it writes memory, returns, or
+    leaves a loop around it (``in_loop``: a loop inside the op being removed catches break/continue)."""
+    if op.has_side_effects or isinstance(op, ops.ReturnOp):
+        return True
+    if isinstance(op, ops.BreakOp | ops.ContinueOp):
+        return not in_loop
+    inner = in_loop or isinstance(op, ops.ForOp | ops.LoopOp)
+    return any(_has_effects(o, inner) for r in op.regions() for o in r.ops)
+
+
+def eliminate_dead(fn: ops.Function) -> int:
+    """Remove pure ops, and ifs/loops without effects, whose results are unused. Returns ops removed."""
+    uses: Counter[int] = Counter()
+    for op in fn.body.walk():
+        for v in op.operands():
+            uses[v.id] += 1
+    removed = 0
+
+    def drop(op: Op) -> None:
+        for o in [op, *(x for r in op.regions() for x in r.walk())]:
+            for v in o.operands():
+                uses[v.id] -= 1
+
+    def run(block: Block) -> None:
+        nonlocal removed
+        keep: list[Op] = []
+        for op in reversed(block.ops):
+            if not op.is_terminator and all(uses[r.id] == 0 for r in op.results):
+                if op.regions():
+                    if not _has_effects(op):
+                        drop(op)
+                        removed += 1
+                        continue
+                elif not op.has_side_effects:
+                    drop(op)
+                    removed += 1
+                    continue
+            for r in op.regions():
+                run(r)
+            keep.append(op)
+        block.ops[:] = keep[::-1]
+
+    before = -1
+    while before != removed:
+        before = removed
+        run(fn.body)
+    return removed
+
+
+__all__ = ["eliminate_common", "eliminate_dead", "fold_constants", "run_passes"]
