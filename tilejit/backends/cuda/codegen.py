@@ -75,8 +75,8 @@ def generate(
     hints: Mapping[str, ArrayHint] | None = None,
 ) -> CudaKernel:
     """Generate the CUDA C++ kernel for ``fn`` on ``target`` (a ``Target``, e.g. parse_target("sm_90"))."""
-    plan = Plan(fn, _arch_number(target), num_threads)
-    lw = Lowering(plan, dict(hints or {}))
+    plan = Plan(fn, _arch_number(target), num_threads, dict(hints or {}))
+    lw = Lowering(plan, plan.hints)
     params: list[tuple[str, ParamSpec]] = []
     decls: list[str] = []
     used: set[str] = set()

@@ -3,13 +3,39 @@ how each ``MmaOp`` is computed (tensor cores with mma.sync, tf32, or an FMA loop
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tilejit.backends.cuda.layouts import Layout, WarpGrid, assign_mma_layouts, blocked, choose_warp_grid, mma_layout
 from tilejit.errors import CompileError
-from tilejit.language.ir.core import Value
-from tilejit.language.ir.ops import AtomicOp, Function, GatherOp, LoadOp, MmaOp, ScatterOp, StoreOp
+from tilejit.language.ir.core import Op, Value
+from tilejit.language.ir.ops import (
+    AtomicOp,
+    BinaryOp,
+    CastOp,
+    ConstantOp,
+    ForOp,
+    Function,
+    GatherOp,
+    LoadOp,
+    MmaOp,
+    ScatterOp,
+    StoreOp,
+    UnaryOp,
+)
 from tilejit.language.ir.types import ArrayType, DType, TileType, bfloat16, float16, float32
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A K loop whose mma operands stream global → shared memory with cp.async, ``stages`` deep."""
+
+    mma: MmaOp
+    load_a: LoadOp
+    load_b: LoadOp
+    stages: int
+    stage_bytes: int
 
 
 @dataclass(frozen=True)
@@ -44,9 +70,10 @@ def _pow2(x: int) -> bool:
 class Plan:
     """Block size, layouts, array facts and mma strategies of one kernel for one target."""
 
-    def __init__(self, fn: Function, arch: int, num_threads: int | None) -> None:
+    def __init__(self, fn: Function, arch: int, num_threads: int | None, hints: Mapping[str, Any]) -> None:
         self.fn = fn
         self.arch = arch
+        self.hints = hints
         self.array_names: dict[Value, str] = {
             v: n for n, v in zip(fn.param_names, fn.params) if isinstance(v.type, ArrayType)
         }
@@ -81,6 +108,66 @@ class Plan:
                 mma_results[op.result] = mma_layout(p.m, p.n, self.nt, p.grid)
         self._fixed = assign_mma_layouts(fn, mma_results)
         self._cache: dict[tuple[int, ...], Layout] = {}
+        self.defs: dict[Value, Op] = {r: op for op in fn.body.walk() for r in op.results}
+        self.pipelines: dict[int, Pipeline] = {}
+        self.deferred: set[int] = set()
+        for op in fn.body.walk():
+            if isinstance(op, ForOp):
+                pipe = self._plan_pipeline(op)
+                if pipe is not None:
+                    self.pipelines[id(op)] = pipe
+                    self.deferred |= {id(pipe.load_a), id(pipe.load_b)}
+
+    def _vector_ok(self, array: Value) -> bool:
+        hint = self.hints.get(self.array_names.get(array, ""))
+        return bool(getattr(hint, "unit_stride", False) and getattr(hint, "aligned16", False))
+
+    def _plan_pipeline(self, loop: ForOp) -> Pipeline | None:
+        """A cp.async pipeline for ``for k: mma(load(a, k), load(b, k), acc)`` loops on sm_80+."""
+        if self.arch < 80:
+            return None
+        top = loop.body.ops
+        mmas = [op for op in top if isinstance(op, MmaOp)]
+        if len(mmas) != 1 or any(isinstance(op, MmaOp) for op in loop.body.walk() if op not in top):
+            return None
+        mma = mmas[0]
+        loads = []
+        for v in (mma.a, mma.b):
+            load = self.defs.get(v)
+            uses = sum(v in op.operands() for op in self.fn.body.walk())
+            if not isinstance(load, LoadOp) or load not in top or uses != 1 or load.padding not in (0, 0.0, False):
+                return None
+            at, t = load.array.type, load.result.type
+            if not (isinstance(at, ArrayType) and at.ndim == 2 and isinstance(t, TileType)):
+                return None
+            if load.array not in self.read_only or not self._vector_ok(load.array) or (t.shape[1] * at.dtype.itemsize) % 16:
+                return None
+            if not all(self._affine_in(ix, loop) for ix in load.index):
+                return None
+            loads.append(load)
+        p = self.mma[id(mma)]
+        stage = p.smem_bytes
+        stages = 4 if 4 * stage <= 100 * 1024 else 3 if 3 * stage <= 160 * 1024 else 2
+        if 2 * stage > 200 * 1024:
+            return None
+        return Pipeline(mma, loads[0], loads[1], stages, stage)
+
+    def _affine_in(self, v: Value, loop: ForOp) -> bool:
+        """Whether scalar ``v`` is computed from the loop variable and values from outside the loop."""
+        if v is loop.body.args[0]:
+            return True
+        op = self.defs.get(v)
+        if op is None or not self._inside(op, loop):
+            return v not in loop.body.args
+        if isinstance(op, ConstantOp):
+            return True
+        if isinstance(op, UnaryOp | BinaryOp | CastOp) and isinstance(v.type, TileType) and v.type.is_scalar:
+            return all(self._affine_in(x, loop) for x in op.operands())
+        return False
+
+    @staticmethod
+    def _inside(op: Op, loop: ForOp) -> bool:
+        return any(o is op for o in loop.body.walk())
 
     def _block_size(self, num_threads: int | None, tiles: list[TileType], mmas: list[MmaOp]) -> int:
         if num_threads is not None:
