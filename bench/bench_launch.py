@@ -1,16 +1,18 @@
 """Per-launch overhead on one GPU: tilejit against cuda.core, CuPy, Triton and torch, in one run.
 
 Every implementation launches the same empty kernel (one pointer parameter, grid 1, block 32) in
-the same Python loop: N launches after a warm-up, one synchronize at the end, several repeats;
-the figure is the median microseconds per launch. A peer that is missing or fails is reported and
-skipped. Prints a markdown table with ratios against the best peer; writes JSON to $OUT if set.
+the same Python loop: N launches after a warm-up, one synchronize at the end, several repeats
+interleaved across the implementations; the figure is the median microseconds per launch. A peer
+that is missing or fails is reported and skipped. Prints a markdown table with ratios against the
+best peer; writes JSON to $OUT if set.
 
-    python bench/bench_launch.py [--n 20000] [--repeats 7]
+    python bench/bench_launch.py [--n 20000] [--repeats 9]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -29,31 +31,50 @@ import tilejit as tj
 EMPTY = 'extern "C" __global__ void empty(float* x) {}\n'
 
 
-def measure(launch: Callable[[], Any], sync: Callable[[], Any], n: int, repeats: int) -> list[float]:
-    """Microseconds per launch of each repeat (N launches, then one sync)."""
-    for _ in range(min(n, 2000)):
-        launch()
-    sync()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            launch()
-        sync()
-        out.append((time.perf_counter() - t0) / n * 1e6)
+def measure(cases: dict[str, Callable[[], Any]], sync: Callable[[], Any], n: int, repeats: int,
+            failed: dict[str, str]) -> dict[str, list[float]]:
+    """Microseconds per launch of each repeat (N launches, then one sync) for every case.
+
+    Repeats are interleaved across the cases (case A, B, C, then A, B, C again ...) so slow drifts of
+    the machine affect all of them alike; the garbage collector is off while timing.
+    """
+    for name, launch in list(cases.items()):
+        try:
+            for _ in range(min(n, 2000)):
+                launch()
+            sync()
+        except Exception as exc:
+            failed[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            del cases[name]
+    out: dict[str, list[float]] = {name: [] for name in cases}
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            for name, launch in cases.items():
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    launch()
+                sync()
+                out[name].append((time.perf_counter() - t0) / n * 1e6)
+    finally:
+        gc.enable()
     return out
 
 
 def tilejit_cases(x: Any) -> dict[str, Callable[[], Any]]:
     from tilejit.api.raw import RawKernel
+    from tilejit.runtime.launch import Launcher
 
     k = RawKernel(EMPTY, "empty")
     args = (x,)
     k(1, 32, args)
     launch = k.launcher(32).launch
+    by_pointers = Launcher(k.function(), k.params, 32, param_passing="pointers").launch
     cases: dict[str, Callable[[], Any]] = {
         "tilejit RawKernel": lambda: k(1, 32, args),
         "tilejit Launcher.launch": lambda: launch(1, args),
+        "tilejit Launcher.launch (kernelParams)": lambda: by_pointers(1, args),
     }
     try:
         import torch
@@ -166,7 +187,7 @@ def ctypes_case(x: Any) -> Callable[[], Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20000, help="launches per repeat")
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args()
 
     dev = tj.get_device()
@@ -199,14 +220,9 @@ def main() -> None:
             if os.environ.get("BENCH_VERBOSE"):
                 traceback.print_exc()
 
-    results: dict[str, dict[str, Any]] = {}
-    for name, launch in cases.items():
-        try:
-            per = measure(launch, sync, args.n, args.repeats)
-        except Exception as exc:
-            skipped[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            continue
-        results[name] = {"median_us": statistics.median(per), "min_us": min(per), "repeats_us": per}
+    per_case = measure(cases, sync, args.n, args.repeats, skipped)
+    results: dict[str, dict[str, Any]] = {name: {"median_us": statistics.median(per), "min_us": min(per), "repeats_us": per}
+               for name, per in per_case.items()}
 
     peer_names = [n for n in results if not n.startswith("tilejit")]
     best_peer = min(peer_names, key=lambda n: results[n]["median_us"]) if peer_names else None

@@ -33,7 +33,8 @@ class IRBuilder:
 
     def new(self, cls: type[Op], t: TileType | None, **fields: Any) -> Value:
         res = [Value(t)] if t is not None else []
-        return self.add(cls(results=res, **fields)).results[0] if res else None  # type: ignore[return-value]
+        op = self.add(cls(results=res, **fields))
+        return op.results[0] if res else None  # type: ignore[return-value]
 
     # values
     def const(self, value: object, dtype: DType, shape: tuple[int, ...] = ()) -> Value:

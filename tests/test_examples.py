@@ -16,7 +16,7 @@ NAMES = ["vector_add", "softmax", "layer_norm", "matmul", "row_sum"]
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *args], cwd=EXAMPLES, capture_output=True, text=True, timeout=300,
+        [sys.executable, *args], cwd=EXAMPLES, capture_output=True, text=True, encoding="utf-8", timeout=300,
         env={**os.environ, **(env or {})},
     )
 

@@ -428,3 +428,84 @@ def test_translate_unwraps_kernel_and_uses_name() -> None:
     fn = translate(vector_add, {"x": F32_1, "y": F32_1, "out": F32_1}, {"TILE": 16}, name="va_16")
     assert fn.name == "va_16" and fn.param_names == ["x", "y", "out"]
     assert fn.filename == __file__
+
+
+# ---------------------------------------------------------------------------------------------- Python features
+
+
+@tj.function
+def min_max(t):
+    return tj.min(t), tj.max(t)
+
+
+def python_features(x, out, n, OPT: tj.Constant[object]):
+    m, k = x.shape  # run-time dims unpack
+    rows = len(x.shape)
+    lo, hi = min_max(tj.load(x, index=(0, 0), shape=(4, 8)))
+    print("ignored", lo)
+    scale = tj.float32(2)
+    offs = 0.0 if OPT is None else OPT
+    acc = tj.zeros([4], tj.float32)
+    for i, w in enumerate((1.0, 2.0, 3.0)):
+        if i == 2:
+            break  # compile-time path: stops unrolling
+        acc = acc + w
+    for d in x.shape:
+        acc = acc + d
+    flag = (True and rows == 2) or False
+    if flag and n > 0:
+        acc = acc * scale
+    tj.store(out, index=(0,), tile=acc + (hi - lo) + offs + m * k)
+
+
+def test_python_features() -> None:
+    fn = lower(python_features, {"OPT": None}, x=F32_2, out=F32_1, n=I32)
+    names = op_names(fn)
+    assert names.count("array_dim") == 4  # m, k, then both again in `for d in x.shape`
+    adds = [op for op in fn.body.ops if isinstance(op, ops.BinaryOp) and op.fn == "add"]
+    consts = {op.result: op.value for op in fn.body.ops if isinstance(op, ops.ConstantOp)}
+    assert [consts.get(op.y) for op in adds[:2]] == [1.0, 2.0]  # the static loop stopped at i == 2
+    if_op = next(op for op in fn.body.ops if isinstance(op, ops.IfOp))
+    cond = next(op for op in fn.body.ops if if_op.cond in op.results)
+    assert isinstance(cond, ops.CompareOp) and cond.fn == "gt"  # `flag and n > 0` folded to `n > 0`
+    scale = next(op for op in fn.body.ops if isinstance(op, ops.ConstantOp) and op.result.name == "scale")
+    assert scale.result.type == TileType(float32) and scale.value == 2.0
+    with_opt = lower(python_features, {"OPT": 0.5}, x=F32_2, out=F32_1, n=I32)
+    assert any(isinstance(op, ops.ConstantOp) and op.value == 0.5 for op in with_opt.body.walk())
+
+
+def while_weak(out, n):
+    i = 0
+    x = 1
+    while i < n:
+        i += 1
+        x = x * 2.5
+    tj.store(out, index=(0,), tile=x)
+
+
+def test_while_with_numbers_that_become_carried() -> None:
+    fn = lower(while_weak, out=F32_1, n=I32)
+    loop = next(op for op in fn.body.ops if isinstance(op, ops.LoopOp))
+    assert [v.type for v in loop.init] == [TileType(int32), TileType(float32)]  # x joined int 1 and float 2.5
+
+
+def nested_loops(x, out, n):
+    acc = tj.zeros((8,), tj.float32)
+    for i in range(n):
+        inner = tj.zeros((8,), tj.float32)
+        for j in range(i):
+            inner += tj.load(x, index=(j,), shape=(8,))
+            if j > 4:
+                break
+        acc += inner
+    tj.store(out, index=(0,), tile=acc)
+
+
+def test_nested_loops_carry_separately() -> None:
+    fn = lower(nested_loops, x=F32_1, out=F32_1, n=I32)
+    outer = next(op for op in fn.body.ops if isinstance(op, ops.ForOp))
+    inner = next(op for op in outer.body.ops if isinstance(op, ops.ForOp))
+    assert len(outer.init) == 1 and len(inner.init) == 1
+    assert inner.upper is outer.body.args[0]  # range(i) uses the outer induction variable
+    brk = next(o for o in inner.body.walk() if isinstance(o, ops.BreakOp))
+    assert brk.values[0].type == TileType(float32, (8,))

@@ -374,6 +374,42 @@ def test_launch_from_another_thread(vadd: RawKernel) -> None:
     np.testing.assert_array_equal(out.numpy(), x + x)
 
 
+def test_jax_arrays_through_dlpack() -> None:
+    """A JAX array (no torch-style attributes) is read zero-copy through DLPack; run in a subprocess
+    so JAX's GPU memory preallocation cannot disturb the other tests."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed")
+    code = textwrap.dedent(
+        f"""
+        import jax, jax.numpy as jnp, numpy as np
+        from tilejit.api.raw import RawKernel
+        from tilejit.runtime.array import empty
+        from tilejit.runtime.interop import as_view
+        if jax.default_backend() != "gpu":
+            print("skip: jax has no GPU backend"); raise SystemExit(0)
+        x = jnp.arange(1000, dtype=jnp.float32) * 0.5
+        v = as_view(x)
+        assert v.dtype == "float32" and tuple(v.shape) == (1000,) and tuple(v.strides) == (1,), v
+        out = empty(1000, "float32").poison()
+        RawKernel({VADD!r}, "vadd")(4, 256, (x, x, out, 1000))
+        np.testing.assert_array_equal(out.numpy(), np.asarray(x) * 2)
+        print("ok")
+        """
+    )
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if done.stdout.strip().startswith("skip"):
+        pytest.skip(done.stdout.strip())
+    assert done.stdout.strip().endswith("ok")
+
+
 def test_public_names() -> None:
     assert tj.device_count() == device_count()
     assert tj.DeviceArray is DeviceArray and tj.RawKernel is RawKernel

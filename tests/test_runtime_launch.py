@@ -49,9 +49,23 @@ static void *last_function;
 static int calls;
 static int next_status;
 
+static int expected_nparams;
+static size_t expected_size;
+static void *last_pointers[64];
+
+/* kernelParams carry no sizes: the test says how many parameters and how large the block is. */
+void fake_expect_params(int n, size_t size) { expected_nparams = n; expected_size = size; }
+void *fake_pointer(int i) { return last_pointers[i]; }
+
 static int take_extra(void **params, void **extra) {
     last_size = 0;
-    if (params) return 1; /* tilejit never uses kernelParams */
+    if (params && extra) return 1;
+    if (params) {
+        for (int i = 0; i < expected_nparams && i < 64; ++i) last_pointers[i] = params[i];
+        memcpy(last_params, params[0], expected_size);
+        last_size = expected_size;
+        return 0;
+    }
     if (!extra) return 0;
     void *buf = NULL;
     size_t size = 0;
@@ -144,6 +158,8 @@ class FakeDriver:
         lib.fake_mixed_offset.restype = ctypes.c_size_t
         lib.fake_mixed_end.restype = ctypes.c_size_t
         lib.fake_function.restype = ctypes.c_void_p
+        lib.fake_pointer.restype = ctypes.c_void_p
+        lib.fake_expect_params.argtypes = [ctypes.c_int, ctypes.c_size_t]
 
     def check(self, status: int, function: str, detail: str = "") -> None:
         if status:
@@ -268,6 +284,42 @@ def test_generic_path_and_legacy_entry_point_pack_the_same(fake: FakeDriver, fak
     assert fake.describe_mixed() == MIXED_TEXT
     c = fake.config()
     assert (c.gx, c.gy, c.gz, c.bx, c.stream) == (9, 1, 1, 64, 0x77)
+
+
+@pytest.mark.parametrize("with_ex", [True, False])
+def test_kernel_params_pointer_array(fake_lib: ctypes.CDLL, with_ex: bool) -> None:
+    """param_passing="pointers" hands the driver one pointer per parameter into the same block."""
+    fake = FakeDriver(fake_lib, with_ex=with_ex)
+    launcher = Launcher(fn(), MIXED, block=64, driver=fake, param_passing="pointers")
+    fake.lib.fake_expect_params(len(MIXED), launcher.size)
+    launcher(2, MIXED_ARGS)
+    assert fake.describe_mixed() == MIXED_TEXT
+    base = fake.lib.fake_pointer(0)
+    assert tuple(fake.lib.fake_pointer(i) - base for i in range(len(MIXED))) == launcher.offsets
+    launcher._launch_generic(2, MIXED_ARGS)
+    assert fake.describe_mixed() == MIXED_TEXT
+    with pytest.raises(ValueError, match="param_passing"):
+        Launcher(fn(), MIXED, driver=fake, param_passing="registers")
+
+
+def test_raw_kernel_entry_checks_block_shared_and_device(fake: FakeDriver) -> None:
+    """The RawKernel-signature entry launches directly only for its own block/shared/device."""
+    from tilejit.runtime import device as device_state
+
+    launcher = Launcher(fn(), MIXED, block=(32, 2, 1), shared_bytes=64, driver=fake)
+    redirected: list[tuple[Any, ...]] = []
+    entry = launcher.entry((32, 2), 64, device_state._current, lambda *a: redirected.append(a))
+    before = fake.calls()
+    entry(3, (32, 2), MIXED_ARGS, shared_mem=64)
+    entry(3, (32, 2), MIXED_ARGS, None, 64)
+    assert fake.calls() == before + 2 and not redirected
+    assert fake.describe_mixed() == MIXED_TEXT
+    c = fake.config()
+    assert (c.gx, c.bx, c.by, c.shm) == (3, 32, 2, 64)
+    entry(3, (64, 2), MIXED_ARGS, None, 64)
+    entry(3, (32, 2), MIXED_ARGS)
+    assert fake.calls() == before + 2
+    assert [(r[1], r[4]) for r in redirected] == [((64, 2), 64), ((32, 2), 0)]
 
 
 def test_numpy_scalars_and_int_for_float(fake: FakeDriver) -> None:

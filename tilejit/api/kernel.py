@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from tilejit.api.compile import Artifact
 from tilejit.api.signature import array_key, scalar_type_of
 from tilejit.errors import LaunchError
 from tilejit.language.ir.types import ArrayType, TileType
+from tilejit.runtime.interop import ArrayView as _AV
 
 
 @dataclass
@@ -30,6 +31,19 @@ class _Compiled:
 
 
 _PY_SCALARS = frozenset({int, float, bool})
+_MEMO_LIMIT = 4096
+
+
+def _as_view_or_scalar(name: str, a: Any) -> Any:
+    """An ArrayView of a device array, or ``a`` itself when it is a numpy/0-d scalar."""
+    from tilejit.runtime.interop import as_view
+
+    try:
+        return as_view(a)
+    except (TypeError, ValueError) as exc:
+        if getattr(a, "shape", None) == () and getattr(a, "dtype", None) is not None:
+            return a
+        raise LaunchError(f"parameter '{name}': {exc}") from None
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -98,7 +112,10 @@ class Kernel:
         self._constants = [p for p in self._params if p in consts]
         self._args = [p for p in self._params if p not in consts]
         self._annotated = _scalar_annotations(func, self._args)
+        self._nargs = 0 if self._constants else len(self._args)  # 0: always take the keyword path
         self._specs: dict[tuple[Any, ...], _Compiled] = {}
+        self._fast: dict[tuple[Any, ...], _Compiled] = {}
+        self._bound: dict[object, Callable[..., None]] = {}
         self._lock = threading.Lock()
         self._fingerprint: str | None = None
 
@@ -109,6 +126,13 @@ class Kernel:
         raise TypeError(f"launch a tile kernel with a grid: {self.__name__}[grid](...)")
 
     def __getitem__(self, item: object) -> Callable[..., None]:
+        bound = self._bound.get(item)
+        if bound is None:
+            bound = self._bind(item)
+        return bound
+
+    def _bind(self, item: object) -> Callable[..., None]:
+        """The launch function for ``kernel[item]``; memoized, since grids repeat."""
         if isinstance(item, tuple) and len(item) == 2 and not isinstance(item[1], int):
             grid, stream = _normalize_grid(item[0]), item[1]
         else:
@@ -118,6 +142,12 @@ class Kernel:
         def bound(*args: Any, **kwargs: Any) -> None:
             launch(grid, stream, args, kwargs)
 
+        try:
+            if len(self._bound) >= _MEMO_LIMIT:
+                self._bound.clear()
+            self._bound[item] = bound
+        except TypeError:  # an unhashable stream object: no memo
+            pass
         return bound
 
     # ------------------------------------------------------------------ launching
@@ -151,68 +181,81 @@ class Kernel:
         return [values[a] for a in self._args], consts
 
     def _launch(self, grid: tuple[int, int, int], stream: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        from tilejit.runtime.interop import as_view
-
-        run_args, consts = self._split(args, kwargs)
-        views: list[Any] = []
+        run_args: Sequence[Any]
+        if kwargs or len(args) != self._nargs:
+            run_args, consts = self._split(args, kwargs)
+        else:
+            run_args, consts = args, ()
+        # The fast key uses raw facts (dtype, strides, pointer alignment); _specialize maps it to the
+        # canonical specialization, so an unseen stride pattern costs a dict insert, not a compile.
         key: list[Any] = [consts]
+        views: list[Any] = []
         annotated = self._annotated
         for name, a in zip(self._args, run_args):
-            if a.__class__ in _PY_SCALARS:
+            cls = a.__class__
+            if cls is _AV:
+                views.append(a)
+                key.append((a.dtype, a.strides, a.ptr & 15))
+            elif cls in _PY_SCALARS:
                 views.append(a)
                 if name in annotated:
                     key.append(None)
                 else:
-                    key.append(a.__class__ if a.__class__ is not int or _I32_MIN <= a <= _I32_MAX else "i64")
-                continue
-            try:
-                v = as_view(a)
-            except (TypeError, ValueError) as exc:
-                if getattr(a, "shape", None) == ():
-                    views.append(a)
-                    key.append(str(a.dtype))
-                    continue
-                raise LaunchError(f"parameter '{name}': {exc}") from None
-            views.append(v)
-            key.append(array_key(v.dtype, v.shape, v.strides, v.ptr))
+                    key.append(cls if cls is not int or _I32_MIN <= a <= _I32_MAX else "i64")
+            else:
+                v = _as_view_or_scalar(name, a)
+                views.append(v)
+                key.append((v.dtype, v.strides, v.ptr & 15) if v.__class__ is _AV else ("scalar", str(v.dtype)))
         k = tuple(key)
-        compiled = self._specs.get(k)
+        compiled = self._fast.get(k)
         if compiled is None:
-            compiled = self._specialize(k, run_args, views, consts)
+            compiled = self._specialize(k, list(run_args), views, consts)
         compiled.launcher(grid, views, stream)
 
     def _specialize(
-        self, key: tuple[Any, ...], run_args: list[Any], views: list[Any], consts: tuple[Any, ...]
+        self, fast_key: tuple[Any, ...], run_args: list[Any], views: list[Any], consts: tuple[Any, ...]
     ) -> _Compiled:
+        arg_types, hints = self._types_of(run_args, views)
+        key = (consts, tuple(arg_types.values()), tuple(sorted(hints.items())))
         with self._lock:
             compiled = self._specs.get(key)
             if compiled is None:
-                compiled = self._build(run_args, views, consts)
+                compiled = self._build(arg_types, hints, consts)
                 self._specs[key] = compiled
+            if len(self._fast) >= _MEMO_LIMIT:
+                self._fast.clear()
+            self._fast[fast_key] = compiled
             return compiled
 
-    def _build(self, run_args: list[Any], views: list[Any], consts: tuple[Any, ...]) -> _Compiled:
+    def _types_of(
+        self, run_args: list[Any], views: list[Any]
+    ) -> tuple[dict[str, ArrayType | TileType], dict[str, Any]]:
+        """IR parameter types and backend layout hints of one launch's arguments."""
         from tilejit.backends.cuda.codegen import ArrayHint
-        from tilejit.compiler.targets import parse_target
-        from tilejit.runtime.device import get_device
 
         arg_types: dict[str, ArrayType | TileType] = {}
-        hints: dict[str, ArrayHint] = {}
+        hints: dict[str, Any] = {}
         for name, a, v in zip(self._args, run_args, views):
-            if v is a:
+            if v.__class__ is not _AV:
                 arg_types[name] = self._annotated.get(name) or scalar_type_of(name, a)
             else:
                 dtype, ndim, unit, aligned = array_key(v.dtype, v.shape, v.strides, v.ptr)
                 arg_types[name] = ArrayType(dtype, ndim)
                 hints[name] = ArrayHint(unit_stride=unit, aligned16=aligned)
-        device = get_device()
-        target = parse_target(device.arch)
+        return arg_types, hints
+
+    def _build(
+        self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], consts: tuple[Any, ...]
+    ) -> _Compiled:
+        from tilejit.api.loader import load_artifact
+        from tilejit.compiler.targets import parse_target
+        from tilejit.runtime.device import get_device
+
+        target = parse_target(get_device().arch)
         artifact = Artifact(
             self.func, self.func.__name__, arg_types, dict(zip(self._constants, consts)), target,
             self.num_threads, hints,
         )
-        from tilejit.api.loader import load_artifact
-
         if self._fingerprint is None:
             self._fingerprint = _source_fingerprint(self.func)
         return load_artifact(artifact, self._fingerprint)

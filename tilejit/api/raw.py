@@ -11,10 +11,11 @@ device on its first launch there (through the disk cache) and kept per device.
 
 from __future__ import annotations
 
+import operator
 import re
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tilejit.runtime import device as _device_state
@@ -185,7 +186,7 @@ class RawKernel:
         self._lock = threading.Lock()
         self._functions: dict[int, Any] = {}
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
-        self._last: tuple[Any, int, Any, Any] = (None, -1, None, None)
+        self._call: Callable[..., None] = self._first_call
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{k} {n}" for n, k in self.params)
@@ -237,18 +238,17 @@ class RawKernel:
             self._launchers[key] = launcher
         return launcher
 
-    def __call__(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
-        # Hot path: same block, shared size and device as last time → straight to that launcher.
-        last = self._last
-        if block == last[0] and shared_mem == last[1] and _device_state._current is last[2]:
-            return last[3](grid, args, stream)  # type: ignore[no-any-return]
-        return self._first_call(grid, block, args, stream, shared_mem)
+    # ``kernel(grid, block, args, stream=None, shared_mem=0)`` resolves (through a C-level property)
+    # to ``_call``: first ``_first_call``, then a launch function generated for the last block shape,
+    # shared size and device, which launches directly while they stay the same.
+    __call__ = property(operator.attrgetter("_call"))
 
-    def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any, shared_mem: int) -> None:
+    def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
         dev = _device_state.get_device()
-        launch = self.launcher(block, shared_mem, dev).launch
-        self._last = (tuple(block) if isinstance(block, list) else block, shared_mem, dev, launch)
-        launch(grid, args, stream)
+        block_key = tuple(block) if isinstance(block, list) else block
+        launcher = self.launcher(block_key, shared_mem, dev)
+        self._call = launcher.entry(block_key, shared_mem, dev, self._first_call)
+        launcher.launch(grid, args, stream)
 
 
 __all__ = ["C_TYPES", "RawKernel", "parse_c_type", "parse_signature"]

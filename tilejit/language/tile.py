@@ -139,7 +139,8 @@ def load(array: Array, index: Index, shape: Shape, padding: Any = 0) -> Tile:
 
 def store(array: Array, index: Index, tile: Tile) -> None:
     """Write ``tile`` at tile-grid ``index`` of ``array`` (indexing as ``load``; the tile's rank is
-    the array's). Elements past the end are not written; the tile is cast to the array's dtype."""
+    the array's, or a scalar writes one element). Elements past the end are not written; the tile
+    is cast to the array's dtype (like numpy assignment)."""
     _outside("store")
 
 

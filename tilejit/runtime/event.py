@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 from typing import Any
 
@@ -86,8 +85,10 @@ class Event:
 
     def __del__(self) -> None:
         if getattr(self, "handle", 0):
-            with contextlib.suppress(Exception):
+            try:  # noqa: SIM105 - contextlib may already be gone at interpreter exit
                 self.close()
+            except Exception:
+                pass
 
 
 def elapsed_ms(start: Event, end: Event) -> float:

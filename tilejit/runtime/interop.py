@@ -8,7 +8,6 @@ the fastest way) before the generic protocols.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import sys
 from collections.abc import Callable, Mapping
@@ -214,8 +213,10 @@ class DLPackOwner:
             DLDeleter(self._deleter)(managed)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # noqa: SIM105 - contextlib may already be gone at interpreter exit
             self.close()
+        except Exception:
+            pass
 
 
 def parse_dlpack_capsule(capsule: object, source: object = None) -> ArrayView:

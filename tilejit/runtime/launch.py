@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import operator
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -265,16 +266,25 @@ _LEGACY_PROTO = ctypes.CFUNCTYPE(
 
 
 class _Buffers:
-    """One set of launch buffers: parameters, the ``extra`` array pointing at them, and the config."""
+    """One set of launch buffers: the parameter block, the two ways of handing it to the driver
+    (``extra`` = {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}, or ``kernelParams`` = one pointer
+    per parameter into the block), and the launch configuration."""
 
-    def __init__(self, size: int, block: tuple[int, int, int], shared: int) -> None:
+    def __init__(self, size: int, offsets: Sequence[int], block: tuple[int, int, int], shared: int) -> None:
         self.params = ctypes.create_string_buffer(max(size, 1))
+        base = ctypes.addressof(self.params)
         self.size = ctypes.c_size_t(size)
-        self.extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(self.params), 2, ctypes.addressof(self.size), 0)
+        self.extra = (ctypes.c_void_p * 5)(1, base, 2, ctypes.addressof(self.size), 0)
         self.extra_addr = ctypes.addressof(self.extra) if size else 0
+        self.pointers = (ctypes.c_void_p * max(len(offsets), 1))(*(base + off for off in offsets))
+        self.pointers_addr = ctypes.addressof(self.pointers) if offsets else 0
         self.config = ctypes.create_string_buffer(_CONFIG_SIZE)
         self.config_addr = ctypes.addressof(self.config)
         _CONFIG.pack_into(self.config, 0, 1, 1, 1, *block, shared, 0)
+
+    def kernel_params_and_extra(self, mode: str) -> tuple[int, int]:
+        """The (kernelParams, extra) arguments of a launch for ``mode`` "pointers" or "buffer"."""
+        return (self.pointers_addr, 0) if mode == "pointers" else (0, self.extra_addr)
 
 
 class Launcher:
@@ -282,8 +292,11 @@ class Launcher:
 
     ``function`` is a loaded kernel (:class:`tilejit.runtime.module.Function`, or anything with
     ``.handle`` and ``.name``); ``params`` its parameters in order as (name, ParamKind). Call
-    ``launcher(grid, args, stream=None)``, or ``launcher.launch`` (the same, one call layer less).
-    ``stream`` None means the current stream. ``driver`` is for tests (default: the CUDA driver).
+    ``launcher(grid, args, stream=None)`` (or ``launcher.launch``, the same function); ``stream``
+    None means the current stream. ``param_passing`` "buffer" hands the driver the packed block
+    through ``extra``, "pointers" through ``kernelParams`` (same speed; both kept for drivers that
+    differ). ``driver`` is for tests (default: the CUDA driver). Threads other than the creating one
+    launch through a slower path with their own buffers, so concurrent launches never share them.
     """
 
     def __init__(
@@ -294,7 +307,11 @@ class Launcher:
         shared_bytes: int = 0,
         *,
         driver: Any = None,
+        param_passing: str = "buffer",
     ) -> None:
+        if param_passing not in ("buffer", "pointers"):
+            raise ValueError(f"param_passing must be 'buffer' or 'pointers', got {param_passing!r}")
+        self.param_passing = param_passing
         self.function = function
         self.name: str = getattr(function, "name", "kernel")
         self.params = tuple((str(n), k) for n, k in params)
@@ -319,7 +336,7 @@ class Launcher:
         self._call = _EX_PROTO(_address(ex)) if ex is not None else _LEGACY_PROTO(_address(driver.cuLaunchKernel))
         self._handle = int(function.handle)
         self._owner_thread = threading.get_ident()
-        self._buffers = _Buffers(self.size, self.block, shared_bytes)
+        self._buffers = _Buffers(self.size, self.offsets, self.block, shared_bytes)
         self._state: list[Any] = [None, -1]
         self.launch: Callable[..., None] = self._generate()
 
@@ -327,18 +344,27 @@ class Launcher:
         sig = ", ".join(f"{k} {n}" for n, k in self.params)
         return f"<tilejit.Launcher {self.name}({sig}) block={self.block} shared={self.shared_bytes}>"
 
-    def __call__(self, grid: Any, args: Sequence[Any], stream: Any = None) -> None:
-        self.launch(grid, args, stream)
+    # ``launcher(grid, args, stream=None)`` resolves straight to the generated ``launch`` function
+    # (a C-level property lookup, no extra Python frame).
+    __call__ = property(operator.attrgetter("launch"))
 
     # ------------------------------------------------------------------ code generation
 
-    def _generate(self) -> Callable[..., None]:
+    def entry(self, block_key: Any, shared_key: int, device: Any, fallback: Callable[..., None]) -> Callable[..., None]:
+        """A launch function with RawKernel's signature ``(grid, block, args, stream=None, shared_mem=0)``
+        that launches directly while ``block``, ``shared_mem`` and the current device are ``block_key``,
+        ``shared_key`` and ``device``, and otherwise hands the call to ``fallback``."""
+        return self._generate((block_key, shared_key, device, fallback))
+
+    def _generate(self, raw: tuple[Any, int, Any, Callable[..., None]] | None = None) -> Callable[..., None]:
+        kparams, extra = self._buffers.kernel_params_and_extra(self.param_passing)
         env: dict[str, Any] = {
             "pack": self._struct.pack_into, "buf": self._buffers.params, "cfgpack": _CONFIG.pack_into,
             "cfg": self._buffers.config, "call": self._call, "cfgaddr": self._buffers.config_addr,
-            "fh": self._handle, "extra": self._buffers.extra_addr, "st": self._state, "cur": _current_handle,
-            "launch_now": functools.partial(self._call, self._buffers.config_addr, self._handle, None,
-                                            self._buffers.extra_addr) if self._uses_ex else None,
+            "fh": self._handle, "st": self._state, "cur": _current_handle,
+            "kparams": kparams, "extra": extra,
+            "launch_now": functools.partial(self._call, self._buffers.config_addr, self._handle, kparams or None,
+                                            extra or None) if self._uses_ex else None,
             "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
             "owner": self._owner_thread, "slow": self._launch_generic, "explain": self._explain,
             "failed": self._failed, "AV": ArrayView, "DA": DeviceArray, "as_view": as_view, "Mismatch": _Mismatch,
@@ -406,11 +432,23 @@ class Launcher:
             call = "status = launch_now()"
         else:
             lines.append("gx, gy, gz = grid3(grid)")
-            call = f"status = call(fh, gx, gy, gz, {bx}, {by}, {bz}, {self.shared_bytes}, h, None, extra)"
+            call = (f"status = call(fh, gx, gy, gz, {bx}, {by}, {bz}, {self.shared_bytes}, h, kparams or None, "
+                    "extra or None)")
         body = "\n".join("            " + line for line in lines)
+        if raw is None:
+            head = "    def launch(grid, args, stream=None):\n"
+        else:
+            from tilejit.runtime import device as device_state
+
+            env.update(B=raw[0], S=raw[1], D=raw[2], fallback=raw[3], devstate=device_state)
+            head = (
+                "    def launch(grid, block, args, stream=None, shared_mem=0):\n"
+                "        if block != B or shared_mem != S or devstate._current is not D:\n"
+                "            return fallback(grid, block, args, stream, shared_mem)\n"
+            )
         src = (
             f"def make({', '.join(env)}):\n"
-            "    def launch(grid, args, stream=None):\n"
+            f"{head}"
             "        if ident() != owner:\n"
             "            return slow(grid, args, stream)\n"
             "        try:\n"
@@ -422,7 +460,8 @@ class Launcher:
             "            failed(status, grid, args, stream)\n"
             "    return launch\n"
         )
-        self.source = src
+        if raw is None:
+            self.source = src
         namespace: dict[str, Any] = {}
         exec(compile(src, f"<tilejit launcher {self.name}>", "exec"), namespace)
         launch: Callable[..., None] = namespace["make"](**env)
@@ -486,14 +525,16 @@ class Launcher:
             h = stream_handle(stream)
         except (TypeError, ValueError) as err:
             raise LaunchError(f"kernel '{self.name}': stream: {err}") from None
-        bufs = _Buffers(self.size, self.block, self.shared_bytes)
+        bufs = _Buffers(self.size, self.offsets, self.block, self.shared_bytes)
         if values:
             self._struct.pack_into(bufs.params, 0, *values)
+        kparams, extra = bufs.kernel_params_and_extra(self.param_passing)
         if self._uses_ex:
             _CONFIG.pack_into(bufs.config, 0, gx, gy, gz, *self.block, self.shared_bytes, h)
-            status = self._call(bufs.config_addr, self._handle, None, bufs.extra_addr)
+            status = self._call(bufs.config_addr, self._handle, kparams or None, extra or None)
         else:
-            status = self._call(self._handle, gx, gy, gz, *self.block, self.shared_bytes, h, None, bufs.extra_addr)
+            status = self._call(self._handle, gx, gy, gz, *self.block, self.shared_bytes, h, kparams or None,
+                                extra or None)
         if status:
             self._failed(status, grid, args, stream, retry)
 

@@ -6,7 +6,6 @@ results of kernels launched there without an explicit synchronize.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 from typing import Any
 
@@ -131,8 +130,10 @@ class DeviceBuffer:
 
     def __del__(self) -> None:
         if getattr(self, "ptr", 0):
-            with contextlib.suppress(Exception):
+            try:  # noqa: SIM105 - contextlib may already be gone at interpreter exit
                 self.close()
+            except Exception:
+                pass
 
 
 __all__ = ["DeviceBuffer"]

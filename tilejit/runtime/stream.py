@@ -6,7 +6,6 @@ one torch and CuPy also use by default) until :func:`set_current_stream` names a
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -127,8 +126,10 @@ class Stream:
 
     def __del__(self) -> None:
         if getattr(self, "_owned", False) and self.handle:
-            with contextlib.suppress(Exception):
+            try:  # noqa: SIM105 - contextlib may already be gone at interpreter exit
                 self.close()
+            except Exception:
+                pass
 
 
 _LEGACY = Stream._wrap(0)

@@ -49,7 +49,7 @@ class CudaKernel:
 
 @functools.cache
 def _read_headers() -> tuple[tuple[str, str], ...]:
-    root = resources.files("tilejit.backends.cuda").joinpath("include", "tilejit")
+    root = resources.files("tilejit.backends.cuda").joinpath("include").joinpath("tilejit")
     return tuple((f"tilejit/{n}.cuh", root.joinpath(f"{n}.cuh").read_text(encoding="utf-8")) for n in _HEADER_NAMES)
 
 
@@ -108,7 +108,7 @@ def generate(
     out += [f"using {n} = {lay.cxx()};" for lay, n in lw.layout_names.items()]
     out += [
         "",
-        f'extern "C" __global__ void __launch_bounds__({plan.nt}) {name}(',
+        f'extern "C" __global__ void __launch_bounds__({plan.nt}{plan.min_blocks_arg}) {name}(',
         "    " + ",\n    ".join(decls) + ") {" if decls else ") {",
         "  (void)tj_smem;",
     ]

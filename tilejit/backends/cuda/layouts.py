@@ -148,7 +148,9 @@ def assign_mma_layouts(fn: Function, mma_results: dict[Value, Layout]) -> dict[V
                 put(op.acc, lay[op.result])
             elif isinstance(op, UnaryOp | BinaryOp | CompareOp | SelectOp | CastOp):
                 for v in op.operands():
-                    if v in lay and isinstance(v.type, TileType) and v.type.shape == op.result.type.shape:
+                    rt = op.result.type
+                    same = isinstance(v.type, TileType) and isinstance(rt, TileType) and v.type.shape == rt.shape
+                    if v in lay and same:
                         put(op.result, lay[v])
             elif isinstance(op, ForOp | LoopOp):
                 args = op.body.args[1:] if isinstance(op, ForOp) else op.body.args

@@ -17,14 +17,16 @@ from tilejit.backends.cuda.plan import Plan
 from tilejit.errors import CompileError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Block, Op, Value
-from tilejit.language.ir.types import ArrayType, DType, TileType, int32, int64
+from tilejit.language.ir.types import ArrayType, DType, TileType, bfloat16, float16, int32, int64
 
-_KEYWORDS = frozenset(
-    "alignas alignof asm auto bool break case catch char class const constexpr continue decltype default delete do "
-    "double else enum explicit export extern false float for friend goto if inline int long mutable namespace new "
-    "noexcept nullptr operator private protected public register return short signed sizeof static struct switch "
-    "template this throw true try typedef typename union unsigned using virtual void volatile while half".split()
-)
+_KEYWORDS = frozenset((
+    "alignas", "alignof", "asm", "auto", "bool", "break", "case", "catch", "char", "class", "const", "constexpr",
+    "continue", "decltype", "default", "delete", "do", "double", "else", "enum", "explicit", "export", "extern",
+    "false", "float", "for", "friend", "goto", "if", "inline", "int", "long", "mutable", "namespace", "new",
+    "noexcept", "nullptr", "operator", "private", "protected", "public", "register", "return", "short", "signed",
+    "sizeof", "static", "struct", "switch", "template", "this", "throw", "true", "try", "typedef", "typename",
+    "union", "unsigned", "using", "virtual", "void", "volatile", "while", "half",
+))
 
 
 def c_ident(name: str) -> str:
@@ -59,6 +61,7 @@ class Lowering:
         self.scopes: list[dict[tuple[Value, Layout], str]] = [{}]
         self.loop_vars: list[tuple[list[str], list[Value]]] = []
         self.if_vars: list[tuple[list[str], list[Value]]] = []
+        self.staged: dict[int, tuple[str, str]] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -217,6 +220,8 @@ class Lowering:
         return f"tj::Shape<{', '.join(map(str, shape))}>"
 
     def op_LoadOp(self, op: O.LoadOp) -> None:
+        if id(op) in self.plan.deferred:  # streamed into shared memory by a cp.async pipeline
+            return
         name, at = self._array(op.array)
         t = op.result.type
         assert isinstance(t, TileType)
@@ -260,7 +265,9 @@ class Lowering:
             if not self._dtype(ix).is_int:
                 raise CompileError(f"index tiles must be integers, got {self._dtype(ix).name}")
         ixs = ", ".join(f"(tj::i64){self.elem(ix, layout)}" for ix in indices)
-        return f"bool tj_ok; const tj::i64 tj_ix[] = {{{ixs}}}; const tj::i64 tj_off = tj::index_offset({name}, tj_ix, tj_ok);", name
+        setup = (f"bool tj_ok; const tj::i64 tj_ix[] = {{{ixs}}}; "
+                 f"const tj::i64 tj_off = tj::index_offset({name}, tj_ix, tj_ok);")
+        return setup, name
 
     def op_GatherOp(self, op: O.GatherOp) -> None:
         layout = self.plan.layout_of(op.result)
@@ -277,7 +284,9 @@ class Lowering:
         setup, name = self._element_indices(op.array, op.indices, layout)
         val = self.elem(op.tile, layout)
         lname = self.lname(layout)
-        self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{ {setup} if (tj_ok) {name}.ptr[tj_off] = {val}; }}")
+        self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
+        self.line(f"  {setup} if (tj_ok) {name}.ptr[tj_off] = {val};")
+        self.line("}")
 
     _ATOMIC_OK = {
         "add": ("int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64", "int16", "uint16"),
@@ -304,11 +313,15 @@ class Lowering:
         lname = self.lname(layout)
         zero = tables.literal(0, at.dtype)
         if res is None:
-            self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{ {setup} if (tj_ok) tj::atomic_{kind}({args}); }}")
+            self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
+            self.line(f"  {setup} if (tj_ok) tj::atomic_{kind}({args});")
+            self.line("}")
             return
         tname = self.define_tile(res, layout)
         self.line(f"TJ_EACH(i, {lname}) {tname}.v[i] = {zero};")
-        self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{ {setup} if (tj_ok) {tname}.v[i] = tj::atomic_{kind}({args}); }}")
+        self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
+        self.line(f"  {setup} if (tj_ok) {tname}.v[i] = tj::atomic_{kind}({args});")
+        self.line("}")
         if any(b < 0 for b in layout.tbits):  # replicas learn the owner's old values
             shared = self.define_tile(res, layout)
             self.need_smem(layout.size * at.dtype.itemsize)
@@ -316,18 +329,29 @@ class Lowering:
 
     # ------------------------------------------------------------------ elementwise
 
-    def _elementwise(self, op: Op, render: Callable[[Callable[[Value], str]], str]) -> None:
-        """Define op.result from a per-element expression (``render`` gets an operand accessor)."""
+    def _elementwise(self, op: Op) -> None:
+        """Define op.result from its per-element expression."""
         res = op.result
         t = res.type
         assert isinstance(t, TileType)
         if t.is_scalar:
-            self.define_scalar(res, render(self.scalar))
+            self.define_scalar(res, self.render(op, self.scalar))
             return
         layout = self.plan.layout_of(res)
-        expr = render(lambda v: self.elem(v, layout))
+        lname = self.lname(layout)
+        packed = isinstance(op, O.UnaryOp | O.BinaryOp | O.CastOp) and layout.elems % 2 == 0
+        if packed and t.dtype in (float16, bfloat16):
+            # compute in float, then convert element pairs with one packed cvt each
+            expr = self.render(op, lambda v: self.elem(v, layout), compute=True)
+            tmp = self.fresh("t")
+            self.line(f"tj::Tile<float, {lname}> {tmp};")
+            self.line(f"TJ_EACH(i, {lname}) {tmp}.v[i] = {expr};")
+            name = self.define_tile(res, layout)
+            self.line(f"TJ_PAIRS(i, {lname}) tj::cvt_pair({name}.v[i], {name}.v[i + 1], {tmp}.v[i], {tmp}.v[i + 1]);")
+            return
+        expr = self.render(op, lambda v: self.elem(v, layout))
         name = self.define_tile(res, layout)
-        self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = {expr};")
+        self.line(f"TJ_EACH(i, {lname}) {name}.v[i] = {expr};")
 
     @staticmethod
     def _in_compute(dt: DType) -> Callable[[str], str]:
@@ -336,41 +360,48 @@ class Lowering:
             return lambda e: e
         return lambda e: f"static_cast<{tables.ctype(cdt)}>({e})"
 
-    def op_UnaryOp(self, op: O.UnaryOp) -> None:
-        dt = self._dtype(op.x)
-        fmt = tables.table_entry(tables.UNARY, op.fn, dt, "unary function")
-        conv = self._in_compute(dt)
-        out = tables.ctype(self._dtype(op.result))
-        self._elementwise(op, lambda g: f"tj::cast<{out}>({fmt.format(x=conv(g(op.x)))})")
+    def render(self, op: Op, g: Callable[[Value], str], compute: bool = False) -> str:
+        """The C++ expression of one element of an elementwise op; ``g`` gives operand elements.
+        ``compute``: leave the value in the result dtype's compute type (float for 16-bit floats)."""
+        out = tables.ctype(tables.compute_dtype(self._dtype(op.result)) if compute else self._dtype(op.result))
+        if isinstance(op, O.UnaryOp):
+            dt = self._dtype(op.x)
+            fmt = tables.table_entry(tables.UNARY, op.fn, dt, "unary function")
+            return f"tj::cast<{out}>({fmt.format(x=self._in_compute(dt)(g(op.x)))})"
+        if isinstance(op, O.BinaryOp):
+            dt = self._dtype(op.x)
+            if self._dtype(op.y) != dt:
+                raise CompileError(f"binary '{op.fn}' operands differ in dtype: {dt.name} and {self._dtype(op.y).name}")
+            fmt = tables.table_entry(tables.BINARY, op.fn, dt, "binary function")
+            if dt.is_int and op.fn in ("floordiv", "mod", "pow", "maximum", "minimum", "lshift", "rshift"):
+                return f"tj::cast<{out}>({fmt.format(x=g(op.x), y=g(op.y))})"
+            conv = self._in_compute(dt)
+            ct = tables.ctype(tables.compute_dtype(dt))
+            return f"tj::cast<{out}>(({ct})({fmt.format(x=conv(g(op.x)), y=conv(g(op.y)))}))"
+        if isinstance(op, O.CompareOp):
+            sym = tables.COMPARE.get(op.fn)
+            if sym is None:
+                raise CompileError(f"comparison '{op.fn}' is not one of {', '.join(tables.COMPARE)}")
+            conv = self._in_compute(self._dtype(op.x))
+            return f"({conv(g(op.x))} {sym} {conv(g(op.y))})"
+        if isinstance(op, O.SelectOp):
+            return f"({g(op.cond)} ? {g(op.x)} : {g(op.y)})"
+        if isinstance(op, O.CastOp):
+            return f"tj::cast<{out}>({g(op.x)})"
+        if isinstance(op, O.ConstantOp):
+            return tables.literal(op.value, self._dtype(op.result))
+        raise CompileError(f"op '{op.NAME}' is not an elementwise op")
 
-    def op_BinaryOp(self, op: O.BinaryOp) -> None:
-        dt = self._dtype(op.x)
-        if self._dtype(op.y) != dt:
-            raise CompileError(f"binary '{op.fn}' operands differ in dtype: {dt.name} and {self._dtype(op.y).name}")
-        fmt = tables.table_entry(tables.BINARY, op.fn, dt, "binary function")
-        conv = self._in_compute(dt)
-        ct = tables.ctype(tables.compute_dtype(dt))
-        out = tables.ctype(self._dtype(op.result))
-        if dt.is_int and op.fn in ("floordiv", "mod", "pow", "maximum", "minimum", "lshift", "rshift"):
-            self._elementwise(op, lambda g: f"tj::cast<{out}>({fmt.format(x=g(op.x), y=g(op.y))})")
-            return
-        self._elementwise(
-            op, lambda g: f"tj::cast<{out}>(({ct})({fmt.format(x=conv(g(op.x)), y=conv(g(op.y)))}))"
-        )
+    op_UnaryOp = op_BinaryOp = op_CompareOp = op_SelectOp = op_CastOp = _elementwise
 
-    def op_CompareOp(self, op: O.CompareOp) -> None:
-        sym = tables.COMPARE.get(op.fn)
-        if sym is None:
-            raise CompileError(f"comparison '{op.fn}' is not one of {', '.join(tables.COMPARE)}")
-        conv = self._in_compute(self._dtype(op.x))
-        self._elementwise(op, lambda g: f"({conv(g(op.x))} {sym} {conv(g(op.y))})")
-
-    def op_SelectOp(self, op: O.SelectOp) -> None:
-        self._elementwise(op, lambda g: f"({g(op.cond)} ? {g(op.x)} : {g(op.y)})")
-
-    def op_CastOp(self, op: O.CastOp) -> None:
-        out = tables.ctype(self._dtype(op.result))
-        self._elementwise(op, lambda g: f"tj::cast<{out}>({g(op.x)})")
+    def expr_at(self, v: Value, env: dict[Value, str]) -> str:
+        """A scalar's expression with some values replaced (a later loop iteration's indices)."""
+        if v in env:
+            return env[v]
+        op = self.plan.defs.get(v)
+        if v in self.vals or op is None:
+            return self.scalar(v)
+        return "(" + self.render(op, lambda x: self.expr_at(x, env)) + ")"
 
     # ------------------------------------------------------------------ shape ops
 
@@ -461,7 +492,8 @@ class Lowering:
             self.define_scalar(res, f"tj::cast<{tables.ctype(rdt)}>({acc_name}.v[0]{field})")
             return
         name = self.define_tile(res, layout)
-        self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = tj::cast<{tables.ctype(rdt)}>({acc_name}.v[i]{field});")
+        conv = f"tj::cast<{tables.ctype(rdt)}>({acc_name}.v[i]{field})"
+        self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = {conv};")
 
     def _reduce(self, op: O.ReduceOp | O.ArgReduceOp, opname: str, acc: DType, pair: bool) -> None:
         xt = op.x.type
@@ -589,6 +621,11 @@ class Lowering:
             self._assign(n, v, like)
 
     def op_ForOp(self, op: O.ForOp) -> None:
+        if id(op) in self.plan.pipelines:
+            from tilejit.backends.cuda.mma_lower import lower_pipelined_for
+
+            lower_pipelined_for(self, op)
+            return
         iv, carried = op.body.args[0], op.body.args[1:]
         names = self._declare_vars(carried, op.init)
         ivt = iv.type

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tilejit.backends.cuda import tables
-from tilejit.language.ir.ops import MmaOp
-from tilejit.language.ir.types import TileType
+from tilejit.backends.cuda.layouts import Layout
+from tilejit.backends.cuda.plan import MmaPlan
+from tilejit.language.ir.core import Value
+from tilejit.language.ir.ops import ForOp, MmaOp
+from tilejit.language.ir.types import ArrayType, TileType
 
 if TYPE_CHECKING:
     from tilejit.backends.cuda.lower import Lowering
@@ -19,6 +22,10 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
     acc = lw.define_tile(op.result, out_layout)
     lw._assign(acc, op.acc, op.result)
     t_in = tables.ctype(p.in_dtype)
+    staged = lw.staged.get(id(op))
+    if staged is not None:  # operands already in shared memory (cp.async pipeline)
+        _compute(lw, p, acc, *staged)
+        return
     a_layout, b_layout = _operand_layout(lw, op.a), _operand_layout(lw, op.b)
     a_name, b_name = lw.tile(op.a, a_layout), lw.tile(op.b, b_layout)
     lw.need_smem(p.smem_bytes)
@@ -30,28 +37,105 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
     lw.line(f"tj::to_smem<{p.k}, {p.lda}, {a_layout.vec}>(tj_As, {a_name});")
     lw.line(f"tj::to_smem<{p.n}, {p.ldb}, {b_layout.vec}>(tj_Bs, {b_name});")
     lw.line("__syncthreads();")
+    _compute(lw, p, acc, "tj_As", "tj_Bs")
+    lw.depth -= 1
+    lw.line("}")
+
+
+def _compute(lw: Lowering, p: MmaPlan, acc: str, a_smem: str, b_smem: str) -> None:
+    t_in = tables.ctype(p.in_dtype)
     if p.path == "tc":
         assert p.grid is not None
         lw.line(
             f"tj::TensorCore<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.lda}, {p.ldb}>"
-            f"::run({acc}, tj_As, tj_Bs);"
+            f"::run({acc}, {a_smem}, {b_smem});"
         )
     elif p.path == "tf32":
         assert p.grid is not None
         lw.line(
             f"tj::TensorCoreTF32<{p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.lda}, {p.ldb}>"
-            f"::run({acc}, tj_As, tj_Bs);"
+            f"::run({acc}, {a_smem}, {b_smem});"
         )
     else:
-        lw.line(f"tj::mma_fma<{p.k}, {p.n}, {p.lda}, {p.ldb}>({acc}, tj_As, tj_Bs);")
-    lw.depth -= 1
-    lw.line("}")
+        lw.line(f"tj::mma_fma<{p.k}, {p.n}, {p.lda}, {p.ldb}>({acc}, {a_smem}, {b_smem});")
 
 
-def _operand_layout(lw: Lowering, v: object) -> object:
-    c = lw.vals[v]  # type: ignore[index]
+def _operand_layout(lw: Lowering, v: Value) -> Layout:
+    """Where an mma operand already lives (a tile variable's layout), else its planned layout."""
+    c = lw.vals[v]
     if c.kind == "tile" and c.layout is not None:
         return c.layout
-    t = v.type  # type: ignore[attr-defined]
-    assert isinstance(t, TileType)
-    return lw.plan.layout_of(v)  # type: ignore[arg-type]
+    return lw.plan.layout_of(v)
+
+
+def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
+    """A K loop whose two mma operands stream into a ring of shared-memory stages with cp.async:
+    stage s+S-1 is fetched while stage s is multiplied, one barrier per iteration."""
+    pipe = lw.plan.pipelines[id(op)]
+    p = lw.plan.mma[id(pipe.mma)]
+    iv, carried = op.body.args[0], op.body.args[1:]
+    names = lw._declare_vars(carried, op.init)
+    lw._bind_vars(carried, names)
+    ivt = iv.type
+    assert isinstance(ivt, TileType)
+    t_in, iv_t = tables.ctype(p.in_dtype), tables.ctype(ivt.dtype)
+    n = lw.fresh("k")
+    lo, hi, st, nk, it, base = (f"{n}_{x}" for x in ("lo", "hi", "step", "n", "it", "smem"))
+    stages, stage_elems = pipe.stages, pipe.stage_bytes // p.in_dtype.itemsize
+    lw.need_smem(stages * pipe.stage_bytes)
+    lw.line(f"const tj::i64 {lo} = {lw.scalar(op.lower)}, {hi} = {lw.scalar(op.upper)}, {st} = {lw.scalar(op.step)};")
+    lw.line(f"const tj::i64 {nk} = {hi} > {lo} ? ({hi} - {lo} + {st} - 1) / {st} : 0;")
+    lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj_smem);")
+
+    def issue(k: str, stage: str) -> None:
+        env = {iv: f"(({iv_t})({lo} + ({k}) * {st}))"}
+        for load, off, ld in ((pipe.load_a, "0", p.lda), (pipe.load_b, str(p.a_elems), p.ldb)):
+            t, at = load.result.type, load.array.type
+            assert isinstance(t, TileType) and isinstance(at, ArrayType)
+            r0, c0 = (f"(tj::i64){lw.expr_at(ix, env)} * {s}" for ix, s in zip(load.index, t.shape))
+            lw.line(
+                f"tj::cp_async_tile<{t.shape[0]}, {t.shape[1]}, {ld}, {lw.plan.nt}>"
+                f"({base} + ({stage}) * {stage_elems} + {off}, {lw.vals[load.array].text}, {r0}, {c0});"
+            )
+
+    lw.line("#pragma unroll")
+    lw.line(f"for (int s = 0; s < {stages - 1}; ++s) {{")
+    lw.depth += 1
+    lw.line(f"if (s < {nk}) {{")
+    lw.depth += 1
+    issue("s", "s")
+    lw.depth -= 1
+    lw.line("}")
+    lw.line("tj::cp_async_commit();")
+    lw.depth -= 1
+    lw.line("}")
+    lw.line("#pragma unroll 1")
+    lw.line(f"for (tj::i64 {it} = 0; {it} < {nk}; ++{it}) {{")
+    lw.depth += 1
+    ivn = lw.fresh("v")
+    lw.vals[iv] = _scalar_cv(ivn, ivt)  # type: ignore[assignment]
+    lw.line(f"const {iv_t} {ivn} = ({iv_t})({lo} + {it} * {st});")
+    lw.line(f"tj::cp_async_wait<{stages - 2}>();")
+    lw.line("__syncthreads();")
+    lw.line(f"if ({it} + {stages - 1} < {nk}) {{")
+    lw.depth += 1
+    issue(f"{it} + {stages - 1}", f"(int)(({it} + {stages - 1}) % {stages})")
+    lw.depth -= 1
+    lw.line("}")
+    lw.line("tj::cp_async_commit();")
+    cur = f"(int)({it} % {stages})"
+    lw.staged[id(pipe.mma)] = (f"({base} + {cur} * {stage_elems})", f"({base} + {cur} * {stage_elems} + {p.a_elems})")
+    lw.depth -= 1
+    lw.loop_vars.append((names, carried))
+    lw.nested(op.body)
+    lw.loop_vars.pop()
+    lw.line("}")
+    lw.line("tj::cp_async_wait<0>();")
+    lw.line("__syncthreads();")
+    lw._bind_vars(op.results, names)
+
+
+def _scalar_cv(name: str, t: TileType) -> object:
+    from tilejit.backends.cuda.lower import CV
+
+    return CV("scalar", name, t.dtype)

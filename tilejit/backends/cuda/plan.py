@@ -63,6 +63,14 @@ class MmaPlan:
         return (self.a_elems + self.k * self.ldb) * self.in_dtype.itemsize
 
 
+def pipeline_stages(stage_bytes: int) -> int:
+    """How many shared-memory stages a cp.async K loop keeps in flight (0: too big to pipeline)."""
+    for n in (4, 3, 2):
+        if n * stage_bytes <= (100 if n == 4 else 160) * 1024:
+            return n
+    return 2 if 2 * stage_bytes <= 200 * 1024 else 0
+
+
 def _pow2(x: int) -> bool:
     return x > 0 and x & (x - 1) == 0
 
@@ -106,6 +114,10 @@ class Plan:
             self.mma[id(op)] = p
             if p.grid is not None:
                 mma_results[op.result] = mma_layout(p.m, p.n, self.nt, p.grid)
+        # tensor-core kernels: ask for two resident blocks (registers capped so that they fit)
+        small_acc = all(p.m * p.n // self.nt <= 64 for p in self.mma.values())
+        tc = any(p.path in ("tc", "tf32") for p in self.mma.values())
+        self.min_blocks_arg = ", 2" if tc and small_acc and self.nt <= 256 else ""
         self._fixed = assign_mma_layouts(fn, mma_results)
         self._cache: dict[tuple[int, ...], Layout] = {}
         self.defs: dict[Value, Op] = {r: op for op in fn.body.walk() for r in op.results}
@@ -140,15 +152,16 @@ class Plan:
             at, t = load.array.type, load.result.type
             if not (isinstance(at, ArrayType) and at.ndim == 2 and isinstance(t, TileType)):
                 return None
-            if load.array not in self.read_only or not self._vector_ok(load.array) or (t.shape[1] * at.dtype.itemsize) % 16:
+            rows_ok = (t.shape[1] * at.dtype.itemsize) % 16 == 0
+            if load.array not in self.read_only or not self._vector_ok(load.array) or not rows_ok:
                 return None
             if not all(self._affine_in(ix, loop) for ix in load.index):
                 return None
             loads.append(load)
         p = self.mma[id(mma)]
         stage = p.smem_bytes
-        stages = 4 if 4 * stage <= 100 * 1024 else 3 if 3 * stage <= 160 * 1024 else 2
-        if 2 * stage > 200 * 1024:
+        stages = pipeline_stages(stage)
+        if stages < 2:
             return None
         return Pipeline(mma, loads[0], loads[1], stages, stage)
 

@@ -91,7 +91,7 @@ BINARY: dict[str, dict[str, str]] = {
     "add": {k: "{x} + {y}" for k in "fiu"} | {"b": "({x} || {y})"},
     "sub": {k: "{x} - {y}" for k in "fiu"} | {"b": "({x} != {y})"},
     "mul": {k: "{x} * {y}" for k in "fiu"} | {"b": "({x} && {y})"},
-    "truediv": {"f": "{x} / {y}"},
+    "truediv": {"f": "tj::truediv({x}, {y})"},
     "floordiv": {k: "tj::floordiv({x}, {y})" for k in "fiub"},
     "mod": {k: "tj::mod({x}, {y})" for k in "fiub"},
     "pow": {"f": "tj::pow({x}, {y})", "i": "tj::ipow({x}, {y})", "u": "tj::ipow({x}, {y})"},

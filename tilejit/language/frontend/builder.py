@@ -46,8 +46,15 @@ def check_shape(shape: object, what: str) -> tuple[int, ...]:
         shape = (shape,)
     if isinstance(shape, list):
         shape = tuple(shape)
+    if isinstance(shape, tuple):
+        for k, s in enumerate(shape):
+            if isinstance(s, Tile):
+                raise FrontendError(
+                    f"{what} must be a tuple of compile-time constant ints, but item {k} is a run-time value "
+                    f"({describe(s)}); tile shapes are fixed when the kernel compiles (pass sizes as tj.Constant)"
+                )
     if not isinstance(shape, tuple) or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
-        raise FrontendError(f"{what} must be a compile-time tuple of ints, got {describe(shape)}")
+        raise FrontendError(f"{what} must be a compile-time constant tuple of ints, got {describe(shape)}")
     bad = [s for s in shape if not is_pow2(s)]
     if bad:
         raise FrontendError(f"{what} {shape} has a dimension that is not a power of two ({bad[0]}): tile "

@@ -16,8 +16,6 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tilejit.language import tile
 from tilejit.language.frontend.builder import (
     broadcast_shapes,
@@ -456,6 +454,8 @@ def _fold_unary(fn: str, x: object) -> object:
     assert isinstance(x, bool | int | float)
     if fn == "abs":
         return builtins.abs(x)
+    import numpy as np
+
     with np.errstate(all="ignore"):
         np_fns: dict[str, Callable[[Any], Any]] = {
             "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
@@ -767,8 +767,22 @@ def get_attribute(tr: Translator, obj: object, attr: str) -> object:
         raise FrontendError(f"{describe(obj)} has no attribute '{attr}'") from None
 
 
+def as_sequence(tr: Translator, v: object) -> tuple[object, ...] | None:
+    """``v`` as a tuple of items when it can be iterated at compile time (``array.shape`` too)."""
+    if isinstance(v, tuple | list | range):
+        return tuple(v)
+    if isinstance(v, ArrayDims):
+        return tuple(tr.b.array_dim(v.array.value, i, v.which) for i in range(v.array.ndim))
+    return None
+
+
 def subscript(tr: Translator, obj: object, index: object) -> object:
     """``obj[index]``: tuples and constants, ``array.shape[i]``, and ``tile[None, :]``."""
+    if isinstance(index, Tile):
+        raise FrontendError(
+            f"the index into {describe(obj)} must be a compile-time constant, got {describe(index)} (a range() "
+            "loop variable is a run-time value: loop with tj.static_range(...) to unroll at compile time)"
+        )
     if isinstance(obj, ArrayDims):
         arr = obj.array
         i = const_int(index, f"{arr.name}.{'shape' if obj.which == 'shape' else 'strides'} index")
@@ -848,6 +862,8 @@ def _py_len(tr: Translator, v: object) -> object:
         return v.shape[0]
     if isinstance(v, Array):
         return tr.b.array_dim(v.value, 0, "shape")
+    if isinstance(v, ArrayDims):
+        return v.array.ndim
     if isinstance(v, tuple | list | str | range | dict):
         return len(v)
     raise FrontendError(f"len() of {describe(v)}")

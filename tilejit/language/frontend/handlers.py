@@ -34,9 +34,6 @@ from tilejit.language.frontend.scope import (
 )
 from tilejit.language.frontend.source import FrontendError, get_source
 from tilejit.language.frontend.values import (
-    Array,
-    ArrayDims,
-    BoundMethod,
     Tile,
     Undefined,
     describe,
@@ -46,7 +43,7 @@ from tilejit.language.frontend.values import (
 )
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Value
-from tilejit.language.ir.types import DType, TileType, bool_
+from tilejit.language.ir.types import TileType, bool_
 
 N = TypeVar("N", bound=ast.AST)
 
@@ -183,6 +180,10 @@ class Translator:
             if isinstance(v, Undefined):
                 raise FrontendError(v.reason)
             return v
+        if name in self.func.local_names:
+            raise FrontendError(
+                f"'{name}' is not defined on every path: it is assigned in this function, but not before this use"
+            )
         if name in self.func.closure:
             return normalize_const(self.func.closure[name])
         if name in self.func.globals:
@@ -216,8 +217,9 @@ class Translator:
     def unpack(self, value: object, n: int, node: ast.AST) -> list[object]:
         if any(isinstance(e, ast.Starred) for e in getattr(node, "elts", ())):
             raise FrontendError("starred assignment targets are not supported", node)
-        if isinstance(value, tuple | list | range):
-            items = list(value)
+        seq = calls.as_sequence(self, value)
+        if seq is not None:
+            items = list(seq)
             if len(items) != n:
                 raise FrontendError(f"cannot unpack {len(items)} values into {n} names", node)
             return items
@@ -589,15 +591,22 @@ class Translator:
             raise FrontendError(f"{name}(): {exc}") from None
         bound.apply_defaults()
         src = get_source(func)
-        ctx = FuncCtx(name, src, func.__globals__, closure_of(func), is_kernel=False)
+        ctx = FuncCtx(name, src, func.__globals__, closure_of(func), is_kernel=False,
+                      local_names=frozenset(assigned_names(src.tree.body)))
         scope = Scope()
         for k, v in bound.arguments.items():
             scope.set(k, normalize_const(v) if is_const(v) else v, src.tree)
         saved = (self.func, self.scope, self.loops, self.dead)
         self.func, self.scope, self.loops, self.dead = ctx, scope, [], False
         self.active.add(code)
+        site = self.b.loc
         try:
             self.body(src.tree.body)
+        except TileCompileError as exc:
+            if exc.filename is None or "(in @tj.function" in exc.message:
+                raise
+            note = f" (in @tj.function '{name}' called at {site.filename}:{site.line})"
+            raise TileCompileError(exc.message + note, exc.filename, exc.line, exc.col, exc.source_line) from exc
         finally:
             self.func, self.scope, self.loops, self.dead = saved
             self.active.discard(code)
@@ -666,8 +675,9 @@ def _for(tr: Translator, node: ast.For) -> None:
         items = tr.expr(it)
     else:
         items = tr.expr(it)
-    if isinstance(items, tuple | list | range):
-        tr.static_loop(node, list(items))
+    seq = calls.as_sequence(tr, items)
+    if seq is not None:
+        tr.static_loop(node, list(seq))
         return
     raise FrontendError(
         f"a kernel loop iterates over range(...), tj.static_range(...) or a tuple; got {describe(items)}", it
@@ -816,9 +826,10 @@ def _tuple(tr: Translator, node: ast.Tuple | ast.List) -> object:
     for e in node.elts:
         if isinstance(e, ast.Starred):
             v = tr.expr(e.value)
-            if not isinstance(v, tuple | list | range):
+            seq = calls.as_sequence(tr, v)
+            if seq is None:
                 raise FrontendError(f"cannot unpack {describe(v)} with *", e)
-            out.extend(v)
+            out.extend(seq)
         else:
             out.append(tr.expr(e))
     return tuple(out)
@@ -869,9 +880,10 @@ def _call(tr: Translator, node: ast.Call) -> object:
     for a in node.args:
         if isinstance(a, ast.Starred):
             v = tr.expr(a.value)
-            if not isinstance(v, tuple | list | range):
+            seq = calls.as_sequence(tr, v)
+            if seq is None:
                 raise FrontendError(f"cannot unpack {describe(v)} with *", a)
-            args.extend(v)
+            args.extend(seq)
         else:
             args.append(tr.expr(a))
     kwargs: dict[str, object] = {}
@@ -1055,5 +1067,3 @@ def _ifexp(tr: Translator, node: ast.IfExp) -> object:
             raise FrontendError(f"a run-time conditional expression must give tiles or numbers, not {describe(v)}")
     return tr.b.select(cond, x, y)
 
-
-_ = (Array, ArrayDims, BoundMethod, DType)

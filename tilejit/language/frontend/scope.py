@@ -45,6 +45,8 @@ class FuncCtx:
     globals: dict[str, Any]
     closure: dict[str, Any]
     is_kernel: bool
+    #: names assigned anywhere in the body (Python's locals): never looked up in globals
+    local_names: frozenset[str] = frozenset()
     #: run-time ifs/loops opened inside this function (a helper may only return outside them)
     control_depth: int = 0
     returned: bool = False

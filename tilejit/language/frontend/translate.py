@@ -15,7 +15,7 @@ from typing import Annotated, Any, get_origin
 from tilejit.errors import TileCompileError
 from tilejit.language.frontend.builder import Builder
 from tilejit.language.frontend.handlers import Translator, closure_of
-from tilejit.language.frontend.scope import ControlSignal, FuncCtx, Scope
+from tilejit.language.frontend.scope import ControlSignal, FuncCtx, Scope, assigned_names
 from tilejit.language.frontend.source import get_source
 from tilejit.language.frontend.values import Array, Tile, normalize_const
 from tilejit.language.ir import ops
@@ -137,7 +137,8 @@ def translate(
 
     body = Block(args=args)
     builder = Builder(body, src.loc(src.tree))
-    ctx = FuncCtx(func.__name__, src, func.__globals__, closure_of(func), is_kernel=True)
+    ctx = FuncCtx(func.__name__, src, func.__globals__, closure_of(func), is_kernel=True,
+                  local_names=frozenset(assigned_names(src.tree.body)))
     tr = Translator(builder, ctx, scope)
     try:
         tr.body(src.tree.body)

@@ -4,7 +4,8 @@
 
 1. verify                 the front end's output is well formed
 2. fold_constants         element-wise ops, casts, selects and shape ops on constants become constants
-                          (numpy semantics for the dtype; nothing whose GPU result could differ)
+                          (numpy semantics for the dtype, 16-bit floats computed in float32 as on the
+                          GPU; results that are undefined or differ there are left alone)
 3. eliminate_common       pure ops with the same operands and attributes are computed once
 4. eliminate_dead         pure ops, and ifs/loops without effects, whose results are unused
 5. verify                 the passes kept it well formed
@@ -207,9 +208,12 @@ def fold_constants(fn: ops.Function) -> int:
                 consts[op.result] = op.value
                 continue
             if isinstance(op, ops.SelectOp) and op.cond in consts:
-                forward[op.result] = op.x if consts[op.cond] else op.y
-                if op.result in forward and forward[op.result] in consts:
-                    consts[op.result] = consts[forward[op.result]]
+                chosen = op.x if consts[op.cond] else op.y
+                if chosen in consts:
+                    block.ops[i] = ops.ConstantOp(results=op.results, loc=op.loc, value=consts[chosen])
+                    consts[op.result] = consts[chosen]
+                else:
+                    forward[op.result] = chosen
                 changed += 1
                 continue
             if not isinstance(op, _FOLDABLE) or not all(v in consts for v in op.operands()):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from tilejit.errors import TilejitError
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Op, Value
-from tilejit.language.ir.types import ArrayType, DType, TileType, bool_, float32, float64, int32, int64
+from tilejit.language.ir.types import ArrayType, TileType, bool_, int32, int64
 
 
 class IRVerificationError(TilejitError, RuntimeError):
@@ -283,7 +283,6 @@ _OP_CHECKS: dict[type[Op], Callable[..., None]] = {
     ops.MmaOp: _check_mma,
 }
 
-_ = (DType, float32, float64)
 
 
 class _Verifier:

@@ -69,6 +69,14 @@ TJ_FN1(fabs, ::fabsf, ::fabs)
 #undef TJ_FN1
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + ::expf(-x)); }
 __device__ __forceinline__ double sigmoid(double x) { return 1.0 / (1.0 + ::exp(-x)); }
+// Float division with at most 2 ulp error over the full range (PTX div.full.f32), what GPU
+// compilers use for "/" without -prec-div; double division stays IEEE.
+__device__ __forceinline__ float truediv(float x, float y) {
+  float r;
+  asm("div.full.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+}
+__device__ __forceinline__ double truediv(double x, double y) { return x / y; }
 __device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
 __device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
 
@@ -151,6 +159,42 @@ template <class T> __device__ __forceinline__ T ipow(T a, T b) {
 // maximum/minimum propagate NaN (numpy), and are plain compares for integers.
 template <class T> __device__ __forceinline__ T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
 template <class T> __device__ __forceinline__ T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
+#if __CUDA_ARCH__ >= 800
+template <> __device__ __forceinline__ float maximum<float>(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+template <> __device__ __forceinline__ float minimum<float>(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+#endif
+
+// Two floats to two 16-bit floats in one instruction (sm_80+).
+__device__ __forceinline__ void cvt_pair(half& lo, half& hi, float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+  lo.bits = (u16)(r & 0xffffu);
+  hi.bits = (u16)(r >> 16);
+#else
+  lo = half(a);
+  hi = half(b);
+#endif
+}
+__device__ __forceinline__ void cvt_pair(bf16& lo, bf16& hi, float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+  lo.bits = (u16)(r & 0xffffu);
+  hi.bits = (u16)(r >> 16);
+#else
+  lo = bf16(a);
+  hi = bf16(b);
+#endif
+}
 
 // Shifts by >= the bit width give 0 (or -1 for an arithmetic right shift of a negative number).
 template <class T> __device__ __forceinline__ T lshift(T a, T b) {

@@ -258,11 +258,17 @@ __device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 
   constexpr int CPR = COLS / V;  // chunks per row
   constexpr int CHUNKS = ROWS * CPR;
   const int tid = threadIdx.x;
+  const bool full = r0 >= 0 && c0 >= 0 && r0 + ROWS <= a.shape[0] && c0 + COLS <= a.shape[1];
+  const T* base = a.ptr + r0 * a.stride[0] + c0;
 #pragma unroll
   for (int j = 0; j < (CHUNKS + NT - 1) / NT; ++j) {
     const int c = tid + j * NT;
     if (CHUNKS % NT == 0 || c < CHUNKS) {
       const int row = c / CPR, col = (c % CPR) * V;
+      if (full) {
+        cp_async16(dst + row * LD + col, base + row * a.stride[0] + col, 16);
+        continue;
+      }
       const i64 r = r0 + row, cc = c0 + col;
       i64 left = (a.shape[1] - cc) * (i64)sizeof(T);
       left = left < 0 ? 0 : (left > 16 ? 16 : left);

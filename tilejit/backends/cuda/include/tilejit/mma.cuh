@@ -88,37 +88,44 @@ template <> struct MmaName<bf16> {
 template <class T, int M, int N, int K, int WM, int WN, int LDA, int LDB>
 struct TensorCore {
   static constexpr int WTM = M / WM, WTN = N / WN, MT = WTM / 16, NTL = WTN / 8;
+  // Fragments of k-step kk: A with ldmatrix.x4, B with ldmatrix.x4.trans (x2 for an odd n8 tile).
+  __device__ __forceinline__ static void frags(u32 (&af)[MT][4], u32 (&bfr)[NTL][2], u32 a_base, u32 b_base, int kk) {
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) ldsm_x4(af[mi], a_base + (u32)((mi * 16 * LDA + kk * 16) * 2));
+#pragma unroll
+    for (int nj = 0; nj < NTL / 2; ++nj) {
+      u32 r[4];
+      ldsm_x4_t(r, b_base + (u32)((kk * 16 * LDB + nj * 16) * 2));
+      bfr[2 * nj][0] = r[0];
+      bfr[2 * nj][1] = r[1];
+      bfr[2 * nj + 1][0] = r[2];
+      bfr[2 * nj + 1][1] = r[3];
+    }
+    if (NTL % 2) {
+      u32 r[2];
+      ldsm_x2_t(r, b_base + (u32)((kk * 16 * LDB + (NTL - 1) * 8) * 2));
+      bfr[NTL - 1][0] = r[0];
+      bfr[NTL - 1][1] = r[1];
+    }
+  }
+
+  // The k-steps are software-pipelined: fragments of step kk+1 load while step kk multiplies.
   template <class L>
   __device__ __forceinline__ static void run(Tile<float, L>& acc, const T* As, const T* Bs) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = (warp % WM) * WTM, n0 = (warp / WM) * WTN;
     const u32 a_base = smem_addr(As + (m0 + (lane & 15)) * LDA + (lane >> 4) * 8);
     const u32 b_base = smem_addr(Bs + (lane & 15) * LDB + n0 + (lane >> 4) * 8);
+    u32 af[2][MT][4];
+    u32 bfr[2][NTL][2];
+    frags(af[0], bfr[0], a_base, b_base, 0);
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) {
-      u32 af[MT][4];
-      u32 bfr[NTL][2];
-#pragma unroll
-      for (int mi = 0; mi < MT; ++mi) ldsm_x4(af[mi], a_base + (u32)((mi * 16 * LDA + kk * 16) * 2));
-#pragma unroll
-      for (int nj = 0; nj < NTL / 2; ++nj) {
-        u32 r[4];
-        ldsm_x4_t(r, b_base + (u32)((kk * 16 * LDB + nj * 16) * 2));
-        bfr[2 * nj][0] = r[0];
-        bfr[2 * nj][1] = r[1];
-        bfr[2 * nj + 1][0] = r[2];
-        bfr[2 * nj + 1][1] = r[3];
-      }
-      if (NTL % 2) {
-        u32 r[2];
-        ldsm_x2_t(r, b_base + (u32)((kk * 16 * LDB + (NTL - 1) * 8) * 2));
-        bfr[NTL - 1][0] = r[0];
-        bfr[NTL - 1][1] = r[1];
-      }
+      if (kk + 1 < K / 16) frags(af[(kk + 1) & 1], bfr[(kk + 1) & 1], a_base, b_base, kk + 1);
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < NTL; ++ni) MmaName<T>::mma(&acc.v[(mi * NTL + ni) * 4], af[mi], bfr[ni]);
+        for (int ni = 0; ni < NTL; ++ni) MmaName<T>::mma(&acc.v[(mi * NTL + ni) * 4], af[kk & 1][mi], bfr[kk & 1][ni]);
     }
   }
 };

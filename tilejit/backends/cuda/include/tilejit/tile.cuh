@@ -88,3 +88,4 @@ struct Tile {
 }  // namespace tj
 
 #define TJ_EACH(i, L) _Pragma("unroll") for (int i = 0; i < L::E; ++i)
+#define TJ_PAIRS(i, L) _Pragma("unroll") for (int i = 0; i < L::E; i += 2)

@@ -1,0 +1,355 @@
+"""CUDA backend on the CPU: generated text for small IR, clear errors, and every op x dtype compiled
+to CUBIN by NVRTC 13 (sm_80, sm_90) and by each installed CUDA major (sm_70 where it exists)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import pytest
+from test_backend_irbuild import EXAMPLES, IRBuilder, arr, cdiv, matmul, row_sum, softmax, vector_add
+
+from tilejit.backends.cuda import tables
+from tilejit.backends.cuda.codegen import ArrayHint, CudaKernel, device_headers, generate
+from tilejit.backends.cuda.layouts import blocked, choose_warp_grid, mma_layout
+from tilejit.errors import CompileError
+from tilejit.language.ir import ops as O
+from tilejit.language.ir.types import (
+    ALL_DTYPES,
+    BY_NAME,
+    DType,
+    TileType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    scalar,
+    uint8,
+    uint64,
+)
+
+HINTS = {"x": ArrayHint(True, True), "y": ArrayHint(True, True), "out": ArrayHint(True, True),
+         "a": ArrayHint(True, True), "b": ArrayHint(True, True), "c": ArrayHint(True, True)}
+
+
+def gen(fn: O.Function, arch: int = 90, **kw: Any) -> CudaKernel:
+    from tilejit.compiler.targets import parse_target
+
+    return generate(fn, target=parse_target(arch), **kw)
+
+
+# ----------------------------------------------------------------------------- NVRTC
+
+
+@functools.cache
+def _nvrtc13() -> Any:
+    from conftest import toolkits
+
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    tk = next((t for t in toolkits() if t.major == 13), None)
+    if tk is None:
+        pytest.skip("NVRTC 13 is not installed (.ci-cache/cu13 or TILEJIT_TEST_CUDA_ROOTS)")
+    return load_nvrtc(str(tk.nvrtc))
+
+
+@functools.cache
+def _nvrtc_at(path: str) -> Any:
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    return load_nvrtc(path)
+
+
+def cubin(ck: CudaKernel, arch: int, lib: Any = None) -> bytes:
+    from tilejit.compiler.nvrtc import compile_cuda
+
+    prog = compile_cuda(ck.source, name=f"{ck.name}.cu", headers=ck.headers, target=f"sm_{arch}",
+                        output="cubin", nvrtc=lib or _nvrtc13(), cache=False)
+    assert prog.code[:4] == b"\x7fELF"
+    return prog.code
+
+
+# ----------------------------------------------------------------------------- text of small kernels
+
+
+def test_vector_add_text_and_abi() -> None:
+    ck = gen(vector_add(float32, 1024), hints=HINTS)
+    assert ck.name == "vector_add" and ck.num_threads == 256 and ck.shared_bytes == 0
+    assert 'extern "C" __global__ void __launch_bounds__(256) vector_add(' in ck.source
+    assert "tj::Array<float, 1> x,\n    tj::Array<float, 1> y,\n    tj::Array<float, 1> out)" in ck.source
+    assert ck.params == (("x", ("array", "float32", 1)), ("y", ("array", "float32", 1)),
+                         ("out", ("array", "float32", 1)))
+    # 16-byte vectors with hints, read-only inputs through the non-coherent path
+    assert "tj::load<4, true, tj::Shape<1024>>" in ck.source
+    assert "tj::store<4, tj::Shape<1024>>(out" in ck.source
+    plain = gen(vector_add(float32, 1024))
+    assert "tj::load<0, true, tj::Shape<1024>>" in plain.source  # no hints: strided element accesses
+    assert "#include <tilejit/tilejit.cuh>" in ck.source and set(ck.headers) == set(device_headers())
+
+
+def test_scalar_params_and_names() -> None:
+    b = IRBuilder("scale", [("x", arr(float16, 1)), ("out", arr(float16, 1)), ("a", scalar(float32)),
+                            ("n", scalar(int64)), ("flag", scalar(bool_)), ("int", scalar(bfloat16))])
+    t = b.load(b.p("x"), [b.bid()], (128,))
+    b.store(b.p("out"), [b.bid()], t)
+    ck = gen(b.ret())
+    assert "float a,\n    tj::i64 n,\n    bool flag,\n    tj::bf16 int_)" in ck.source
+    assert ck.params[2:] == (("a", ("scalar", "float32")), ("n", ("scalar", "int64")),
+                             ("flag", ("scalar", "bool")), ("int", ("scalar", "bfloat16")))
+
+
+def test_softmax_reductions_are_block_reductions() -> None:
+    ck = gen(softmax(float32, 4096), hints=HINTS)
+    assert "tj::reduce<tj::MaxOp, 0, 12, L1>" in ck.source and "tj::reduce<tj::SumOp, 0, 12, L1>" in ck.source
+    assert "remap" not in ck.source  # keepdims + broadcast of a full reduction stay in registers
+    assert ck.shared_bytes == 4 * 8  # one float per warp
+
+
+def test_for_loop_with_carried_accumulator() -> None:
+    ck = gen(row_sum(float32, 4, 256), hints=HINTS)
+    src = ck.source
+    loop = re.search(r"for \(tj::i32 (v\d+) = 0; \1 < v\d+; \1 = \(tj::i32\)\(\1 \+ 1\)\) \{", src)
+    assert loop, src
+    carried = re.search(r"tj::Tile<float, L\d> (c\d+);\n\s+TJ_EACH\(i, L\d\) \1\.v\[i\] = 0\.0f;", src)
+    assert carried, src
+    assert f"  {carried.group(1)} = t" in src  # the continue assigns the next value
+
+
+def test_if_else_and_while_with_break() -> None:
+    b = IRBuilder("ctl", [("x", arr(float32, 1)), ("out", arr(float32, 1)), ("limit", scalar(int32))])
+    i = b.bid()
+    t = b.load(b.p("x"), [i], (256,))
+    with b.loop([b.i32(0), t]) as ((k, acc), lp):
+        stop = b.cmp("ge", k, b.p("limit"))
+        with b.if_(stop, []) as (_, then_b, else_b):
+            with b.into(then_b):
+                b.brk([k, acc])
+            with b.into(else_b):
+                b.yld([])
+        b.cont([b.bin("add", k, b.i32(1)), b.bin("add", acc, t)])
+    res = lp.results[1]
+    odd = b.cmp("eq", b.bin("mod", i, b.i32(2)), b.i32(1))
+    with b.if_(odd, [res.type]) as (iff, then_b, else_b):  # type: ignore[list-item]
+        with b.into(then_b):
+            b.yld([b.un("neg", res)])
+        with b.into(else_b):
+            b.yld([res])
+    b.store(b.p("out"), [i], iff.results[0])
+    ck = gen(b.ret())
+    assert "while (true) {" in ck.source and "break;" in ck.source and "} else {" in ck.source
+    assert "tj::mod(" in ck.source
+    cubin(ck, 90)
+
+
+def test_mma_paths_by_target_and_dtype() -> None:
+    tc = gen(matmul(bfloat16, float32, bm=128, bn=128, bk=32), arch=80, hints=HINTS)
+    assert "tj::TensorCore<tj::bf16, 128, 128, 32, 2, 4, 40, 136>" in tc.source
+    assert "tj::cp_async_tile<128, 32, 40, 256>" in tc.source  # operands stream through a cp.async ring
+    assert "__launch_bounds__(256, 2)" in tc.source and tc.shared_bytes == 4 * (128 * 40 + 32 * 136) * 2
+    no_hints = gen(matmul(bfloat16, float32, bm=128, bn=128, bk=32), arch=80)
+    assert "cp_async" not in no_hints.source and "tj::to_smem<32, 40, 8>" in no_hints.source
+    assert "tj::TensorCoreTF32<" in gen(matmul(float32, float32, bm=64, bn=64, bk=32, tf32=True), arch=90).source
+    assert "tj::mma_fma<" in gen(matmul(float16, float32, bm=64, bn=64, bk=32), arch=70).source
+    assert "tj::mma_fma<" in gen(matmul(float32, float32, bm=64, bn=64, bk=32), arch=90).source  # no tf32
+    assert "tj::mma_fma<" in gen(matmul(float64, float64, bm=32, bn=32, bk=16), arch=90).source
+    assert "tj::mma_fma<" in gen(matmul(int8, int32, bm=32, bn=32, bk=32), arch=90).source
+
+
+def test_num_threads_override_and_check() -> None:
+    assert gen(vector_add(float32, 4096), num_threads=512).num_threads == 512
+    assert gen(vector_add(float32, 4096)).num_threads == 256
+    assert gen(vector_add(float32, 128)).num_threads == 32
+    with pytest.raises(CompileError, match="num_threads must be a power of two"):
+        gen(vector_add(float32, 1024), num_threads=100)
+
+
+# ----------------------------------------------------------------------------- layouts
+
+
+def test_layouts_cover_every_element_once() -> None:
+    cases = [blocked((1, 8192), 256, 8), blocked((4, 256), 256, 4), blocked((16,), 256, 4), blocked((), 128, 4),
+             blocked((128, 2), 128, 8)]
+    for m, n, nt in ((128, 128, 256), (64, 64, 128), (128, 256, 256), (32, 64, 256)):
+        grid = choose_warp_grid(m, n, nt)
+        assert grid is not None
+        cases.append(mma_layout(m, n, nt, grid))
+    for lay in cases:
+        seen: dict[int, int] = {}
+        for t in range(lay.nt):
+            if any(t >> k & 1 for k, b in enumerate(lay.tbits) if b < 0):
+                continue  # a replica
+            for i in range(lay.elems):
+                f = 0
+                for k, b in enumerate(lay.ibits):
+                    f |= (i >> k & 1) << b
+                for k, b in enumerate(lay.tbits):
+                    if b >= 0:
+                        f |= (t >> k & 1) << b
+                seen[f] = seen.get(f, 0) + 1
+        assert sorted(seen) == list(range(lay.size)) and set(seen.values()) == {1}, lay
+
+
+def test_mma_layout_matches_fragment_order() -> None:
+    lay = mma_layout(128, 128, 256, choose_warp_grid(128, 128, 256))  # type: ignore[arg-type]
+    # warp 0, lane 5 (g=1, t=1): c0/c1 at row 1, cols 2/3; c2/c3 at row 9
+    def flat(t: int, i: int) -> int:
+        f = 0
+        for k, b in enumerate(lay.ibits):
+            f |= (i >> k & 1) << b
+        for k, b in enumerate(lay.tbits):
+            f |= (t >> k & 1) << b
+        return f
+    assert [divmod(flat(5, i), 128) for i in range(4)] == [(1, 2), (1, 3), (9, 2), (9, 3)]
+    assert divmod(flat(5, 4), 128) == (1, 10)  # next n8 tile
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_unsupported_combinations_raise_located_errors() -> None:
+    b = IRBuilder("bad", [("x", arr(float32, 1)), ("out", arr(float32, 1))])
+    t = b.load(b.p("x"), [b.bid()], (128,))
+    b.store(b.p("out"), [b.bid()], b.bin("xor", t, t))
+    msg = r"test_backend\.py:\d+: binary function 'xor' is not supported for dtype float32"
+    with pytest.raises(CompileError, match=msg):
+        gen(b.ret())
+    b = IRBuilder("bad", [("x", arr(int8, 1))])
+    t = b.load(b.p("x"), [b.bid()], (128,))
+    b.atomic("add", b.p("x"), [b.cast(b.arange(128), int32)], t, result=False)
+    with pytest.raises(CompileError, match="atomic_add is not supported for dtype int8"):
+        gen(b.ret())
+    b = IRBuilder("bad", [("x", arr(float32, 1))])
+    t = b.load(b.p("x"), [b.bid()], (128,))
+    b.store(b.p("x"), [b.bid()], b.un("exp", b.cast(t, int32)))
+    with pytest.raises(CompileError, match="unary function 'exp' is not supported for dtype int32"):
+        gen(b.ret())
+    b = IRBuilder("bad", [("x", arr(float32, 1))])
+    b.store(b.p("x"), [b.bid()], b.cast(b.load(b.p("x"), [b.bid()], (128,)), float16))
+    with pytest.raises(CompileError, match="storing a float16 tile into a float32 array"):
+        gen(b.ret())
+
+
+def test_literals() -> None:
+    assert tables.literal(-(1 << 63), int64) == "(-9223372036854775807LL - 1)"
+    assert tables.literal(-1, uint64) == "18446744073709551615ULL"
+    assert tables.literal(300, uint8) == "((tj::u8)44)"
+    assert tables.literal(1.0, float16) == "tj::half::from_bits(0x3c00)"
+    assert tables.literal(1e10, float16) == "tj::half::from_bits(0x7c00)"
+    assert tables.literal(1.0, bfloat16) == "tj::bf16::from_bits(0x3f80)"
+    assert tables.literal(float("-inf"), float32) == "(-tj::inf_f())"
+    assert tables.literal(0.1, float32) == "0.1f" and tables.literal(0.1, float64) == "0.1"
+    assert tables.literal(True, bool_) == "true"
+
+
+# ----------------------------------------------------------------------------- every op x dtype
+
+
+def _fmts(table: dict[str, dict[str, str]], dt: DType) -> list[str]:
+    return [fn for fn, kinds in table.items() if dt.kind in kinds]
+
+
+def all_ops(dt: DType, arch: int) -> O.Function:
+    """One kernel that applies every op that makes sense for ``dt``."""
+    b = IRBuilder(f"all_{dt.name}", [("x", arr(dt, 1)), ("y", arr(dt, 2)), ("out", arr(dt, 1)),
+                                     ("mask", arr(bool_, 1)), ("idx", arr(int32, 1)), ("s", scalar(dt))])
+    i = b.bid()
+    x = b.load(b.p("x"), [i], (256,))
+    y2 = b.load(b.p("y"), [i, b.i32(0)], (16, 16), padding=1)
+    y = b.reshape(y2, (256,))
+    s = b.bcast(b.p("s"), (256,))
+    acc = x
+    for fn in _fmts(tables.UNARY, dt):
+        acc = b.select(b.cmp("lt", acc, x), b.un(fn, acc), acc)
+    for fn in _fmts(tables.BINARY, dt):
+        acc = b.bin(fn, acc, y if fn not in ("lshift", "rshift") else b.bin("and", y, b.const(3, dt, (256,))))
+    for fn in tables.COMPARE:
+        acc = b.select(b.cmp(fn, acc, s), acc, x)
+    for other in ALL_DTYPES:
+        acc = b.bin("maximum", acc, b.cast(b.cast(acc, other), dt))
+    b.store(b.p("out"), [i], acc)
+    b.store(b.p("mask"), [i], b.cmp("ne", acc, x))
+    # shapes
+    t = b.permute(y2, (1, 0))
+    t = b.bin("add" if not dt.is_bool else "or", t, b.bcast(b.reshape(b.reduce("max", t, 1), (16, 1)), (16, 16)))
+    t = b.bin("add" if not dt.is_bool else "or", t, b.bcast(b.reshape(b.reduce("min", t, 0), (1, 16)), (16, 16)))
+    b.store(b.p("y"), [i, b.i32(1)], t)
+    sum_dt = int64 if dt.is_bool else dt
+    red = b.reduce("sum", b.cast(t, sum_dt), 0)
+    red = b.bin("add", red, b.reduce("prod", b.cast(t, sum_dt), 1))
+    red = b.bin("add", red, b.cast(b.argreduce("argmax", t, 1), sum_dt))
+    red = b.bin("add", red, b.cast(b.argreduce("argmin", t, 0), sum_dt))
+    red = b.bin("add", red, b.reshape(b.cumsum(b.reshape(red, (2, 8)), 1), (16,)))
+    total = b.reduce("sum", red, 0)
+    b.store(b.p("out"), [b.i32(1)], b.cast(b.bin("add", red, b.bcast(total, (16,))), dt))
+    # gather / scatter / atomics
+    ix = b.load(b.p("idx"), [i], (256,), padding=-1)
+    g = b.gather(b.p("x"), [ix], padding=0)
+    b.scatter(b.p("out"), [ix], g)
+    for kind in ("add", "max", "min", "xchg", "cas"):
+        key = {"min": "max", "cas": "xchg"}.get(kind, kind)
+        if dt.name not in _ATOMIC[key]:
+            continue
+        old = b.atomic(kind, b.p("out"), [ix], g, compare=g if kind == "cas" else None)
+        b.store(b.p("out"), [b.i32(2)], old)
+    # mma
+    if not dt.is_bool:
+        acc_dt = float32 if dt in (float16, bfloat16, float32) else dt
+        m = b.mma(y2, b.permute(y2, (1, 0)), b.const(0, acc_dt, (16, 16)))
+        b.store(b.p("y"), [i, b.i32(2)], b.cast(m, dt))
+    return b.ret()
+
+
+_ATOMIC = {
+    "add": ("int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64", "int16", "uint16"),
+    "max": ("int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64"),
+    "xchg": ("int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64"),
+}
+
+
+@pytest.mark.parametrize("arch", [80, 90])
+@pytest.mark.parametrize("dtype", [d.name for d in ALL_DTYPES])
+def test_every_op_compiles_nvrtc13(dtype: str, arch: int) -> None:
+    dt = BY_NAME[dtype]
+    ck = gen(all_ops(dt, arch), arch=arch, hints={"x": ArrayHint(True, True)})
+    cubin(ck, arch)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int64", "float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("arch", [70, 80])
+def test_every_op_compiles_each_cuda_major(dtype: str, arch: int, toolkit: Any) -> None:
+    if arch == 70 and toolkit.major >= 13:
+        pytest.skip("CUDA 13 dropped sm_70 (Volta); NVRTC 11/12 cover it")
+    dt = BY_NAME[dtype]
+    cubin(gen(all_ops(dt, arch), arch=arch), arch, _nvrtc_at(str(toolkit.nvrtc)))
+
+
+@pytest.mark.parametrize("arch", [70, 80, 90])
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_examples_compile(name: str, arch: int, toolkit: Any) -> None:
+    if arch == 70 and toolkit.major >= 13:
+        pytest.skip("CUDA 13 dropped sm_70 (Volta); NVRTC 11/12 cover it")
+    fn = EXAMPLES[name]()
+    for hints in (HINTS, None):
+        cubin(gen(fn, arch=arch, hints=hints), arch, _nvrtc_at(str(toolkit.nvrtc)))
+
+
+def test_matmul_variants_compile() -> None:
+    for dt, acc, tf32 in ((float16, float32, False), (bfloat16, float32, False), (float32, float32, True),
+                          (int8, int32, False), (int16, int64, False)):
+        for bm, bn, bk in ((128, 128, 32), (64, 64, 32), (128, 64, 64), (16, 16, 16), (256, 128, 32)):
+            fn = matmul(dt, acc, bm=bm, bn=bn, bk=bk, tf32=tf32)
+            cubin(gen(fn, arch=90, hints=HINTS), 90)
+
+
+def test_row_sum_with_cdiv_helper() -> None:
+    b = IRBuilder("nt", [("x", arr(uint8, 1))])
+    n = cdiv(b, b.dim(b.p("x"), 0), 256)
+    assert isinstance(n.type, TileType) and n.type.dtype == int32
+    ck = gen(b.ret())
+    assert "tj::floordiv(" in ck.source
