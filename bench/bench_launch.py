@@ -31,8 +31,9 @@ import tilejit as tj
 EMPTY = 'extern "C" __global__ void empty(float* x) {}\n'
 
 
-def measure(cases: dict[str, Callable[[], Any]], sync: Callable[[], Any], n: int, repeats: int,
-            failed: dict[str, str]) -> dict[str, list[float]]:
+def measure(
+    cases: dict[str, Callable[[], Any]], sync: Callable[[], Any], n: int, repeats: int, failed: dict[str, str]
+) -> dict[str, list[float]]:
     """Microseconds per launch of each repeat (N launches, then one sync) for every case.
 
     Repeats are interleaved across the cases (case A, B, C, then A, B, C again ...) so slow drifts of
@@ -198,8 +199,13 @@ def main() -> None:
 
     cases: dict[str, Callable[[], Any]] = {}
     skipped: dict[str, str] = {}
-    peers = {"cuda.core": cuda_core_case, "CuPy RawKernel": cupy_case, "Triton (empty @triton.jit)": triton_case,
-             "torch x.add_(1)": torch_case, "ctypes cuLaunchKernel (kernelParams)": lambda: ctypes_case(x)}
+    peers = {
+        "cuda.core": cuda_core_case,
+        "CuPy RawKernel": cupy_case,
+        "Triton (empty @triton.jit)": triton_case,
+        "torch x.add_(1)": torch_case,
+        "ctypes cuLaunchKernel (kernelParams)": lambda: ctypes_case(x),
+    }
     builders: list[tuple[str, Callable[[], Any]]] = [("tilejit", lambda: tilejit_cases(x))]
     try:
         has_tile_kernels = hasattr(tj, "kernel")
@@ -221,14 +227,18 @@ def main() -> None:
                 traceback.print_exc()
 
     per_case = measure(cases, sync, args.n, args.repeats, skipped)
-    results: dict[str, dict[str, Any]] = {name: {"median_us": statistics.median(per), "min_us": min(per), "repeats_us": per}
-               for name, per in per_case.items()}
+    results: dict[str, dict[str, Any]] = {
+        name: {"median_us": statistics.median(per), "min_us": min(per), "repeats_us": per}
+        for name, per in per_case.items()
+    }
 
     peer_names = [n for n in results if not n.startswith("tilejit")]
     best_peer = min(peer_names, key=lambda n: results[n]["median_us"]) if peer_names else None
     best = results[best_peer]["median_us"] if best_peer else None
-    print(f"\nLaunch overhead on {dev.name} ({dev.arch}), Python {platform.python_version()}, "
-          f"N={args.n} launches x {args.repeats} repeats, empty kernel, grid 1 x block 32\n")
+    print(
+        f"\nLaunch overhead on {dev.name} ({dev.arch}), Python {platform.python_version()}, "
+        f"N={args.n} launches x {args.repeats} repeats, empty kernel, grid 1 x block 32\n"
+    )
     print("| implementation | median µs/launch | min µs/launch | vs best peer |")
     print("| --- | ---: | ---: | ---: |")
     for name, r in sorted(results.items(), key=lambda kv: kv[1]["median_us"]):
@@ -242,8 +252,16 @@ def main() -> None:
     out_dir = os.environ.get("OUT")
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        payload = {"device": dev.name, "arch": dev.arch, "python": platform.python_version(), "n": args.n,
-                   "repeats": args.repeats, "results": results, "best_peer": best_peer, "skipped": skipped}
+        payload = {
+            "device": dev.name,
+            "arch": dev.arch,
+            "python": platform.python_version(),
+            "n": args.n,
+            "repeats": args.repeats,
+            "results": results,
+            "best_peer": best_peer,
+            "skipped": skipped,
+        }
         (Path(out_dir) / "bench_launch.json").write_text(json.dumps(payload, indent=2))
 
 

@@ -114,7 +114,7 @@ def test_pip_conda_cuda_home_places(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     wheel.mkdir(parents=True)
     monkeypatch.syspath_prepend(str(tmp_path))
     cands = loader.pip_wheel_dirs(["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"], ["libnvrtc.so.13"], "NVRTC")
-    assert next(c.path for c in cands if c.kind == "dir") == os.path.join(str(tmp_path), "nvidia", "cu13", "lib")
+    assert os.path.join(str(tmp_path), "nvidia", "cu13", "lib") in [c.path for c in cands if c.kind == "dir"]
     monkeypatch.setattr(loader, "site_dirs", lambda: [])
     [none] = loader.pip_wheel_dirs(["nvidia/cu13/lib"], ["x"], "NVRTC")
     assert none.kind == "none" and "nvidia/cu13/lib" in none.path

@@ -147,8 +147,32 @@ class Lowering:
 
     # ------------------------------------------------------------------ walking
 
+    def _schedule(self, ops: list[Op]) -> list[Op]:
+        """Issue small loads of read-only arrays as soon as their indices exist, so that they are in
+        flight with the others (a layer norm's 16-bit weights load with the row, not after its
+        statistics). A budget of registers per thread keeps occupancy: wide tiles stay in place."""
+        out: list[Op] = []
+        pos: dict[Value, int] = {}
+        last, budget = -1, 128
+        for op in ops:
+            t = op.results[0].type if isinstance(op, O.LoadOp) else None
+            if isinstance(op, O.LoadOp) and op.array in self.plan.read_only and isinstance(t, TileType):
+                cost = self.plan.layout_of(op.result).elems * t.dtype.itemsize
+                if cost <= budget and id(op) not in self.plan.deferred:
+                    budget -= cost
+                    at = max([pos[v] + 1 for v in op.operands() if v in pos] + [last + 1])
+                    out.insert(at, op)
+                    last = at
+                    pos = {v: (i if i < at else i + 1) for v, i in pos.items()}
+                    pos[op.result] = at
+                    continue
+            for r in op.results:
+                pos[r] = len(out)
+            out.append(op)
+        return out
+
     def block(self, block: Block) -> None:
-        for op in block.ops:
+        for op in self._schedule(block.ops):
             try:
                 self.op(op)
             except CompileError as exc:

@@ -191,6 +191,8 @@ class Plan:
             big = max((op.result.type.size for op in mmas if isinstance(op.result.type, TileType)), default=0)
             return 256 if big >= 128 * 64 else 128
         largest = max((t.size for t in tiles), default=1)
+        if largest >= 4096 and min(self._vec.values(), default=4) >= 8:
+            return 512  # long rows of 16-bit data: more warps in flight per row
         return min(256, max(32, largest // 4))
 
     def _plan_mma(self, op: MmaOp) -> MmaPlan:

@@ -28,9 +28,23 @@ union Pack {
 };
 
 // Read-only loads through the non-coherent cache (the array is never written by the kernel).
-template <class W> __device__ __forceinline__ W ld_nc(const W* p) { return __ldg(p); }
-template <> __device__ __forceinline__ u8 ld_nc<u8>(const u8* p) { return *p; }
-template <> __device__ __forceinline__ u16 ld_nc<u16>(const u16* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
+// Inline PTX rather than __ldg: it keeps a tile's loads issued together, ahead of their uses.
+template <class W> __device__ __forceinline__ W ld_nc(const W* p) { return *p; }
+template <> __device__ __forceinline__ uint4 ld_nc<uint4>(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+template <> __device__ __forceinline__ uint2 ld_nc<uint2>(const uint2* p) {
+  uint2 r;
+  asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+  return r;
+}
+template <> __device__ __forceinline__ u32 ld_nc<u32>(const u32* p) {
+  u32 r;
+  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(r) : "l"(p));
+  return r;
+}
 
 // Array offset (in elements) of the tile element at flat index f, and whether the element's
 // leading coordinates (all but the innermost) are in range; `col` gets the innermost index.
