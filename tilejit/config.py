@@ -59,23 +59,19 @@ def _parse_size(raw: str) -> int:
 CUDA_DRIVER = Setting[str | None]("TILEJIT_CUDA_DRIVER", str, None, "explicit path of libcuda.so.1 / nvcuda.dll")
 NVRTC = Setting[str | None]("TILEJIT_NVRTC", str, None, "explicit path of the NVRTC library to load")
 NVJITLINK = Setting[str | None]("TILEJIT_NVJITLINK", str, None, "explicit path of the nvJitLink library")
-TILEIRAS = Setting[str | None]("TILEJIT_TILEIRAS", str, None, "explicit path of the tileiras executable")
 CACHE_DIR = Setting[str | None]("TILEJIT_CACHE_DIR", str, None, "disk cache folder (default: user cache dir)")
 CACHE = Setting[bool]("TILEJIT_CACHE", bool, True, "set to 0 to disable the disk cache")
 CACHE_MAX_BYTES = Setting[int]("TILEJIT_CACHE_MAX_BYTES", int, 1 << 30, "cache size bound, e.g. 512M or 2G")
 DEFAULT_ARCH = Setting[str | None]("TILEJIT_ARCH", str, None, "compile target when no GPU is present, e.g. sm_90")
-EMIT_PTX = Setting[bool]("TILEJIT_EMIT_PTX", bool, False, "load PTX instead of an exact-arch CUBIN")
-DEBUG = Setting[bool]("TILEJIT_DEBUG", bool, False, "keep generated sources and show compiler internals in errors")
+EMIT_PTX = Setting[bool]("TILEJIT_EMIT_PTX", bool, False, "load PTX (driver JIT) instead of an exact-arch CUBIN")
 
 ALL: tuple[Setting[object], ...] = (
     CUDA_DRIVER,  # type: ignore[assignment]
     NVRTC,  # type: ignore[assignment]
     NVJITLINK,  # type: ignore[assignment]
-    TILEIRAS,  # type: ignore[assignment]
     CACHE_DIR,  # type: ignore[assignment]
     CACHE,  # type: ignore[assignment]
     CACHE_MAX_BYTES,  # type: ignore[assignment]
     DEFAULT_ARCH,  # type: ignore[assignment]
     EMIT_PTX,  # type: ignore[assignment]
-    DEBUG,  # type: ignore[assignment]
 )

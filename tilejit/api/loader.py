@@ -13,12 +13,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from tilejit.api.compile import Artifact
-from tilejit.config import CACHE
+from tilejit.config import CACHE, EMIT_PTX
 
 if TYPE_CHECKING:
     from tilejit.api.kernel import _Compiled
 
-_ENTRY_VERSION = "1"
+_ENTRY_VERSION = "2"
 
 
 @functools.cache
@@ -46,10 +46,11 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     )
 
 
-def _compile_entry(artifact: Artifact) -> dict[str, Any]:
+def _compile_entry(artifact: Artifact, ptx: bool) -> dict[str, Any]:
     ck = artifact.cuda_kernel()
     return {
-        "cubin": artifact.cubin(),
+        "image": artifact.ptx().encode() if ptx else artifact.cubin(),
+        "kind": "ptx" if ptx else "cubin",
         "symbol": ck.name,
         "num_threads": ck.num_threads,
         "shared_bytes": ck.shared_bytes,
@@ -64,18 +65,19 @@ def load_artifact(artifact: Artifact, fingerprint: str) -> _Compiled:
     from tilejit.runtime.launch import Launcher, ParamKind
     from tilejit.runtime.module import Module
 
+    ptx = EMIT_PTX.get()
     entry: dict[str, Any] | None = None
     key = ""
     if CACHE.get():
         key = _specialization_key(artifact, fingerprint)
         entry = default_cache().get(key)
-        if entry is not None and not {"cubin", "symbol", "num_threads", "shared_bytes", "params"} <= set(entry):
+        if entry is not None and not {"image", "kind", "symbol", "num_threads", "shared_bytes", "params"} <= set(entry):
             entry = None
     if entry is None:
-        entry = _compile_entry(artifact)
+        entry = _compile_entry(artifact, ptx)
         if key:
             default_cache().put(key, entry)
-    module = Module.load(entry["cubin"], "cubin")
+    module = Module.load(entry["image"], entry["kind"])
     function = module.get_function(entry["symbol"])
     params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]
     launcher = Launcher(function, params, block=(int(entry["num_threads"]), 1, 1),
