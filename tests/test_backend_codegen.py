@@ -85,11 +85,11 @@ def test_vector_add_text_and_abi() -> None:
     assert "tj::Array<float, 1> x,\n    tj::Array<float, 1> y,\n    tj::Array<float, 1> out)" in ck.source
     assert ck.params == (("x", ("array", "float32", 1)), ("y", ("array", "float32", 1)),
                          ("out", ("array", "float32", 1)))
-    # 16-byte vectors with hints, read-only inputs through the non-coherent path
-    assert "tj::load<4, true, tj::Shape<1024>>" in ck.source
+    # 16-byte vectors with hints
+    assert "tj::load<4, false, tj::Shape<1024>>" in ck.source
     assert "tj::store<4, tj::Shape<1024>>(out" in ck.source
     plain = gen(vector_add(float32, 1024))
-    assert "tj::load<0, true, tj::Shape<1024>>" in plain.source  # no hints: strided element accesses
+    assert "tj::load<0, false, tj::Shape<1024>>" in plain.source  # no hints: strided element accesses
     assert "#include <tilejit/tilejit.cuh>" in ck.source and set(ck.headers) == set(device_headers())
 
 

@@ -16,8 +16,9 @@ from importlib import resources
 from typing import Any
 
 from tilejit.backends.cuda import tables
-from tilejit.backends.cuda.lower import CV, Lowering, c_ident
+from tilejit.backends.cuda.lower import Lowering
 from tilejit.backends.cuda.plan import Plan
+from tilejit.backends.cuda.values import CV, c_ident
 from tilejit.errors import CompileError
 from tilejit.language.ir.ops import Function
 from tilejit.language.ir.types import ArrayType, TileType

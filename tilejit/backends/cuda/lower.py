@@ -9,41 +9,17 @@ broadcast ("splat") and ``arange``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
+from tilejit.backends.cuda import memory_lower as mem
+from tilejit.backends.cuda import reduce_lower as red
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.layouts import Layout, log2
 from tilejit.backends.cuda.plan import Plan
+from tilejit.backends.cuda.values import CV, c_ident
 from tilejit.errors import CompileError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Block, Op, Value
-from tilejit.language.ir.types import ArrayType, DType, TileType, bfloat16, float16, int32, int64
-
-_KEYWORDS = frozenset((
-    "alignas", "alignof", "asm", "auto", "bool", "break", "case", "catch", "char", "class", "const", "constexpr",
-    "continue", "decltype", "default", "delete", "do", "double", "else", "enum", "explicit", "export", "extern",
-    "false", "float", "for", "friend", "goto", "if", "inline", "int", "long", "mutable", "namespace", "new",
-    "noexcept", "nullptr", "operator", "private", "protected", "public", "register", "return", "short", "signed",
-    "sizeof", "static", "struct", "switch", "template", "this", "throw", "true", "try", "typedef", "typename",
-    "union", "unsigned", "using", "virtual", "void", "volatile", "while", "half",
-))
-
-
-def c_ident(name: str) -> str:
-    """A user name as a C++ identifier that cannot clash with keywords or generated names."""
-    if name in _KEYWORDS or name.startswith(("tj", "_")) or (name[:1] in "tvcrL" and name[1:].isdigit()):
-        return name + "_"
-    return name
-
-
-@dataclass(frozen=True)
-class CV:
-    """How one IR value is available in C++."""
-
-    kind: str  # "scalar" | "tile" | "const" | "splat" | "arange"
-    text: str  # expression / variable name / literal
-    dtype: DType
-    layout: Layout | None = None
+from tilejit.language.ir.types import ArrayType, DType, TileType, bfloat16, float16
 
 
 class Lowering:
@@ -147,32 +123,8 @@ class Lowering:
 
     # ------------------------------------------------------------------ walking
 
-    def _schedule(self, ops: list[Op]) -> list[Op]:
-        """Issue small loads of read-only arrays as soon as their indices exist, so that they are in
-        flight with the others (a layer norm's 16-bit weights load with the row, not after its
-        statistics). A budget of registers per thread keeps occupancy: wide tiles stay in place."""
-        out: list[Op] = []
-        pos: dict[Value, int] = {}
-        last, budget = -1, 128
-        for op in ops:
-            t = op.results[0].type if isinstance(op, O.LoadOp) else None
-            if isinstance(op, O.LoadOp) and op.array in self.plan.read_only and isinstance(t, TileType):
-                cost = self.plan.layout_of(op.result).elems * t.dtype.itemsize
-                if cost <= budget and id(op) not in self.plan.deferred:
-                    budget -= cost
-                    at = max([pos[v] + 1 for v in op.operands() if v in pos] + [last + 1])
-                    out.insert(at, op)
-                    last = at
-                    pos = {v: (i if i < at else i + 1) for v, i in pos.items()}
-                    pos[op.result] = at
-                    continue
-            for r in op.results:
-                pos[r] = len(out)
-            out.append(op)
-        return out
-
     def block(self, block: Block) -> None:
-        for op in self._schedule(block.ops):
+        for op in block.ops:
             try:
                 self.op(op)
             except CompileError as exc:
@@ -216,140 +168,6 @@ class Lowering:
             raise CompileError(f"array_dim axis {op.axis} is out of range for a {t.ndim}-d array")
         field = "shape" if op.which == "shape" else "stride"
         self.define_scalar(op.result, f"{self.vals[op.array].text}.{field}[{op.axis}]")
-
-    # ------------------------------------------------------------------ memory
-
-    def _array(self, v: Value) -> tuple[str, ArrayType]:
-        t = v.type
-        if not isinstance(t, ArrayType):
-            raise CompileError(f"expected an array operand, got {t}")
-        if t.ndim == 0:
-            raise CompileError("0-d arrays cannot be indexed by tile loads/stores")
-        return self.vals[v].text, t
-
-    def _vec(self, array: Value, layout: Layout) -> int:
-        """0: strided element accesses; 1: unit stride; >1: vectors of that many elements."""
-        hint = self.hints.get(self.plan.array_names.get(array, ""))
-        if hint is None or not getattr(hint, "unit_stride", False):
-            return 0
-        if not getattr(hint, "aligned16", False):
-            return 1
-        return layout.vec
-
-    def _origins(self, index: list[Value], shape: tuple[int, ...]) -> str:
-        return ", ".join(f"(tj::i64){self.scalar(ix)} * {s}" for ix, s in zip(index, shape))
-
-    @staticmethod
-    def _shape_t(shape: tuple[int, ...]) -> str:
-        return f"tj::Shape<{', '.join(map(str, shape))}>"
-
-    def op_LoadOp(self, op: O.LoadOp) -> None:
-        if id(op) in self.plan.deferred:  # streamed into shared memory by a cp.async pipeline
-            return
-        name, at = self._array(op.array)
-        t = op.result.type
-        assert isinstance(t, TileType)
-        if len(op.index) != at.ndim or t.ndim != at.ndim:
-            raise CompileError(f"load from a {at.ndim}-d array needs {at.ndim} indices and a {at.ndim}-d tile")
-        layout = self.plan.layout_of(op.result)
-        tname = self.define_tile(op.result, layout)
-        nc = "true" if op.array in self.plan.read_only else "false"
-        pad = tables.literal(op.padding, at.dtype)
-        self.line(
-            f"tj::load<{self._vec(op.array, layout)}, {nc}, {self._shape_t(t.shape)}>"
-            f"({tname}, {name}, {{{self._origins(op.index, t.shape)}}}, {pad});"
-        )
-
-    def op_StoreOp(self, op: O.StoreOp) -> None:
-        name, at = self._array(op.array)
-        t = op.tile.type
-        assert isinstance(t, TileType)
-        if t.is_scalar or len(op.index) != at.ndim or t.ndim != at.ndim:
-            raise CompileError(f"store to a {at.ndim}-d array needs {at.ndim} indices and a {at.ndim}-d tile")
-        tile = self._as_array_dtype(op.tile, at.dtype)
-        layout = self.vals[tile].layout if self.vals[tile].kind == "tile" else self.plan.layout_of(tile)
-        assert layout is not None
-        src = self.tile(tile, layout)
-        self.line(
-            f"tj::store<{self._vec(op.array, layout)}, {self._shape_t(t.shape)}>"
-            f"({name}, {{{self._origins(op.index, t.shape)}}}, {src});"
-        )
-
-    def _as_array_dtype(self, v: Value, dt: DType) -> Value:
-        if self._dtype(v) != dt:
-            raise CompileError(f"storing a {self._dtype(v).name} tile into a {dt.name} array (cast it first)")
-        return v
-
-    def _element_indices(self, array: Value, indices: list[Value], layout: Layout) -> tuple[str, str]:
-        """Statements computing ``tj_off``/``tj_ok`` for element i, and the array name."""
-        name, at = self._array(array)
-        if len(indices) != at.ndim:
-            raise CompileError(f"a {at.ndim}-d array needs {at.ndim} index tiles, got {len(indices)}")
-        for ix in indices:
-            if not self._dtype(ix).is_int:
-                raise CompileError(f"index tiles must be integers, got {self._dtype(ix).name}")
-        ixs = ", ".join(f"(tj::i64){self.elem(ix, layout)}" for ix in indices)
-        setup = (f"bool tj_ok; const tj::i64 tj_ix[] = {{{ixs}}}; "
-                 f"const tj::i64 tj_off = tj::index_offset({name}, tj_ix, tj_ok);")
-        return setup, name
-
-    def op_GatherOp(self, op: O.GatherOp) -> None:
-        layout = self.plan.layout_of(op.result)
-        _, at = self._array(op.array)
-        setup, name = self._element_indices(op.array, op.indices, layout)
-        tname = self.define_tile(op.result, layout)
-        pad = tables.literal(op.padding, at.dtype)
-        self.line(f"TJ_EACH(i, {self.lname(layout)}) {{ {setup} {tname}.v[i] = tj_ok ? {name}.ptr[tj_off] : {pad}; }}")
-
-    def op_ScatterOp(self, op: O.ScatterOp) -> None:
-        _, at = self._array(op.array)
-        self._as_array_dtype(op.tile, at.dtype)
-        layout = self.plan.layout_of(op.tile)
-        setup, name = self._element_indices(op.array, op.indices, layout)
-        val = self.elem(op.tile, layout)
-        lname = self.lname(layout)
-        self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
-        self.line(f"  {setup} if (tj_ok) {name}.ptr[tj_off] = {val};")
-        self.line("}")
-
-    _ATOMIC_OK = {
-        "add": ("int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64", "int16", "uint16"),
-        "max": ("int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64"),
-        "xchg": ("int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64"),
-    }
-
-    def op_AtomicOp(self, op: O.AtomicOp) -> None:
-        _, at = self._array(op.array)
-        kind = op.kind
-        allowed = self._ATOMIC_OK.get({"min": "max", "cas": "xchg"}.get(kind, kind))
-        if allowed is None:
-            raise CompileError(f"atomic kind '{kind}' is not one of add, max, min, xchg, cas")
-        if at.dtype.name not in allowed:
-            raise CompileError(f"atomic_{kind} is not supported for dtype {at.dtype.name}")
-        self._as_array_dtype(op.value, at.dtype)
-        if kind == "cas" and len(op.compare) != 1:
-            raise CompileError("atomic cas needs exactly one tile of expected values")
-        res = op.results[0] if op.results else None
-        layout = self.plan.layout_of(res if res is not None else op.value)
-        setup, name = self._element_indices(op.array, op.indices, layout)
-        args = f"{name}.ptr + tj_off, " + (f"{self.elem(op.compare[0], layout)}, " if kind == "cas" else "")
-        args += self.elem(op.value, layout)
-        lname = self.lname(layout)
-        zero = tables.literal(0, at.dtype)
-        if res is None:
-            self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
-            self.line(f"  {setup} if (tj_ok) tj::atomic_{kind}({args});")
-            self.line("}")
-            return
-        tname = self.define_tile(res, layout)
-        self.line(f"TJ_EACH(i, {lname}) {tname}.v[i] = {zero};")
-        self.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
-        self.line(f"  {setup} if (tj_ok) {tname}.v[i] = tj::atomic_{kind}({args});")
-        self.line("}")
-        if any(b < 0 for b in layout.tbits):  # replicas learn the owner's old values
-            shared = self.define_tile(res, layout)
-            self.need_smem(layout.size * at.dtype.itemsize)
-            self.line(f"tj::remap<tj::IdentityMap>({shared}, {tname}, tj_smem);")
 
     # ------------------------------------------------------------------ elementwise
 
@@ -487,92 +305,26 @@ class Lowering:
             bitmap += [(base + k if st.shape[d] != 1 else -1) for k in range(log2(dt_.shape[d]))]
         self._remap(op, op.x, bitmap)
 
-    # ------------------------------------------------------------------ reductions, scans, mma
+    # ------------------------------------------------------------------ memory ops and reductions (other modules)
 
-    @staticmethod
-    def _axis_bits(t: TileType, axis: int) -> tuple[int, int]:
-        if not 0 <= axis < t.ndim:
-            raise CompileError(f"axis {axis} is out of range for a {t.ndim}-d tile")
-        lo = sum(log2(s) for s in t.shape[axis + 1:])
-        return lo, lo + log2(t.shape[axis])
+    _array = mem._array
+    _vec = mem._vec
+    _origins = mem._origins
+    op_LoadOp = mem.op_LoadOp
+    op_StoreOp = mem.op_StoreOp
+    _as_array_dtype = mem._as_array_dtype
+    _element_indices = mem._element_indices
+    op_GatherOp = mem.op_GatherOp
+    op_ScatterOp = mem.op_ScatterOp
+    op_AtomicOp = mem.op_AtomicOp
+    _acc_copy = red._acc_copy
+    _finish = red._finish
+    _reduce = red._reduce
+    op_ReduceOp = red.op_ReduceOp
+    op_ArgReduceOp = red.op_ArgReduceOp
+    op_ScanOp = red.op_ScanOp
 
-    def _acc_copy(self, x: Value, acc: DType, layout: Layout, conv: str | None = None) -> str:
-        name = self.fresh("t")
-        self.line(f"{self.tile_t(acc, layout)} {name};")
-        expr = conv or f"tj::cast<{tables.ctype(acc)}>({self.elem(x, layout)})"
-        self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = {expr};")
-        return name
-
-    def _finish(self, res: Value, acc: DType, acc_name: str, layout: Layout, field: str = "") -> None:
-        """Bind ``res`` to the reduced accumulator tile (converted to the result dtype)."""
-        rdt = self._dtype(res)
-        if not field and rdt == acc:
-            if isinstance(res.type, TileType) and res.type.is_scalar:
-                self.vals[res] = CV("scalar", f"{acc_name}.v[0]", rdt)
-            else:
-                self.vals[res] = CV("tile", acc_name, rdt, layout)
-            return
-        if isinstance(res.type, TileType) and res.type.is_scalar:
-            self.define_scalar(res, f"tj::cast<{tables.ctype(rdt)}>({acc_name}.v[0]{field})")
-            return
-        name = self.define_tile(res, layout)
-        conv = f"tj::cast<{tables.ctype(rdt)}>({acc_name}.v[i]{field})"
-        self.line(f"TJ_EACH(i, {self.lname(layout)}) {name}.v[i] = {conv};")
-
-    def _reduce(self, op: O.ReduceOp | O.ArgReduceOp, opname: str, acc: DType, pair: bool) -> None:
-        xt = op.x.type
-        assert isinstance(xt, TileType)
-        lo, hi = self._axis_bits(xt, op.axis)
-        c = self.vals[op.x]
-        lx = c.layout if c.kind == "tile" and c.layout is not None else self.plan.layout_of(op.x)
-        lo_layout = self.plan.layout_of(op.result)
-        a_t = tables.ctype(acc)
-        if pair:
-            conv = (f"tj::ArgPair<{a_t}>{{tj::cast<{a_t}>({self.elem(op.x, lx)}), "
-                    f"({self.lname(lx)}::flat(tj_tid, i) >> {lo}) & {(1 << (hi - lo)) - 1}}}")
-            src = self.fresh("t")
-            self.line(f"tj::Tile<tj::ArgPair<{a_t}>, {self.lname(lx)}> {src};")
-            self.line(f"TJ_EACH(i, {self.lname(lx)}) {src}.v[i] = {conv};")
-            out = self.fresh("t")
-            self.line(f"tj::Tile<tj::ArgPair<{a_t}>, {self.lname(lo_layout)}> {out};")
-            item = acc.itemsize + 4 + (4 if acc.itemsize == 8 else 0)
-        else:
-            src = self._acc_copy(op.x, acc, lx)
-            out = self.fresh("t")
-            self.line(f"{self.tile_t(acc, lo_layout)} {out};")
-            item = acc.itemsize
-        if not (lo_layout.is_single and lx.warp_axis_groups(lo, hi) == 1):
-            self.need_smem(lx.warp_axis_groups(lo, hi) * lo_layout.size * item)
-        self.line(f"tj::reduce<{opname}, {lo}, {hi}, {self.lname(lo_layout)}>({out}, {src}, tj_smem);")
-        self._finish(op.result, acc, out, lo_layout, ".i" if pair else "")
-
-    def op_ReduceOp(self, op: O.ReduceOp) -> None:
-        opname = tables.REDUCE_OPS.get(op.fn)
-        if opname is None:
-            raise CompileError(f"reduction '{op.fn}' is not one of {', '.join(tables.REDUCE_OPS)}")
-        rdt = self._dtype(op.result)
-        self._reduce(op, opname, tables.compute_dtype(rdt), False)
-
-    def op_ArgReduceOp(self, op: O.ArgReduceOp) -> None:
-        if op.fn not in ("argmax", "argmin"):
-            raise CompileError(f"arg-reduction '{op.fn}' is not argmax or argmin")
-        if self._dtype(op.result) not in (int32, int64):
-            raise CompileError(f"{op.fn} gives int32 indices, not {self._dtype(op.result).name}")
-        acc = tables.compute_dtype(self._dtype(op.x))
-        self._reduce(op, f"tj::ArgOp<{'true' if op.fn == 'argmax' else 'false'}>", acc, True)
-
-    def op_ScanOp(self, op: O.ScanOp) -> None:
-        if op.fn != "sum":
-            raise CompileError(f"scan '{op.fn}' is not supported (only sum)")
-        xt = op.x.type
-        assert isinstance(xt, TileType)
-        lo, hi = self._axis_bits(xt, op.axis)
-        layout = self.plan.layout_of(op.result)
-        acc = tables.compute_dtype(self._dtype(op.result))
-        name = self._acc_copy(op.x, acc, layout)
-        self.need_smem(2 * xt.size * acc.itemsize)
-        self.line(f"tj::scan_sum<{lo}, {hi}, {xt.size}>({name}, tj_smem);")
-        self._finish(op.result, acc, name, layout)
+    # ------------------------------------------------------------------ mma
 
     def op_MmaOp(self, op: O.MmaOp) -> None:
         from tilejit.backends.cuda.mma_lower import lower_mma

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.layouts import Layout
 from tilejit.backends.cuda.plan import MmaPlan
+from tilejit.backends.cuda.values import CV
 from tilejit.language.ir.core import Value
 from tilejit.language.ir.ops import ForOp, MmaOp
 from tilejit.language.ir.types import ArrayType, TileType
@@ -113,7 +114,7 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     lw.line(f"for (tj::i64 {it} = 0; {it} < {nk}; ++{it}) {{")
     lw.depth += 1
     ivn = lw.fresh("v")
-    lw.vals[iv] = _scalar_cv(ivn, ivt)  # type: ignore[assignment]
+    lw.vals[iv] = _scalar_cv(ivn, ivt)
     lw.line(f"const {iv_t} {ivn} = ({iv_t})({lo} + {it} * {st});")
     lw.line(f"tj::cp_async_wait<{stages - 2}>();")
     lw.line("__syncthreads();")
@@ -135,7 +136,5 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     lw._bind_vars(op.results, names)
 
 
-def _scalar_cv(name: str, t: TileType) -> object:
-    from tilejit.backends.cuda.lower import CV
-
+def _scalar_cv(name: str, t: TileType) -> CV:
     return CV("scalar", name, t.dtype)

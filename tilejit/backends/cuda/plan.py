@@ -1,5 +1,11 @@
 """Kernel-wide decisions made before any code is written: the block size, each value's layout and
-how each ``MmaOp`` is computed (tensor cores with mma.sync, tf32, or an FMA loop)."""
+how each ``MmaOp`` is computed (tensor cores with mma.sync, tf32, or an FMA loop).
+
+Block size (unless ``num_threads`` is given): 256 threads for mma kernels with a >= 128x64
+accumulator (128 otherwise); 512 for rows of >= 4096 elements of 16-bit data; else the largest
+tile's size / 4, between 32 and 256. K loops of the form ``for k: acc = mma(load(a, k), load(b, k),
+acc)`` over read-only, unit-stride, 16-byte-aligned arrays become cp.async pipelines (sm_80+).
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,9 @@
 // the padding value; out-of-range stores are skipped. With VEC > 0 the innermost stride is 1 and
 // rows are 16-byte aligned (the launcher checked), so each group of VEC contiguous elements of a
 // thread is one vector access when the whole group is in range, element by element otherwise.
-// VEC == 0 is the general strided path (any strides, element by element).
+// VEC == 0 is the general strided path (any strides, element by element). NC reads through the
+// non-coherent cache (only for arrays the kernel never writes; the code generator leaves it off
+// because plain loads measured as fast or faster on H100).
 #pragma once
 #include <tilejit/tile.cuh>
 
