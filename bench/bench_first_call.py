@@ -44,7 +44,33 @@ dev = tj.get_device()
 dev.synchronize()
 t2 = time.perf_counter()
 kernel = tj.RawKernel(src, "vadd")
+ta = time.perf_counter()
+kernel.compile()
+tb = time.perf_counter()
 kernel(((n + 255) // 256, 1, 1), (256, 1, 1), (dx, dy, dout, n))
+dev.synchronize()
+t3 = time.perf_counter()
+ok = bool(np.array_equal(dout.numpy(), x + y))
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "ok": ok,
+                  "phases_ms": [round(1e3 * (ta - t2), 2), round(1e3 * (tb - ta), 2), round(1e3 * (t3 - tb), 2)]}))
+"""
+
+CHILD_TILE = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import tilejit as tj
+t1 = time.perf_counter()
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from vector_add import vector_add
+n = 1 << 20
+rng = np.random.default_rng(0)
+x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+dx, dy, dout = tj.asarray(x), tj.asarray(y), tj.asarray(np.zeros(n, np.float32))
+dev = tj.get_device()
+dev.synchronize()
+t2 = time.perf_counter()
+vector_add[tj.cdiv(n, 1024)](dx, dy, dout, TILE=1024)
 dev.synchronize()
 t3 = time.perf_counter()
 ok = bool(np.array_equal(dout.numpy(), x + y))
@@ -86,7 +112,10 @@ def run_child(script: str, env: dict[str, str]) -> dict[str, Any]:
     """One measurement in a new process; adds ``process_s`` (spawn to exit)."""
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", script, SOURCE], env={**os.environ, **env}, capture_output=True, text=True,
+        [sys.executable, "-c", script, SOURCE, str(Path(__file__).resolve().parent.parent / "examples")],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
         timeout=600,
     )
     elapsed = time.perf_counter() - start
@@ -117,8 +146,13 @@ def measure(name: str, script: str, cache_var: str | None, runs: int, warm: bool
         values = [s[field] for s in samples if field in s]
         if values:
             out[field] = {
-                "median": statistics.median(values), "min": min(values), "max": max(values), "all": values,
+                "median": statistics.median(values),
+                "min": min(values),
+                "max": max(values),
+                "all": values,
             }
+    if "phases_ms" in samples[0]:
+        out["phases_ms"] = [statistics.median(s["phases_ms"][i] for s in samples) for i in range(3)]
     if "cuda_loaded" in samples[0]:
         out["cuda_loaded"] = any(s["cuda_loaded"] for s in samples)
     return out
@@ -141,6 +175,8 @@ def main() -> None:
         ("import tilejit", "tilejit", CHILD_IMPORT, None, False),
         ("tilejit RawKernel, cold cache", "tilejit", CHILD_TILEJIT, "TILEJIT_CACHE_DIR", False),
         ("tilejit RawKernel, warm cache", "tilejit", CHILD_TILEJIT, "TILEJIT_CACHE_DIR", True),
+        ("tilejit tile kernel (vector_add), cold cache", "tile", CHILD_TILE, "TILEJIT_CACHE_DIR", False),
+        ("tilejit tile kernel (vector_add), warm cache", "tile", CHILD_TILE, "TILEJIT_CACHE_DIR", True),
         ("CuPy RawKernel, cold cache", "cupy", CHILD_CUPY, "CUPY_CACHE_DIR", False),
         ("CuPy RawKernel, warm cache", "cupy", CHILD_CUPY, "CUPY_CACHE_DIR", True),
     ]
@@ -164,8 +200,16 @@ def main() -> None:
             lines.append(f"| {label} | error: {r['error'].splitlines()[-1][:120]} | | |")
             continue
         note = " (CUDA library loaded!)" if r.get("cuda_loaded") else ""
-        lines.append(f"| {label} | {ms(r.get('first_call_s'))} | {ms(r.get('import_s'))}{note} | "
-                     f"{ms(r.get('process_s'))} |")
+        lines.append(
+            f"| {label} | {ms(r.get('first_call_s'))} | {ms(r.get('import_s'))}{note} | {ms(r.get('process_s'))} |"
+        )
+    for label, r in results.items():
+        if "phases_ms" in r:
+            a, b, c = r["phases_ms"]
+            lines.append(
+                f"\n{label}: RawKernel() {a:.1f} ms, compile (or cache hit) {b:.1f} ms, "
+                f"module load + launch + sync {c:.1f} ms (medians)"
+            )
     table = "\n".join(lines)
     print(table)
 
