@@ -165,10 +165,20 @@ EMITS = ("ptx", "cubin", "ltoir")
 
 def _configure_compile(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "Compile a CUDA C++ file with NVRTC, writing FILE.<arch>.ptx / .cubin / .ltoir. "
+        "Compile a CUDA C++ file with NVRTC, writing FILE.<arch>.ptx / .cubin / .ltoir; or a tile kernel of a "
+        "Python file (--kernel, --signature, -C), writing FILE.<kernel>.<arch>.ir / .cu / .ptx / .cubin. "
         "Needs no GPU."
     )
-    p.add_argument("file", type=Path, help="a CUDA C++ source file (.cu)")
+    p.add_argument("file", type=Path, help="a CUDA C++ source file (.cu) or a Python file with @tj.kernel functions")
+    p.add_argument("--kernel", default=None, help="Python files: the @tj.kernel function to compile")
+    p.add_argument(
+        "--signature", default=None,
+        help="Python files: parameter types, comma-separated, e.g. 'float32[:,:],float32[:],int32,float'",
+    )
+    p.add_argument(
+        "-C", dest="constant", action="append", default=[], metavar="NAME=VALUE",
+        help="Python files: a tj.Constant parameter's value (a Python literal)",
+    )
     p.add_argument(
         "--arch", default=None,
         help="target(s), comma-separated, e.g. sm_90 or sm_80,sm_90a (default: this GPU, else $TILEJIT_ARCH)",
@@ -188,7 +198,9 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
 
 
 def _run_compile(args: argparse.Namespace) -> int:
-    compilers: dict[str, Run] = {".cu": _compile_cuda_file, ".cuh": _compile_cuda_file, ".cpp": _compile_cuda_file}
+    compilers: dict[str, Run] = {
+        ".cu": _compile_cuda_file, ".cuh": _compile_cuda_file, ".cpp": _compile_cuda_file, ".py": _compile_python_file,
+    }
     suffix = args.file.suffix.lower()
     run = compilers.get(suffix)
     if run is None:
@@ -199,6 +211,97 @@ def _run_compile(args: argparse.Namespace) -> int:
 
 class _UsageError(Exception):
     """Bad command-line input: printed as ``tilejit: error: ...``, exit status 2."""
+
+
+TILE_EMITS = ("ir", "cuda", "ptx", "cubin")
+
+
+def _parse_param_type(text: str) -> object:
+    """'float32[:,:]' / 'f16[:]' → an array type; 'int32' / 'float' → a scalar type."""
+    from tilejit.language.ir.types import BY_NAME
+
+    text = text.strip()
+    name, _, rest = text.partition("[")
+    if name in ("int", "float", "bool") and not rest:
+        return {"int": int, "float": float, "bool": bool}[name]
+    dtype = BY_NAME.get(name)
+    if dtype is None:
+        raise _UsageError(f"--signature: unknown type {text!r}; use e.g. float32[:,:], f16[:], int32, float")
+    if not rest:
+        return dtype
+    if not rest.endswith("]") or set(rest[:-1].replace(" ", "")) - {":", ","}:
+        raise _UsageError(f"--signature: {text!r}: write arrays as dtype[:] (rank 1) or dtype[:,:] (rank 2)")
+    return dtype[(slice(None),) * rest.count(":")]
+
+
+def _split_signature(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur] if cur.strip() else parts
+
+
+def _compile_python_file(args: argparse.Namespace) -> int:
+    import ast
+    import runpy
+
+    import tilejit as tj
+
+    emits = [e.strip() for e in args.emit.split(",") if e.strip()]
+    if not emits or set(emits) - set(TILE_EMITS):
+        raise _UsageError(f"--emit {args.emit!r}: for tile kernels choose from {', '.join(TILE_EMITS)}")
+    if not args.kernel or args.signature is None:
+        raise _UsageError("Python files need --kernel NAME and --signature TYPES (e.g. 'float32[:],float32[:]')")
+    if not args.arch:
+        raise _UsageError("pass --arch (e.g. --arch sm_90): tile kernels compile for a named target")
+    folder = str(args.file.resolve().parent)
+    sys.path.insert(0, folder)  # as `python FILE` does, so the file's sibling modules import
+    try:
+        namespace = runpy.run_path(str(args.file), run_name="__tilejit_compile__")
+    except Exception as exc:
+        raise _UsageError(f"cannot load {args.file}: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.remove(folder)
+    kernel = namespace.get(args.kernel)
+    if not isinstance(kernel, tj.Kernel):
+        found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel))
+        raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
+    signature = [_parse_param_type(t) for t in _split_signature(args.signature)]
+    constants: dict[str, object] = {}
+    for item in args.constant:
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise _UsageError(f"-C {item!r}: write NAME=VALUE")
+        try:
+            constants[name.strip()] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            constants[name.strip()] = value
+    out_dir: Path = args.output_dir or args.file.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    suffix = {"ir": "ir", "cuda": "cu", "ptx": "ptx", "cubin": "cubin"}
+    for arch in (a.strip() for a in args.arch.split(",") if a.strip()):
+        try:
+            art = tj.compile(kernel, signature, constants=constants, target=arch)
+        except TypeError as exc:
+            raise _UsageError(str(exc)) from None
+        for emit in emits:
+            producers: dict[str, Callable[[], bytes | str]] = {
+                "ir": art.ir_text, "cuda": art.cuda_source, "ptx": art.ptx, "cubin": art.cubin,
+            }
+            data = producers[emit]()
+            path = out_dir / f"{args.file.stem}.{args.kernel}.{art.target.sm}.{suffix[emit]}"
+            if isinstance(data, bytes):
+                path.write_bytes(data)
+            else:
+                path.write_text(data, encoding="utf-8")
+            print(f"wrote {path} ({_bytes(len(data))})")
+    return 0
 
 
 def _compile_cuda_file(args: argparse.Namespace) -> int:
