@@ -820,10 +820,10 @@ def _name(tr: Translator, node: ast.Name) -> object:
     return tr.lookup(node.id)
 
 
-@expr(ast.Tuple, ast.List)
-def _tuple(tr: Translator, node: ast.Tuple | ast.List) -> object:
+def _expand(tr: Translator, nodes: list[ast.expr]) -> list[object]:
+    """Translate a list of expressions, unpacking ``*starred`` sequences in place."""
     out: list[object] = []
-    for e in node.elts:
+    for e in nodes:
         if isinstance(e, ast.Starred):
             v = tr.expr(e.value)
             seq = calls.as_sequence(tr, v)
@@ -832,7 +832,12 @@ def _tuple(tr: Translator, node: ast.Tuple | ast.List) -> object:
             out.extend(seq)
         else:
             out.append(tr.expr(e))
-    return tuple(out)
+    return out
+
+
+@expr(ast.Tuple, ast.List)
+def _tuple(tr: Translator, node: ast.Tuple | ast.List) -> object:
+    return tuple(_expand(tr, node.elts))
 
 
 @expr(ast.JoinedStr)
@@ -876,16 +881,7 @@ def _call(tr: Translator, node: ast.Call) -> object:
     callee = tr.expr(node.func)
     if callee is builtins.print:
         return None  # device printing is not supported; print() in a kernel does nothing
-    args: list[object] = []
-    for a in node.args:
-        if isinstance(a, ast.Starred):
-            v = tr.expr(a.value)
-            seq = calls.as_sequence(tr, v)
-            if seq is None:
-                raise FrontendError(f"cannot unpack {describe(v)} with *", a)
-            args.extend(seq)
-        else:
-            args.append(tr.expr(a))
+    args = _expand(tr, node.args)
     kwargs: dict[str, object] = {}
     for k in node.keywords:
         if k.arg is None:
