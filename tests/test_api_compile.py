@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tilejit as tj
+from tilejit.runtime.interop import ArrayView
 
 
 @tj.kernel
@@ -134,3 +136,20 @@ def test_import_is_lazy_and_fast() -> None:
         for _ in range(3)
     )
     assert best < 0.1, f"import tilejit took {best * 1e3:.1f} ms"
+
+
+def test_constants_of_equal_value_but_other_type_are_distinct_specializations() -> None:
+    """1, 1.0 and True hash alike in Python; a kernel specialized on one must not serve the others."""
+    from tilejit.api.kernel import Kernel
+
+    @tj.kernel
+    def k(x, C: tj.Constant[object]):
+        tj.store(x, index=(0,), tile=tj.full((16,), C, x.dtype))
+
+    assert isinstance(k, Kernel)
+    seen: list[tuple[Any, ...]] = []
+    k._build = lambda arg_types, hints, consts: seen.append(consts) or object()  # type: ignore[method-assign]
+    view = ArrayView(4096, (16,), (1,), "float32", None)
+    compiled = [k._specialize(("fast", i), [view], [view], (c,)) for i, c in enumerate((1, 1.0, True))]
+    assert len({id(c) for c in compiled}) == 3
+    assert [type(c[0]) for c in seen] == [int, float, bool]

@@ -188,7 +188,8 @@ class Kernel:
             run_args, consts = args, ()
         # The fast key uses raw facts (dtype, strides, pointer alignment); _specialize maps it to the
         # canonical specialization, so an unseen stride pattern costs a dict insert, not a compile.
-        key: list[Any] = [consts]
+        # Constants are keyed with their type: 1, 1.0 and True compare equal but compile differently.
+        key: list[Any] = [tuple([(c.__class__, c) for c in consts])] if consts else [()]
         views: list[Any] = []
         annotated = self._annotated
         for name, a in zip(self._args, run_args):
@@ -216,7 +217,8 @@ class Kernel:
         self, fast_key: tuple[Any, ...], run_args: list[Any], views: list[Any], consts: tuple[Any, ...]
     ) -> _Compiled:
         arg_types, hints = self._types_of(run_args, views)
-        key = (consts, tuple(arg_types.values()), tuple(sorted(hints.items())))
+        typed = tuple((c.__class__, c) for c in consts)
+        key = (typed, tuple(arg_types.values()), tuple(sorted(hints.items())))
         with self._lock:
             compiled = self._specs.get(key)
             if compiled is None:
