@@ -1,10 +1,13 @@
 // tilejit device headers: bounds-checked tile loads/stores, gather/scatter and atomics.
 //
 // A tile element is in range iff every array coordinate is in [0, shape). Out-of-range loads read
-// the padding value; out-of-range stores are skipped. With VEC > 0 the innermost stride is 1 and
+// the padding value; out-of-range stores are skipped. With VEC > 1 the innermost stride is 1 and
 // rows are 16-byte aligned (the launcher checked), so each group of VEC contiguous elements of a
-// thread is one vector access when the whole group is in range, element by element otherwise.
-// VEC == 0 is the general strided path (any strides, element by element). NC reads through the
+// thread is one vector access. VEC == 1: unit innermost stride; VEC == 0: any strides.
+// Loads and stores decide once per tile (a block-uniform branch): a tile wholly inside the array
+// whose offsets from its origin fit in 32 bits takes a fast path with no per-element checks;
+// other tiles check each vector whole-in / whole-out, with one scalar loop for the ragged vector
+// a row ends inside. NC reads through the
 // non-coherent cache (only for arrays the kernel never writes; the code generator leaves it off
 // because plain loads measured as fast or faster on H100).
 #pragma once
@@ -18,6 +21,13 @@ template <> struct VecWord<2> { typedef u16 type; };
 template <> struct VecWord<4> { typedef u32 type; };
 template <> struct VecWord<8> { typedef uint2 type; };
 template <> struct VecWord<16> { typedef uint4 type; };
+
+// The unsigned integer type of an element's bits.
+template <int BYTES> struct UWord;
+template <> struct UWord<1> { typedef u8 type; };
+template <> struct UWord<2> { typedef u16 type; };
+template <> struct UWord<4> { typedef u32 type; };
+template <> struct UWord<8> { typedef u64 type; };
 
 // VEC elements of T as whole words of at most 16 bytes.
 template <class T, int VEC>
@@ -48,6 +58,40 @@ template <> __device__ __forceinline__ u32 ld_nc<u32>(const u32* p) {
   return r;
 }
 
+// Whether the whole tile at org lies inside the array along every dim (block-uniform).
+template <class Shp, class T, int N>
+__device__ __forceinline__ bool tile_inside(const Array<T, N>& a, const i64 (&org)[N]) {
+  bool in = true;
+#pragma unroll
+  for (int d = 0; d < N; ++d) in = in && org[d] >= 0 && org[d] + Shp::dim(d) <= a.shape[d];
+  return in;
+}
+
+// Whether every element offset inside the tile, relative to its origin element, fits in an int;
+// fills s32 with the strides as ints. With VEC > 0 the innermost stride is 1 by contract.
+template <int VEC, class Shp, class T, int N>
+__device__ __forceinline__ bool span_fits32(const Array<T, N>& a, int (&s32)[N]) {
+  bool fits = true;
+  u64 span = 0;
+#pragma unroll
+  for (int d = 0; d < N; ++d) {
+    constexpr int MAXI = 0x7fffffff;
+    const int ext = Shp::dim(d) - 1;
+    if (ext == 0 || (VEC > 0 && d == N - 1)) {
+      s32[d] = ext == 0 ? 0 : 1;
+      span += (u64)ext;
+      continue;
+    }
+    const i64 s = a.stride[d];
+    const u64 m = s < 0 ? (u64)0 - (u64)s : (u64)s;
+    const bool ok = m <= (u64)(MAXI / ext);
+    fits = fits && ok;
+    span += (ok ? m : 0) * (u64)ext;
+    s32[d] = (int)s;
+  }
+  return fits && span <= (u64)0x7fffffff;
+}
+
 // Array offset (in elements) of the tile element at flat index f, and whether the element's
 // leading coordinates (all but the innermost) are in range; `col` gets the innermost index.
 template <class Shp, class T, int N>
@@ -64,10 +108,46 @@ __device__ __forceinline__ i64 outer_offset(const Array<T, N>& a, const i64 (&or
   return off;
 }
 
+// The V elements of one vector as raw bits in two 64-bit words (for the ragged edge vector).
+template <class T, int V>
+union RawVec {
+  T e[V];
+  u64 q[2];
+};
+
 template <int VEC, bool NC, class Shp, class L, class T, int N>
 __device__ __forceinline__ void load(Tile<T, L>& out, const Array<T, N>& a, const i64 (&org)[N], T pad) {
   const int tid = threadIdx.x;
   constexpr int V = VEC > 0 ? VEC : 1;
+  typedef Pack<T, V> P;
+  int s32[N];
+  if (tile_inside<Shp>(a, org) && span_fits32<VEC, Shp>(a, s32)) {
+    // Fast path: no per-element checks, 32-bit offsets from the tile's origin element.
+    i64 o = 0;
+#pragma unroll
+    for (int d = 0; d < N; ++d) o += org[d] * a.stride[d];
+    const T* base = a.ptr + o;
+#pragma unroll
+    for (int g = 0; g < L::E / V; ++g) {
+      const int f = L::flat(tid, g * V);
+      int rel = 0;
+#pragma unroll
+      for (int d = 0; d < N; ++d) rel += Shp::coord(f, d) * s32[d];
+      if (VEC > 1) {
+        P p;
+        const typename P::W* src = reinterpret_cast<const typename P::W*>(base + rel);
+#pragma unroll
+        for (int w = 0; w < P::BYTES / P::WB; ++w) p.w[w] = NC ? ld_nc(src + w) : src[w];
+#pragma unroll
+        for (int v = 0; v < V; ++v) out.v[g * V + v] = p.e[v];
+      } else {
+        out.v[g] = base[rel];
+      }
+    }
+    return;
+  }
+  // General path (edge tiles, huge arrays): whole vectors in or out, one scalar loop for the
+  // vector a row ends inside.
 #pragma unroll
   for (int g = 0; g < L::E / V; ++g) {
     const int f = L::flat(tid, g * V);
@@ -75,22 +155,40 @@ __device__ __forceinline__ void load(Tile<T, L>& out, const Array<T, N>& a, cons
     i64 col;
     const i64 off = outer_offset<Shp>(a, org, f, ok, col);
     const i64 n = a.shape[N - 1];
-    if (VEC > 1 && ok && col >= 0 && col + V <= n) {
-      typedef Pack<T, V> P;
-      P p;
-      const typename P::W* src = reinterpret_cast<const typename P::W*>(a.ptr + off + col);
+    ok = ok && col >= 0;
+    if (ok && col + V <= n) {
+      if (VEC > 1) {
+        P p;
+        const typename P::W* src = reinterpret_cast<const typename P::W*>(a.ptr + off + col);
 #pragma unroll
-      for (int w = 0; w < P::BYTES / P::WB; ++w) p.w[w] = NC ? ld_nc(src + w) : src[w];
+        for (int w = 0; w < P::BYTES / P::WB; ++w) p.w[w] = NC ? ld_nc(src + w) : src[w];
 #pragma unroll
-      for (int v = 0; v < V; ++v) out.v[g * V + v] = p.e[v];
+        for (int v = 0; v < V; ++v) out.v[g * V + v] = p.e[v];
+      } else {
+        out.v[g] = a.ptr[off + col * (VEC > 0 ? 1 : a.stride[N - 1])];
+      }
+    } else if (VEC > 1 && ok && col < n) {
+      typedef typename UWord<sizeof(T)>::type U;
+      union { T t; U u; } x;
+      const U* src = reinterpret_cast<const U*>(a.ptr + off + col);
+      const int k = (int)(n - col);
+      u64 lo = 0, hi = 0;
+#pragma unroll 1
+      for (int v = 0; v < V; ++v) {
+        x.t = pad;
+        if (v < k) x.u = src[v];
+        const int sh = v * (int)sizeof(T) * 8;
+        if (sh < 64) lo |= (u64)x.u << sh;
+        else hi |= (u64)x.u << (sh - 64);
+      }
+      RawVec<T, V> r;
+      r.q[0] = lo;
+      r.q[1] = hi;
+#pragma unroll
+      for (int v = 0; v < V; ++v) out.v[g * V + v] = r.e[v];
     } else {
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const i64 c = col + v;
-        const bool in = ok && (u64)c < (u64)n;
-        const i64 s = VEC > 0 ? 1 : a.stride[N - 1];
-        out.v[g * V + v] = in ? a.ptr[off + c * s] : pad;
-      }
+      for (int v = 0; v < V; ++v) out.v[g * V + v] = pad;
     }
   }
 }
@@ -100,6 +198,32 @@ __device__ __forceinline__ void store(const Array<T, N>& a, const i64 (&org)[N],
   const int tid = threadIdx.x;
   if (!L::owner(tid)) return;
   constexpr int V = VEC > 0 ? VEC : 1;
+  typedef Pack<T, V> P;
+  int s32[N];
+  if (tile_inside<Shp>(a, org) && span_fits32<VEC, Shp>(a, s32)) {
+    i64 o = 0;
+#pragma unroll
+    for (int d = 0; d < N; ++d) o += org[d] * a.stride[d];
+    T* base = a.ptr + o;
+#pragma unroll
+    for (int g = 0; g < L::E / V; ++g) {
+      const int f = L::flat(tid, g * V);
+      int rel = 0;
+#pragma unroll
+      for (int d = 0; d < N; ++d) rel += Shp::coord(f, d) * s32[d];
+      if (VEC > 1) {
+        P p;
+#pragma unroll
+        for (int v = 0; v < V; ++v) p.e[v] = t.v[g * V + v];
+        typename P::W* dst = reinterpret_cast<typename P::W*>(base + rel);
+#pragma unroll
+        for (int w = 0; w < P::BYTES / P::WB; ++w) dst[w] = p.w[w];
+      } else {
+        base[rel] = t.v[g];
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int g = 0; g < L::E / V; ++g) {
     const int f = L::flat(tid, g * V);
@@ -107,20 +231,34 @@ __device__ __forceinline__ void store(const Array<T, N>& a, const i64 (&org)[N],
     i64 col;
     const i64 off = outer_offset<Shp>(a, org, f, ok, col);
     const i64 n = a.shape[N - 1];
-    if (VEC > 1 && ok && col >= 0 && col + V <= n) {
-      typedef Pack<T, V> P;
-      P p;
+    ok = ok && col >= 0;
+    if (ok && col + V <= n) {
+      if (VEC > 1) {
+        P p;
 #pragma unroll
-      for (int v = 0; v < V; ++v) p.e[v] = t.v[g * V + v];
-      typename P::W* dst = reinterpret_cast<typename P::W*>(a.ptr + off + col);
+        for (int v = 0; v < V; ++v) p.e[v] = t.v[g * V + v];
+        typename P::W* dst = reinterpret_cast<typename P::W*>(a.ptr + off + col);
 #pragma unroll
-      for (int w = 0; w < P::BYTES / P::WB; ++w) dst[w] = p.w[w];
-    } else {
+        for (int w = 0; w < P::BYTES / P::WB; ++w) dst[w] = p.w[w];
+      } else {
+        a.ptr[off + col * (VEC > 0 ? 1 : a.stride[N - 1])] = t.v[g];
+      }
+    } else if (VEC > 1 && ok && col < n) {
+      typedef typename UWord<sizeof(T)>::type U;
+      union { T t; U u; } x;
+      RawVec<T, V> r;
+      r.q[0] = 0;
+      r.q[1] = 0;
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const i64 c = col + v;
-        const i64 s = VEC > 0 ? 1 : a.stride[N - 1];
-        if (ok && (u64)c < (u64)n) a.ptr[off + c * s] = t.v[g * V + v];
+      for (int v = 0; v < V; ++v) r.e[v] = t.v[g * V + v];
+      const u64 lo = r.q[0], hi = r.q[1];
+      U* dst = reinterpret_cast<U*>(a.ptr + off + col);
+      const int k = (int)(n - col);
+#pragma unroll 1
+      for (int v = 0; v < k; ++v) {
+        const int sh = v * (int)sizeof(T) * 8;
+        x.u = (U)(sh < 64 ? lo >> sh : hi >> (sh - 64));
+        dst[v] = x.u;
       }
     }
   }
@@ -164,10 +302,6 @@ __device__ __forceinline__ u16 cas16(u16* p, u16 cmp, u16 val) {
 #endif
 }
 
-template <int BYTES> struct UWord;
-template <> struct UWord<2> { typedef u16 type; };
-template <> struct UWord<4> { typedef u32 type; };
-template <> struct UWord<8> { typedef u64 type; };
 __device__ __forceinline__ u16 cas_word(u16* p, u16 c, u16 v) { return cas16(p, c, v); }
 __device__ __forceinline__ u32 cas_word(u32* p, u32 c, u32 v) { return cas32(p, c, v); }
 __device__ __forceinline__ u64 cas_word(u64* p, u64 c, u64 v) { return cas64(p, c, v); }
