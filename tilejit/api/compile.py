@@ -16,7 +16,8 @@ from tilejit.language.ir.types import ArrayType, DType, TileType, float32, int32
 from tilejit.language.ir.types import bool_ as tj_bool
 
 if TYPE_CHECKING:
-    from tilejit.backends.cuda.codegen import ArrayHint, CudaKernel
+    from tilejit.backends.cuda.abi import ArrayHint
+    from tilejit.backends.cuda.codegen import CudaKernel
     from tilejit.compiler.nvrtc import CompiledProgram
     from tilejit.compiler.targets import Target
     from tilejit.language.ir.ops import Function

@@ -233,7 +233,7 @@ class Kernel:
         self, run_args: list[Any], views: list[Any]
     ) -> tuple[dict[str, ArrayType | TileType], dict[str, Any]]:
         """IR parameter types and backend layout hints of one launch's arguments."""
-        from tilejit.backends.cuda.codegen import ArrayHint
+        from tilejit.backends.cuda.abi import ArrayHint
 
         arg_types: dict[str, ArrayType | TileType] = {}
         hints: dict[str, Any] = {}

@@ -23,7 +23,7 @@ _ENTRY_VERSION = "2"
 
 @functools.cache
 def _headers_digest() -> str:
-    from tilejit.backends.cuda.codegen import device_headers
+    from tilejit.backends.cuda.abi import device_headers
 
     h = hashlib.sha256()
     for name, text in sorted(device_headers().items()):

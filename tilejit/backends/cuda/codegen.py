@@ -9,31 +9,18 @@ shared memory of ``shared_bytes`` is the block's scratch area.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from tilejit.backends.cuda import tables
+from tilejit.backends.cuda.abi import ArrayHint, ParamSpec, device_headers
 from tilejit.backends.cuda.lower import Lowering
 from tilejit.backends.cuda.plan import Plan
 from tilejit.backends.cuda.values import CV, c_ident
 from tilejit.errors import CompileError
 from tilejit.language.ir.ops import Function
 from tilejit.language.ir.types import ArrayType, TileType
-
-ParamSpec = tuple[str, str, int] | tuple[str, str]
-
-_HEADER_NAMES = ("types", "tile", "math", "memory", "layout", "reduce", "mma", "tilejit")
-
-
-@dataclass(frozen=True)
-class ArrayHint:
-    """Layout facts of an array argument that allow vector accesses."""
-
-    unit_stride: bool = False  # innermost stride == 1 at launch
-    aligned16: bool = False  # base pointer % 16 == 0 and every row starts 16-byte aligned
 
 
 @dataclass(frozen=True)
@@ -46,17 +33,6 @@ class CudaKernel:
     num_threads: int
     shared_bytes: int  # dynamic shared memory
     params: tuple[tuple[str, ParamSpec], ...]
-
-
-@functools.cache
-def _read_headers() -> tuple[tuple[str, str], ...]:
-    root = resources.files("tilejit.backends.cuda").joinpath("include").joinpath("tilejit")
-    return tuple((f"tilejit/{n}.cuh", root.joinpath(f"{n}.cuh").read_text(encoding="utf-8")) for n in _HEADER_NAMES)
-
-
-def device_headers() -> dict[str, str]:
-    """The device headers as an include-name → text map (read once from package data)."""
-    return dict(_read_headers())
 
 
 def _arch_number(target: Any) -> int:
