@@ -275,15 +275,20 @@ def _load(tr: Translator, array: object, index: object, shape: object, padding: 
             f"tj.load(): shape {shp} has {len(shp)} dims but the array '{arr.name}' has {arr.ndim}"
         )
     idx = tile_index(tr, arr, index, "load")
+    pad = _padding(padding, arr, "load")
+    return tr.b.tile(ops.LoadOp, TileType(arr.dtype, shp), array=arr.value, index=idx, padding=pad)
+
+
+def _padding(padding: object, arr: Array, what: str) -> object:
+    """The value out-of-range elements of a load/gather read, checked against the array's dtype."""
     if not is_number(padding):
-        raise FrontendError(f"tj.load(): padding must be a compile-time number, got {describe(padding)}")
+        raise FrontendError(f"tj.{what}(): padding must be a compile-time number, got {describe(padding)}")
     try:
-        pad = const_value(padding, arr.dtype)
+        return const_value(padding, arr.dtype)
     except FrontendError as exc:
         raise FrontendError(
-            f"tj.load(): padding {padding!r} is not a valid {arr.dtype.name}: {exc.message}"
+            f"tj.{what}(): padding {padding!r} is not a valid {arr.dtype.name}: {exc.message}"
         ) from None
-    return tr.b.tile(ops.LoadOp, TileType(arr.dtype, shp), array=arr.value, index=idx, padding=pad)
 
 
 @builtin(tile.store)
@@ -312,14 +317,7 @@ def _store(tr: Translator, array: object, index: object, tile: object) -> object
 def _gather(tr: Translator, array: object, indices: object, padding: object) -> object:
     arr = as_array(array, "gather")
     idx, shape = element_indices(tr, arr, indices, "gather", [])
-    if not is_number(padding):
-        raise FrontendError(f"tj.gather(): padding must be a compile-time number, got {describe(padding)}")
-    try:
-        pad = const_value(padding, arr.dtype)
-    except FrontendError as exc:
-        raise FrontendError(
-            f"tj.gather(): padding {padding!r} is not a valid {arr.dtype.name}: {exc.message}"
-        ) from None
+    pad = _padding(padding, arr, "gather")
     return tr.b.tile(ops.GatherOp, TileType(arr.dtype, shape), array=arr.value, indices=idx, padding=pad)
 
 
