@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from test_backend_irbuild import EXAMPLES, IRBuilder, arr, cdiv, matmul, row_sum, softmax, vector_add
 
+import tilejit as tj
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.codegen import ArrayHint, CudaKernel, device_headers, generate
 from tilejit.backends.cuda.layouts import blocked, choose_warp_grid, mma_layout
@@ -353,3 +354,35 @@ def test_row_sum_with_cdiv_helper() -> None:
     assert isinstance(n.type, TileType) and n.type.dtype == int32
     ck = gen(b.ret())
     assert "tj::floordiv(" in ck.source
+
+
+@tj.kernel
+def _scaled_rows(x, w, out, BLOCK: tj.Constant[int]):  # type: ignore[no-untyped-def]
+    row = tj.bid(0)
+    t = tj.load(x, index=(row, 0), shape=(1, BLOCK)).astype(tj.float32)
+    inside = tj.arange(BLOCK) < x.shape[1]
+    s = tj.load(w, index=(0,), shape=(BLOCK,)).astype(tj.float32)
+    tj.store(out, index=(row, 0), tile=tj.where(inside, t * s, 0.0))
+
+
+@tj.kernel
+def _copy_rows(x, out, BLOCK: tj.Constant[int]):  # type: ignore[no-untyped-def]
+    row = tj.bid(0)
+    tj.store(out, index=(row, 0), tile=tj.load(x, index=(row, 0), shape=(1, BLOCK)).astype(tj.float32) * 2.0)
+
+
+def test_long_16bit_rows_cap_registers_and_mask_compares_in_32_bits() -> None:
+    def source(kernel: Any, dt: Any, n_arrays: int, block: int = 8192) -> str:
+        sig = (dt[:, :], *([dt[:]] * (n_arrays - 2)), dt[:, :])
+        art = tj.compile(kernel, sig, constants={"BLOCK": block}, target="sm_90")
+        art.hints = {n: ArrayHint(True, True) for n in ("x", "w", "out")}
+        src = art.cuda_source()
+        assert art.cubin()  # the clamp helper and launch bounds compile
+        return src
+
+    two_loads = source(_scaled_rows, tj.bfloat16, 3)
+    assert "__launch_bounds__(512, 3) _scaled_rows" in two_loads
+    assert "< tj::clamp_i32(" in two_loads and "tj::cast<tj::i32>(" in two_loads
+    assert "__launch_bounds__(512, 4) _copy_rows" in source(_copy_rows, tj.bfloat16, 2)
+    assert "__launch_bounds__(256) _scaled_rows" in source(_scaled_rows, tj.float32, 3)
+    assert "__launch_bounds__(256) _copy_rows" in source(_copy_rows, tj.bfloat16, 2, block=1024)

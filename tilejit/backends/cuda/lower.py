@@ -19,7 +19,7 @@ from tilejit.backends.cuda.values import CV, c_ident
 from tilejit.errors import CompileError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Block, Op, Value
-from tilejit.language.ir.types import ArrayType, DType, TileType, bfloat16, float16
+from tilejit.language.ir.types import ArrayType, DType, TileType, bfloat16, float16, int32, int64
 
 
 class Lowering:
@@ -224,6 +224,9 @@ class Lowering:
             sym = tables.COMPARE.get(op.fn)
             if sym is None:
                 raise CompileError(f"comparison '{op.fn}' is not one of {', '.join(tables.COMPARE)}")
+            narrow = self._narrow_compare(op, sym, g)
+            if narrow is not None:
+                return narrow
             conv = self._in_compute(self._dtype(op.x))
             return f"({conv(g(op.x))} {sym} {conv(g(op.y))})"
         if isinstance(op, O.SelectOp):
@@ -235,6 +238,27 @@ class Lowering:
         raise CompileError(f"op '{op.NAME}' is not an elementwise op")
 
     op_UnaryOp = op_BinaryOp = op_CompareOp = op_SelectOp = op_CastOp = _elementwise
+
+    def _narrow_compare(self, op: O.CompareOp, sym: str, g: Callable[[Value], str]) -> str | None:
+        """``int64(arange) <op> s`` (s block-uniform int64, e.g. a mask against a shape) in 32 bits.
+
+        Arange values lie strictly inside the int32 range, so comparing them with ``s`` clamped
+        to int32 gives the same answer for every comparison, at one 32-bit compare per element."""
+        t = op.result.type
+        if not isinstance(t, TileType) or t.is_scalar or self._dtype(op.x) != int64:
+            return None
+        for a, s, flip in ((op.x, op.y, False), (op.y, op.x, True)):
+            src = self.plan.defs.get(a)
+            if not (isinstance(src, O.CastOp) and self._dtype(src.x) == int32):
+                continue
+            rng = self.plan.defs.get(src.x)
+            uniform = s in self.vals and self.vals[s].kind in ("scalar", "splat", "const")
+            rt = rng.result.type if isinstance(rng, O.ArangeOp) else None
+            if not (isinstance(rt, TileType) and uniform and rt.size < 2**31 - 1):
+                continue
+            lhs, rhs = g(src.x), f"tj::clamp_i32({g(s)})"
+            return f"({rhs} {sym} {lhs})" if flip else f"({lhs} {sym} {rhs})"
+        return None
 
     def expr_at(self, v: Value, env: dict[Value, str]) -> str:
         """A scalar's expression with some values replaced (a later loop iteration's indices)."""

@@ -95,6 +95,7 @@ class Plan:
         tiles: list[TileType] = []
         mem_itemsize: dict[tuple[int, ...], int] = {}
         mmas: list[MmaOp] = []
+        load_sizes: list[int] = []
         for op in fn.body.walk():
             if isinstance(op, StoreOp | ScatterOp | AtomicOp):
                 written.add(op.array)
@@ -103,6 +104,8 @@ class Plan:
                 at = op.array.type
                 if isinstance(t, TileType) and isinstance(at, ArrayType):
                     mem_itemsize[t.shape] = min(mem_itemsize.get(t.shape, 16), at.dtype.itemsize)
+            if isinstance(op, LoadOp) and isinstance(op.result.type, TileType):
+                load_sizes.append(op.result.type.size)
             if isinstance(op, MmaOp):
                 mmas.append(op)
             for v in op.results + [a for r in op.regions() for a in r.args]:
@@ -124,6 +127,12 @@ class Plan:
         small_acc = all(p.m * p.n // self.nt <= 64 for p in self.mma.values())
         tc = any(p.path in ("tc", "tf32") for p in self.mma.values())
         self.min_blocks_arg = ", 2" if tc and small_acc and self.nt <= 256 else ""
+        if num_threads is None and not mmas and self._long_16bit_rows(tiles):
+            # one row per block: cap registers so that 4 blocks (one full-row load) or 3 (more,
+            # e.g. layer norm's weight and bias) stay resident, keeping enough bytes in flight
+            largest = max(t.size for t in tiles)
+            big_loads = sum(1 for n in load_sizes if 2 * n >= largest)
+            self.min_blocks_arg = ", 4" if big_loads <= 1 else ", 3"
         self._fixed = assign_mma_layouts(fn, mma_results)
         self._cache: dict[tuple[int, ...], Layout] = {}
         self.defs: dict[Value, Op] = {r: op for op in fn.body.walk() for r in op.results}
@@ -188,6 +197,10 @@ class Plan:
     def _inside(op: Op, loop: ForOp) -> bool:
         return any(o is op for o in loop.body.walk())
 
+    def _long_16bit_rows(self, tiles: list[TileType]) -> bool:
+        largest = max((t.size for t in tiles), default=1)
+        return largest >= 4096 and min(self._vec.values(), default=4) >= 8
+
     def _block_size(self, num_threads: int | None, tiles: list[TileType], mmas: list[MmaOp]) -> int:
         if num_threads is not None:
             if not (_pow2(num_threads) and 32 <= num_threads <= 1024):
@@ -196,9 +209,9 @@ class Plan:
         if mmas:
             big = max((op.result.type.size for op in mmas if isinstance(op.result.type, TileType)), default=0)
             return 256 if big >= 128 * 64 else 128
-        largest = max((t.size for t in tiles), default=1)
-        if largest >= 4096 and min(self._vec.values(), default=4) >= 8:
+        if self._long_16bit_rows(tiles):
             return 512  # long rows of 16-bit data: more warps in flight per row
+        largest = max((t.size for t in tiles), default=1)
         return min(256, max(32, largest // 4))
 
     def _plan_mma(self, op: MmaOp) -> MmaPlan:

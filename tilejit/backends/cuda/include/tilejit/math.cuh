@@ -81,6 +81,10 @@ __device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
 __device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
 
 // ---- integer and generic helpers
+// int64 saturated to int32: compares against values strictly inside the int32 range stay exact
+__device__ __forceinline__ i32 clamp_i32(i64 x) {
+  return x > 2147483647LL ? 2147483647 : (x < -2147483647LL - 1 ? -2147483647 - 1 : (i32)x);
+}
 template <class T> __device__ __forceinline__ T abs(T x) { return x < T(0) ? T(-x) : x; }
 __device__ __forceinline__ float abs(float x) { return ::fabsf(x); }
 __device__ __forceinline__ double abs(double x) { return ::fabs(x); }

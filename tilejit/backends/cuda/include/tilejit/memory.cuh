@@ -120,6 +120,9 @@ __device__ __forceinline__ void load(Tile<T, L>& out, const Array<T, N>& a, cons
   const int tid = threadIdx.x;
   constexpr int V = VEC > 0 ? VEC : 1;
   typedef Pack<T, V> P;
+  // Every path fills whole words; elements are split out only after the paths join, so 16-bit
+  // data stays packed in registers until it is used.
+  P p[L::E / V > 0 ? L::E / V : 1];
   int s32[N];
   if (tile_inside<Shp>(a, org) && span_fits32<VEC, Shp>(a, s32)) {
     // Fast path: no per-element checks, 32-bit offsets from the tile's origin element.
@@ -134,62 +137,61 @@ __device__ __forceinline__ void load(Tile<T, L>& out, const Array<T, N>& a, cons
 #pragma unroll
       for (int d = 0; d < N; ++d) rel += Shp::coord(f, d) * s32[d];
       if (VEC > 1) {
-        P p;
         const typename P::W* src = reinterpret_cast<const typename P::W*>(base + rel);
 #pragma unroll
-        for (int w = 0; w < P::BYTES / P::WB; ++w) p.w[w] = NC ? ld_nc(src + w) : src[w];
-#pragma unroll
-        for (int v = 0; v < V; ++v) out.v[g * V + v] = p.e[v];
+        for (int w = 0; w < P::BYTES / P::WB; ++w) p[g].w[w] = NC ? ld_nc(src + w) : src[w];
       } else {
-        out.v[g] = base[rel];
+        p[g].e[0] = base[rel];
       }
     }
-    return;
+  } else {
+    // General path (edge tiles, huge arrays): whole vectors in or out, one scalar loop for the
+    // vector a row ends inside.
+#pragma unroll
+    for (int g = 0; g < L::E / V; ++g) {
+      const int f = L::flat(tid, g * V);
+      bool ok;
+      i64 col;
+      const i64 off = outer_offset<Shp>(a, org, f, ok, col);
+      const i64 n = a.shape[N - 1];
+      ok = ok && col >= 0;
+      if (ok && col + V <= n) {
+        if (VEC > 1) {
+          const typename P::W* src = reinterpret_cast<const typename P::W*>(a.ptr + off + col);
+#pragma unroll
+          for (int w = 0; w < P::BYTES / P::WB; ++w) p[g].w[w] = NC ? ld_nc(src + w) : src[w];
+        } else {
+          p[g].e[0] = a.ptr[off + col * (VEC > 0 ? 1 : a.stride[N - 1])];
+        }
+      } else if (VEC > 1 && ok && col < n) {
+        typedef typename UWord<sizeof(T)>::type U;
+        union { T t; U u; } x;
+        const U* src = reinterpret_cast<const U*>(a.ptr + off + col);
+        const int k = (int)(n - col);
+        u64 lo = 0, hi = 0;
+#pragma unroll 1
+        for (int v = 0; v < V; ++v) {
+          x.t = pad;
+          if (v < k) x.u = src[v];
+          const int sh = v * (int)sizeof(T) * 8;
+          if (sh < 64) lo |= (u64)x.u << sh;
+          else hi |= (u64)x.u << (sh - 64);
+        }
+        RawVec<T, V> r;
+        r.q[0] = lo;
+        r.q[1] = hi;
+#pragma unroll
+        for (int v = 0; v < V; ++v) p[g].e[v] = r.e[v];
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) p[g].e[v] = pad;
+      }
+    }
   }
-  // General path (edge tiles, huge arrays): whole vectors in or out, one scalar loop for the
-  // vector a row ends inside.
 #pragma unroll
   for (int g = 0; g < L::E / V; ++g) {
-    const int f = L::flat(tid, g * V);
-    bool ok;
-    i64 col;
-    const i64 off = outer_offset<Shp>(a, org, f, ok, col);
-    const i64 n = a.shape[N - 1];
-    ok = ok && col >= 0;
-    if (ok && col + V <= n) {
-      if (VEC > 1) {
-        P p;
-        const typename P::W* src = reinterpret_cast<const typename P::W*>(a.ptr + off + col);
 #pragma unroll
-        for (int w = 0; w < P::BYTES / P::WB; ++w) p.w[w] = NC ? ld_nc(src + w) : src[w];
-#pragma unroll
-        for (int v = 0; v < V; ++v) out.v[g * V + v] = p.e[v];
-      } else {
-        out.v[g] = a.ptr[off + col * (VEC > 0 ? 1 : a.stride[N - 1])];
-      }
-    } else if (VEC > 1 && ok && col < n) {
-      typedef typename UWord<sizeof(T)>::type U;
-      union { T t; U u; } x;
-      const U* src = reinterpret_cast<const U*>(a.ptr + off + col);
-      const int k = (int)(n - col);
-      u64 lo = 0, hi = 0;
-#pragma unroll 1
-      for (int v = 0; v < V; ++v) {
-        x.t = pad;
-        if (v < k) x.u = src[v];
-        const int sh = v * (int)sizeof(T) * 8;
-        if (sh < 64) lo |= (u64)x.u << sh;
-        else hi |= (u64)x.u << (sh - 64);
-      }
-      RawVec<T, V> r;
-      r.q[0] = lo;
-      r.q[1] = hi;
-#pragma unroll
-      for (int v = 0; v < V; ++v) out.v[g * V + v] = r.e[v];
-    } else {
-#pragma unroll
-      for (int v = 0; v < V; ++v) out.v[g * V + v] = pad;
-    }
+    for (int v = 0; v < V; ++v) out.v[g * V + v] = p[g].e[v];
   }
 }
 
