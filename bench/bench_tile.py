@@ -164,20 +164,23 @@ def row_cases(m: int, n: int) -> None:
 # ---------------------------------------------------------------- matmul
 
 
-def matmul_case(size: int, consts: dict[str, int]) -> None:
+def matmul_case(size: int, tiles: list[tuple[int, int, int]]) -> None:
     from matmul import matmul
 
     a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-    c = torch.full((size, size), float("nan"), device="cuda", dtype=torch.bfloat16)
-    grid = (tj.cdiv(size, consts["BM"]), tj.cdiv(size, consts["BN"]))
-    matmul[grid](a, b, c, **consts)
-    torch.cuda.synchronize()
-    close(c, a.float() @ b.float(), 1e-2)
+    want = a.float() @ b.float()
     flops = 2.0 * size**3
     case = f"matmul bf16 {size}"
-    record(case, f"tilejit {consts['BM']}x{consts['BN']}x{consts['BK']}",
-           bench(lambda: matmul[grid](a, b, c, **consts)), flops / 1e3, "TFLOP/s")
+    for bm, bn, bk in tiles:
+        consts = {"BM": bm, "BN": bn, "BK": bk}
+        c = torch.full((size, size), float("nan"), device="cuda", dtype=torch.bfloat16)
+        grid = (tj.cdiv(size, bm), tj.cdiv(size, bn))
+        matmul[grid](a, b, c, **consts)
+        torch.cuda.synchronize()
+        close(c, want, 1e-2)
+        record(case, f"tilejit {bm}x{bn}x{bk}", bench(lambda: matmul[grid](a, b, c, **consts)), flops / 1e3, "TFLOP/s")
+    c = torch.empty((size, size), device="cuda", dtype=torch.bfloat16)
     record(case, "cuBLAS (torch)", bench(lambda: torch.matmul(a, b)), flops / 1e3, "TFLOP/s")
     try:
         import triton
@@ -207,12 +210,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="", help="comma list of: vadd,rows,matmul")
+    ap.add_argument("--tiles", default="128x256x64,128x128x64,128x128x32",
+                    help="matmul tile shapes BMxBNxBK to measure, comma-separated")
     args = ap.parse_args()
+    tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",")]
     only = set(args.only.split(",")) - {""}
     cases: list[tuple[str, Callable[[], None]]] = [
         ("vadd", lambda: vector_add_case(1 << (24 if args.quick else 28))),
         ("rows", lambda: row_cases(8192, 8192)),
-        ("matmul", lambda: [matmul_case(s, {"BM": 128, "BN": 128, "BK": 32}) for s in (4096, 8192)]),
+        ("matmul", lambda: [matmul_case(s, tiles) for s in (4096, 8192)]),  # type: ignore[arg-type]
     ]
     for key, run in cases:
         if only and key not in only:

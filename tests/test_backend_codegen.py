@@ -67,7 +67,7 @@ def _nvrtc_at(path: str) -> Any:
     return load_nvrtc(path)
 
 
-def cubin(ck: CudaKernel, arch: int, lib: Any = None) -> bytes:
+def cubin(ck: CudaKernel, arch: int | str, lib: Any = None) -> bytes:
     from tilejit.compiler.nvrtc import compile_cuda
 
     prog = compile_cuda(ck.source, name=f"{ck.name}.cu", headers=ck.headers, target=f"sm_{arch}",
@@ -151,7 +151,7 @@ def test_if_else_and_while_with_break() -> None:
 def test_mma_paths_by_target_and_dtype() -> None:
     tc = gen(matmul(bfloat16, float32, bm=128, bn=128, bk=32), arch=80, hints=HINTS)
     assert "tj::TensorCore<tj::bf16, 128, 128, 32, 2, 4, 40, 136>" in tc.source
-    assert "tj::cp_async_tile<128, 32, 40, 256>" in tc.source  # operands stream through a cp.async ring
+    assert "tj::cp_async_tile<128, 32, 40, 256, 0>" in tc.source  # operands stream through a cp.async ring
     assert "__launch_bounds__(256, 2)" in tc.source and tc.shared_bytes == 4 * (128 * 40 + 32 * 136) * 2
     no_hints = gen(matmul(bfloat16, float32, bm=128, bn=128, bk=32), arch=80)
     assert "cp_async" not in no_hints.source and "tj::to_smem<32, 40, 8>" in no_hints.source
@@ -160,6 +160,32 @@ def test_mma_paths_by_target_and_dtype() -> None:
     assert "tj::mma_fma<" in gen(matmul(float32, float32, bm=64, bn=64, bk=32), arch=90).source  # no tf32
     assert "tj::mma_fma<" in gen(matmul(float64, float64, bm=32, bn=32, bk=16), arch=90).source
     assert "tj::mma_fma<" in gen(matmul(int8, int32, bm=32, bn=32, bk=32), arch=90).source
+
+
+def test_wgmma_on_sm90a_pipelines() -> None:
+    from tilejit.compiler.targets import parse_target
+
+    def sm90a(bm: int, bn: int, bk: int, dt: DType = bfloat16, tf32: bool = False, **kw: Any) -> CudaKernel:
+        return generate(matmul(dt, float32, bm=bm, bn=bn, bk=bk, tf32=tf32), target=parse_target("sm_90a"), **kw)
+
+    wg = sm90a(128, 256, 64, hints=HINTS)
+    assert wg.num_threads == 256  # one warp per 16 rows of the accumulator
+    assert "tj::Wgmma<tj::bf16, 128, 256, 64, 8, 1, 128, 128>::run<1>(" in wg.source
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in wg.source
+    assert "tj::cp_async_tile<128, 64, 72, 256, 128>" in wg.source and "::fence_smem();" in wg.source
+    assert wg.shared_bytes == 4 * (128 * 64 + 64 * 256) * 2 + 1024  # 4 swizzled stages + alignment slack
+    assert "::run<1>(" in wg.source and "::wait<0>(" in wg.source  # one batch in flight across iterations
+    assert "for sm_90a" in wg.source
+    cubin(wg, "90a")
+    # narrower tiles: 32/64-byte swizzles, warps split along N, f16
+    narrow = sm90a(64, 128, 32, float16, hints=HINTS, num_threads=256)
+    assert "tj::Wgmma<tj::half, 64, 128, 32, 4, 2, 64, 128>" in narrow.source
+    assert "m64n64k16.f32.f16.f16" in narrow.source
+    assert "tj::Wgmma<tj::bf16, 64, 64, 16, 4, 1, 32, 128>" in sm90a(64, 64, 16, hints=HINTS).source
+    # without the facts a pipeline needs, or on plain sm_90, mma.sync with the same accumulator layout
+    assert "tj::TensorCore<tj::bf16, 128, 256, 64, 8, 1, 72, 264>::run(" in sm90a(128, 256, 64).source
+    assert "tj::TensorCore<" in gen(matmul(bfloat16, float32, bm=128, bn=256, bk=64), hints=HINTS).source
+    assert "tj::TensorCoreTF32<" in sm90a(64, 64, 32, float32, True, hints=HINTS).source  # no tf32 wgmma
 
 
 def test_num_threads_override_and_check() -> None:

@@ -536,6 +536,32 @@ def test_mma(dtype: str, tol: float, rng: np.random.Generator) -> None:
     assert err <= tol, f"relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("arch_specific", ["1", "0"])
+@pytest.mark.parametrize(
+    ("dtype", "tiles"),
+    [("bfloat16", (128, 256, 64, None)), ("float16", (128, 128, 64, None)), ("bfloat16", (64, 128, 32, 256)),
+     ("float16", (64, 64, 16, None)), ("bfloat16", (256, 128, 64, None))],
+)
+def test_mma_pipelined(
+    dtype: str, tiles: tuple[int, int, int, int | None], arch_specific: str, rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Contiguous 16-byte-aligned operands: the cp.async K pipeline (wgmma on sm_90a, else mma.sync),
+    with M, N and K all off the tile grid."""
+    monkeypatch.setenv("TILEJIT_ARCH_SPECIFIC", arch_specific)
+    bm, bn, bk, threads = tiles
+    m, n, k = 2 * bm + 40, 3 * bn - 24, 5 * bk + 8
+    a, b = rand((m, k), dtype, rng), rand((k, n), dtype, rng)
+    c = dev(poison((m, n), "float32"))
+    kernel = tj.kernel(mma_kernel.func, num_threads=threads)  # fresh: the setting is read when it builds
+    kernel[(tj.cdiv(m, bm), tj.cdiv(n, bn))](dev(a), dev(b), c, BM=bm, BN=bn, BK=bk)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    got = c.numpy().astype(np.float64)
+    assert np.isfinite(got).all()
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err <= (1e-3 if dtype == "float16" else 1e-2), f"max error {err:.2e} of max |value|"
+
+
 @tj.kernel
 def matmul_op(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
     ta = tj.load(a, index=(tj.bid(0), 0), shape=(BM, BK))

@@ -64,6 +64,9 @@ CACHE = Setting[bool]("TILEJIT_CACHE", bool, True, "set to 0 to disable the disk
 CACHE_MAX_BYTES = Setting[int]("TILEJIT_CACHE_MAX_BYTES", int, 1 << 30, "cache size bound, e.g. 512M or 2G")
 DEFAULT_ARCH = Setting[str | None]("TILEJIT_ARCH", str, None, "compile target when no GPU is present, e.g. sm_90")
 EMIT_PTX = Setting[bool]("TILEJIT_EMIT_PTX", bool, False, "load PTX (driver JIT) instead of an exact-arch CUBIN")
+ARCH_SPECIFIC = Setting[bool](
+    "TILEJIT_ARCH_SPECIFIC", bool, True, "tile kernels on an H100/H200 build for sm_90a (wgmma); 0: plain sm_90"
+)
 
 ALL: tuple[Setting[object], ...] = (
     CUDA_DRIVER,  # type: ignore[assignment]
@@ -74,4 +77,5 @@ ALL: tuple[Setting[object], ...] = (
     CACHE_MAX_BYTES,  # type: ignore[assignment]
     DEFAULT_ARCH,  # type: ignore[assignment]
     EMIT_PTX,  # type: ignore[assignment]
+    ARCH_SPECIFIC,  # type: ignore[assignment]
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 from tilejit.api.compile import Artifact
 from tilejit.api.signature import array_key, scalar_type_of
-from tilejit.errors import LaunchError
+from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import ArrayType, TileType
 from tilejit.runtime.interop import ArrayView as _AV
 
@@ -250,16 +250,23 @@ class Kernel:
         self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], consts: tuple[Any, ...]
     ) -> _Compiled:
         from tilejit.api.loader import load_artifact
-        from tilejit.compiler.targets import parse_target
+        from tilejit.compiler.targets import Target, parse_target
+        from tilejit.config import ARCH_SPECIFIC
         from tilejit.runtime.device import get_device
 
-        target = parse_target(get_device().arch)
-        artifact = Artifact(
-            self.func, self.func.__name__, arg_types, dict(zip(self._constants, consts)), target,
-            self.num_threads, hints,
-        )
         if self._fingerprint is None:
             self._fingerprint = _source_fingerprint(self.func)
+        target = parse_target(get_device().arch)
+        constants = dict(zip(self._constants, consts))
+        if target.number == 90 and ARCH_SPECIFIC.get():
+            # Hopper: the arch-specific target unlocks wgmma; an NVRTC older than 12.0 lacks it
+            try:
+                native = Artifact(self.func, self.func.__name__, arg_types, constants, Target(9, 0, "a"),
+                                  self.num_threads, hints)
+                return load_artifact(native, self._fingerprint)
+            except TargetError:
+                pass
+        artifact = Artifact(self.func, self.func.__name__, arg_types, constants, target, self.num_threads, hints)
         return load_artifact(artifact, self._fingerprint)
 
 

@@ -37,7 +37,8 @@ class Lowering:
         self.scopes: list[dict[tuple[Value, Layout], str]] = [{}]
         self.loop_vars: list[tuple[list[str], list[Value]]] = []
         self.if_vars: list[tuple[list[str], list[Value]]] = []
-        self.staged: dict[int, tuple[str, str]] = {}
+        self.staged: dict[int, tuple[str, str, bool]] = {}  # mma → (A stage, B stage, overlapped)
+        self.decls: list[str] = []  # file-scope C++ the kernel needs (e.g. wgmma specializations)
 
     # ------------------------------------------------------------------ helpers
 
@@ -403,6 +404,10 @@ class Lowering:
     def _assign_all(self, names: list[str], values: list[Value], likes: list[Value]) -> None:
         if len(values) != len(names):
             raise CompileError(f"expected {len(names)} values at the end of a region, got {len(values)}")
+        moves = [(n, v, like) for n, v, like in zip(names, values, likes) if self.vals[v].text != n]
+        if not moves:
+            return
+        names, values, likes = (list(x) for x in zip(*moves))  # type: ignore[assignment]
         current = {self.vals[v].text for v in values if self.vals[v].kind in ("tile", "scalar")}
         if current & set(names):  # a carried value moves to another slot: go through temporaries
             temps = []

@@ -10,7 +10,7 @@ from tilejit.backends.cuda.plan import MmaPlan
 from tilejit.backends.cuda.values import CV
 from tilejit.language.ir.core import Value
 from tilejit.language.ir.ops import ForOp, MmaOp
-from tilejit.language.ir.types import ArrayType, TileType
+from tilejit.language.ir.types import ArrayType, DType, TileType
 
 if TYPE_CHECKING:
     from tilejit.backends.cuda.lower import Lowering
@@ -20,12 +20,18 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
     """Emit ``result = a @ b + acc`` for the strategy chosen in the plan."""
     p = lw.plan.mma[id(op)]
     out_layout = lw.plan.layout_of(op.result)
-    acc = lw.define_tile(op.result, out_layout)
-    lw._assign(acc, op.acc, op.result)
-    t_in = tables.ctype(p.in_dtype)
     staged = lw.staged.get(id(op))
+    if staged is not None and staged[2]:
+        # overlapped wgmma: accumulate in place in the loop-carried variable (no copy of registers
+        # that the previous batch may still be writing)
+        acc = lw.vals[op.acc].text
+        lw.vals[op.result] = lw.vals[op.acc]
+    else:
+        acc = lw.define_tile(op.result, out_layout)
+        lw._assign(acc, op.acc, op.result)
+    t_in = tables.ctype(p.in_dtype)
     if staged is not None:  # operands already in shared memory (cp.async pipeline)
-        _compute(lw, p, acc, *staged)
+        _compute(lw, p, acc, staged[0], staged[1], 1 if staged[2] else 0)
         return
     a_layout, b_layout = _operand_layout(lw, op.a), _operand_layout(lw, op.b)
     a_name, b_name = lw.tile(op.a, a_layout), lw.tile(op.b, b_layout)
@@ -43,9 +49,11 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
     lw.line("}")
 
 
-def _compute(lw: Lowering, p: MmaPlan, acc: str, a_smem: str, b_smem: str) -> None:
+def _compute(lw: Lowering, p: MmaPlan, acc: str, a_smem: str, b_smem: str, pending: int = 0) -> None:
     t_in = tables.ctype(p.in_dtype)
-    if p.path == "tc":
+    if p.path == "wgmma":
+        lw.line(f"{_wgmma_type(lw, p)}::run<{pending}>({acc}, {a_smem}, {b_smem});")
+    elif p.path == "tc":
         assert p.grid is not None
         lw.line(
             f"tj::TensorCore<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.lda}, {p.ldb}>"
@@ -59,6 +67,38 @@ def _compute(lw: Lowering, p: MmaPlan, acc: str, a_smem: str, b_smem: str) -> No
         )
     else:
         lw.line(f"tj::mma_fma<{p.k}, {p.n}, {p.lda}, {p.ldb}>({acc}, {a_smem}, {b_smem});")
+
+
+def _wgmma_type(lw: Lowering, p: MmaPlan) -> str:
+    """``tj::Wgmma<...>`` for plan ``p``, declaring the m64nNk16 instruction it issues once per kernel."""
+    assert p.grid is not None
+    t_in, wtn = tables.ctype(p.in_dtype), p.n // p.grid.wn
+    decl = wgmma_instruction(p.in_dtype, wtn)
+    if decl not in lw.decls:
+        lw.decls.append(decl)
+    return f"tj::Wgmma<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.swa}, {p.swb}>"
+
+
+def wgmma_instruction(dtype: DType, n: int) -> str:
+    """``tj::WgmmaOp<T, n>``: one wgmma.mma_async m64nNk16 with f32 accumulators (n/2 per thread),
+    A and B from shared-memory descriptors, B N-major (imm-trans-b = 1)."""
+    regs = n // 2
+    ptx = {"float16": "f16", "bfloat16": "bf16"}[dtype.name]
+    acc = ", ".join(f"%{i}" for i in range(regs))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return "\n".join([
+        "namespace tj {",
+        f"template <> struct WgmmaOp<{tables.ctype(dtype)}, {n}> {{",
+        "  __device__ __forceinline__ static void mma(float* d, u64 da, u64 db) {",
+        f'    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "',
+        f'                 "{{{acc}}}, %{regs}, %{regs + 1}, 1, 1, 1, 0, 1;"',
+        f'                 : {outs}',
+        '                 : "l"(da), "l"(db));',
+        "  }",
+        "};",
+        "}  // namespace tj",
+        "",
+    ])
 
 
 def _operand_layout(lw: Lowering, v: Value) -> Layout:
@@ -83,24 +123,33 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     n = lw.fresh("k")
     lo, hi, st, nk, it, base = (f"{n}_{x}" for x in ("lo", "hi", "step", "n", "it", "smem"))
     stages, stage_elems = pipe.stages, pipe.stage_bytes // p.in_dtype.itemsize
-    lw.need_smem(stages * pipe.stage_bytes)
+    wgmma = p.path == "wgmma"
     lw.line(f"const tj::i64 {lo} = {lw.scalar(op.lower)}, {hi} = {lw.scalar(op.upper)}, {st} = {lw.scalar(op.step)};")
     lw.line(f"const tj::i64 {nk} = {hi} > {lo} ? ({hi} - {lo} + {st} - 1) / {st} : 0;")
-    lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj_smem);")
+    if wgmma:  # swizzled stages must start 1024-byte aligned
+        lw.need_smem(stages * pipe.stage_bytes + 1024)
+        lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj::align_smem<1024>(tj_smem));")
+    else:
+        lw.need_smem(stages * pipe.stage_bytes)
+        lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj_smem);")
+    operands = ((pipe.load_a, "0", p.lda, p.swa), (pipe.load_b, str(p.a_elems), p.ldb, p.swb))
 
     def issue(k: str, stage: str) -> None:
         env = {iv: f"(({iv_t})({lo} + ({k}) * {st}))"}
-        for load, off, ld in ((pipe.load_a, "0", p.lda), (pipe.load_b, str(p.a_elems), p.ldb)):
+        for load, off, ld, sw in operands:
             t, at = load.result.type, load.array.type
             assert isinstance(t, TileType) and isinstance(at, ArrayType)
             r0, c0 = (f"(tj::i64){lw.expr_at(ix, env)} * {s}" for ix, s in zip(load.index, t.shape))
             lw.line(
-                f"tj::cp_async_tile<{t.shape[0]}, {t.shape[1]}, {ld}, {lw.plan.nt}>"
+                f"tj::cp_async_tile<{t.shape[0]}, {t.shape[1]}, {ld}, {lw.plan.nt}, {sw}>"
                 f"({base} + ({stage}) * {stage_elems} + {off}, {lw.vals[load.array].text}, {r0}, {c0});"
             )
 
+    # prefetch distance: stages - 1, or stages - 2 when a wgmma batch stays in flight (the stage it
+    # reads is refilled one iteration later)
+    ahead = stages - 2 if pipe.overlap else stages - 1
     lw.line("#pragma unroll")
-    lw.line(f"for (int s = 0; s < {stages - 1}; ++s) {{")
+    lw.line(f"for (int s = 0; s < {ahead}; ++s) {{")
     lw.depth += 1
     lw.line(f"if (s < {nk}) {{")
     lw.depth += 1
@@ -116,21 +165,27 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     ivn = lw.fresh("v")
     lw.vals[iv] = _scalar_cv(ivn, ivt)
     lw.line(f"const {iv_t} {ivn} = ({iv_t})({lo} + {it} * {st});")
-    lw.line(f"tj::cp_async_wait<{stages - 2}>();")
+    lw.line(f"tj::cp_async_wait<{ahead - 1}>();")
+    if wgmma:
+        lw.line(f"{_wgmma_type(lw, p)}::fence_smem();")
     lw.line("__syncthreads();")
-    lw.line(f"if ({it} + {stages - 1} < {nk}) {{")
+    lw.line(f"if ({it} + {ahead} < {nk}) {{")
     lw.depth += 1
-    issue(f"{it} + {stages - 1}", f"(int)(({it} + {stages - 1}) % {stages})")
+    issue(f"{it} + {ahead}", f"(int)(({it} + {ahead}) % {stages})")
     lw.depth -= 1
     lw.line("}")
     lw.line("tj::cp_async_commit();")
     cur = f"(int)({it} % {stages})"
-    lw.staged[id(pipe.mma)] = (f"({base} + {cur} * {stage_elems})", f"({base} + {cur} * {stage_elems} + {p.a_elems})")
+    a_stage = f"({base} + {cur} * {stage_elems})"
+    lw.staged[id(pipe.mma)] = (a_stage, f"({base} + {cur} * {stage_elems} + {p.a_elems})", pipe.overlap)
     lw.depth -= 1
     lw.loop_vars.append((names, carried))
     lw.nested(op.body)
     lw.loop_vars.pop()
     lw.line("}")
+    if pipe.overlap:
+        acc_name = names[carried.index(pipe.mma.acc)]
+        lw.line(f"{_wgmma_type(lw, p)}::wait<0>({acc_name});")
     lw.line("tj::cp_async_wait<0>();")
     lw.line("__syncthreads();")
     lw._bind_vars(op.results, names)

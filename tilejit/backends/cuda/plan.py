@@ -1,16 +1,18 @@
 """Kernel-wide decisions made before any code is written: the block size, each value's layout and
-how each ``MmaOp`` is computed (tensor cores with mma.sync, tf32, or an FMA loop).
+how each ``MmaOp`` is computed (wgmma, tensor cores with mma.sync, tf32, or an FMA loop).
 
-Block size (unless ``num_threads`` is given): 256 threads for mma kernels with a >= 128x64
-accumulator (128 otherwise); 512 for rows of >= 4096 elements of 16-bit data; else the largest
-tile's size / 4, between 32 and 256. K loops of the form ``for k: acc = mma(load(a, k), load(b, k),
-acc)`` over read-only, unit-stride, 16-byte-aligned arrays become cp.async pipelines (sm_80+).
+Block size (unless ``num_threads`` is given): on sm_90a, 2 * M threads for a 16-bit mma with an
+(M, N) accumulator, M in 64..256 (one warp per 16 rows, as wgmma wants); else 256 threads for mma
+kernels with a >= 128x64 accumulator (128 otherwise); 512 for rows of >= 4096 elements of 16-bit
+data; else the largest tile's size / 4, between 32 and 256. K loops of the form ``for k: acc =
+mma(load(a, k), load(b, k), acc)`` over read-only, unit-stride, 16-byte-aligned arrays become
+cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma on swizzled stages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tilejit.backends.cuda.layouts import Layout, WarpGrid, assign_mma_layouts, blocked, choose_warp_grid, mma_layout
@@ -42,11 +44,14 @@ class Pipeline:
     load_b: LoadOp
     stages: int
     stage_bytes: int
+    overlap: bool = False  # wgmma: one mma batch stays in flight across iterations (prefetch stages - 2)
 
 
 @dataclass(frozen=True)
 class MmaPlan:
-    """How one MmaOp runs: ``path`` is 'tc' (m16n8k16 f16/bf16), 'tf32' (m16n8k8) or 'fma'."""
+    """How one MmaOp runs: ``path`` is 'wgmma' (sm_90a, pipelined f16/bf16), 'tc' (m16n8k16
+    f16/bf16), 'tf32' (m16n8k8) or 'fma'. ``swa``/``swb`` (bytes) are nonzero when the op can run
+    as wgmma: the swizzle widths of its A and B stages."""
 
     path: str
     m: int
@@ -57,15 +62,22 @@ class MmaPlan:
     ldb: int
     in_dtype: DType
     acc_dtype: DType
+    swa: int = 0
+    swb: int = 0
 
     @property
     def a_elems(self) -> int:
-        """Elements of the A buffer, rounded so that B starts 16-byte aligned."""
-        unit = max(1, 16 // self.in_dtype.itemsize)
+        """Elements of the A buffer, rounded so that B starts 16-byte aligned (1024 for wgmma)."""
+        item = self.in_dtype.itemsize
+        if self.path == "wgmma":
+            return -(-self.m * self.k * item // 1024) * 1024 // item
+        unit = max(1, 16 // item)
         return -(-self.m * self.lda // unit) * unit
 
     @property
     def smem_bytes(self) -> int:
+        if self.path == "wgmma":
+            return -(-(self.a_elems + self.k * self.n) * self.in_dtype.itemsize // 1024) * 1024
         return (self.a_elems + self.k * self.ldb) * self.in_dtype.itemsize
 
 
@@ -77,16 +89,41 @@ def pipeline_stages(stage_bytes: int) -> int:
     return 2 if 2 * stage_bytes <= 200 * 1024 else 0
 
 
+def wgmma_stages(stage_bytes: int, two_blocks: bool) -> int:
+    """Stages for a wgmma K loop: as many as fit (up to 6) in 110 KiB when two blocks should share
+    an SM, else in 220 KiB (of the 227 KiB an H100 block may have)."""
+    return min(6, (110 if two_blocks else 220) * 1024 // stage_bytes)
+
+
 def _pow2(x: int) -> bool:
     return x > 0 and x & (x - 1) == 0
+
+
+def wgmma_tiling(m: int, n: int, k: int, nt: int, itemsize: int) -> tuple[WarpGrid, int, int] | None:
+    """The warp grid and A/B swizzle widths for an (m, k) @ (k, n) wgmma on ``nt`` threads, if any:
+    one warp per 16 rows (whole warpgroups along M), the rest of the warps split N."""
+    warps, wm = nt // 32, m // 16
+    if m % 64 or k % 16 or wm > warps or warps % wm:
+        return None
+    wn = warps // wm
+    wtn = n // wn
+    if n % wn or wtn % 8 or wtn > 256:
+        return None
+    swa, swb = min(128, k * itemsize), min(128, wtn * itemsize)
+    if swa not in (32, 64, 128) or swb not in (32, 64, 128) or (wtn * itemsize) % swb:
+        return None
+    return WarpGrid(wm, wn), swa, swb
 
 
 class Plan:
     """Block size, layouts, array facts and mma strategies of one kernel for one target."""
 
-    def __init__(self, fn: Function, arch: int, num_threads: int | None, hints: Mapping[str, Any]) -> None:
+    def __init__(
+        self, fn: Function, arch: int, num_threads: int | None, hints: Mapping[str, Any], wgmma: bool = False
+    ) -> None:
         self.fn = fn
         self.arch = arch
+        self.wgmma = wgmma  # sm_90a: wgmma.mma_async is available
         self.hints = hints
         self.array_names: dict[Value, str] = {
             v: n for n, v in zip(fn.param_names, fn.params) if isinstance(v.type, ArrayType)
@@ -174,11 +211,25 @@ class Plan:
                 return None
             loads.append(load)
         p = self.mma[id(mma)]
+        if p.swa:
+            wg = replace(p, path="wgmma")
+            stages = wgmma_stages(wg.smem_bytes, bool(self.min_blocks_arg))
+            if stages >= 2:
+                self.mma[id(mma)] = wg
+                overlap = stages >= 3 and self._only_mma(loop, mma, loads)
+                return Pipeline(mma, loads[0], loads[1], stages, wg.smem_bytes, overlap)
         stage = p.smem_bytes
         stages = pipeline_stages(stage)
         if stages < 2:
             return None
         return Pipeline(mma, loads[0], loads[1], stages, stage)
+
+    @staticmethod
+    def _only_mma(loop: ForOp, mma: MmaOp, loads: list[LoadOp]) -> bool:
+        """Whether the loop body is just the operand loads, the mma on a carried accumulator and the
+        terminator, so that nothing reads the accumulator while a wgmma batch is in flight."""
+        rest = [op for op in loop.body.ops if op is not mma and op not in loads]
+        return mma.acc in loop.body.args and len(rest) == 1 and rest[0].NAME in ("continue", "yield")
 
     def _affine_in(self, v: Value, loop: ForOp) -> bool:
         """Whether scalar ``v`` is computed from the loop variable and values from outside the loop."""
@@ -207,8 +258,14 @@ class Plan:
                 raise CompileError(f"num_threads must be a power of two from 32 to 1024, got {num_threads}")
             return num_threads
         if mmas:
-            big = max((op.result.type.size for op in mmas if isinstance(op.result.type, TileType)), default=0)
-            return 256 if big >= 128 * 64 else 128
+            shapes = [op.result.type for op in mmas if isinstance(op.result.type, TileType)]
+            big = max(shapes, key=lambda t: t.size, default=None)
+            if big is None:
+                return 128
+            wg_dtypes = all(isinstance(op.a.type, TileType) and op.a.type.dtype in (float16, bfloat16) for op in mmas)
+            if self.wgmma and wg_dtypes and big.ndim == 2 and big.shape[0] in (64, 128, 256):
+                return 2 * big.shape[0]
+            return 256 if big.size >= 128 * 64 else 128
         if self._long_16bit_rows(tiles):
             return 512  # long rows of 16-bit data: more warps in flight per row
         largest = max((t.size for t in tiles), default=1)
@@ -234,6 +291,10 @@ class Plan:
         grid = choose_warp_grid(m, n, self.nt)
         if self.arch >= 80 and grid is not None and ct.dtype == float32:
             if at.dtype in (float16, bfloat16) and k % 16 == 0:
+                # a wgmma-ready warp grid keeps the option of wgmma open (see _plan_pipeline)
+                wg = wgmma_tiling(m, n, k, self.nt, item) if self.wgmma else None
+                if wg is not None:
+                    return MmaPlan("tc", m, n, k, wg[0], lda, ldb, at.dtype, ct.dtype, wg[1], wg[2])
                 return MmaPlan("tc", m, n, k, grid, lda, ldb, at.dtype, ct.dtype)
             if at.dtype == float32 and op.tf32 and k % 8 == 0:
                 return MmaPlan("tf32", m, n, k, grid, k + 4, n + 8, at.dtype, ct.dtype)

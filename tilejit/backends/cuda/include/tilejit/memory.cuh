@@ -401,10 +401,23 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// Where element (row, col) of a (ROWS, COLS) tile sits in a shared-memory stage, in elements.
+// SW == 0: row-major with row stride LD. SW = 32/64/128: the swizzled layout wgmma reads: columns
+// cut into chunks of SW bytes, each chunk ROWS rows of SW bytes, and the 16-byte unit index XORed
+// with address bits 7.. (the hardware's 32/64/128-byte swizzle; the stage must be 1024-aligned).
+template <int ROWS, int LD, int SW, class T>
+__device__ __forceinline__ int stage_offset(int row, int col) {
+  if (SW == 0) return row * LD + col;
+  constexpr int CW = SW / (int)sizeof(T);
+  int off = (col / CW) * ROWS * SW + row * SW + (col % CW) * (int)sizeof(T);
+  off ^= ((off >> 7) & (SW / 16 - 1)) << 4;
+  return off / (int)sizeof(T);
+}
+
 // Copy the (ROWS, COLS) tile at (r0, c0) of a row-major 2-D array (unit inner stride, 16-byte
-// aligned rows) into shared memory with row stride LD, 16 bytes per cp.async; bytes outside the
-// array are zero-filled.
-template <int ROWS, int COLS, int LD, int NT, class T>
+// aligned rows) into a shared-memory stage laid out as ``stage_offset`` says, 16 bytes per
+// cp.async; bytes outside the array are zero-filled.
+template <int ROWS, int COLS, int LD, int NT, int SW, class T>
 __device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 r0, i64 c0) {
   constexpr int V = 16 / (int)sizeof(T);
   constexpr int CPR = COLS / V;  // chunks per row
@@ -418,7 +431,7 @@ __device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 
     if (CHUNKS % NT == 0 || c < CHUNKS) {
       const int row = c / CPR, col = (c % CPR) * V;
       if (full) {
-        cp_async16(dst + row * LD + col, base + row * a.stride[0] + col, 16);
+        cp_async16(dst + stage_offset<ROWS, LD, SW, T>(row, col), base + row * a.stride[0] + col, 16);
         continue;
       }
       const i64 r = r0 + row, cc = c0 + col;
@@ -426,7 +439,7 @@ __device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 
       left = left < 0 ? 0 : (left > 16 ? 16 : left);
       const bool ok = (u64)r < (u64)a.shape[0] && left > 0;
       const T* src = ok ? a.ptr + r * a.stride[0] + cc : a.ptr;
-      cp_async16(dst + row * LD + col, src, ok ? (int)left : 0);
+      cp_async16(dst + stage_offset<ROWS, LD, SW, T>(row, col), src, ok ? (int)left : 0);
     }
   }
 }

@@ -7,6 +7,10 @@
 //    ldmatrix.x4.trans and issues mma.sync.aligned.m16n8k16. The accumulator tile stays in the
 //    fragment layout (tile.cuh), so a K loop never moves it.
 //  * TensorCoreTF32 (sm_80+, f32 inputs with tf32 allowed): mma.sync.aligned.m16n8k8.tf32.
+//  * Wgmma (sm_90a, f16/bf16 inputs staged by a cp.async pipeline): each warpgroup issues
+//    wgmma.mma_async m64nNk16 on swizzled shared-memory stages (memory.cuh's stage_offset) read
+//    through matrix descriptors; A is K-major, B N-major (imm-trans-b). The accumulator fragment
+//    is TensorCore's layout with WM = M/16 warps along M, so both paths share one layout.
 //  * mma_fma: any dtype, any target, any accumulator layout: each thread forms its own elements.
 #pragma once
 #include <tilejit/math.cuh>
@@ -19,6 +23,12 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 a;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
   return a;
+}
+
+// The first address at or after p (in shared memory) that is a multiple of A bytes.
+template <int A>
+__device__ __forceinline__ unsigned char* align_smem(unsigned char* p) {
+  return p + ((A - (smem_addr(p) & (A - 1))) & (A - 1));
 }
 
 // Write a 2-D tile into shared memory with row stride LD elements (VEC-element groups at once).
@@ -172,6 +182,63 @@ struct TensorCoreTF32 {
                        : "r"(af[mi][0]), "r"(af[mi][1]), "r"(af[mi][2]), "r"(af[mi][3]), "r"(bfr[ni][0]), "r"(bfr[ni][1]));
         }
     }
+  }
+};
+
+// wgmma.mma_async m64nNk16 for input type T, one specialization per N the kernel uses: the
+// backend writes them (the accumulator operand list is N/2 registers long).
+template <class T, int N> struct WgmmaOp;
+
+// A shared-memory matrix descriptor: start address, leading/stride byte offsets, swizzle mode.
+__device__ __forceinline__ u64 wgmma_desc(u32 addr, u32 lbo, u32 sbo, int sw) {
+  const u64 mode = sw == 128 ? 1 : sw == 64 ? 2 : sw == 32 ? 3 : 0;
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) | ((u64)((sbo >> 4) & 0x3FFF) << 32) |
+         (mode << 62);
+}
+
+// acc += A @ B with A an (M, K) stage (K-major chunks of SWA bytes) and B a (K, N) stage (N-major
+// chunks of SWB bytes). Warp w covers rows 16 * (w % WM); its warpgroup covers 64 rows and the
+// columns [(w / WM) * N / WN, +N / WN).
+template <class T, int M, int N, int K, int WM, int WN, int SWA, int SWB>
+struct Wgmma {
+  static constexpr int WTN = N / WN, CWA = SWA / (int)sizeof(T), CWB = SWB / (int)sizeof(T);
+  static_assert(WM % 4 == 0 && M == WM * 16 && WTN % CWB == 0 && K % 16 == 0, "not a wgmma tiling");
+
+  // cp.async wrote the stage through the generic proxy; wgmma reads it through the async proxy.
+  __device__ __forceinline__ static void fence_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+  // Issue the K / 16 wgmmas of one stage as one batch, then wait until at most PENDING batches
+  // are in flight (PENDING = 1 lets a K loop overlap this batch with the next stage's set-up).
+  template <int PENDING, class L>
+  __device__ __forceinline__ static void run(Tile<float, L>& acc, const T* As, const T* Bs) {
+    const int warp = threadIdx.x >> 5;
+    const u32 a0 = smem_addr(As) + (u32)((warp % WM) / 4 * 64 * SWA);
+    const u32 b0 = smem_addr(Bs) + (u32)((warp / WM) * WTN / CWB * K * SWB);
+    pin(acc);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+      const int k = kk * 16;
+      const u64 da = wgmma_desc(a0 + (u32)((k / CWA) * M * SWA + (k % CWA) * (int)sizeof(T)), 16, 8 * SWA, SWA);
+      const u64 db = wgmma_desc(b0 + (u32)(k * SWB), K * SWB, 8 * SWB, SWB);
+      WgmmaOp<T, WTN>::mma(acc.v, da, db);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    wait<PENDING>(acc);
+  }
+
+  template <int PENDING, class L>
+  __device__ __forceinline__ static void wait(Tile<float, L>& acc) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
+    pin(acc);
+  }
+
+  // The wgmma asm writes the accumulator asynchronously: keep the compiler from moving its
+  // registers' other reads and writes across the fence and the wait.
+  template <class L>
+  __device__ __forceinline__ static void pin(Tile<float, L>& acc) {
+#pragma unroll
+    for (int i = 0; i < L::E; ++i) asm volatile("" : "+f"(acc.v[i])::"memory");
   }
 };
 
