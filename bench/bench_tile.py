@@ -210,7 +210,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="", help="comma list of: vadd,rows,matmul")
-    ap.add_argument("--tiles", default="128x256x64,128x128x64,128x128x32",
+    ap.add_argument("--tiles", default="256x128x64,128x256x64,128x128x32",
                     help="matmul tile shapes BMxBNxBK to measure, comma-separated")
     args = ap.parse_args()
     tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",")]
