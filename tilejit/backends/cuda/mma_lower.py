@@ -159,8 +159,11 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     lw.line("tj::cp_async_commit();")
     lw.depth -= 1
     lw.line("}")
+    rd, wr = f"{n}_rd", f"{n}_wr"  # stage read and stage refilled this iteration (no modulo)
+    lw.line(f"int {rd} = 0, {wr} = {ahead % stages};")
     lw.line("#pragma unroll 1")
-    lw.line(f"for (tj::i64 {it} = 0; {it} < {nk}; ++{it}) {{")
+    bump = " = {0} + 1 == " + str(stages) + " ? 0 : {0} + 1"
+    lw.line(f"for (tj::i64 {it} = 0; {it} < {nk}; ++{it}, {rd}{bump.format(rd)}, {wr}{bump.format(wr)}) {{")
     lw.depth += 1
     ivn = lw.fresh("v")
     lw.vals[iv] = _scalar_cv(ivn, ivt)
@@ -171,13 +174,12 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     lw.line("__syncthreads();")
     lw.line(f"if ({it} + {ahead} < {nk}) {{")
     lw.depth += 1
-    issue(f"{it} + {ahead}", f"(int)(({it} + {ahead}) % {stages})")
+    issue(f"{it} + {ahead}", wr)
     lw.depth -= 1
     lw.line("}")
     lw.line("tj::cp_async_commit();")
-    cur = f"(int)({it} % {stages})"
-    a_stage = f"({base} + {cur} * {stage_elems})"
-    lw.staged[id(pipe.mma)] = (a_stage, f"({base} + {cur} * {stage_elems} + {p.a_elems})", pipe.overlap)
+    a_stage = f"({base} + {rd} * {stage_elems})"
+    lw.staged[id(pipe.mma)] = (a_stage, f"({base} + {rd} * {stage_elems} + {p.a_elems})", pipe.overlap)
     lw.depth -= 1
     lw.loop_vars.append((names, carried))
     lw.nested(op.body)

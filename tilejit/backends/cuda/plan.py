@@ -89,10 +89,13 @@ def pipeline_stages(stage_bytes: int) -> int:
     return 2 if 2 * stage_bytes <= 200 * 1024 else 0
 
 
-def wgmma_stages(stage_bytes: int, two_blocks: bool) -> int:
-    """Stages for a wgmma K loop: as many as fit (up to 6) in 110 KiB when two blocks should share
-    an SM, else in 220 KiB (of the 227 KiB an H100 block may have)."""
-    return min(6, (110 if two_blocks else 220) * 1024 // stage_bytes)
+def wgmma_stages(stage_bytes: int) -> int:
+    """Stages for a wgmma K loop: 4 (prefetch two ahead, one wgmma batch in flight) when they fit
+    in 220 KiB (an H100 block may have 227), else 2. Three, five or six stages made ptxas
+    serialize the wgmmas (warning C7515) in our kernels."""
+    if 4 * stage_bytes <= 220 * 1024:
+        return 4
+    return 2 if 2 * stage_bytes <= 220 * 1024 else 0
 
 
 def _pow2(x: int) -> bool:
@@ -213,7 +216,7 @@ class Plan:
         p = self.mma[id(mma)]
         if p.swa:
             wg = replace(p, path="wgmma")
-            stages = wgmma_stages(wg.smem_bytes, bool(self.min_blocks_arg))
+            stages = wgmma_stages(wg.smem_bytes)
             if stages >= 2:
                 self.mma[id(mma)] = wg
                 overlap = stages >= 3 and self._only_mma(loop, mma, loads)
