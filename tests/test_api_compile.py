@@ -54,6 +54,24 @@ def test_signature_by_name_and_scalars() -> None:
     assert "%a: f32" in text and "%n: i64" in text
 
 
+def test_contiguous_signature_gets_the_fast_paths() -> None:
+    """``[:, ::1]`` promises what a launch would detect: the AOT compile vectorizes and pipelines."""
+    from test_frontend_kernels import matmul  # the example kernel
+
+    plain = tj.compile(matmul, (tj.bfloat16[:, :],) * 2 + (tj.float32[:, :],),
+                       constants={"BM": 128, "BN": 256, "BK": 64}, target="sm_90a")
+    fast = tj.compile(matmul, (tj.bfloat16[:, ::1],) * 2 + (tj.float32[:, ::1],),
+                      constants={"BM": 128, "BN": 256, "BK": 64}, target="sm_90a")
+    assert "cp_async" not in plain.cuda_source() and "TensorCore<" in plain.cuda_source()
+    assert "cp_async_tile" in fast.cuda_source() and "wgmma.mma_async" in fast.cuda_source()
+    assert fast.ir_text() == plain.ir_text()  # a launch promise, not a different type
+    assert fast.cubin()[:4] == b"\x7fELF"
+    with pytest.raises(TypeError, match=r"::1 as the last dimension"):
+        tj.float32[::1, :]
+    with pytest.raises(TypeError, match=r"tj.float32\[:\] \(rank 1\)"):
+        tj.float32[0]
+
+
 def test_signature_length_mismatch_is_clear() -> None:
     with pytest.raises(TypeError, match="3 non-constant parameters"):
         tj.compile(vadd, (tj.float32[:],), constants={"TILE": 1024}, target="sm_90")

@@ -16,7 +16,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_compile_tile_kernel_every_output(tmp_path: Path) -> None:
     proc = _cli("compile", str(EXAMPLES / "matmul.py"), "--kernel", "matmul",
-                "--signature", "f16[:,:], float16[:,:], float32[:,:]", "-C", "BM=64", "-C", "BN=64", "-C", "BK=32",
+                "--signature", "f16[:,::1], float16[:,:], float32[:,:]", "-C", "BM=64", "-C", "BN=64", "-C", "BK=32",
                 "--arch", "sm_80", "--emit", "ir,cuda,ptx,cubin", "-o", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     stem = tmp_path / "matmul.matmul.sm_80"
@@ -32,6 +32,8 @@ def test_compile_tile_kernel_bad_input(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "no @tj.kernel named 'nope'" in proc.stderr and "softmax" in proc.stderr
     proc = _cli(*base, "--kernel", "softmax", "--signature", "float33[:,:],float32[:,:]", "-C", "BLOCK=1024")
     assert proc.returncode == 2 and "unknown type 'float33[:,:]'" in proc.stderr
+    proc = _cli(*base, "--kernel", "softmax", "--signature", "float32[::1,:],float32[:,:]", "-C", "BLOCK=1024")
+    assert proc.returncode == 2 and "with ::1 last" in proc.stderr
     proc = _cli(*base, "--kernel", "softmax", "--signature", "float32[:,:]", "-C", "BLOCK=1024")
     assert proc.returncode == 2 and "2 non-constant parameters" in proc.stderr
     proc = _cli(*base, "--kernel", "softmax", "--signature", "float32[:,:],float32[:,:]", "-C", "BLOCK=1000")

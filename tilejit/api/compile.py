@@ -144,7 +144,10 @@ def compile(
     """Compile ``kernel`` for ``target`` (e.g. "sm_90") with no GPU needed.
 
     ``signature`` gives each non-constant parameter's type: ``tj.float32[:]`` for a rank-1 array,
-    ``tj.int32`` or ``int`` for a scalar. Stages run when their output is first asked for.
+    ``tj.int32`` or ``int`` for a scalar. ``tj.float16[:, ::1]`` promises the launch passes an array
+    with unit inner stride and 16-byte-aligned base and row strides, as a kernel launched from
+    Python would detect, so the compile gets the same vectorized/pipelined code. Stages run when
+    their output is first asked for.
     """
     from tilejit.compiler.targets import parse_target
 
@@ -152,7 +155,14 @@ def compile(
     arg_types = specialize(kernel, signature)
     tgt = parse_target(target) if target is not None else _default_target()
     threads = num_threads if num_threads is not None else getattr(kernel, "num_threads", None)
-    return Artifact(func, func.__name__, arg_types, dict(constants or {}), tgt, threads)
+    from tilejit.backends.cuda.abi import ArrayHint
+
+    hints = {
+        n: ArrayHint(unit_stride=True, aligned16=True)
+        for n, t in arg_types.items()
+        if isinstance(t, ArrayType) and t.contiguous
+    }
+    return Artifact(func, func.__name__, arg_types, dict(constants or {}), tgt, threads, hints)
 
 
 @functools.cache

@@ -229,9 +229,14 @@ def _parse_param_type(text: str) -> object:
         raise _UsageError(f"--signature: unknown type {text!r}; use e.g. float32[:,:], f16[:], int32, float")
     if not rest:
         return dtype
-    if not rest.endswith("]") or set(rest[:-1].replace(" ", "")) - {":", ","}:
-        raise _UsageError(f"--signature: {text!r}: write arrays as dtype[:] (rank 1) or dtype[:,:] (rank 2)")
-    return dtype[(slice(None),) * rest.count(":")]
+    dims = rest[:-1].replace(" ", "").split(",") if rest.endswith("]") else []
+    last = dims[-1] if dims else ""
+    if not dims or last not in (":", "::1") or any(d != ":" for d in dims[:-1]):
+        raise _UsageError(
+            f"--signature: {text!r}: write arrays as dtype[:] (rank 1) or dtype[:,:] (rank 2), "
+            "with ::1 last for unit inner stride and 16-byte-aligned rows (e.g. f16[:,::1])"
+        )
+    return dtype[(slice(None),) * (len(dims) - 1) + (slice(None, None, 1) if last == "::1" else slice(None),)]
 
 
 def _split_signature(text: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,17 @@ class DType:
         return self.short
 
     def __getitem__(self, key: object) -> ArrayType:
-        """``tj.float32[:]`` is a rank-1 array type, ``tj.float32[:, :]`` rank 2 (for ``tj.compile``)."""
-        ndim = len(key) if isinstance(key, tuple) else 1
-        return ArrayType(self, ndim)
+        """``tj.float32[:]`` is a rank-1 array type, ``tj.float32[:, :]`` rank 2 (for ``tj.compile``);
+        ``tj.float16[:, ::1]`` also promises unit inner stride and 16-byte-aligned rows."""
+        dims = key if isinstance(key, tuple) else (key,)
+        plain = slice(None)
+        contiguous = bool(dims) and dims[-1] == slice(None, None, 1)
+        if not dims or any(d != plain for d in (dims[:-1] if contiguous else dims)):
+            raise TypeError(
+                f"array types are written tj.{self.name}[:] (rank 1), tj.{self.name}[:, :] (rank 2), ... "
+                f"with ::1 as the last dimension for unit inner stride; got tj.{self.name}[{key!r}]"
+            )
+        return ArrayType(self, len(dims), contiguous)
 
 
 bool_ = DType("bool", "b", 8, "i1", "bool")
@@ -134,6 +142,9 @@ class ArrayType:
 
     dtype: DType
     ndim: int
+    # a promise for ahead-of-time compiles (not part of the type's identity): unit inner stride,
+    # 16-byte-aligned base and outer strides, so the backend may use vector and cp.async copies
+    contiguous: bool = field(default=False, compare=False)
 
     def __str__(self) -> str:
         return f"array<{self.dtype}, {self.ndim}>"
