@@ -113,7 +113,7 @@ def test_checker_rejects_signedness_and_return_type(toolkit: object) -> None:
     assert check_functions(header, _with("cuInit", argtypes=(ctypes.c_int64,)))
     assert check_functions(header, _with("cuInit", restype=ctypes.c_int64))
     nv = parse_headers(toolkit.nvrtc_h)  # type: ignore[attr-defined]
-    wrong = [dataclasses.replace(nvrtc.ENTRY_BY_NAME["nvrtcGetPTXSize"], argtypes=(c_void_p, POINTER(c_uint)))]
+    wrong = [nvrtc.ENTRY_BY_NAME["nvrtcGetPTXSize"]._replace(argtypes=(c_void_p, POINTER(c_uint)))]
     assert check_functions(nv, wrong)
 
 

@@ -494,3 +494,27 @@ def test_per_launch_python_cost(fake: FakeDriver) -> None:
         best = min(best, (time.perf_counter() - t0) / n)
     print(f"per-launch Python cost with the stand-in driver: {best * 1e6:.2f} us")
     assert best < 20e-6
+
+
+def test_mutated_list_grid_is_read_again(fake: FakeDriver) -> None:
+    """The launch config is repacked only when the grid changes; a list grid is never trusted as unchanged."""
+    launcher = Launcher(fn(), [("n", ParamKind.scalar("int32"))], block=32, driver=fake)
+    grid = [2, 1, 1]
+    launcher(grid, (1,))
+    grid[0] = 5
+    launcher(grid, (1,))
+    assert fake.config().gx == 5
+    same = (3, 2)
+    launcher(same, (1,))
+    launcher(same, (1,))
+    c = fake.config()
+    assert (c.gx, c.gy, c.gz) == (3, 2, 1)
+
+
+def test_launch_function_is_generated_on_first_use(fake: FakeDriver) -> None:
+    launcher = Launcher(fn(), [("n", ParamKind.scalar("int32"))], block=32, driver=fake)
+    assert "launch" not in vars(launcher)
+    launch = launcher.launch
+    assert launcher.launch is launch and "def launch(grid, args, stream=None)" in launcher.source
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        launcher.nope  # noqa: B018

@@ -7,11 +7,9 @@ and device is one specialization, compiled once per process and cached on disk a
 
 from __future__ import annotations
 
-import hashlib
-import inspect
+import functools
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tilejit.api.compile import Artifact
@@ -19,25 +17,30 @@ from tilejit.api.signature import array_key, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import ArrayType, TileType
 from tilejit.runtime.interop import ArrayView as _AV
+from tilejit.runtime.interop import as_view
 
 
-@dataclass
 class _Compiled:
     """One loaded specialization: its launcher and what produced it."""
 
-    launcher: Any
-    artifact: Artifact | None
-    module: Any
+    __slots__ = ("artifact", "launcher", "module")
+
+    def __init__(self, launcher: Any, artifact: Artifact | None, module: Any) -> None:
+        self.launcher = launcher
+        self.artifact = artifact
+        self.module = module
+
+    def __repr__(self) -> str:
+        return f"_Compiled(launcher={self.launcher!r}, artifact={self.artifact!r}, module={self.module!r})"
 
 
 _PY_SCALARS = frozenset({int, float, bool})
 _MEMO_LIMIT = 4096
+_MISSING = object()
 
 
 def _as_view_or_scalar(name: str, a: Any) -> Any:
     """An ArrayView of a device array, or ``a`` itself when it is a numpy/0-d scalar."""
-    from tilejit.runtime.interop import as_view
-
     try:
         return as_view(a)
     except (TypeError, ValueError) as exc:
@@ -74,17 +77,36 @@ def _normalize_grid(grid: object) -> tuple[int, int, int]:
     return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
 
 
+def _source_bytes(func: Callable[..., Any]) -> bytes:
+    """The text of the file that defines ``func`` plus its qualified name; ``inspect.getsource`` only
+    when there is no file (it costs a first launch several ms in ``inspect`` and ``tokenize``).
+
+    Hashing the whole file is conservative: an edit anywhere in it changes the fingerprint.
+    """
+    code = func.__code__
+    try:
+        with open(code.co_filename, "rb") as f:
+            return f.read() + b"\0" + func.__qualname__.encode()
+    except (OSError, ValueError, TypeError):
+        pass
+    import inspect
+
+    try:
+        return inspect.getsource(func).encode()
+    except (OSError, TypeError):
+        return code.co_code
+
+
 def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) -> str:
     """A hash of the kernel's source and of every global it names that can change the code."""
+    from tilejit.compiler.cache import sha256
+
     seen = seen if seen is not None else set()
     if id(func) in seen:
         return ""
     seen.add(id(func))
-    h = hashlib.sha256()
-    try:
-        h.update(inspect.getsource(func).encode())
-    except (OSError, TypeError):
-        h.update(func.__code__.co_code)
+    h = sha256()
+    h.update(_source_bytes(func))
     g = getattr(func, "__globals__", {})
     for name in sorted(set(func.__code__.co_names)):
         value = g.get(name)
@@ -94,6 +116,69 @@ def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) 
         elif isinstance(value, int | float | bool | str | tuple | type(None)):
             h.update(f"{name}={value!r};".encode())
     return h.hexdigest()
+
+
+def _dispatch_source(
+    args: Sequence[str], constants: Sequence[str], annotated: Sequence[str]
+) -> str:
+    """Source of ``make(...)``, which returns the launch function of one ``kernel[grid]``.
+
+    The function is unrolled over the kernel's parameters: it classifies each argument inline (own
+    arrays, views and Python scalars; anything else through ``classify``), builds the same fast key as
+    :meth:`Kernel._launch`, and launches the specialization it maps to. Any other call shape (missing,
+    extra or positional constants) goes to ``Kernel._launch``, which checks it and raises.
+    """
+    n = len(args)
+    lines = [f"if len(args) != {n} or len(kw) != {len(constants)}: return slow(grid, stream, args, kw)"]
+    if n:
+        lines.append("".join(f"a{i}, " for i in range(n)) + "= args")
+    for j, c in enumerate(constants):
+        lines.append(f"c{j} = kw.get({c!r}, MISSING)")
+    if constants:
+        lines.append(f"if {' or '.join(f'c{j} is MISSING' for j in range(len(constants)))}: "
+                     "return slow(grid, stream, args, kw)")
+        consts = "(" + "".join(f"(c{j}.__class__, c{j}), " for j in range(len(constants))) + ")"
+    else:
+        consts = "()"
+    for i, name in enumerate(args):
+        a = f"a{i}"
+        ann = name in annotated
+        lines += [
+            f"cl = {a}.__class__",
+            f"if cl is DA: v{i} = {a}._view; k{i} = (v{i}[3], v{i}[2], v{i}[0] & 15)",
+            f"elif cl is AV: v{i} = {a}; k{i} = ({a}[3], {a}[2], {a}[0] & 15)",
+            f"elif cl is int: v{i} = {a}; k{i} = "
+            + ("None" if ann else f"int if {_I32_MIN} <= {a} <= {_I32_MAX} else 'i64'"),
+            f"elif cl is float or cl is bool: v{i} = {a}; k{i} = " + ("None" if ann else "cl"),
+            f"else: v{i}, k{i} = classify({name!r}, {a})",
+        ]
+    key = "(" + consts + ", " + "".join(f"k{i}, " for i in range(n)) + ")"
+    views = "(" + "".join(f"v{i}, " for i in range(n)) + ")"
+    run = "(" + "".join(f"a{i}, " for i in range(n)) + ")"
+    const_values = "(" + "".join(f"c{j}, " for j in range(len(constants))) + ")"
+    lines += [
+        f"key = {key}",
+        "try:",
+        "    compiled = fast[key]",
+        "except KeyError:",
+        f"    compiled = specialize(key, list({run}), list({views}), {const_values})",
+        "except TypeError:  # an unhashable constant: the checked path says which",
+        "    return slow(grid, stream, args, kw)",
+        f"compiled.launcher(grid, {views}, stream)",
+    ]
+    body = "".join(f"        {line}\n" for line in lines)
+    return (
+        "def make(grid, stream, fast, specialize, slow, classify, DA, AV, MISSING):\n"
+        "    def launch(*args, **kw):\n"
+        f"{body}"
+        "    return launch\n"
+    )
+
+
+def _classify(name: str, a: Any) -> tuple[Any, Any]:
+    """(view or scalar, fast-key entry) of an argument that is not a DeviceArray, view or Python scalar."""
+    v = _as_view_or_scalar(name, a)
+    return v, ((v.dtype, v.strides, v.ptr & 15) if v.__class__ is _AV else ("scalar", str(v.dtype)))
 
 
 class Kernel:
@@ -118,6 +203,7 @@ class Kernel:
         self._bound: dict[object, Callable[..., None]] = {}
         self._lock = threading.Lock()
         self._fingerprint: str | None = None
+        self._make: Callable[..., Callable[..., None]] | None = None
 
     def __repr__(self) -> str:
         return f"<tilejit.Kernel {self.func.__module__}.{self.func.__qualname__}>"
@@ -137,11 +223,18 @@ class Kernel:
             grid, stream = _normalize_grid(item[0]), item[1]
         else:
             grid, stream = _normalize_grid(item), None
-        launch = self._launch
+        make = self._make
+        if make is None:
+            from tilejit.runtime.array import DeviceArray
 
-        def bound(*args: Any, **kwargs: Any) -> None:
-            launch(grid, stream, args, kwargs)
-
+            src = _dispatch_source(self._args, self._constants, list(self._annotated))
+            namespace: dict[str, Any] = {}
+            exec(compile(src, f"<tilejit dispatch {self.__name__}>", "exec"), namespace)
+            make = self._make = functools.partial(
+                namespace["make"], fast=self._fast, specialize=self._specialize, slow=self._launch,
+                classify=_classify, DA=DeviceArray, AV=_AV, MISSING=_MISSING,
+            )
+        bound = make(grid, stream)
         try:
             if len(self._bound) >= _MEMO_LIMIT:
                 self._bound.clear()
@@ -204,9 +297,9 @@ class Kernel:
                 else:
                     key.append(cls if cls is not int or _I32_MIN <= a <= _I32_MAX else "i64")
             else:
-                v = _as_view_or_scalar(name, a)
+                v, k = _classify(name, a)
                 views.append(v)
-                key.append((v.dtype, v.strides, v.ptr & 15) if v.__class__ is _AV else ("scalar", str(v.dtype)))
+                key.append(k)
         k = tuple(key)
         compiled = self._fast.get(k)
         if compiled is None:

@@ -8,8 +8,6 @@ code, so a warm first call in a new process skips the front end, the backend and
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 from typing import TYPE_CHECKING, Any
 
 from tilejit.api.compile import Artifact
@@ -18,14 +16,15 @@ from tilejit.config import CACHE, EMIT_PTX
 if TYPE_CHECKING:
     from tilejit.api.kernel import _Compiled
 
-_ENTRY_VERSION = "2"
+_ENTRY_VERSION = "3"
 
 
 @functools.cache
 def _headers_digest() -> str:
     from tilejit.backends.cuda.abi import device_headers
+    from tilejit.compiler.cache import sha256
 
-    h = hashlib.sha256()
+    h = sha256()
     for name, text in sorted(device_headers().items()):
         h.update(name.encode() + b"\0" + text.encode() + b"\0")
     return h.hexdigest()
@@ -36,12 +35,13 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     from tilejit.compiler.cache import cache_key
     from tilejit.compiler.nvrtc import nvrtc_identity
 
+    # repr of lists of str/int/bool tuples: deterministic, and no json import on a warm launch
     types = [(n, str(t)) for n, t in artifact.arg_types.items()]
     consts = [(n, type(v).__name__, repr(v)) for n, v in sorted(artifact.constants.items())]
     hints = sorted((n, h.unit_stride, h.aligned16) for n, h in artifact.hints.items())
     return cache_key(
-        "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, json.dumps(types),
-        json.dumps(consts), json.dumps(hints), artifact.target.sm, str(artifact.num_threads),
+        "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, repr(types),
+        repr(consts), repr(hints), artifact.target.sm, str(artifact.num_threads),
         nvrtc_identity(), _headers_digest(),
     )
 

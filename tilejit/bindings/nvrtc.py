@@ -7,8 +7,7 @@ import os
 import re
 import threading
 from ctypes import POINTER, c_char_p, c_int, c_size_t, c_void_p
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tilejit import config
 from tilejit.bindings import loader
@@ -63,9 +62,11 @@ _ARCHS_BEFORE_11_2: dict[tuple[int, int], list[int]] = {
 }
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One NVRTC function: name, ctypes signature, and whether every supported release has it."""
+class Entry(NamedTuple):
+    """One NVRTC function: name, ctypes signature, and whether every supported release has it.
+
+    A NamedTuple, not a dataclass: cheaper to define, and this module is on a first launch's path.
+    """
 
     name: str
     argtypes: tuple[Any, ...]

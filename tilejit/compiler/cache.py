@@ -2,10 +2,14 @@
 
 Each entry is one file, written atomically (temp file in the same folder, then ``os.replace``)::
 
-    b"TJCACHE\\0" | u32 format version | u32 JSON length | JSON header | payload | sha256 of all before
+    b"TJCACHE\\0" | u32 format version | u32 header length | header | payload | sha256 of all before
 
-so a truncated or corrupted file is detected, treated as a miss and removed. Concurrent writers of
-one key each replace the file whole, leaving one good entry. A folder that cannot be written turns
+The header (key, payload spans, the other values) is ``marshal`` data, not JSON: a warm hit in a
+new process then imports neither ``json`` nor ``hashlib`` (whose OpenSSL backend alone costs ~3 ms
+to load); sha256 comes from CPython's built-in module.
+
+A truncated or corrupted file is detected, treated as a miss and removed. Concurrent writers of one
+key each replace the file whole, leaving one good entry. A folder that cannot be written turns
 caching off for the process with one warning. Size is bounded; least recently used entries (by
 mtime, touched on every hit) are evicted first. Reading an entry loads no CUDA library.
 """
@@ -13,8 +17,7 @@ mtime, touched on every hit) are evicted first. Reading an entry loads no CUDA l
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
+import marshal
 import os
 import re
 import struct
@@ -26,8 +29,16 @@ from typing import Any
 
 from tilejit import config
 
+try:  # CPython's own sha256: the same digests as hashlib's, without loading OpenSSL
+    from _sha2 import sha256  # Python 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # Python 3.10, 3.11
+    except ImportError:  # a build without the built-in hashes
+        from hashlib import sha256
+
 MAGIC = b"TJCACHE\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 SUFFIX = ".tjc"
 _HEAD = struct.Struct("<8sII")
 _DIGEST = 32
@@ -46,7 +57,7 @@ class CacheWarning(UserWarning):
 
 def cache_key(*parts: bytes | str) -> str:
     """A sha256 hex key over ``parts``; each part is length-prefixed, so ("ab", "c") and ("a", "bc") differ."""
-    h = hashlib.sha256()
+    h = sha256()
     for part in parts:
         data = part.encode("utf-8") if isinstance(part, str) else bytes(part)
         h.update(b"s" if isinstance(part, str) else b"b")
@@ -67,7 +78,7 @@ def user_cache_dir() -> str:
 
 
 class DiskCache:
-    """Entries keyed by a hex string; each entry is a dict of JSON values plus ``bytes`` values (the payload).
+    """Entries keyed by a hex string; each a dict of plain (marshal-able) values plus ``bytes`` (the payload).
 
     ``directory`` defaults to ``TILEJIT_CACHE_DIR``, else the user cache folder; ``max_bytes`` to
     ``TILEJIT_CACHE_MAX_BYTES``. The folder is created on the first write.
@@ -110,7 +121,7 @@ class DiskCache:
         return entry
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        """Store ``entry`` under ``key``: ``bytes`` values go to the payload, the rest must be JSON-serializable."""
+        """Store ``entry`` under ``key``: ``bytes`` values go to the payload, the rest must be plain data."""
         path = self.path_of(key)
         blob = _encode(key, entry)
         if not self._writable or len(blob) > self.max_bytes:
@@ -218,11 +229,12 @@ def _encode(key: str, entry: dict[str, Any]) -> bytes:
         else:
             meta[name] = value
     try:
-        header = json.dumps({"key": key, "fields": fields, "meta": meta}, separators=(",", ":")).encode()
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"cache entry values must be bytes or JSON-serializable: {exc}") from None
+        header = marshal.dumps({"key": key, "fields": fields, "meta": meta}, 4)
+    except ValueError as exc:
+        raise TypeError(f"cache entry values must be bytes or plain data (None, bool, int, float, str, "
+                        f"lists, tuples, dicts): {exc}") from None
     body = b"".join([_HEAD.pack(MAGIC, FORMAT_VERSION, len(header)), header, *chunks])
-    return body + hashlib.sha256(body).digest()
+    return body + sha256(body).digest()
 
 
 def _decode(blob: bytes, key: str) -> dict[str, Any] | None:
@@ -232,11 +244,11 @@ def _decode(blob: bytes, key: str) -> dict[str, Any] | None:
     if magic != MAGIC or version != FORMAT_VERSION or _HEAD.size + header_len > len(blob) - _DIGEST:
         return None
     body = memoryview(blob)[: len(blob) - _DIGEST]
-    if hashlib.sha256(body).digest() != blob[-_DIGEST:]:
+    if sha256(body).digest() != blob[-_DIGEST:]:
         return None
-    try:
-        header = json.loads(bytes(body[_HEAD.size : _HEAD.size + header_len]))
-    except ValueError:
+    try:  # checksummed above; marshal rejects anything malformed all the same
+        header = marshal.loads(body[_HEAD.size : _HEAD.size + header_len])
+    except (ValueError, EOFError, TypeError):
         return None
     if not isinstance(header, dict) or header.get("key") != key:
         return None
@@ -247,7 +259,7 @@ def _decode(blob: bytes, key: str) -> dict[str, Any] | None:
         return None
     entry: dict[str, Any] = dict(meta)
     for name, span in fields.items():
-        if not (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) for v in span)):
+        if not (isinstance(span, list | tuple) and len(span) == 2 and all(isinstance(v, int) for v in span)):
             return None
         start, length = span
         if start < 0 or length < 0 or start + length > len(payload):
@@ -288,4 +300,4 @@ def default_cache() -> DiskCache:
     return cache
 
 
-__all__ = ["CacheWarning", "DiskCache", "cache_key", "default_cache", "user_cache_dir"]
+__all__ = ["CacheWarning", "DiskCache", "cache_key", "default_cache", "sha256", "user_cache_dir"]

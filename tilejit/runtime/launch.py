@@ -260,6 +260,19 @@ def _address(fn: Any) -> int:
 
 
 _EX_PROTO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _ex_now(address: int, config: int, handle: int, kernel_params: int, extra: int) -> Callable[[], int]:
+    """``cuLaunchKernelEx(config, handle, kernel_params, extra)`` as a no-argument call.
+
+    The four pointers are bound as ready ``c_void_p`` objects to a function pointer without
+    ``argtypes``, so each call hands them straight to libffi instead of converting four ints.
+    """
+    fn = ctypes.CFUNCTYPE(ctypes.c_int)(address)
+    fn.argtypes = None  # type: ignore[assignment]
+    return functools.partial(fn, ctypes.c_void_p(config), ctypes.c_void_p(handle),
+                             ctypes.c_void_p(kernel_params) if kernel_params else None,
+                             ctypes.c_void_p(extra) if extra else None)
 _LEGACY_PROTO = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_void_p, *(ctypes.c_uint,) * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
 )
@@ -333,12 +346,22 @@ class Launcher:
         self._driver = driver
         ex = getattr(driver, "cuLaunchKernelEx", None)
         self._uses_ex = ex is not None
-        self._call = _EX_PROTO(_address(ex)) if ex is not None else _LEGACY_PROTO(_address(driver.cuLaunchKernel))
+        self._address = _address(ex) if ex is not None else _address(driver.cuLaunchKernel)
+        self._call = _EX_PROTO(self._address) if ex is not None else _LEGACY_PROTO(self._address)
         self._handle = int(function.handle)
         self._owner_thread = threading.get_ident()
         self._buffers = _Buffers(self.size, self.offsets, self.block, shared_bytes)
         self._state: list[Any] = [None, -1]
-        self.launch: Callable[..., None] = self._generate()
+
+    launch: Callable[..., None]
+
+    def __getattr__(self, name: str) -> Any:
+        # ``launch`` is generated on first use: RawKernel launches through ``entry`` only, and each
+        # generated function costs a compile() on the way to a first launch.
+        if name == "launch":
+            launch = self.__dict__["launch"] = self._generate()
+            return launch
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{k} {n}" for n, k in self.params)
@@ -363,8 +386,8 @@ class Launcher:
             "cfg": self._buffers.config, "call": self._call, "cfgaddr": self._buffers.config_addr,
             "fh": self._handle, "st": self._state, "cur": _current_handle,
             "kparams": kparams, "extra": extra,
-            "launch_now": functools.partial(self._call, self._buffers.config_addr, self._handle, kparams or None,
-                                            extra or None) if self._uses_ex else None,
+            "launch_now": _ex_now(self._address, self._buffers.config_addr, self._handle, kparams, extra)
+            if self._uses_ex else None,
             "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
             "owner": self._owner_thread, "slow": self._launch_generic, "explain": self._explain,
             "failed": self._failed, "AV": ArrayView, "DA": DeviceArray, "as_view": as_view, "Mismatch": _Mismatch,
@@ -423,7 +446,7 @@ class Launcher:
         ]
         if self._uses_ex:
             lines += [
-                "if grid != st[0] or h != st[1]:",
+                "if (grid is not st[0] and grid != st[0]) or h != st[1]:",
                 "    gx, gy, gz = grid3(grid)",
                 f"    cfgpack(cfg, 0, gx, gy, gz, {bx}, {by}, {bz}, {self.shared_bytes}, h)",
                 "    st[0] = grid if grid.__class__ is int or grid.__class__ is tuple else None",

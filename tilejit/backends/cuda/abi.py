@@ -5,8 +5,8 @@ without importing the code generator."""
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
-from importlib import resources
 
 ParamSpec = tuple[str, str, int] | tuple[str, str]
 
@@ -23,8 +23,18 @@ class ArrayHint:
 
 @functools.cache
 def _read_headers() -> tuple[tuple[str, str], ...]:
-    root = resources.files("tilejit.backends.cuda").joinpath("include").joinpath("tilejit")
-    return tuple((f"tilejit/{n}.cuh", root.joinpath(f"{n}.cuh").read_text(encoding="utf-8")) for n in HEADER_NAMES)
+    folder = os.path.join(os.path.dirname(__file__), "include", "tilejit")
+    try:  # plain files: the usual install, and no importlib.resources to import on a warm launch
+        texts = []
+        for n in HEADER_NAMES:
+            with open(os.path.join(folder, f"{n}.cuh"), encoding="utf-8") as f:
+                texts.append(f.read())
+    except OSError:  # e.g. a zipped install
+        from importlib import resources
+
+        root = resources.files("tilejit.backends.cuda").joinpath("include").joinpath("tilejit")
+        texts = [root.joinpath(f"{n}.cuh").read_text(encoding="utf-8") for n in HEADER_NAMES]
+    return tuple((f"tilejit/{n}.cuh", text) for n, text in zip(HEADER_NAMES, texts))
 
 
 def device_headers() -> dict[str, str]:

@@ -1,0 +1,169 @@
+"""CPU tests of the tile-kernel launch front half: ``kernel[grid](...)`` classifies arguments, maps
+them to a specialization and hands views to its launcher; bad calls raise ``LaunchError`` naming the
+cause. ``_build`` is replaced by a recorder, so nothing compiles and no GPU is needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit.api.kernel import Kernel, _Compiled, _dispatch_source, _source_fingerprint
+from tilejit.api.signature import scalar_type_of
+from tilejit.errors import LaunchError
+from tilejit.runtime.interop import ArrayView
+from tilejit.runtime.stream import Stream
+
+
+class Recorder:
+    """Stands in for ``Kernel._build``: one fake launcher per specialization, every launch recorded."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.builds: list[tuple[dict[str, Any], dict[str, Any], tuple[Any, ...]]] = []
+        self.launches: list[tuple[int, tuple[Any, ...], list[Any], Any]] = []
+        kernel._build = self.build  # type: ignore[method-assign]
+        kernel._specs.clear()
+        kernel._fast.clear()
+        kernel._bound.clear()
+
+    def build(self, arg_types: dict[str, Any], hints: dict[str, Any], consts: tuple[Any, ...]) -> _Compiled:
+        index = len(self.builds)
+        self.builds.append((dict(arg_types), dict(hints), consts))
+
+        def launcher(grid: tuple[int, int, int], views: Any, stream: Any) -> None:
+            self.launches.append((index, grid, list(views), stream))
+
+        return _Compiled(launcher=launcher, artifact=None, module=None)
+
+
+def view(dtype: str = "float32", shape: tuple[int, ...] = (16,), strides: tuple[int, ...] = (1,),
+         ptr: int = 4096) -> ArrayView:
+    return ArrayView(ptr, shape, strides, dtype, None)
+
+
+class CAI:
+    """A foreign device array through ``__cuda_array_interface__``."""
+
+    def __init__(self, ptr: int = 8192, n: int = 16, typestr: str = "<f4") -> None:
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": typestr, "data": (ptr, False), "version": 3}
+
+
+@tj.kernel
+def scale(x, out, a, n):
+    tj.store(out, index=(0,), tile=tj.load(x, index=(0,), shape=(16,)) * a)
+
+
+@tj.kernel
+def with_const(x, b: int, TILE: tj.Constant[int]):
+    tj.store(x, index=(0,), tile=tj.load(x, index=(0,), shape=(TILE,)) + b)
+
+
+def test_views_and_scalars_reach_the_launcher_and_specializations_are_reused() -> None:
+    rec = Recorder(scale)
+    x, out = view(), CAI()
+    scale[4](x, out, 2.0, 7)
+    scale[4](x, out, 3.0, 8)  # same facts: same specialization
+    scale[(2, 3)](x, out, 2.0, 7)
+    assert len(rec.builds) == 1
+    arg_types, hints, consts = rec.builds[0]
+    assert list(arg_types.values())[2:] == [scalar_type_of("a", 1.0), scalar_type_of("n", 1)]
+    assert [t.ndim for t in list(arg_types.values())[:2]] == [1, 1]
+    assert consts == () and set(hints) == {"x", "out"}
+    (index0, grid0, views0, stream0), _, (_, grid2, _, _) = rec.launches
+    assert index0 == 0 and grid0 == (4, 1, 1) and grid2 == (2, 3, 1) and stream0 is None
+    assert views0[0] is x and views0[1] == ArrayView(8192, (16,), (1,), "float32", out) and views0[2:] == [2.0, 7]
+
+
+def test_argument_facts_pick_distinct_specializations() -> None:
+    rec = Recorder(scale)
+    x = view()
+    scale[1](x, x, 1.0, 1)
+    scale[1](x, x, 1.0, 1 << 40)  # needs int64
+    scale[1](view("float16"), x, 1.0, 1)  # another dtype
+    scale[1](x, x, 1.0, True)  # bool, not int
+    scale[1](view(strides=(2,)), x, 1.0, 1)  # not unit stride
+    scale[1](view(ptr=4100), x, 1.0, 1)  # not 16-byte aligned
+    scale[1](x, x, np.float32(1.0), 1)  # a numpy float32: another fast key, the same specialization as 1.0
+    scale[1](x, x, np.float16(1.0), 1)  # a numpy float16: a new one
+    assert len(rec.builds) == 7
+    assert [b[0]["n"] for b in rec.builds[:4]] == [scalar_type_of("n", v) for v in (1, 1 << 40, 1, True)]
+    assert str(rec.builds[1][0]["n"]) != str(rec.builds[0][0]["n"])
+    assert rec.builds[6][0]["a"] == scalar_type_of("a", np.float16(1.0)) != rec.builds[0][0]["a"]
+    assert [b[1]["x"].unit_stride for b in rec.builds[3:6]] == [True, False, True]
+    assert [b[1]["x"].aligned16 for b in rec.builds[3:6]] == [True, True, False]
+    assert [launch[0] for launch in rec.launches] == [0, 1, 2, 3, 4, 5, 0, 6]
+
+
+def test_constants_by_keyword_and_annotated_scalars() -> None:
+    rec = Recorder(with_const)
+    x = view()
+    with_const[1](x, 3, TILE=16)
+    with_const[1](x, 1 << 40, TILE=16)  # annotated int: its value does not change the specialization
+    with_const[1](x, 3, TILE=32)
+    with_const[1](x=x, b=3, TILE=16)  # keywords for run-time arguments: the checked path, same result
+    with_const[1](x, 3, TILE=True)  # equal to 1 but another type
+    with_const[1](x, 3, TILE=1)
+    assert [b[2] for b in rec.builds] == [(16,), (32,), (True,), (1,)]
+    assert [type(b[2][0]) for b in rec.builds] == [int, int, bool, int]
+    assert [launch[0] for launch in rec.launches] == [0, 0, 1, 0, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("call", "pattern"),
+    [
+        (lambda x: with_const[1](x, 3), r"missing arguments: TILE"),
+        (lambda x: with_const[1](x, TILE=16), r"missing arguments: b"),
+        (lambda x: with_const[1](x, 3, 16), r"takes 2 positional arguments \(x, b\); constants \(TILE\)"),
+        (lambda x: with_const[1](x, 3, TILE=16, C=2), r"unexpected argument 'C'"),
+        (lambda x: with_const[1](x, 3, TIL=16), r"unexpected argument 'TIL'"),
+        (lambda x: with_const[1](x, 3, x=x, TILE=16), r"multiple values for argument 'x'"),
+        (lambda x: with_const[1](x, 3, TILE=[16]), r"constant 'TILE' must be hashable, got list"),
+        (lambda x: with_const[1](np.zeros(16, np.float32), 3, TILE=16), r"parameter 'x'.*host \(CPU\) array"),
+        (lambda x: with_const[1](x, "3", TILE=16), r"parameter 'b'"),
+        (lambda x: with_const[0](x, 3, TILE=16), r"grid must be a positive int"),
+        (lambda x: scale[1](x, x, 1.0), r"takes 4 positional arguments|missing arguments: n"),
+        (lambda x: scale[1](x, x, object(), 1), r"parameter 'a'"),
+    ],
+)
+def test_bad_calls_raise_launch_error(call: Any, pattern: str) -> None:
+    rec = Recorder(with_const)
+    Recorder(scale)
+    with pytest.raises(LaunchError, match=pattern):
+        call(view())
+    assert rec.launches == []
+
+
+def test_stream_in_the_subscript_is_passed_on() -> None:
+    rec = Recorder(scale)
+    stream = Stream._wrap(0x77)
+    scale[2, stream](view(), view(), 1.0, 1)
+    assert rec.launches[-1][3] is stream and rec.launches[-1][1] == (2, 1, 1)
+
+
+def test_dispatch_source_is_unrolled_per_parameter() -> None:
+    src = _dispatch_source(["x", "b"], ["TILE"], ["b"])
+    assert "a0, a1, = args" in src and "kw.get('TILE', MISSING)" in src
+    assert "elif cl is int: v1 = a1; k1 = None" in src  # annotated: one specialization for every int
+    compile(src, "<test>", "exec")
+
+
+def test_fingerprint_follows_the_file_and_the_globals(tmp_path: Any) -> None:
+    path = tmp_path / "kmod.py"
+    body = "import tilejit as tj\nSCALE = {s}\n\ndef k(x):\n    tj.store(x, index=(0,), tile=SCALE)\n"
+
+    def fingerprint(scale_value: int, extra: str = "") -> str:
+        namespace: dict[str, Any] = {}
+        path.write_text(body.format(s=scale_value) + extra)
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        return _source_fingerprint(namespace["k"])
+
+    base = fingerprint(2)
+    assert fingerprint(2) == base
+    assert fingerprint(3) != base  # a global constant's value
+    assert fingerprint(2, "\n# an edit elsewhere in the file\n") != base
+
+    namespace: dict[str, Any] = {}
+    exec(compile("def k(x):\n    return x\n", "<no file>", "exec"), namespace)
+    assert len(_source_fingerprint(namespace["k"])) == 64  # no source file: falls back without failing
