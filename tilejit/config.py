@@ -7,7 +7,6 @@ Each setting is read when it is asked for, so tests and long-lived processes see
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -16,14 +15,22 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-@dataclass(frozen=True)
 class Setting(Generic[T]):
-    """One environment variable with a type, a default and a line of documentation."""
+    """One environment variable with a type, a default and a line of documentation.
 
-    name: str
-    kind: type
-    default: T
-    doc: str
+    A plain class, not a dataclass: this module is on every first launch's path, and creating
+    dataclasses (and importing ``dataclasses``/``inspect``) costs milliseconds there."""
+
+    __slots__ = ("default", "doc", "kind", "name")
+
+    def __init__(self, name: str, kind: type, default: T, doc: str) -> None:
+        self.name = name
+        self.kind = kind
+        self.default = default
+        self.doc = doc
+
+    def __repr__(self) -> str:
+        return f"Setting({self.name!r}, {self.kind.__name__}, default={self.default!r})"
 
     def get(self) -> T:
         raw = os.environ.get(self.name)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class TilejitError(Exception):
     """Base class of all tilejit errors."""
 
 
-@dataclass(frozen=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One place a library was looked for, and why it was not used."""
 
     where: str

@@ -10,8 +10,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from ctypes import POINTER, c_char_p, c_float, c_int, c_size_t, c_ubyte, c_uint, c_ulonglong, c_void_p
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tilejit import config
 from tilejit.bindings import loader
@@ -246,8 +245,7 @@ def format_version(version: int) -> str:
 # ----------------------------------------------------------------------------- the table
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One driver entry point: its base name, C signature as ctypes, and the ABI version to request.
 
     ``version`` is passed to cuGetProcAddress; ``symbols`` are the exported names with that same ABI,

@@ -14,7 +14,7 @@ import re
 import site
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tilejit.errors import Attempt, LibraryNotFoundError
 
@@ -29,8 +29,7 @@ Reject = Callable[[ctypes.CDLL, str], "str | None"]
 """Inspects a freshly loaded library; returns why it must not be used, or None to accept it."""
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """One place to look for a library.
 
     kind is ``"file"`` (an explicit path), ``"dir"`` (a folder searched for ``names`` in order),

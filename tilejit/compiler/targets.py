@@ -6,8 +6,8 @@ A target names a GPU architecture only; whether it is compiled to SASS (``sm_XX`
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from tilejit.errors import TargetError
@@ -21,7 +21,7 @@ _EXAMPLES = 'e.g. "sm_90", "sm90", "90", 90, (9, 0), "compute_90", "sm_90a" or "
 _PATTERN = re.compile(r"(?:(?:sm|compute)_?)?(\d{2,3})([af]?)")
 
 
-@dataclass(frozen=True, order=True)
+@functools.total_ordering
 class Target:
     """A GPU architecture: compute capability ``major.minor`` plus an optional ``a``/``f`` feature suffix.
 
@@ -29,11 +29,16 @@ class Target:
     instructions that run only on that exact architecture or family.
     """
 
+    # A plain class, not a dataclass: creating a dataclass costs import time on every warm launch.
+    __slots__ = ("major", "minor", "suffix")
     major: int
     minor: int
-    suffix: Suffix = ""
+    suffix: Suffix
 
-    def __post_init__(self) -> None:
+    def __init__(self, major: int, minor: int, suffix: Suffix = "") -> None:
+        object.__setattr__(self, "major", major)
+        object.__setattr__(self, "minor", minor)
+        object.__setattr__(self, "suffix", suffix)
         if not isinstance(self.major, int) or isinstance(self.major, bool) or not 1 <= self.major <= 99:
             raise TargetError(f"target major version must be an int in 1..99, got {self.major!r}")
         if not isinstance(self.minor, int) or isinstance(self.minor, bool) or not 0 <= self.minor <= 9:
@@ -62,6 +67,24 @@ class Target:
 
     def __str__(self) -> str:
         return self.sm
+
+    def __repr__(self) -> str:
+        return f"Target(major={self.major!r}, minor={self.minor!r}, suffix={self.suffix!r})"
+
+    def _key(self) -> tuple[int, int, str]:
+        return (self.major, self.minor, self.suffix)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, Target) else NotImplemented
+
+    def __lt__(self, other: Target) -> bool:
+        return self._key() < other._key() if isinstance(other, Target) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Target is immutable; cannot set {name!r}")
 
 
 def parse_target(value: str | int | tuple[int, int] | tuple[int, int, str] | Target) -> Target:
