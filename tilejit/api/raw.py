@@ -77,24 +77,9 @@ def parse_c_type(text: str, *, where: str = "parameter") -> ParamKind:
 
 
 def _strip_comments(source: str) -> str:
-    """``/* */`` comments blanked (offsets kept), then ``//`` comments removed; string ops, not regexes,
-    since each first-time regex compile costs a new process ~0.1 ms on the way to a warm launch."""
-    parts: list[str] = []
-    i = 0
-    while (j := source.find("/*", i)) >= 0:
-        k = source.find("*/", j + 2)
-        if k < 0:
-            break
-        parts += [source[i:j], " " * (k + 2 - j)]
-        i = k + 2
-    text = "".join(parts) + source[i:]
-    parts = []
-    i = 0
-    while (j := text.find("//", i)) >= 0:
-        parts.append(text[i:j])
-        k = text.find("\n", j)
-        i = len(text) if k < 0 else k
-    return "".join(parts) + text[i:]
+    """``/* */`` comments blanked (offsets kept), then ``//`` comments removed."""
+    source = re.sub(r"/\*.*?\*/", lambda m: " " * len(m.group(0)), source, flags=re.DOTALL)
+    return re.sub(r"//[^\n]*", "", source)
 
 
 def _is_name(token: str) -> bool:

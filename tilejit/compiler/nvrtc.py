@@ -155,7 +155,8 @@ def compile_cuda(
         raise CompileError(
             f"output='ltoir' needs NVRTC 12.0 or newer (nvrtcGetLTOIR); NVRTC {_version(lib)} at {lib.path} has none"
         )
-    prog = _run_nvrtc(lib, source, name, header_map, opts, tgt, output, exprs)
+    with _thread_locale_kept():
+        prog = _run_nvrtc(lib, source, name, header_map, opts, tgt, output, exprs)
     if key is not None:
         from tilejit.compiler.cache import default_cache
 
@@ -324,20 +325,6 @@ def _key(
 # ---------------------------------------------------------------- NVRTC calls
 
 
-def _run_nvrtc(
-    lib: NVRTC,
-    source: str,
-    name: str,
-    headers: dict[str, str],
-    opts: tuple[str, ...],
-    target: Target,
-    output: Output,
-    exprs: tuple[str, ...],
-) -> CompiledProgram:
-    with _thread_locale_kept():
-        return _run_nvrtc_calls(lib, source, name, headers, opts, target, output, exprs)
-
-
 @functools.cache
 def _uselocale() -> Callable[[int | None], int | None] | None:
     """libc's ``uselocale``, or None where there is none (Windows)."""
@@ -365,7 +352,7 @@ def _thread_locale_kept() -> Iterator[None]:
             fn(before)
 
 
-def _run_nvrtc_calls(
+def _run_nvrtc(
     lib: NVRTC,
     source: str,
     name: str,

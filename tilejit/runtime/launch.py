@@ -353,15 +353,11 @@ class Launcher:
         self._buffers = _Buffers(self.size, self.offsets, self.block, shared_bytes)
         self._state: list[Any] = [None, -1]
 
-    launch: Callable[..., None]
-
-    def __getattr__(self, name: str) -> Any:
-        # ``launch`` is generated on first use: RawKernel launches through ``entry`` only, and each
-        # generated function costs a compile() on the way to a first launch.
-        if name == "launch":
-            launch = self.__dict__["launch"] = self._generate()
-            return launch
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    @functools.cached_property
+    def launch(self) -> Callable[..., None]:
+        """The generated launch function, made on first use: RawKernel launches through ``entry``
+        only, and each generated function costs a compile() on the way to a first launch."""
+        return self._generate()
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{k} {n}" for n, k in self.params)
