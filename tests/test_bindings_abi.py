@@ -81,7 +81,7 @@ def test_versioned_names_per_major(toolkit: object) -> None:
 
 
 def _with(name: str, **changes: object) -> list[driver.Entry]:
-    return [driver.ENTRY_BY_NAME[name]._replace(**changes)]
+    return [driver.ENTRY_BY_NAME[name].replace(**changes)]
 
 
 def test_checker_rejects_uint_for_size_t(toolkit: object) -> None:
@@ -112,7 +112,7 @@ def test_checker_rejects_signedness_and_return_type(toolkit: object) -> None:
     assert check_functions(header, _with("cuInit", argtypes=(ctypes.c_int64,)))
     assert check_functions(header, _with("cuInit", restype=ctypes.c_int64))
     nv = parse_headers(toolkit.nvrtc_h)  # type: ignore[attr-defined]
-    wrong = [nvrtc.ENTRY_BY_NAME["nvrtcGetPTXSize"]._replace(argtypes=(c_void_p, POINTER(c_uint)))]
+    wrong = [nvrtc.ENTRY_BY_NAME["nvrtcGetPTXSize"].replace(argtypes=(c_void_p, POINTER(c_uint)))]
     assert check_functions(nv, wrong)
 
 

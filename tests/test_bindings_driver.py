@@ -220,7 +220,7 @@ def test_discovery_lists_every_place(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         loader, "system_sonames", lambda names: [loader.Candidate.soname(f"tilejit-absent-{n}") for n in names]
     )
-    monkeypatch.setattr(loader, "already_loaded", lambda pattern, origin="": [])
+    monkeypatch.setattr(loader, "already_loaded", lambda pattern, origin="", needle="": [])
     with pytest.raises(LibraryNotFoundError) as info:
         load_driver()
     text = str(info.value)

@@ -104,7 +104,7 @@ def test_loaded_libraries_and_already_loaded(libm_path: str) -> None:
 
 def test_site_dirs_cover_sys_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
-    dirs = loader.site_dirs()
+    dirs = list(loader.site_dirs())
     assert str(tmp_path) in dirs
     assert len({os.path.realpath(d) for d in dirs}) == len(dirs)
 
@@ -196,7 +196,7 @@ def test_nvjitlink_explicit_path_is_exclusive(monkeypatch: pytest.MonkeyPatch) -
 def test_nvjitlink_find_lists_places(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TILEJIT_NVJITLINK", raising=False)
     monkeypatch.setattr(loader, "site_dirs", lambda: [])
-    monkeypatch.setattr(loader, "already_loaded", lambda pattern, origin="": [])
+    monkeypatch.setattr(loader, "already_loaded", lambda pattern, origin="", needle="": [])
     monkeypatch.setattr(loader, "ldconfig_path_of", lambda soname: None)
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)

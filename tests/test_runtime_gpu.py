@@ -16,7 +16,7 @@ from tilejit.runtime.array import DeviceArray, asarray, empty, zeros
 from tilejit.runtime.device import Device, device_count, get_device
 from tilejit.runtime.event import Event
 from tilejit.runtime.interop import as_view
-from tilejit.runtime.launch import Launcher, ParamKind
+from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
 from tilejit.runtime.module import Module
 from tilejit.runtime.stream import Stream, current_stream, set_current_stream
 
@@ -276,9 +276,38 @@ def test_current_stream_and_events() -> None:
         Event.elapsed_ms(Event(), Event())
 
 
-def test_wrong_arguments_raise_launch_error(vadd: RawKernel) -> None:
+def test_checked_then_generated_launches() -> None:
+    """The first CHECKED_LAUNCHES launches per (device, block, shared) take the checked path, later ones a
+    generated function; alternating block shapes reuse their generated functions. Every launch is right."""
+    vadd = RawKernel(VADD, "vadd")
+    n = 40_009
+    x, y = asarray(rng().standard_normal(n, dtype=np.float32)), asarray(rng().standard_normal(n, dtype=np.float32))
+    out = empty(n, "float32")
+    for i in range(2 * CHECKED_LAUNCHES + 2):
+        assert (vadd._call == vadd._first_call) == (i < CHECKED_LAUNCHES)
+        block = 128 if i < 2 * CHECKED_LAUNCHES else 256 + 128 * (i % 2)
+        out.poison()
+        scale = float(i + 1)
+        xs = asarray(x.numpy() * np.float32(scale))
+        vadd((n + block - 1) // block, block, (xs, y, out, n))
+        np.testing.assert_array_equal(out.numpy(), xs.numpy() + y.numpy())
+    assert set(vadd._entries) == {(get_device().ordinal, 128, 0)}  # 256/384 still on the checked path
+    for i in range(2 * CHECKED_LAUNCHES):
+        block = 256 + 128 * (i % 2)
+        out.poison()
+        vadd((n + block - 1) // block, block, (x, y, out, n))
+        np.testing.assert_array_equal(out.numpy(), x.numpy() + y.numpy())
+    assert len(vadd._entries) == 3
+
+
+@pytest.mark.parametrize("generated", [False, True], ids=["checked", "generated"])
+def test_wrong_arguments_raise_launch_error(generated: bool) -> None:
+    vadd = RawKernel(VADD, "vadd")
     n = 10
     d = zeros(n, "float32")
+    for _ in range(CHECKED_LAUNCHES if generated else 0):
+        vadd(1, 32, (d, d, d, n))
+    assert (vadd._call != vadd._first_call) == generated
     with pytest.raises(LaunchError, match=r"parameter 'x'.*host \(CPU\) array"):
         vadd(1, 32, (np.zeros(n, np.float32), d, d, n))
     with pytest.raises(LaunchError, match=r"parameter 'out'.*expected float32 data, got an array of int32"):

@@ -277,7 +277,7 @@ def test_fast_path_packs_what_the_kernel_reads(fake: FakeDriver) -> None:
 
 def test_generic_path_and_legacy_entry_point_pack_the_same(fake: FakeDriver, fake_lib: ctypes.CDLL) -> None:
     launcher = Launcher(fn(), MIXED, block=64, driver=fake)
-    launcher._launch_generic(3, MIXED_ARGS)
+    launcher.launch_checked(3, MIXED_ARGS)
     assert fake.describe_mixed() == MIXED_TEXT
     legacy = Launcher(fn(), MIXED, block=64, driver=FakeDriver(fake_lib, with_ex=False))
     legacy(9, MIXED_ARGS, 0x77)
@@ -296,7 +296,7 @@ def test_kernel_params_pointer_array(fake_lib: ctypes.CDLL, with_ex: bool) -> No
     assert fake.describe_mixed() == MIXED_TEXT
     base = fake.lib.fake_pointer(0)
     assert tuple(fake.lib.fake_pointer(i) - base for i in range(len(MIXED))) == launcher.offsets
-    launcher._launch_generic(2, MIXED_ARGS)
+    launcher.launch_checked(2, MIXED_ARGS)
     assert fake.describe_mixed() == MIXED_TEXT
     with pytest.raises(ValueError, match="param_passing"):
         Launcher(fn(), MIXED, driver=fake, param_passing="registers")
@@ -439,7 +439,7 @@ def test_wrong_argument_names_the_parameter(fake: FakeDriver, index: int, value:
     assert isinstance(info.value, TypeError)
     assert fake.calls() == before, "nothing may be launched when an argument is wrong"
     with pytest.raises(LaunchError, match=pattern):
-        launcher._launch_generic(1, args)
+        launcher.launch_checked(1, args)
     launcher(1, GOOD)  # the launcher still works afterwards
     assert fake.calls() == before + 1
 

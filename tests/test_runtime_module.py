@@ -76,6 +76,8 @@ extern "C" __global__ void noargs() {}
 extern "C" __global__ void voidargs(void) {}
 extern "C" __global__ void ref(float& r) {}
 extern "C" __global__ void vec(float4 v) {}
+__global__ void twice2(int a) { twice(a); }  /* twice(int) */
+extern "C" __global__ void __launch_bounds__(128, 2) twice (float b) {}
 """
 
 P, S = ParamKind.pointer, ParamKind.scalar
@@ -92,6 +94,7 @@ P, S = ParamKind.pointer, ParamKind.scalar
         ("tmpl<float>", [("x", P(None)), ("n", S("int32"))], False),
         ("noargs", [], True),
         ("voidargs", [], True),
+        ("twice", [("b", S("float32"))], True),
     ],
 )
 def test_parse_signature(name: str, params: list[tuple[str, ParamKind]], extern_c: bool) -> None:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from tilejit.records import Record
 
 
 class TilejitError(Exception):
     """Base class of all tilejit errors."""
 
 
-class Attempt(NamedTuple):
+class Attempt(Record):
     """One place a library was looked for, and why it was not used."""
 
+    _fields = ("where", "why")
+    __slots__ = _fields
     where: str
     why: str
+
+    def __init__(self, where: str, why: str) -> None:
+        self._init(where, why)
 
 
 class LibraryNotFoundError(TilejitError, OSError):

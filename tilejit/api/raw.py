@@ -12,14 +12,13 @@ device on its first launch there (through the disk cache) and kept per device.
 from __future__ import annotations
 
 import operator
-import re
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tilejit.runtime import device as _device_state
-from tilejit.runtime.launch import Launcher, ParamKind
+from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
 
 _TYPE_WORDS = {"unsigned", "signed", "int", "long", "short", "char", "float", "double", "bool", "void"}
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct"}
@@ -46,8 +45,6 @@ C_TYPES: dict[str, str] = {
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
 }
 
-_TOKEN = re.compile(r"[A-Za-z_]\w*|\*|&|::|<|>|\[|\]|\S")
-_EXTERN_C = re.compile(r'extern\s+"C"(\s*\{)?')
 
 
 def parse_c_type(text: str, *, where: str = "parameter") -> ParamKind:
@@ -56,7 +53,7 @@ def parse_c_type(text: str, *, where: str = "parameter") -> ParamKind:
     ``T*`` (any qualifiers) is a pointer (element dtype None for ``void`` or unknown types such as
     ``float4``); scalars must be one of :data:`C_TYPES`. Anything else raises ``ValueError``.
     """
-    tokens = [t for t in _TOKEN.findall(text) if t not in _QUALIFIERS]
+    tokens = [t for t in _tokens(text) if t not in _QUALIFIERS]
     if "&" in tokens or "[" in tokens:
         raise ValueError(f"{where}: references and arrays ({text.strip()!r}) cannot be kernel parameters here")
     depth = tokens.count("*")
@@ -76,14 +73,80 @@ def parse_c_type(text: str, *, where: str = "parameter") -> ParamKind:
     return ParamKind.scalar(dtype)
 
 
+def _tokens(text: str) -> list[str]:
+    """C tokens as parsing a signature needs them: identifiers, ``::``, and any other character alone."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "_" or (c.isascii() and c.isalpha()):
+            j = i + 1
+            while j < n and (text[j] == "_" or text[j].isalnum()):
+                j += 1
+            out.append(text[i:j])
+            i = j
+            continue
+        if not c.isspace():
+            out.append("::" if text.startswith("::", i) else c)
+            i += len(out[-1])
+            continue
+        i += 1
+    return out
+
+
 def _strip_comments(source: str) -> str:
-    """``/* */`` comments blanked (offsets kept), then ``//`` comments removed."""
-    source = re.sub(r"/\*.*?\*/", lambda m: " " * len(m.group(0)), source, flags=re.DOTALL)
-    return re.sub(r"//[^\n]*", "", source)
+    """``/* */`` and ``//`` comments blanked, offsets kept (a scan with ``str.find``: a regular
+    expression would cost more to compile than this costs to run, once per new process)."""
+    parts: list[str] = []
+    i = 0
+    while (j := source.find("/", i)) >= 0 and j + 1 < len(source):
+        kind = source[j + 1]
+        if kind == "*":
+            end = source.find("*/", j + 2)
+            end = len(source) if end < 0 else end + 2
+        elif kind == "/":
+            end = source.find("\n", j)
+            end = len(source) if end < 0 else end
+        else:
+            parts.append(source[i:j + 1])
+            i = j + 1
+            continue
+        parts += [source[i:j], "".join(c if c == "\n" else " " for c in source[j:end])]
+        i = end
+    parts.append(source[i:])
+    return "".join(parts)
+
+
+def _find_global(text: str, base: str) -> tuple[int, int] | None:
+    """(position of ``__global__``, position of the ``(`` opening the parameters) of the kernel
+    declaration ``__global__ ... base(``, or None; ``__launch_bounds__(...)`` may come between."""
+    i = 0
+    while (i := text.find(base, i)) >= 0:
+        end = i + len(base)
+        before = text[i - 1] if i else " "
+        paren = end
+        while paren < len(text) and text[paren].isspace():
+            paren += 1
+        i = end
+        if before == "_" or before.isalnum() or paren >= len(text) or text[paren] != "(":
+            continue
+        start = max(text.rfind(";", 0, end), text.rfind("}", 0, end), text.rfind("{", 0, end)) + 1
+        head = text[start:end - len(base)]
+        bounds = head.find("__launch_bounds__")
+        if bounds >= 0 and "(" in head[bounds:]:
+            try:
+                close = _matching(head, head.index("(", bounds), "(", ")")
+            except ValueError:
+                continue
+            head = head[:bounds] + " " * (close + 1 - bounds) + head[close + 1:]
+        if "(" in head or ")" in head or "__global__" not in _tokens(head):
+            continue
+        return start + head.index("__global__"), paren
+    return None
 
 
 def _is_name(token: str) -> bool:
-    """Whether a token of ``_TOKEN`` is an identifier (they start with a letter or ``_``)."""
+    """Whether a token of ``_tokens`` is an identifier (they start with a letter or ``_``)."""
     first = token[:1]
     return first == "_" or (first.isascii() and first.isalpha())
 
@@ -119,12 +182,28 @@ def _split_top_level(text: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
+def _extern_c(text: str, start: int, end: int) -> Iterator[int]:
+    """For each ``extern "C"`` in ``text[start:end]``: the index of the ``{`` opening its block, or -1."""
+    i = start
+    while (i := text.find("extern", i, end)) >= 0:
+        quote = i + 6
+        while quote < end and text[quote].isspace():
+            quote += 1
+        i += 6
+        if quote == i or not text.startswith('"C"', quote, end):
+            continue
+        brace = quote + 3
+        while brace < end and text[brace].isspace():
+            brace += 1
+        yield brace if brace < end and text[brace] == "{" else -1
+
+
 def _in_extern_c_block(source: str, pos: int) -> bool:
-    for m in _EXTERN_C.finditer(source, 0, pos):
-        if m.group(1) is None:
+    for brace in _extern_c(source, 0, pos):
+        if brace < 0:
             continue
         try:
-            close = _matching(source, m.end() - 1, "{", "}")
+            close = _matching(source, brace, "{", "}")
         except ValueError:
             close = len(source)
         if close > pos:
@@ -136,24 +215,21 @@ def parse_signature(source: str, name: str) -> tuple[list[tuple[str, ParamKind]]
     """(parameters, is extern "C") of the ``__global__`` function ``name`` in ``source``."""
     text = _strip_comments(source)
     base = name.split("<", 1)[0].strip()
-    pattern = re.compile(
-        r"__global__\b[^;{}()]*?(?:__launch_bounds__\s*\([^()]*\)[^;{}()]*?)?\b" + re.escape(base) + r"\s*\("
-    )
-    m = pattern.search(text)
-    if m is None:
+    found = _find_global(text, base)
+    if found is None:
         raise ValueError(
             f"kernel {name!r} not found in the source: expected a definition like "
             f'extern "C" __global__ void {base}(...); pass param_types=[...] if it is generated by a macro'
         )
-    open_paren = m.end() - 1
+    global_at, open_paren = found
     params_text = text[open_paren + 1:_matching(text, open_paren, "(", ")")].strip()
-    decl_start = max(text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start()), text.rfind("{", 0, m.start()))
-    extern_c = bool(_EXTERN_C.search(text, decl_start + 1, m.start())) or _in_extern_c_block(text, m.start())
+    decl_start = max(text.rfind(";", 0, global_at), text.rfind("}", 0, global_at), text.rfind("{", 0, global_at))
+    extern_c = any(True for _ in _extern_c(text, decl_start + 1, global_at)) or _in_extern_c_block(text, global_at)
     params: list[tuple[str, ParamKind]] = []
     if params_text and params_text != "void":
         for i, p in enumerate(_split_top_level(params_text)):
             decl = p.split("=", 1)[0].strip()
-            tokens = _TOKEN.findall(decl)
+            tokens = _tokens(decl)
             pname = f"arg{i}"
             if len(tokens) > 1 and _is_name(tokens[-1]) and tokens[-1] not in _TYPE_WORDS \
                     and tokens[-1] not in _QUALIFIERS and tokens[-2] != "::":
@@ -196,6 +272,8 @@ class RawKernel:
         self._lock = threading.Lock()
         self._functions: dict[int, Any] = {}
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
+        self._entries: dict[tuple[Any, ...], Callable[..., None]] = {}
+        self._checked_calls: dict[tuple[Any, ...], int] = {}
         self._call: Callable[..., None] = self._first_call
 
     def __repr__(self) -> str:
@@ -256,9 +334,20 @@ class RawKernel:
     def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
         dev = _device_state.get_device()
         block_key = tuple(block) if isinstance(block, list) else block
-        launcher = self.launcher(block_key, shared_mem, dev)
-        self._call = launcher.entry(block_key, shared_mem, dev, self._first_call)
-        self._call(grid, block_key, args, stream, shared_mem)
+        key = (dev.ordinal, block_key, shared_mem)
+        entry = self._entries.get(key)
+        if entry is None:
+            launcher = self.launcher(block_key, shared_mem, dev)
+            # The first launches take the checked path: a kernel launched a few times never pays for
+            # generating (compiling) its fast path.
+            calls = self._checked_calls.get(key, 0)
+            if calls < CHECKED_LAUNCHES:
+                self._checked_calls[key] = calls + 1
+                launcher.launch_checked(grid, args, stream)
+                return
+            entry = self._entries[key] = launcher.entry(block_key, shared_mem, dev, self._first_call)
+        self._call = entry
+        entry(grid, block_key, args, stream, shared_mem)
 
 
 __all__ = ["C_TYPES", "RawKernel", "parse_c_type", "parse_signature"]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import ctypes
 import threading
 from ctypes import POINTER, c_char_p, c_float, c_int, c_size_t, c_ubyte, c_uint, c_ulonglong, c_void_p
-from typing import Any, NamedTuple
+from typing import Any
 
 from tilejit import config
 from tilejit.bindings import loader
 from tilejit.bindings.loader import Candidate
 from tilejit.errors import Attempt, CUDAError, DriverVersionError, LibraryNotFoundError
+from tilejit.records import Record
 
 # ----------------------------------------------------------------------------- types
 
@@ -245,19 +246,27 @@ def format_version(version: int) -> str:
 # ----------------------------------------------------------------------------- the table
 
 
-class Entry(NamedTuple):
+class Entry(Record):
     """One driver entry point: its base name, C signature as ctypes, and the ABI version to request.
 
     ``version`` is passed to cuGetProcAddress; ``symbols`` are the exported names with that same ABI,
     tried with dlsym when the driver has no cuGetProcAddress (before CUDA 11.3).
     """
 
+    _fields = ("name", "argtypes", "version", "required", "symbols", "restype")
+    __slots__ = _fields
     name: str
     argtypes: tuple[Any, ...]
     version: int
-    required: bool = True
-    symbols: tuple[str, ...] = ()
-    restype: Any = CUresult
+    required: bool
+    symbols: tuple[str, ...]
+    restype: Any
+
+    def __init__(
+        self, name: str, argtypes: tuple[Any, ...], version: int, required: bool = True,
+        symbols: tuple[str, ...] = (), restype: Any = CUresult,
+    ) -> None:
+        self._init(name, argtypes, version, required, symbols, restype)
 
     @property
     def dlsym_names(self) -> tuple[str, ...]:
@@ -368,7 +377,7 @@ def _driver_candidates() -> list[Candidate]:
     if loader.IS_WINDOWS:
         cands += loader.system_sonames(["nvcuda.dll"])
         return cands
-    cands += loader.already_loaded(r"libcuda\.so(\.\d+)+")
+    cands += loader.already_loaded(r"libcuda\.so(\.\d+)+", needle="libcuda")
     cands += loader.system_sonames(["libcuda.so.1"])
     # Last, and only with the stub check: a bare libcuda.so is often the toolkit's link-time stub.
     cands += loader.system_sonames(["libcuda.so"])

@@ -13,10 +13,10 @@ import os
 import re
 import site
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from tilejit.errors import Attempt, LibraryNotFoundError
+from tilejit.records import Record
 
 IS_WINDOWS = sys.platform == "win32"
 IS_LINUX = sys.platform.startswith("linux")
@@ -29,7 +29,7 @@ Reject = Callable[[ctypes.CDLL, str], "str | None"]
 """Inspects a freshly loaded library; returns why it must not be used, or None to accept it."""
 
 
-class Candidate(NamedTuple):
+class Candidate(Record):
     """One place to look for a library.
 
     kind is ``"file"`` (an explicit path), ``"dir"`` (a folder searched for ``names`` in order),
@@ -37,11 +37,16 @@ class Candidate(NamedTuple):
     e.g. an unset environment variable, so the error still lists the place).
     """
 
+    _fields = ("kind", "path", "origin", "names", "why")
+    __slots__ = _fields
     kind: str
     path: str
     origin: str
-    names: tuple[str, ...] = ()
-    why: str = ""
+    names: tuple[str, ...]
+    why: str
+
+    def __init__(self, kind: str, path: str, origin: str, names: tuple[str, ...] = (), why: str = "") -> None:
+        self._init(kind, path, origin, names, why)
 
     @staticmethod
     def file(path: str, origin: str) -> Candidate:
@@ -168,23 +173,29 @@ def find_file(candidates: Iterable[Candidate]) -> tuple[str | None, list[Attempt
 # ----------------------------------------------------------------------------- places to look
 
 
-def loaded_libraries() -> list[str]:
-    """Paths of the shared libraries mapped into this process (Linux: /proc/self/maps; elsewhere empty)."""
+def loaded_libraries(needle: str = "") -> list[str]:
+    """Paths of the shared libraries mapped into this process (Linux: /proc/self/maps; elsewhere empty);
+    only those containing ``needle`` when it is given (a quick pre-filter on the whole file)."""
     if not IS_LINUX:
+        return []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return []
+    if needle not in text:
         return []
     paths: list[str] = []
     seen: set[str] = set()
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                parts = line.split(None, 5)
-                if len(parts) == 6:
-                    path = parts[5].strip()
-                    if path.startswith("/") and ".so" in path and path not in seen:
-                        seen.add(path)
-                        paths.append(path)
-    except OSError:
-        return []
+    for line in text.splitlines():
+        if needle not in line:
+            continue
+        parts = line.split(None, 5)
+        if len(parts) == 6:
+            path = parts[5].strip()
+            if path.startswith("/") and ".so" in path and path not in seen:
+                seen.add(path)
+                paths.append(path)
     return paths
 
 
@@ -209,46 +220,49 @@ def library_path(lib: ctypes.CDLL) -> str | None:
     return os.fsdecode(lm.contents.l_name)
 
 
-def already_loaded(pattern: str, origin: str = "already loaded in this process") -> list[Candidate]:
+def already_loaded(
+    pattern: str, origin: str = "already loaded in this process", *, needle: str = ""
+) -> list[Candidate]:
     """Candidates for copies of a library already mapped in this process whose file name matches ``pattern``
-    (a regular expression, fully matched against the base name)."""
+    (a regular expression, fully matched against the base name); ``needle``, a substring every match
+    contains, lets the common case (nothing loaded) skip the regular expression."""
+    paths = loaded_libraries(needle)
+    if not paths:
+        return []
     rx = re.compile(pattern)
-    return [Candidate.file(p, origin) for p in loaded_libraries() if rx.fullmatch(os.path.basename(p))]
+    return [Candidate.file(p, origin) for p in paths if rx.fullmatch(os.path.basename(p))]
 
 
-def site_dirs() -> list[str]:
-    """Every site-packages folder and sys.path entry, in order, without duplicates."""
+def site_dirs() -> Iterator[str]:
+    """Every site-packages folder and sys.path entry, in order, without duplicates (lazily: discovery
+    usually stops at the first)."""
     dirs: list[str] = []
     with contextlib.suppress(AttributeError):  # virtualenv's old site.py lacks these
         dirs += site.getsitepackages()
         dirs.append(site.getusersitepackages())
     dirs += [p for p in sys.path if p]
-    out: list[str] = []
     seen: set[str] = set()
     for d in dirs:
         real = os.path.realpath(d)
         if real not in seen and os.path.isdir(real):
             seen.add(real)
-            out.append(d)
-    return out
+            yield d
 
 
-def pip_wheel_dirs(subdirs: Sequence[str], names: Sequence[str], label: str) -> list[Candidate]:
+def pip_wheel_dirs(subdirs: Sequence[str], names: Sequence[str], label: str) -> Iterator[Candidate]:
     """Folders of NVIDIA pip wheels (e.g. ``nvidia/cu13/lib``) under every site folder that exist; when none
     exists, a single ``nothing`` candidate says so (the error lists it as one place)."""
-    found: list[Candidate] = []
+    found = False
     for base in site_dirs():
         for sub in subdirs:
             path = os.path.join(base, *sub.split("/"))
             if os.path.isdir(path):
-                found.append(Candidate.folder(path, names, f"pip wheel {label}"))
+                found = True
+                yield Candidate.folder(path, names, f"pip wheel {label}")
     if not found:
-        found.append(
-            Candidate.nothing(
-                f"pip wheels ({', '.join(subdirs)} under site-packages and sys.path)", "no such folder anywhere"
-            )
+        yield Candidate.nothing(
+            f"pip wheels ({', '.join(subdirs)} under site-packages and sys.path)", "no such folder anywhere"
         )
-    return found
 
 
 def conda_dirs(names: Sequence[str]) -> list[Candidate]:
@@ -280,6 +294,25 @@ def cuda_home_dirs(names: Sequence[str]) -> list[Candidate]:
 def system_sonames(names: Sequence[str]) -> list[Candidate]:
     """Bare names for the system loader (LD_LIBRARY_PATH, ld.so.cache; PATH on Windows)."""
     return [Candidate.soname(n) for n in names]
+
+
+def toolkit_candidates(
+    env_var: str, explicit: str | None, loaded_rx: str, needle: str, pip_subdirs: Sequence[str],
+    names: Sequence[str], label: str,
+) -> Iterator[Candidate]:
+    """Every place a CUDA toolkit library (NVRTC, nvJitLink) is looked for, in order, made lazily so
+    that discovery stops at the first hit: the file named by ``env_var`` (then nothing else), a copy
+    already loaded, pip wheels, conda, ``$CUDA_HOME``/``$CUDA_PATH``, the system loader."""
+    if explicit:  # an explicit file is the only place looked at: no silent fallback
+        yield Candidate.file(explicit, f"${env_var}")
+        return
+    yield Candidate.nothing(f"${env_var}", "not set")
+    if not IS_WINDOWS:
+        yield from already_loaded(loaded_rx, needle=needle)
+    yield from pip_wheel_dirs(pip_subdirs, names, label)
+    yield from conda_dirs(names)
+    yield from cuda_home_dirs(names)
+    yield from system_sonames(names)
 
 
 def ldconfig_path_of(soname: str) -> str | None:

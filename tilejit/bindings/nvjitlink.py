@@ -11,14 +11,15 @@ import ctypes
 import os
 import re
 import threading
+from collections.abc import Iterator
 from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint, c_uint32, c_void_p
-from dataclasses import dataclass
 from typing import Any
 
 from tilejit import config
 from tilejit.bindings import loader
 from tilejit.bindings.loader import Candidate
 from tilejit.errors import Attempt, CompileError, LibraryNotFoundError
+from tilejit.records import Record
 
 nvJitLinkResult = c_int
 nvJitLinkHandle = c_void_p
@@ -72,13 +73,17 @@ NVJITLINK_HINT = (
 )
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Record):
     """One nvJitLink function: name, ctypes signature, whether every 12.x/13.x release has it."""
 
+    _fields = ("name", "argtypes", "required")
+    __slots__ = _fields
     name: str
     argtypes: tuple[Any, ...]
-    required: bool = True
+    required: bool
+
+    def __init__(self, name: str, argtypes: tuple[Any, ...], required: bool = True) -> None:
+        self._init(name, argtypes, required)
 
 
 _P = POINTER
@@ -118,22 +123,13 @@ def _reject(lib: ctypes.CDLL, path: str) -> str | None:
     return None
 
 
-def nvjitlink_candidates() -> list[Candidate]:
-    """Every place nvJitLink is looked for, in order."""
-    names = DLL_NAMES if loader.IS_WINDOWS else SONAMES
-    explicit = config.NVJITLINK.get()
-    cands: list[Candidate] = []
-    if explicit:  # an explicit file is the only place looked at: no silent fallback
-        return [Candidate.file(explicit, f"${config.NVJITLINK.name}")]
-    else:
-        cands.append(Candidate.nothing(f"${config.NVJITLINK.name}", "not set"))
-    if not loader.IS_WINDOWS:
-        cands += loader.already_loaded(_LOADED_RX)
-    cands += loader.pip_wheel_dirs(PIP_SUBDIRS_WINDOWS if loader.IS_WINDOWS else PIP_SUBDIRS, names, "nvJitLink")
-    cands += loader.conda_dirs(names)
-    cands += loader.cuda_home_dirs(names)
-    cands += loader.system_sonames(names)
-    return cands
+def nvjitlink_candidates() -> Iterator[Candidate]:
+    """Every place nvJitLink is looked for, in order (lazily)."""
+    return loader.toolkit_candidates(
+        config.NVJITLINK.name, config.NVJITLINK.get(), _LOADED_RX, "libnvJitLink",
+        PIP_SUBDIRS_WINDOWS if loader.IS_WINDOWS else PIP_SUBDIRS, DLL_NAMES if loader.IS_WINDOWS else SONAMES,
+        "nvJitLink",
+    )
 
 
 class NVJitLink:

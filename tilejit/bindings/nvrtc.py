@@ -6,13 +6,15 @@ import ctypes
 import os
 import re
 import threading
+from collections.abc import Iterator
 from ctypes import POINTER, c_char_p, c_int, c_size_t, c_void_p
-from typing import Any, NamedTuple
+from typing import Any
 
 from tilejit import config
 from tilejit.bindings import loader
 from tilejit.bindings.loader import Candidate
 from tilejit.errors import Attempt, CompileError, LibraryNotFoundError
+from tilejit.records import Record
 
 nvrtcResult = c_int
 nvrtcProgram = c_void_p
@@ -62,16 +64,18 @@ _ARCHS_BEFORE_11_2: dict[tuple[int, int], list[int]] = {
 }
 
 
-class Entry(NamedTuple):
-    """One NVRTC function: name, ctypes signature, and whether every supported release has it.
+class Entry(Record):
+    """One NVRTC function: name, ctypes signature, and whether every supported release has it."""
 
-    A NamedTuple, not a dataclass: cheaper to define, and this module is on a first launch's path.
-    """
-
+    _fields = ("name", "argtypes", "required", "restype")
+    __slots__ = _fields
     name: str
     argtypes: tuple[Any, ...]
-    required: bool = True
-    restype: Any = nvrtcResult
+    required: bool
+    restype: Any
+
+    def __init__(self, name: str, argtypes: tuple[Any, ...], required: bool = True, restype: Any = nvrtcResult) -> None:
+        self._init(name, argtypes, required, restype)
 
 
 _P = POINTER
@@ -139,22 +143,13 @@ def _preload_builtins(path: str) -> None:
     loader.preload_global(folder, _BUILTINS_RX)
 
 
-def nvrtc_candidates() -> list[Candidate]:
-    """Every place NVRTC is looked for, in order."""
-    names = DLL_NAMES if loader.IS_WINDOWS else SONAMES
-    explicit = config.NVRTC.get()
-    cands: list[Candidate] = []
-    if explicit:  # an explicit file is the only place looked at: no silent fallback
-        return [Candidate.file(explicit, f"${config.NVRTC.name}")]
-    else:
-        cands.append(Candidate.nothing(f"${config.NVRTC.name}", "not set"))
-    if not loader.IS_WINDOWS:
-        cands += [c for c in loader.already_loaded(_LOADED_RX)]
-    cands += loader.pip_wheel_dirs(PIP_SUBDIRS_WINDOWS if loader.IS_WINDOWS else PIP_SUBDIRS, names, "NVRTC")
-    cands += loader.conda_dirs(names)
-    cands += loader.cuda_home_dirs(names)
-    cands += loader.system_sonames(names)
-    return cands
+def nvrtc_candidates() -> Iterator[Candidate]:
+    """Every place NVRTC is looked for, in order (lazily)."""
+    return loader.toolkit_candidates(
+        config.NVRTC.name, config.NVRTC.get(), _LOADED_RX, "libnvrtc",
+        PIP_SUBDIRS_WINDOWS if loader.IS_WINDOWS else PIP_SUBDIRS, DLL_NAMES if loader.IS_WINDOWS else SONAMES,
+        "NVRTC",
+    )
 
 
 class NVRTC:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import marshal
 import os
-import re
 import struct
 import sys
 import threading
@@ -42,7 +41,7 @@ FORMAT_VERSION = 2
 SUFFIX = ".tjc"
 _HEAD = struct.Struct("<8sII")
 _DIGEST = 32
-_KEY = re.compile(r"[0-9a-f]{16,128}")
+_HEX = frozenset("0123456789abcdef")
 _TMP_PREFIX = ".tmp-"
 _STALE_TMP_SECONDS = 600.0
 _EVICT_TO = 0.9  # evict down to this fraction of max_bytes, so the next puts do not evict again at once
@@ -100,7 +99,7 @@ class DiskCache:
 
     def path_of(self, key: str) -> str:
         """The file that holds ``key``'s entry."""
-        if not isinstance(key, str) or not _KEY.fullmatch(key):
+        if not isinstance(key, str) or not 16 <= len(key) <= 128 or not _HEX.issuperset(key):
             raise ValueError(f"cache key must be 16-128 lowercase hex digits (see cache_key()), got {key!r}")
         return os.path.join(self.directory, key + SUFFIX)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from tilejit import config
 from tilejit.compiler.targets import Target, check_supported, parse_target
 from tilejit.errors import CompileError, TargetError, TilejitError
+from tilejit.records import Record
 
 if TYPE_CHECKING:
     import ctypes
@@ -32,15 +33,11 @@ _MAX_SHOWN_ERRORS = 8
 _LOG_LOCATION = r"^(?P<file>.+?)\((?P<line>\d+)\): (?:catastrophic )?error\b"
 
 
-class CompiledProgram:
-    """NVRTC's output for one program: the code (PTX as utf-8 bytes, CUBIN or LTO-IR), lowered names and log.
+class CompiledProgram(Record):
+    """NVRTC's output for one program: the code (PTX as utf-8 bytes, CUBIN or LTO-IR), lowered names and log."""
 
-    Immutable. A plain class rather than a dataclass: building a frozen dataclass costs about a
-    millisecond at import, which a warm cache hit in a new process would pay.
-    """
-
-    __slots__ = ("code", "from_cache", "kind", "log", "lowered_names", "nvrtc_version", "target")
-
+    _fields = ("code", "kind", "target", "lowered_names", "log", "nvrtc_version", "from_cache")
+    __slots__ = _fields
     code: bytes
     kind: Output
     target: Target
@@ -59,31 +56,9 @@ class CompiledProgram:
         nvrtc_version: tuple[int, int] = (0, 0),
         from_cache: bool = False,
     ) -> None:
-        values = (code, kind, target, {} if lowered_names is None else lowered_names, log, nvrtc_version, from_cache)
-        for name, value in zip(self._FIELDS, values):
-            object.__setattr__(self, name, value)
+        self._init(code, kind, target, {} if lowered_names is None else lowered_names, log, nvrtc_version, from_cache)
 
-    _FIELDS = ("code", "kind", "target", "lowered_names", "log", "nvrtc_version", "from_cache")
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"cannot assign to field {name!r}: CompiledProgram is immutable")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete field {name!r}: CompiledProgram is immutable")
-
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
-
-    __hash__ = None  # type: ignore[assignment]  # lowered_names is a dict, as with the dataclass it replaces
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._FIELDS)
-        return f"CompiledProgram({fields})"
+    __hash__ = None  # type: ignore[assignment]  # lowered_names is a dict
 
     @property
     def ptx(self) -> str:

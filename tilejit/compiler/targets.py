@@ -7,7 +7,6 @@ A target names a GPU architecture only; whether it is compiled to SASS (``sm_XX`
 from __future__ import annotations
 
 import functools
-import re
 from typing import TYPE_CHECKING, Literal
 
 from tilejit.errors import TargetError
@@ -18,7 +17,6 @@ if TYPE_CHECKING:
 Suffix = Literal["", "a", "f"]
 
 _EXAMPLES = 'e.g. "sm_90", "sm90", "90", 90, (9, 0), "compute_90", "sm_90a" or "sm_100f"'
-_PATTERN = re.compile(r"(?:(?:sm|compute)_?)?(\d{2,3})([af]?)")
 
 
 @functools.total_ordering
@@ -105,11 +103,25 @@ def parse_target(value: str | int | tuple[int, int] | tuple[int, int, str] | Tar
                     raise TargetError(f"invalid target {value!r}: {exc}") from None
         raise TargetError(f"invalid target {value!r}: a tuple must be (major, minor) such as (9, 0); {_EXAMPLES}")
     if isinstance(value, str):
-        match = _PATTERN.fullmatch(value.strip().lower())
-        if match is None:
+        parsed = _split_target(value.strip().lower())
+        if parsed is None:
             raise TargetError(f"invalid target {value!r}: expected {_EXAMPLES}")
-        return _from_number(int(match.group(1)), match.group(2), value)  # type: ignore[arg-type]
+        return _from_number(parsed[0], parsed[1], value)
     raise TargetError(f"invalid target {value!r} of type {type(value).__name__}: expected {_EXAMPLES}")
+
+
+def _split_target(text: str) -> tuple[int, Suffix] | None:
+    """``[sm|compute][_]NN[N][a|f]`` → (number, suffix), or None (no regular expression: compiling one
+    would cost a first launch more than this ever costs)."""
+    for prefix in ("compute_", "compute", "sm_", "sm"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+            break
+    suffix = text[-1:] if text[-1:] in ("a", "f") else ""
+    digits = text[: len(text) - len(suffix)]
+    if not (2 <= len(digits) <= 3 and digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits), suffix  # type: ignore[return-value]
 
 
 def _from_number(number: int, suffix: Suffix, original: object) -> Target:

@@ -15,15 +15,12 @@ from typing import Any, NamedTuple
 
 from tilejit.runtime.dtypes import DLPACK_TO_NAME, ITEMSIZE, TYPESTR_TO_NAME
 
-
-class ArrayView(NamedTuple):
-    """Where an array's elements are: strides are in ELEMENTS; ``owner`` keeps the memory alive."""
-
-    ptr: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    dtype: str
-    owner: object
+# The functional form: the class form compiles each (string) annotation when it is defined.
+ArrayView = NamedTuple(  # noqa: UP014
+    "ArrayView",
+    [("ptr", int), ("shape", tuple[int, ...]), ("strides", tuple[int, ...]), ("dtype", str), ("owner", object)],
+)
+ArrayView.__doc__ = "Where an array's elements are: strides are in ELEMENTS; ``owner`` keeps the memory alive."
 
 
 def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

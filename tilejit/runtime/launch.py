@@ -43,6 +43,9 @@ _CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
 # and numAttrs at 48 stay NULL/0.
 _CONFIG = struct.Struct("=7I4xQ")
 _CONFIG_SIZE = 56
+#: Launches of a kernel that take the checked path before its fast path is generated: generating
+#: costs about a millisecond (a compile()); the checked path costs some microseconds a launch more.
+CHECKED_LAUNCHES = 16
 
 
 def _type_name(value: Any) -> str:
@@ -385,7 +388,7 @@ class Launcher:
             "launch_now": _ex_now(self._address, self._buffers.config_addr, self._handle, kparams, extra)
             if self._uses_ex else None,
             "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
-            "owner": self._owner_thread, "slow": self._launch_generic, "explain": self._explain,
+            "owner": self._owner_thread, "slow": self.launch_checked, "explain": self._explain,
             "failed": self._failed, "AV": ArrayView, "DA": DeviceArray, "as_view": as_view, "Mismatch": _Mismatch,
         }
         n = len(self.params)
@@ -536,8 +539,9 @@ class Launcher:
             return LaunchError(f"kernel '{self.name}': {err}")
         return exc
 
-    def _launch_generic(self, grid: Any, args: Sequence[Any], stream: Any = None, retry: bool = True) -> None:
-        """The same launch with fresh buffers and full checks (used by threads other than the creator)."""
+    def launch_checked(self, grid: Any, args: Sequence[Any], stream: Any = None, retry: bool = True) -> None:
+        """The same launch with fresh buffers and full checks, no generated code: for threads other than
+        the creator, and for a kernel's first few launches (generating the fast path costs a compile())."""
         values = self.convert_args(args)
         gx, gy, gz = _grid3(grid)
         try:
@@ -564,7 +568,7 @@ class Launcher:
             _CUDA_ERROR_INVALID_CONTEXT, _CUDA_ERROR_INVALID_HANDLE, _CUDA_ERROR_CONTEXT_IS_DESTROYED
         ) and not ctx.is_current():
             ctx.make_current()
-            self._launch_generic(grid, args, stream, retry=False)
+            self.launch_checked(grid, args, stream, retry=False)
             return
         detail = (
             f"launching kernel '{self.name}' with grid={grid!r} block={self.block} "
@@ -576,4 +580,4 @@ class Launcher:
         raise CUDAError("cuLaunchKernel", status, f"error {status}", "launch failed", detail)
 
 
-__all__ = ["Launcher", "ParamKind", "param_layout"]
+__all__ = ["CHECKED_LAUNCHES", "Launcher", "ParamKind", "param_layout"]

@@ -49,7 +49,7 @@ PTX_ISA_BY_CUDA: dict[tuple[int, int], tuple[int, int]] = {
     (13, 1): (9, 1),
 }
 
-_PTX_VERSION_RE = re.compile(rb"^\s*\.version\s+(\d+)\.(\d+)", re.MULTILINE)
+_PTX_VERSION = rb"^\s*\.version\s+(\d+)\.(\d+)"  # compiled on first use (PTX loads only)
 
 
 def max_ptx_isa(driver_version: int) -> tuple[int, int]:
@@ -71,7 +71,7 @@ def max_ptx_isa(driver_version: int) -> tuple[int, int]:
 def ptx_isa_version(ptx: bytes | str) -> tuple[int, int] | None:
     """The ``.version X.Y`` of a PTX text, None if it has none."""
     data = ptx.encode() if isinstance(ptx, str) else ptx
-    m = _PTX_VERSION_RE.search(data)
+    m = re.search(_PTX_VERSION, data, re.MULTILINE)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
