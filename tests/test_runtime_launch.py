@@ -518,3 +518,55 @@ def test_launch_function_is_generated_on_first_use(fake: FakeDriver) -> None:
     assert launcher.launch is launch and "def launch(grid, args, stream=None)" in launcher.source
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         launcher.nope  # noqa: B018
+
+
+# --------------------------------------------------------------------------- the last-arguments memo
+
+
+def test_identical_immutable_arguments_skip_packing_but_launch_right(fake: FakeDriver) -> None:
+    """Arguments identical to the last launch's are not packed again, and every launch still carries its own."""
+    params = [("a", ParamKind.array("float32", 1)), ("n", ParamKind.scalar("int32")),
+              ("s", ParamKind.scalar("float32"))]
+    launcher = Launcher(fn(), params, driver=fake)
+    va, vb = view(0x1000, (8,), (1,)), view(0x2000, (4,), (2,))
+    want_a, want_b = struct.pack("=Qqqif", 0x1000, 8, 1, 1000, 0.5), struct.pack("=Qqqif", 0x2000, 4, 2, 7, 0.25)
+    big = 1000
+    for args, want in [((va, big, 0.5), want_a), ((va, big, 0.5), want_a), ((vb, 7, 0.25), want_b),
+                       ((va, big, 0.5), want_a), ([va, big, 0.5], want_a), ((va, 7, 0.25), struct.pack(
+                           "=Qqqif", 0x1000, 8, 1, 7, 0.25))]:
+        before = fake.calls()
+        launcher(1, args)
+        assert fake.calls() == before + 1 and fake.params() == want
+
+
+def test_failed_pack_clears_the_memo(fake: FakeDriver) -> None:
+    """A launch that fails while packing may have overwritten part of the block: the next launch with the
+    previous (good) arguments packs them again instead of trusting the memo."""
+    params = [("a", ParamKind.pointer("float32")), ("n", ParamKind.scalar("int8"))]
+    launcher = Launcher(fn(), params, driver=fake)
+    good = (0x1000, 5)
+    launcher(1, good)
+    with pytest.raises(LaunchError, match="out of range"):
+        launcher(1, (0x9999, 1000))  # the pointer is packed, then int8 overflows
+    launcher(1, good)
+    assert fake.params() == struct.pack("=Qb", 0x1000, 5)
+
+
+def test_mutable_array_objects_are_read_every_launch(fake: FakeDriver) -> None:
+    """Only immutable arguments are remembered: an object whose address changes (as a torch tensor's can)
+    is converted again on every launch."""
+
+    class Movable:
+        def __init__(self) -> None:
+            self.ptr = 0x1000
+
+        @property
+        def __cuda_array_interface__(self) -> dict[str, Any]:
+            return {"data": (self.ptr, False), "shape": (4,), "typestr": "<f4", "strides": None, "version": 3}
+
+    launcher = Launcher(fn(), [("a", ParamKind.pointer("float32"))], driver=fake)
+    m = Movable()
+    launcher(1, (m,))
+    m.ptr = 0x2000
+    launcher(1, (m,))
+    assert fake.params() == struct.pack("=Q", 0x2000)

@@ -40,9 +40,16 @@ def _shape_tuple(shape: int | Sequence[int]) -> tuple[int, ...]:
 
 class DeviceArray:
     """An n-d array in device memory. ``strides`` are in bytes (numpy-style); ``ptr`` is the address
-    of element 0. Views (from slicing) share their base's memory and keep it alive."""
+    of element 0. Views (from slicing) share their base's memory and keep it alive. Immutable."""
 
     __slots__ = ("__weakref__", "_base", "_dtname", "_view", "device", "ptr", "shape", "strides")
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    ptr: int
+    device: Device
+    _dtname: str
+    _base: object
+    _view: ArrayView
 
     def __init__(
         self,
@@ -54,26 +61,30 @@ class DeviceArray:
         ptr: int | None = None,
         base: object = None,
     ) -> None:
-        self.shape = _shape_tuple(shape)
-        self._dtname = dtype_name(dtype)
-        item = ITEMSIZE[self._dtname]
+        shape_t = _shape_tuple(shape)
+        dtname = dtype_name(dtype)
+        item = ITEMSIZE[dtname]
+        owner: object
         if ptr is None:
-            buf = DeviceBuffer(math.prod(self.shape) * item, device)
-            self.device = buf.device
-            self.ptr = buf.ptr
-            self._base: object = buf
-            self.strides = tuple(s * item for s in c_strides(self.shape))
+            buf = DeviceBuffer(math.prod(shape_t) * item, device)
+            dev, address, owner = buf.device, buf.ptr, buf
+            strides_t = tuple(s * item for s in c_strides(shape_t))
         else:
-            self.device = get_device() if device is None else Device(device)
-            self.ptr = ptr
-            self._base = base
+            dev, address, owner = get_device() if device is None else Device(device), ptr, base
             if strides is None:
-                self.strides = tuple(s * item for s in c_strides(self.shape))
+                strides_t = tuple(s * item for s in c_strides(shape_t))
             else:
-                self.strides = tuple(int(s) for s in strides)
-                if len(self.strides) != len(self.shape) or any(s % item for s in self.strides):
-                    raise ValueError(f"strides {tuple(strides)} do not fit shape {self.shape} of {self._dtname}")
-        self._view = ArrayView(self.ptr, self.shape, tuple(s // item for s in self.strides), self._dtname, self._base)
+                strides_t = tuple(int(s) for s in strides)
+                if len(strides_t) != len(shape_t) or any(s % item for s in strides_t):
+                    raise ValueError(f"strides {tuple(strides)} do not fit shape {shape_t} of {dtname}")
+        view = ArrayView(address, shape_t, tuple(s // item for s in strides_t), dtname, owner)
+        for name, value in (("shape", shape_t), ("_dtname", dtname), ("device", dev), ("ptr", address),
+                            ("_base", owner), ("strides", strides_t), ("_view", view)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Launches remember the last arguments by identity, so an array must not change after creation.
+        raise AttributeError(f"DeviceArray is immutable: cannot set {name!r} (slice or create a new array)")
 
     # ------------------------------------------------------------------ properties
 
