@@ -6,7 +6,7 @@ interleaved across the implementations; the figure is the median microseconds pe
 that is missing or fails is reported and skipped. Prints a markdown table with ratios against the
 best peer; writes JSON to $OUT if set.
 
-    python bench/bench_launch.py [--n 20000] [--repeats 9]
+    python bench/bench_launch.py [--n 20000] [--repeats 15] [--pin CPU]
 """
 
 from __future__ import annotations
@@ -188,7 +188,9 @@ def ctypes_case(x: Any) -> Callable[[], Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20000, help="launches per repeat")
-    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--pin", type=int, default=None, metavar="CPU",
+                    help="pin the timing thread to this CPU once every library is initialized (Linux)")
     args = ap.parse_args()
 
     dev = tj.get_device()
@@ -226,6 +228,9 @@ def main() -> None:
             if os.environ.get("BENCH_VERBOSE"):
                 traceback.print_exc()
 
+    if args.pin is not None:
+        # Only this thread: the driver's own threads, started during initialization, keep their CPUs.
+        os.sched_setaffinity(0, {args.pin})
     per_case = measure(cases, sync, args.n, args.repeats, skipped)
     results: dict[str, dict[str, Any]] = {
         name: {"median_us": statistics.median(per), "min_us": min(per), "repeats_us": per}
@@ -237,7 +242,8 @@ def main() -> None:
     best = results[best_peer]["median_us"] if best_peer else None
     print(
         f"\nLaunch overhead on {dev.name} ({dev.arch}), Python {platform.python_version()}, "
-        f"N={args.n} launches x {args.repeats} repeats, empty kernel, grid 1 x block 32\n"
+        f"N={args.n} launches x {args.repeats} repeats, empty kernel, grid 1 x block 32"
+        + (f", timing thread pinned to CPU {args.pin}" if args.pin is not None else "") + "\n"
     )
     print("| implementation | median µs/launch | min µs/launch | vs best peer |")
     print("| --- | ---: | ---: | ---: |")
@@ -258,6 +264,7 @@ def main() -> None:
             "python": platform.python_version(),
             "n": args.n,
             "repeats": args.repeats,
+            "pinned_cpu": args.pin,
             "results": results,
             "best_peer": best_peer,
             "skipped": skipped,

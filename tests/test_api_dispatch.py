@@ -167,3 +167,59 @@ def test_fingerprint_follows_the_file_and_the_globals(tmp_path: Any) -> None:
     namespace: dict[str, Any] = {}
     exec(compile("def k(x):\n    return x\n", "<no file>", "exec"), namespace)
     assert len(_source_fingerprint(namespace["k"])) == 64  # no source file: falls back without failing
+
+
+def test_repeated_arguments_reuse_the_last_specialization_and_views() -> None:
+    """Identical immutable arguments skip classification; any other argument goes through it again."""
+    rec = Recorder(with_const)
+    x, y = view(), view(ptr=8192)
+    launch = with_const[2]
+    for args, tile in [((x, 3), 16), ((x, 3), 16), ((y, 3), 16), ((x, 3), 32), ((x, 3), 16), ((x, 4), 16)]:
+        launch(*args, TILE=tile)
+    assert [(i, views) for i, _, views, _ in rec.launches] == [
+        (0, [x, 3]), (0, [x, 3]), (0, [y, 3]), (1, [x, 3]), (0, [x, 3]), (0, [x, 4])]
+
+
+def test_mutable_foreign_arrays_are_read_on_every_call() -> None:
+    """A foreign array object is never remembered: its address can change between launches."""
+    rec = Recorder(scale)
+    x, out = view(), CAI(ptr=8192)
+    launch = scale[1]
+    launch(x, out, 2.0, 7)
+    out.__cuda_array_interface__ = dict(out.__cuda_array_interface__, data=(12288, False))
+    launch(x, out, 2.0, 7)
+    assert [views[1].ptr for _, _, views, _ in rec.launches] == [8192, 12288]
+
+
+def test_threads_never_mix_remembered_arguments() -> None:
+    """Launches from several threads at once each reach the launcher with their own views."""
+    import sys
+    import threading
+
+    rec = Recorder(scale)
+    launch = scale[1]
+    arrays = [view(ptr=4096 * (i + 1)) for i in range(4)]
+    errors: list[str] = []
+
+    scales = [float(i) for i in range(4)]
+
+    def worker(i: int) -> None:
+        args = (arrays[i], arrays[(i + 1) % 4], scales[i], i)
+        for _ in range(2000):
+            launch(*args)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    for _, _, views, _ in rec.launches:
+        i = views[3]
+        if views[:3] != [arrays[i], arrays[(i + 1) % 4], scales[i]]:
+            errors.append(repr(views))
+    assert len(rec.launches) == 8000 and errors == []

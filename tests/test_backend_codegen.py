@@ -412,3 +412,22 @@ def test_long_16bit_rows_cap_registers_and_mask_compares_in_32_bits() -> None:
     assert "__launch_bounds__(512, 4) _copy_rows" in source(_copy_rows, tj.bfloat16, 2)
     assert "__launch_bounds__(256) _scaled_rows" in source(_scaled_rows, tj.float32, 3)
     assert "__launch_bounds__(256) _copy_rows" in source(_copy_rows, tj.bfloat16, 2, block=1024)
+
+
+def test_headers_identity_follows_every_header(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tile-kernel cache key names the device headers by file identity: editing any of them changes it."""
+    import shutil
+
+    from tilejit.backends.cuda import abi
+
+    folder = tmp_path / "tilejit"
+    shutil.copytree(abi._header_folder(), folder)
+    monkeypatch.setattr(abi, "_header_folder", lambda: str(folder))
+    first = abi.headers_identity()
+    assert first == abi.headers_identity()
+    for name in abi.HEADER_NAMES:
+        path = folder / f"{name}.cuh"
+        path.write_text(path.read_text() + "\n// edited\n")
+        now = abi.headers_identity()
+        assert now != first
+        first = now

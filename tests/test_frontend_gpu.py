@@ -105,3 +105,40 @@ def test_helpers_tuples_and_conditional_expressions(n: int, mode: str) -> None:
     want = fe_exprs_reference(x, n, mode)
     got = out.numpy().astype(np.float64)
     assert np.allclose(got, want, rtol=1e-5, atol=1e-5), np.abs(got - want).max()
+
+
+@tj.kernel
+def fe_axpy(x, y, out, a: float, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    t = tj.load(x, index=(i,), shape=(TILE,)) * a + tj.load(y, index=(i,), shape=(TILE,))
+    tj.store(out, index=(i,), tile=t)
+
+
+@pytest.mark.gpu
+def test_launches_through_the_checked_then_generated_paths_and_the_memo() -> None:
+    """A specialization's first CHECKED_LAUNCHES launches take the checked path, later ones the generated
+    one; repeated identical arguments reuse the last specialization. Every launch computes the right thing:
+    same arrays with new contents, other arrays, another scalar, another constant."""
+    from tilejit.runtime.launch import CHECKED_LAUNCHES
+
+    rng = np.random.default_rng()
+    n, tile = 10_007, 256
+    xs = [tj.asarray(rng.standard_normal(n, dtype=np.float32)) for _ in range(2)]
+    y = tj.asarray(rng.standard_normal(n, dtype=np.float32))
+    out = tj.empty(n, "float32")
+    launch = fe_axpy[-(-n // tile)]
+    a = 1.5
+    for i in range(2 * CHECKED_LAUNCHES + 4):
+        x = xs[i % 2] if i >= CHECKED_LAUNCHES else xs[0]
+        scale = a if i % 3 else 0.25
+        if i % 5 == 0:
+            x.copy_from_host(rng.standard_normal(n, dtype=np.float32))
+        out.poison()
+        launch(x, y, out, scale, TILE=tile)
+        want = x.numpy() * np.float32(scale) + y.numpy()
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-6, atol=1e-6)
+    (compiled,) = {id(c): c for c in fe_axpy._fast.values()}.values()
+    assert "_checked_then_generated" not in compiled.launcher.__qualname__  # the generated function by now
+    out.poison()
+    fe_axpy[-(-n // 128)](xs[1], y, out, a, TILE=128)
+    np.testing.assert_allclose(out.numpy(), xs[1].numpy() * np.float32(a) + y.numpy(), rtol=1e-6, atol=1e-6)

@@ -35,6 +35,8 @@ class _Compiled:
 
 
 _PY_SCALARS = frozenset({int, float, bool})
+# Constants the dispatch may remember by identity (arguments: runtime.launch.IMMUTABLE_ARGS).
+_KEEP_CONST = frozenset({int, float, bool, str})
 _MEMO_LIMIT = 4096
 _MISSING = object()
 
@@ -140,6 +142,14 @@ def _dispatch_source(
         consts = "(" + "".join(f"(c{j}.__class__, c{j}), " for j in range(len(constants))) + ")"
     else:
         consts = "()"
+    # The same immutable arguments and constants as the last call: its specialization and views. The
+    # memo is one tuple, replaced whole, so a thread never sees half of another thread's update.
+    slots = [f"a{i}" for i in range(n)] + [f"c{j}" for j in range(len(constants))]
+    k = len(slots)
+    same = [f"{v} is mm[{i}]" for i, v in enumerate(slots)] or ["mm[0] is not None"]
+    lines += ["mm = memo",
+              f"if {' and '.join(same)}:",
+              f"    return mm[{k}].launcher(grid, mm[{k + 1}], stream)"]
     for i, name in enumerate(args):
         a = f"a{i}"
         ann = name in annotated
@@ -164,12 +174,19 @@ def _dispatch_source(
         f"    compiled = specialize(key, list({run}), list({views}), {const_values})",
         "except TypeError:  # an unhashable constant: the checked path says which",
         "    return slow(grid, stream, args, kw)",
-        f"compiled.launcher(grid, {views}, stream)",
+        f"views = {views}",
+        "compiled.launcher(grid, views, stream)",
+        "memo = ("
+        + "".join(f"a{i} if a{i}.__class__ in KEEP else MISSING, " for i in range(n))
+        + "".join(f"c{j} if c{j}.__class__ in KEEP_CONST else MISSING, " for j in range(len(constants)))
+        + "compiled, views)",
     ]
     body = "".join(f"        {line}\n" for line in lines)
     return (
-        "def make(grid, stream, fast, specialize, slow, classify, DA, AV, MISSING):\n"
+        "def make(grid, stream, fast, specialize, slow, classify, DA, AV, MISSING, KEEP, KEEP_CONST):\n"
+        f"    memo = ({'MISSING, ' * k}None, None)\n"
         "    def launch(*args, **kw):\n"
+        "        nonlocal memo\n"
         f"{body}"
         "    return launch\n"
     )
@@ -226,13 +243,15 @@ class Kernel:
         make = self._make
         if make is None:
             from tilejit.runtime.array import DeviceArray
+            from tilejit.runtime.launch import IMMUTABLE_ARGS
 
             src = _dispatch_source(self._args, self._constants, list(self._annotated))
             namespace: dict[str, Any] = {}
             exec(compile(src, f"<tilejit dispatch {self.__name__}>", "exec"), namespace)
             make = self._make = functools.partial(
                 namespace["make"], fast=self._fast, specialize=self._specialize, slow=self._launch,
-                classify=_classify, DA=DeviceArray, AV=_AV, MISSING=_MISSING,
+                classify=_classify, DA=DeviceArray, AV=_AV, MISSING=_MISSING, KEEP=IMMUTABLE_ARGS,
+                KEEP_CONST=_KEEP_CONST,
             )
         bound = make(grid, stream)
         try:

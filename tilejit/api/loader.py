@@ -12,22 +12,22 @@ from typing import TYPE_CHECKING, Any
 
 from tilejit.api.compile import Artifact
 from tilejit.config import CACHE, EMIT_PTX
+from tilejit.runtime.launch import CHECKED_LAUNCHES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tilejit.api.kernel import _Compiled
+    from tilejit.runtime.launch import Launcher
 
 _ENTRY_VERSION = "3"
 
 
 @functools.cache
-def _headers_digest() -> str:
-    from tilejit.backends.cuda.abi import device_headers
-    from tilejit.compiler.cache import sha256
+def _headers_identity() -> str:
+    from tilejit.backends.cuda.abi import headers_identity
 
-    h = sha256()
-    for name, text in sorted(device_headers().items()):
-        h.update(name.encode() + b"\0" + text.encode() + b"\0")
-    return h.hexdigest()
+    return headers_identity()
 
 
 def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
@@ -42,7 +42,7 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     return cache_key(
         "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, repr(types),
         repr(consts), repr(hints), artifact.target.sm, str(artifact.num_threads),
-        nvrtc_identity(), _headers_digest(),
+        nvrtc_identity(), _headers_identity(),
     )
 
 
@@ -82,4 +82,22 @@ def load_artifact(artifact: Artifact, fingerprint: str) -> _Compiled:
     params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]
     launcher = Launcher(function, params, block=(int(entry["num_threads"]), 1, 1),
                         shared_bytes=int(entry["shared_bytes"]))
-    return _Compiled(launcher=launcher.launch, artifact=artifact, module=module)
+    compiled = _Compiled(launcher=None, artifact=artifact, module=module)
+    compiled.launcher = _checked_then_generated(compiled, launcher)
+    return compiled
+
+
+def _checked_then_generated(compiled: _Compiled, launcher: Launcher) -> Callable[..., None]:
+    """The first launches of a specialization take the checked path; after ``CHECKED_LAUNCHES`` of them
+    ``compiled.launcher`` (read on every launch) becomes the generated fast function, so a kernel
+    launched only a few times never pays for compiling one."""
+    remaining = CHECKED_LAUNCHES
+
+    def launch(grid: Any, args: Any, stream: Any = None) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining <= 0:
+            compiled.launcher = launcher.launch
+        launcher.launch_checked(grid, args, stream)
+
+    return launch

@@ -252,7 +252,7 @@ def _block3(block: Any) -> tuple[int, int, int]:
 
 
 #: Argument types whose conversion depends on identity alone (immutable; DeviceArray by contract).
-_IMMUTABLE = frozenset({DeviceArray, ArrayView, int, float, bool})
+IMMUTABLE_ARGS = frozenset({DeviceArray, ArrayView, int, float, bool})
 _NO_MEMO = object()
 
 
@@ -456,7 +456,7 @@ class Launcher:
                 *(f"    m{i} = a{i} if a{i}.__class__ in KEEP else NO" for i in range(n)),
             ]
             env["NO"] = _NO_MEMO
-            env["KEEP"] = _IMMUTABLE
+            env["KEEP"] = IMMUTABLE_ARGS
         lines += [
             "if stream is None: h = cur[0]",
             "elif stream.__class__ is Stream: h = stream.handle",
@@ -603,4 +603,4 @@ class Launcher:
         raise CUDAError("cuLaunchKernel", status, f"error {status}", "launch failed", detail)
 
 
-__all__ = ["CHECKED_LAUNCHES", "Launcher", "ParamKind", "param_layout"]
+__all__ = ["CHECKED_LAUNCHES", "IMMUTABLE_ARGS", "Launcher", "ParamKind", "param_layout"]
