@@ -42,6 +42,14 @@ x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np
 dx, dy, dout = tj.asarray(x), tj.asarray(y), tj.asarray(np.zeros(n, np.float32))
 dev = tj.get_device()
 dev.synchronize()
+import gc
+_gc = [0.0, 0.0]
+def _gc_cb(phase, info):
+    if phase == "start":
+        _gc[1] = time.perf_counter()
+    else:
+        _gc[0] += time.perf_counter() - _gc[1]
+gc.callbacks.append(_gc_cb)
 t2 = time.perf_counter()
 kernel = tj.RawKernel(src, "vadd")
 ta = time.perf_counter()
@@ -51,7 +59,8 @@ kernel(((n + 255) // 256, 1, 1), (256, 1, 1), (dx, dy, dout, n))
 dev.synchronize()
 t3 = time.perf_counter()
 ok = bool(np.array_equal(dout.numpy(), x + y))
-print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "ok": ok,
+gc_s = _gc[0]
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "ok": ok, "gc_s": gc_s,
                   "phases_ms": [round(1e3 * (ta - t2), 2), round(1e3 * (tb - ta), 2), round(1e3 * (t3 - tb), 2)]}))
 """
 
@@ -69,12 +78,21 @@ x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np
 dx, dy, dout = tj.asarray(x), tj.asarray(y), tj.asarray(np.zeros(n, np.float32))
 dev = tj.get_device()
 dev.synchronize()
+import gc
+_gc = [0.0, 0.0]
+def _gc_cb(phase, info):
+    if phase == "start":
+        _gc[1] = time.perf_counter()
+    else:
+        _gc[0] += time.perf_counter() - _gc[1]
+gc.callbacks.append(_gc_cb)
 t2 = time.perf_counter()
 vector_add[tj.cdiv(n, 1024)](dx, dy, dout, TILE=1024)
 dev.synchronize()
 t3 = time.perf_counter()
+gc_s = _gc[0]
 ok = bool(np.array_equal(dout.numpy(), x + y))
-print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "ok": ok}))
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "ok": ok, "gc_s": gc_s}))
 """
 
 CHILD_CUPY = r"""
@@ -142,7 +160,7 @@ def measure(name: str, script: str, cache_var: str | None, runs: int, warm: bool
     else:
         samples = [run_child(script, {}) for _ in range(runs)]
     out: dict[str, Any] = {"runs": runs}
-    for field in ("first_call_s", "import_s", "process_s"):
+    for field in ("first_call_s", "import_s", "process_s", "gc_s"):
         values = [s[field] for s in samples if field in s]
         if values:
             out[field] = {
@@ -210,6 +228,9 @@ def main() -> None:
                 f"\n{label}: RawKernel() {a:.1f} ms, compile (or cache hit) {b:.1f} ms, "
                 f"module load + launch + sync {c:.1f} ms (medians)"
             )
+    for label, r in results.items():
+        if r.get("gc_s"):
+            lines.append(f"\n{label}: Python's garbage collector ran {ms(r['gc_s'])} ms of it")
     table = "\n".join(lines)
     print(table)
 

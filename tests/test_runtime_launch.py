@@ -570,3 +570,27 @@ def test_mutable_array_objects_are_read_every_launch(fake: FakeDriver) -> None:
     m.ptr = 0x2000
     launcher(1, (m,))
     assert fake.params() == struct.pack("=Q", 0x2000)
+
+
+def test_generated_functions_of_one_launcher_keep_separate_buffers(fake: FakeDriver) -> None:
+    """RawKernel's entry and ``launcher.launch`` are two generated functions of one Launcher: interleaved,
+    each launch still carries its own arguments, grid and stream (neither trusts the other's memo)."""
+    import tilejit.runtime.device as device_state
+
+    launcher = Launcher(fn(), [("a", ParamKind.pointer("float32")), ("n", ParamKind.scalar("int32"))], block=32,
+                        driver=fake)
+    dev = object()
+    old = device_state._current
+    device_state._current = dev  # type: ignore[assignment]
+    try:
+        entry = launcher.entry(32, 0, dev, lambda *a: pytest.fail("fell back"))
+        a, b = (0x1000, 1), (0x2000, 2)
+        for call, args, grid, want in [(entry, a, 3, a), (launcher.launch, b, 4, b), (entry, a, 3, a),
+                                       (launcher.launch, b, 4, b), (entry, a, 5, a)]:
+            if call is entry:
+                entry(grid, 32, args)
+            else:
+                call(grid, args)
+            assert fake.params() == struct.pack("=Qi", *want) and fake.config().gx == grid
+    finally:
+        device_state._current = old

@@ -270,6 +270,7 @@ class RawKernel:
             except ValueError:
                 self._extern_c = False
         self._lock = threading.Lock()
+        self._programs: dict[tuple[str, str], Any] = {}  # (target, output) -> CompiledProgram
         self._functions: dict[int, Any] = {}
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._entries: dict[tuple[Any, ...], Callable[..., None]] = {}
@@ -287,15 +288,19 @@ class RawKernel:
 
         if target is None:
             target = _device_state.get_device().arch
-        return compile_cuda(
-            self.source,
-            name=f"{self.name.split('<', 1)[0]}.cu",
-            headers=self.headers,
-            options=self.options,
-            target=target,
-            output=output,  # type: ignore[arg-type]
-            name_expressions=() if self._extern_c else (self.name,),
-        )
+        memo = (str(target), output)
+        prog = self._programs.get(memo)
+        if prog is None:
+            prog = self._programs[memo] = compile_cuda(
+                self.source,
+                name=f"{self.name.split('<', 1)[0]}.cu",
+                headers=self.headers,
+                options=self.options,
+                target=target,
+                output=output,  # type: ignore[arg-type]
+                name_expressions=() if self._extern_c else (self.name,),
+            )
+        return prog
 
     def function(self, device: Any = None) -> Any:
         """The loaded kernel on ``device`` (default: current), compiling and loading it on first use."""

@@ -358,8 +358,6 @@ class Launcher:
         self._call = _EX_PROTO(self._address) if ex is not None else _LEGACY_PROTO(self._address)
         self._handle = int(function.handle)
         self._owner_thread = threading.get_ident()
-        self._buffers = _Buffers(self.size, self.offsets, self.block, shared_bytes)
-        self._state: list[Any] = [None, -1]
 
     @functools.cached_property
     def launch(self) -> Callable[..., None]:
@@ -384,13 +382,15 @@ class Launcher:
         return self._generate((block_key, shared_key, device, fallback))
 
     def _generate(self, raw: tuple[Any, int, Any, Callable[..., None]] | None = None) -> Callable[..., None]:
-        kparams, extra = self._buffers.kernel_params_and_extra(self.param_passing)
+        # Each generated function has buffers of its own: what it remembers (the last arguments, grid
+        # and stream) describes exactly what its buffers hold.
+        bufs = _Buffers(self.size, self.offsets, self.block, self.shared_bytes)
+        kparams, extra = bufs.kernel_params_and_extra(self.param_passing)
         env: dict[str, Any] = {
-            "pack": self._struct.pack_into, "buf": self._buffers.params, "cfgpack": _CONFIG.pack_into,
-            "cfg": self._buffers.config, "call": self._call, "cfgaddr": self._buffers.config_addr,
-            "fh": self._handle, "st": self._state, "cur": _current_handle,
+            "pack": self._struct.pack_into, "buf": bufs.params, "cfgpack": _CONFIG.pack_into,
+            "cfg": bufs.config, "call": self._call, "fh": self._handle, "cur": _current_handle,
             "kparams": kparams, "extra": extra,
-            "launch_now": _ex_now(self._address, self._buffers.config_addr, self._handle, kparams, extra)
+            "launch_now": _ex_now(self._address, bufs.config_addr, self._handle, kparams, extra)
             if self._uses_ex else None,
             "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
             "owner": self._owner_thread, "slow": self.launch_checked, "explain": self._explain,
@@ -464,11 +464,12 @@ class Launcher:
         ]
         if self._uses_ex:
             lines += [
-                "if (grid is not st[0] and grid != st[0]) or h != st[1]:",
+                "if (grid is not lg and grid != lg) or h != lh:",
+                "    lg = None",
                 "    gx, gy, gz = grid3(grid)",
                 f"    cfgpack(cfg, 0, gx, gy, gz, {bx}, {by}, {bz}, {self.shared_bytes}, h)",
-                "    st[0] = grid if grid.__class__ is int or grid.__class__ is tuple else None",
-                "    st[1] = h",
+                "    lg = grid if grid.__class__ is int or grid.__class__ is tuple else None",
+                "    lh = h",
             ]
             call = "status = launch_now()"
         else:
@@ -487,8 +488,9 @@ class Launcher:
                 "        if block != B or shared_mem != S or devstate._current is not D:\n"
                 "            return fallback(grid, block, args, stream, shared_mem)\n"
             )
-        memo_init = "".join(f"    m{i} = NO\n" for i in range(n))
-        nonlocal_line = f"        nonlocal {', '.join(f'm{i}' for i in range(n))}\n" if n else ""
+        state = [f"m{i}" for i in range(n)] + (["lg", "lh"] if self._uses_ex else [])
+        memo_init = "".join(f"    m{i} = NO\n" for i in range(n)) + ("    lg, lh = None, -1\n" if self._uses_ex else "")
+        nonlocal_line = f"        nonlocal {', '.join(state)}\n" if state else ""
         src = (
             f"def make({', '.join(env)}):\n"
             f"{memo_init}"
@@ -510,6 +512,7 @@ class Launcher:
         namespace: dict[str, Any] = {}
         exec(compile(src, f"<tilejit launcher {self.name}>", "exec"), namespace)
         launch: Callable[..., None] = namespace["make"](**env)
+        launch.buffers = bufs  # type: ignore[attr-defined]  # the driver reads them by address: keep them alive
         return launch
 
     def _where(self, i: int) -> str:
