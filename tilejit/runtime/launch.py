@@ -1,19 +1,20 @@
 """Kernel launches: the hot path.
 
 A :class:`Launcher` is built once per kernel signature. It lays the parameters out as the kernel
-sees them (each at its natural C alignment), precomputes a ``struct`` format for the whole block,
-a reusable parameter buffer and launch configuration, and generates (``exec``, as ``dataclasses``
-does) one small Python function specialized to the signature. Each launch then converts the
-arguments, packs them with ONE ``pack_into`` and makes ONE ctypes call::
+sees them (each at its natural C alignment) and precomputes a ``struct`` format for the whole block.
+A kernel's first ``CHECKED_LAUNCHES`` launches take the checked path (every argument converted and
+checked, fresh buffers); then :mod:`tilejit.runtime.fastlaunch` generates one small function
+specialized to the signature, with its own parameter buffer and launch configuration. It converts
+the arguments (skipping immutable ones identical to the last launch's), packs them with ONE
+``pack_into`` and makes ONE ctypes call::
 
     cuLaunchKernelEx(&config, f, NULL, {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE,
                                         &size, CU_LAUNCH_PARAM_END})
 
 Argument checks on the fast path are the cheap ones (exact-type tests, ``struct``'s own range
-checks); when anything fails, a slow path re-checks every argument and raises a ``LaunchError``
+checks); when anything fails, the checked path re-checks every argument and raises a ``LaunchError``
 naming the parameter, what it expects and what it got.
 """
-
 from __future__ import annotations
 
 import ctypes
@@ -27,8 +28,8 @@ from typing import Any
 from tilejit.errors import CUDAError, LaunchError
 from tilejit.runtime.array import DeviceArray
 from tilejit.runtime.dtypes import ITEMSIZE, STRUCT_CHAR, float_to_bfloat16_bits
-from tilejit.runtime.interop import ArrayView, as_view, pointer_of
-from tilejit.runtime.stream import Stream, _current_handle, stream_handle
+from tilejit.runtime.interop import ArrayView, as_view
+from tilejit.runtime.stream import stream_handle
 
 _INT_RANGE: dict[str, tuple[int, int]] = {
     f"{s}int{b}": ((0, (1 << b) - 1) if s else (-(1 << (b - 1)), (1 << (b - 1)) - 1))
@@ -253,13 +254,6 @@ def _block3(block: Any) -> tuple[int, int, int]:
 
 #: Argument types whose conversion depends on identity alone (immutable; DeviceArray by contract).
 IMMUTABLE_ARGS = frozenset({DeviceArray, ArrayView, int, float, bool})
-_NO_MEMO = object()
-
-
-class _Mismatch(Exception):
-    """Raised by generated code when an array argument's dtype or rank differs (details: slow path)."""
-
-
 def _address(fn: Any) -> int:
     addr = ctypes.cast(fn, ctypes.c_void_p).value
     if not addr:
@@ -270,17 +264,6 @@ def _address(fn: Any) -> int:
 _EX_PROTO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
-def _ex_now(address: int, config: int, handle: int, kernel_params: int, extra: int) -> Callable[[], int]:
-    """``cuLaunchKernelEx(config, handle, kernel_params, extra)`` as a no-argument call.
-
-    The four pointers are bound as ready ``c_void_p`` objects to a function pointer without
-    ``argtypes``, so each call hands them straight to libffi instead of converting four ints.
-    """
-    fn = ctypes.CFUNCTYPE(ctypes.c_int)(address)
-    fn.argtypes = None  # type: ignore[assignment]
-    return functools.partial(fn, ctypes.c_void_p(config), ctypes.c_void_p(handle),
-                             ctypes.c_void_p(kernel_params) if kernel_params else None,
-                             ctypes.c_void_p(extra) if extra else None)
 _LEGACY_PROTO = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_void_p, *(ctypes.c_uint,) * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
 )
@@ -358,6 +341,7 @@ class Launcher:
         self._call = _EX_PROTO(self._address) if ex is not None else _LEGACY_PROTO(self._address)
         self._handle = int(function.handle)
         self._owner_thread = threading.get_ident()
+        self.source = ""  # the generated ``launch`` function's source, once it is made
 
     @functools.cached_property
     def launch(self) -> Callable[..., None]:
@@ -382,138 +366,9 @@ class Launcher:
         return self._generate((block_key, shared_key, device, fallback))
 
     def _generate(self, raw: tuple[Any, int, Any, Callable[..., None]] | None = None) -> Callable[..., None]:
-        # Each generated function has buffers of its own: what it remembers (the last arguments, grid
-        # and stream) describes exactly what its buffers hold.
-        bufs = _Buffers(self.size, self.offsets, self.block, self.shared_bytes)
-        kparams, extra = bufs.kernel_params_and_extra(self.param_passing)
-        env: dict[str, Any] = {
-            "pack": self._struct.pack_into, "buf": bufs.params, "cfgpack": _CONFIG.pack_into,
-            "cfg": bufs.config, "call": self._call, "fh": self._handle, "cur": _current_handle,
-            "kparams": kparams, "extra": extra,
-            "launch_now": _ex_now(self._address, bufs.config_addr, self._handle, kparams, extra)
-            if self._uses_ex else None,
-            "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
-            "owner": self._owner_thread, "slow": self.launch_checked, "explain": self._explain,
-            "failed": self._failed, "AV": ArrayView, "DA": DeviceArray, "as_view": as_view, "Mismatch": _Mismatch,
-        }
-        n = len(self.params)
-        lines: list[str] = []
-        if n == 0:
-            lines.append("if len(args) != 0: raise Mismatch()")
-        else:
-            lines.append(", ".join(f"a{i}" for i in range(n)) + (", = args" if n == 1 else " = args"))
-        values: list[str] = []
-        bx, by, bz = self.block
-        for i, (_, k) in enumerate(self.params):
-            a = f"a{i}"
-            if k.kind == "scalar":
-                conv = f"conv{i}"
-                env[conv] = self._scalar_converter(i)
-                exact = {"bool": "bool", "float16": "float", "float32": "float", "float64": "float"}.get(
-                    str(k.dtype), "int")
-                if k.dtype == "bfloat16":
-                    values.append(f"{conv}({a})")
-                else:
-                    values.append(f"({a} if {a}.__class__ is {exact} else {conv}({a}))")
-                continue
-            # Arrays and pointers: take the ArrayView (own arrays and views inline, others through
-            # the per-type converters), then unpack it; nested unpacking checks the rank for free.
-            dims = [f"s{i}_{d}" for d in range(k.ndim)]
-            strides = [f"t{i}_{d}" for d in range(k.ndim)]
-            if k.kind == "array":
-                lines += [
-                    f"if {a}.__class__ is DA: v{i} = {a}._view",
-                    f"elif {a}.__class__ is AV: v{i} = {a}",
-                    f"else: v{i} = as_view({a})",
-                    f"p{i}, ({''.join(x + ', ' for x in dims)}), ({''.join(x + ', ' for x in strides)}), "
-                    f"d{i}, _ = v{i}",
-                    f"if d{i} != {k.dtype!r}: raise Mismatch()",
-                ]
-            else:
-                # A pointer needs only the address and dtype: read just those (ints are addresses).
-                env[f"conv{i}"] = pointer_of
-                lines += [
-                    f"if {a}.__class__ is DA: p{i} = {a}.ptr; d{i} = {a}._dtname",
-                    f"elif {a}.__class__ is AV: p{i}, _, _, d{i}, _ = {a}",
-                    f"elif {a}.__class__ is int: p{i} = {a}; d{i} = None",
-                    f"else: p{i}, d{i} = conv{i}({a})",
-                ]
-                if k.dtype is not None:
-                    lines.append(f"if d{i} != {k.dtype!r} and d{i} is not None: raise Mismatch()")
-            values.append(", ".join([f"p{i}", *dims, *strides]))
-        if values:
-            lines.append(f"pack(buf, 0, {', '.join(values)})")
-        if n:
-            # Arguments identical (``is``) to the last launch's, and immutable, are already in the
-            # parameter block: skip converting and packing them again. The memo is cleared before
-            # the block is rewritten, so a failed pack never leaves a stale match.
-            convert = lines[1:]
-            lines = [
-                lines[0],
-                f"if not ({' and '.join(f'a{i} is m{i}' for i in range(n))}):",
-                "    m0 = NO",
-                *("    " + line for line in convert),
-                *(f"    m{i} = a{i} if a{i}.__class__ in KEEP else NO" for i in range(n)),
-            ]
-            env["NO"] = _NO_MEMO
-            env["KEEP"] = IMMUTABLE_ARGS
-        lines += [
-            "if stream is None: h = cur[0]",
-            "elif stream.__class__ is Stream: h = stream.handle",
-            "else: h = stream_handle(stream)",
-        ]
-        if self._uses_ex:
-            lines += [
-                "if (grid is not lg and grid != lg) or h != lh:",
-                "    lg = None",
-                "    gx, gy, gz = grid3(grid)",
-                f"    cfgpack(cfg, 0, gx, gy, gz, {bx}, {by}, {bz}, {self.shared_bytes}, h)",
-                "    lg = grid if grid.__class__ is int or grid.__class__ is tuple else None",
-                "    lh = h",
-            ]
-            call = "status = launch_now()"
-        else:
-            lines.append("gx, gy, gz = grid3(grid)")
-            call = (f"status = call(fh, gx, gy, gz, {bx}, {by}, {bz}, {self.shared_bytes}, h, kparams or None, "
-                    "extra or None)")
-        body = "\n".join("            " + line for line in lines)
-        if raw is None:
-            head = "    def launch(grid, args, stream=None):\n"
-        else:
-            from tilejit.runtime import device as device_state
+        from tilejit.runtime.fastlaunch import generate  # not needed until a kernel's fast path is made
 
-            env.update(B=raw[0], S=raw[1], D=raw[2], fallback=raw[3], devstate=device_state)
-            head = (
-                "    def launch(grid, block, args, stream=None, shared_mem=0):\n"
-                "        if block != B or shared_mem != S or devstate._current is not D:\n"
-                "            return fallback(grid, block, args, stream, shared_mem)\n"
-            )
-        state = [f"m{i}" for i in range(n)] + (["lg", "lh"] if self._uses_ex else [])
-        memo_init = "".join(f"    m{i} = NO\n" for i in range(n)) + ("    lg, lh = None, -1\n" if self._uses_ex else "")
-        nonlocal_line = f"        nonlocal {', '.join(state)}\n" if state else ""
-        src = (
-            f"def make({', '.join(env)}):\n"
-            f"{memo_init}"
-            f"{head}"
-            f"{nonlocal_line}"
-            "        if ident() != owner:\n"
-            "            return slow(grid, args, stream)\n"
-            "        try:\n"
-            f"{body}\n"
-            "        except Exception as exc:\n"
-            "            raise explain(grid, args, stream, exc) from None\n"
-            f"        {call}\n"
-            "        if status:\n"
-            "            failed(status, grid, args, stream)\n"
-            "    return launch\n"
-        )
-        if raw is None:
-            self.source = src
-        namespace: dict[str, Any] = {}
-        exec(compile(src, f"<tilejit launcher {self.name}>", "exec"), namespace)
-        launch: Callable[..., None] = namespace["make"](**env)
-        launch.buffers = bufs  # type: ignore[attr-defined]  # the driver reads them by address: keep them alive
-        return launch
+        return generate(self, raw)
 
     def _where(self, i: int) -> str:
         name, kind = self.params[i]
