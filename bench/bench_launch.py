@@ -1,12 +1,14 @@
 """Per-launch overhead on one GPU: tilejit against cuda.core, CuPy, Triton and torch, in one run.
 
 Every implementation launches the same empty kernel (one pointer parameter, grid 1, block 32) in
-the same Python loop: N launches after a warm-up, one synchronize at the end, several repeats
-interleaved across the implementations; the figure is the median microseconds per launch. A peer
+the same Python loop: N launches after a warm-up, one synchronize at the end, many repeats
+interleaved across the implementations; the figure is the median microseconds per launch. N stays
+below the driver's queue of pending launches (about 1024), so the loop measures the CPU side of a
+launch rather than the GPU draining a full queue. A peer
 that is missing or fails is reported and skipped. Prints a markdown table with ratios against the
 best peer; writes JSON to $OUT if set.
 
-    python bench/bench_launch.py [--n 20000] [--repeats 15] [--pin CPU]
+    python bench/bench_launch.py [--n 500] [--repeats 301] [--pin CPU]
 """
 
 from __future__ import annotations
@@ -187,8 +189,8 @@ def ctypes_case(x: Any) -> Callable[[], Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=20000, help="launches per repeat")
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--n", type=int, default=500, help="launches per repeat")
+    ap.add_argument("--repeats", type=int, default=301)
     ap.add_argument("--pin", type=int, default=None, metavar="CPU",
                     help="pin the timing thread to this CPU once every library is initialized (Linux)")
     args = ap.parse_args()
