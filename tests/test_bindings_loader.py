@@ -102,6 +102,20 @@ def test_loaded_libraries_and_already_loaded(libm_path: str) -> None:
     assert loader.already_loaded(r"libtilejit-never-loaded\.so") == []
 
 
+@linux_only
+def test_loaded_libraries_walks_the_loader_list_like_proc_maps(libm_path: str) -> None:
+    ctypes.CDLL(LIBM)
+    walked = {os.path.realpath(p) for p in loader.loaded_libraries()}
+    mapped = {os.path.realpath(p) for p in loader._mapped_libraries("")}
+    assert walked, "the dynamic loader's list gave nothing"
+    assert walked <= mapped  # every object the loader lists is mapped
+    assert os.path.realpath(libm_path) in walked
+    assert loader.loaded_libraries("libtilejit-never-loaded") == []
+    handle = ctypes.CDLL(LIBM)
+    assert loader.library_path(handle) is not None
+    assert os.path.realpath(loader.library_path(handle) or "") == os.path.realpath(libm_path)
+
+
 def test_site_dirs_cover_sys_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
     dirs = list(loader.site_dirs())

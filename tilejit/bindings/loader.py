@@ -14,6 +14,7 @@ import re
 import site
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from tilejit.errors import Attempt, LibraryNotFoundError
 from tilejit.records import Record
@@ -174,10 +175,29 @@ def find_file(candidates: Iterable[Candidate]) -> tuple[str | None, list[Attempt
 
 
 def loaded_libraries(needle: str = "") -> list[str]:
-    """Paths of the shared libraries mapped into this process (Linux: /proc/self/maps; elsewhere empty);
-    only those containing ``needle`` when it is given (a quick pre-filter on the whole file)."""
+    """Paths of the shared libraries loaded in this process (Linux; elsewhere empty), only those containing
+    ``needle`` when it is given. Walks the dynamic loader's list of loaded objects; /proc/self/maps, which
+    the kernel builds on every read (0.3 ms in a process with numpy), is the fallback."""
     if not IS_LINUX:
         return []
+    head = _link_map(None)
+    if head is None:
+        return _mapped_libraries(needle)
+    paths: list[str] = []
+    node = _LinkMap.from_address(head)
+    while True:
+        raw = node.l_name
+        if raw and needle.encode() in raw:
+            path = os.fsdecode(raw)
+            if path.startswith("/") and ".so" in path and path not in paths:
+                paths.append(path)
+        if not node.l_next:
+            return paths
+        node = _LinkMap.from_address(node.l_next)
+
+
+def _mapped_libraries(needle: str) -> list[str]:
+    """``loaded_libraries`` from /proc/self/maps, for a C library without ``dlinfo``."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
             text = fh.read()
@@ -199,25 +219,52 @@ def loaded_libraries(needle: str = "") -> list[str]:
     return paths
 
 
+class _LinkMap(ctypes.Structure):
+    """The public head of the C library's ``struct link_map`` (<link.h>): one loaded object in a list."""
+
+    _fields_ = [
+        ("l_addr", ctypes.c_void_p),
+        ("l_name", ctypes.c_char_p),
+        ("l_ld", ctypes.c_void_p),
+        ("l_next", ctypes.c_void_p),
+        ("l_prev", ctypes.c_void_p),
+    ]
+
+
+_RTLD_DI_LINKMAP = 2
+_dlinfo: list[Any] = []  # [dlinfo function or None], filled on first use
+
+
+def _link_map(handle: int | None) -> int | None:
+    """Address of the ``link_map`` of a ``dlopen`` handle (None: the main program, the list's head)."""
+    if not _dlinfo:
+        try:
+            fn = ctypes.CDLL(None).dlinfo
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _dlinfo.append(fn)
+    dlinfo = _dlinfo[0]
+    if dlinfo is None:
+        return None
+    if handle is None:
+        handle = ctypes.CDLL(None)._handle
+    out = ctypes.c_void_p()
+    if dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(out)) != 0:
+        return None
+    return out.value
+
+
 def library_path(lib: ctypes.CDLL) -> str | None:
     """The file a loaded library came from (Linux: dlinfo RTLD_DI_LINKMAP), e.g. what a bare soname resolved to."""
     if not IS_LINUX:
         return None
-
-    class _LinkMap(ctypes.Structure):
-        _fields_ = [("l_addr", ctypes.c_void_p), ("l_name", ctypes.c_char_p)]
-
-    try:
-        libc = ctypes.CDLL(None)
-        dlinfo = libc.dlinfo
-    except (OSError, AttributeError):
+    address = _link_map(lib._handle)
+    if not address:
         return None
-    dlinfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-    dlinfo.restype = ctypes.c_int
-    lm = ctypes.POINTER(_LinkMap)()
-    if dlinfo(lib._handle, 2, ctypes.byref(lm)) != 0 or not lm or not lm.contents.l_name:
-        return None
-    return os.fsdecode(lm.contents.l_name)
+    name = _LinkMap.from_address(address).l_name
+    return os.fsdecode(name) if name else None
 
 
 def already_loaded(
@@ -230,7 +277,7 @@ def already_loaded(
     if not paths:
         return []
     rx = re.compile(pattern)
-    return [Candidate.file(p, origin) for p in paths if rx.fullmatch(os.path.basename(p))]
+    return [Candidate.file(os.path.realpath(p), origin) for p in paths if rx.fullmatch(os.path.basename(p))]
 
 
 def site_dirs() -> Iterator[str]:
