@@ -285,7 +285,7 @@ def test_checked_then_generated_launches() -> None:
     out = empty(n, "float32")
     for i in range(2 * CHECKED_LAUNCHES + 2):
         # launches 1..CHECKED_LAUNCHES take the checked path; the next one generates the fast function
-        assert (vadd._call == vadd._first_call) == (i <= CHECKED_LAUNCHES)
+        assert (vadd._entry_in_use() is None) == (i <= CHECKED_LAUNCHES)
         block = 128 if i < 2 * CHECKED_LAUNCHES else 256 + 128 * (i % 2)
         out.poison()
         scale = float(i + 1)
@@ -308,7 +308,7 @@ def test_wrong_arguments_raise_launch_error(generated: bool) -> None:
     d = zeros(n, "float32")
     for _ in range(CHECKED_LAUNCHES + 1 if generated else 0):
         vadd(1, 32, (d, d, d, n))
-    assert (vadd._call != vadd._first_call) == generated
+    assert (vadd._entry_in_use() is not None) == generated
     with pytest.raises(LaunchError, match=r"parameter 'x'.*host \(CPU\) array"):
         vadd(1, 32, (np.zeros(n, np.float32), d, d, n))
     with pytest.raises(LaunchError, match=r"parameter 'out'.*expected float32 data, got an array of int32"):

@@ -134,7 +134,8 @@ def _dispatch_source(
     extra or positional constants) goes to ``Kernel._launch``, which checks it and raises.
     """
     n = len(args)
-    lines = [f"if len(args) != {n} or len(kw) != {len(constants)}: return slow(grid, stream, args, kw)"]
+    count_kw = f"len(kw) != {len(constants)}" if constants else "kw"
+    lines = [f"if {count_kw} or len(args) != {n}: return slow(grid, stream, args, kw)"]
     if n:
         lines.append("".join(f"a{i}, " for i in range(n)) + "= args")
     for j, c in enumerate(constants):
@@ -152,7 +153,7 @@ def _dispatch_source(
     same = [f"{v} is mm[{i}]" for i, v in enumerate(slots)] or ["mm[0] is not None"]
     lines += ["mm = memo",
               f"if {' and '.join(same)}:",
-              f"    return mm[{k}].launcher(grid, mm[{k + 1}], stream)"]
+              f"    return mm[{k}](grid, mm[{k + 1}], stream)"]
     for i, name in enumerate(args):
         a = f"a{i}"
         ann = name in annotated
@@ -178,11 +179,12 @@ def _dispatch_source(
         "except TypeError:  # an unhashable constant: the checked path says which",
         "    return slow(grid, stream, args, kw)",
         f"views = {views}",
-        "compiled.launcher(grid, views, stream)",
+        "run = compiled.launcher",
+        "run(grid, views, stream)",
         "memo = ("
         + "".join(f"a{i} if a{i}.__class__ in KEEP else MISSING, " for i in range(n))
         + "".join(f"c{j} if c{j}.__class__ in KEEP_CONST else MISSING, " for j in range(len(constants)))
-        + "compiled, views)",
+        + "run, views)",
     ]
     body = "".join(f"        {line}\n" for line in lines)
     return (

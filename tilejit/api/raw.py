@@ -11,7 +11,6 @@ device on its first launch there (through the disk cache) and kept per device.
 
 from __future__ import annotations
 
-import operator
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -275,7 +274,6 @@ class RawKernel:
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._entries: dict[tuple[Any, ...], Callable[..., None]] = {}
         self._checked_calls: dict[tuple[Any, ...], int] = {}
-        self._call: Callable[..., None] = self._first_call
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{k} {n}" for n, k in self.params)
@@ -331,10 +329,9 @@ class RawKernel:
             self._launchers[key] = launcher
         return launcher
 
-    # ``kernel(grid, block, args, stream=None, shared_mem=0)`` resolves (through a C-level property)
-    # to ``_call``: first ``_first_call``, then a launch function generated for the last block shape,
-    # shared size and device, which launches directly while they stay the same.
-    __call__ = property(operator.attrgetter("_call"))
+    def __call__(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
+        """Launch ``grid`` blocks of ``block`` threads on ``args`` (on ``stream``, default: the current one)."""
+        self._first_call(grid, block, args, stream, shared_mem)
 
     def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
         dev = _device_state.get_device()
@@ -351,8 +348,24 @@ class RawKernel:
                 launcher.launch_checked(grid, args, stream)
                 return
             entry = self._entries[key] = launcher.entry(block_key, shared_mem, dev, self._first_call)
-        self._call = entry
+        self._use(entry)
         entry(grid, block_key, args, stream, shared_mem)
+
+    def _use(self, entry: Callable[..., None]) -> None:
+        """Make ``kernel(...)`` call ``entry`` directly. Python looks ``__call__`` up on the type, so the
+        kernel gets a class of its own whose ``__call__`` is ``entry`` (a staticmethod: no bound-method
+        or property step between the call and the generated launch function)."""
+        cls = type(self)
+        if "_own_class" not in cls.__dict__:
+            cls = type(cls.__name__, (cls,), {"__slots__": (), "__module__": cls.__module__,
+                                              "__qualname__": cls.__qualname__, "_own_class": True})
+            self.__class__ = cls
+        cls.__call__ = staticmethod(entry)  # type: ignore[assignment,method-assign]
+
+    def _entry_in_use(self) -> Callable[..., None] | None:
+        """The generated launch function ``kernel(...)`` calls directly, if any."""
+        call = type(self).__dict__.get("__call__") if "_own_class" in type(self).__dict__ else None
+        return call.__func__ if isinstance(call, staticmethod) else None
 
 
 __all__ = ["C_TYPES", "RawKernel", "parse_c_type", "parse_signature"]
