@@ -219,6 +219,30 @@ def test_repeated_arguments_reuse_the_last_specialization_and_views() -> None:
         (0, [x, 3]), (0, [x, 3]), (0, [y, 3]), (1, [x, 3]), (0, [x, 3]), (0, [x, 4])]
 
 
+def test_repeated_arguments_follow_a_replaced_launcher() -> None:
+    """A specialization swaps its launcher (checked path -> generated one); the remembered last call
+    must launch through the new one, not the function it remembered."""
+    calls: list[str] = []
+
+    def build(arg_types: dict[str, Any], hints: dict[str, Any], consts: tuple[Any, ...]) -> _Compiled:
+        def checked(grid: Any, views: Any, stream: Any) -> None:
+            calls.append("checked")
+            compiled.launcher = generated
+
+        def generated(grid: Any, views: Any, stream: Any) -> None:
+            calls.append("generated")
+
+        compiled = _Compiled(launcher=checked, artifact=None, module=None)
+        return compiled
+
+    Recorder(scale)
+    scale._build = build  # type: ignore[method-assign]
+    x, y = view(), view()
+    for _ in range(3):
+        scale[1](x, y, 2.0, 5)
+    assert calls == ["checked", "generated", "generated"]
+
+
 def test_mutable_foreign_arrays_are_read_on_every_call() -> None:
     """A foreign array object is never remembered: its address can change between launches."""
     rec = Recorder(scale)

@@ -153,7 +153,7 @@ def _dispatch_source(
     same = [f"{v} is mm[{i}]" for i, v in enumerate(slots)] or ["mm[0] is not None"]
     lines += ["mm = memo",
               f"if {' and '.join(same)}:",
-              f"    return mm[{k}](grid, mm[{k + 1}], stream)"]
+              f"    return mm[{k}].launcher(grid, mm[{k + 1}], stream)"]
     for i, name in enumerate(args):
         a = f"a{i}"
         ann = name in annotated
@@ -179,12 +179,11 @@ def _dispatch_source(
         "except TypeError:  # an unhashable constant: the checked path says which",
         "    return slow(grid, stream, args, kw)",
         f"views = {views}",
-        "run = compiled.launcher",
-        "run(grid, views, stream)",
+        "compiled.launcher(grid, views, stream)",
         "memo = ("
         + "".join(f"a{i} if a{i}.__class__ in KEEP else MISSING, " for i in range(n))
         + "".join(f"c{j} if c{j}.__class__ in KEEP_CONST else MISSING, " for j in range(len(constants)))
-        + "run, views)",
+        + "compiled, views)",
     ]
     body = "".join(f"        {line}\n" for line in lines)
     return (
