@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import glob
 import os
 import re
@@ -183,16 +184,17 @@ def loaded_libraries(needle: str = "") -> list[str]:
     head = _link_map(None)
     if head is None:
         return _mapped_libraries(needle)
-    paths: list[str] = []
+    want = os.fsencode(needle)
+    paths: dict[str, None] = {}  # insertion-ordered set
     node = _LinkMap.from_address(head)
     while True:
         raw = node.l_name
-        if raw and needle.encode() in raw:
+        if raw and want in raw:
             path = os.fsdecode(raw)
-            if path.startswith("/") and ".so" in path and path not in paths:
-                paths.append(path)
+            if path.startswith("/") and ".so" in path:
+                paths[path] = None
         if not node.l_next:
-            return paths
+            return list(paths)
         node = _LinkMap.from_address(node.l_next)
 
 
@@ -232,24 +234,31 @@ class _LinkMap(ctypes.Structure):
 
 
 _RTLD_DI_LINKMAP = 2
-_dlinfo: list[Any] = []  # [dlinfo function or None], filled on first use
+
+
+@functools.cache
+def _dlinfo() -> tuple[Any, int]:
+    """The C library's ``dlinfo`` (None where it has none) and the main program's handle."""
+    main = ctypes.CDLL(None)
+    try:
+        fn = main.dlinfo
+    except AttributeError:
+        return None, main._handle
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn, main._handle
 
 
 def _link_map(handle: int | None) -> int | None:
     """Address of the ``link_map`` of a ``dlopen`` handle (None: the main program, the list's head)."""
-    if not _dlinfo:
-        try:
-            fn = ctypes.CDLL(None).dlinfo
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-            fn.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            fn = None
-        _dlinfo.append(fn)
-    dlinfo = _dlinfo[0]
+    try:
+        dlinfo, main = _dlinfo()
+    except OSError:
+        return None
     if dlinfo is None:
         return None
     if handle is None:
-        handle = ctypes.CDLL(None)._handle
+        handle = main
     out = ctypes.c_void_p()
     if dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(out)) != 0:
         return None
