@@ -149,7 +149,7 @@ def find_and_load(
 
 def find_file(candidates: Iterable[Candidate]) -> tuple[str | None, list[Attempt]]:
     """Discovery without dlopen: the first existing file among the candidates (sonames are resolved
-    through /proc/self/maps or the ld.so cache only), plus the places that had nothing."""
+    through LD_LIBRARY_PATH or the ld.so cache only), plus the places that had nothing."""
     attempts: list[Attempt] = []
     for cand in candidates:
         if cand.kind == "none":
