@@ -30,7 +30,7 @@ CHILD = textwrap.dedent(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         progs = [compile_cuda(src.replace("fill", f"fill{i}"), target="sm_80") for i in range(int(sys.argv[2]))]
-    heavy = [m for m in ("json", "hashlib", "_hashlib") if m in sys.modules]
+    heavy = [m for m in ("json", "hashlib", "_hashlib", "tilejit.bindings.nvrtc") if m in sys.modules]
     import json
     with open("/proc/self/maps") as f:
         maps = f.read()
@@ -311,7 +311,26 @@ def test_fresh_process_hit_does_not_load_nvrtc(toolkit: Toolkit, tmp_path: Path)
     assert warm["sizes"] == cold["sizes"]
     assert warm["elf"] == [True]
     assert warm["nvrtc_loaded"] is False
-    assert warm["heavy_imports"] == []  # a warm hit pays for neither json nor hashlib's OpenSSL
+    assert warm["heavy_imports"] == []  # a warm hit pays for neither json nor hashlib's OpenSSL, nor NVRTC's bindings
+
+
+def test_fresh_process_hit_finds_nvrtc_without_its_bindings(
+    toolkit: Toolkit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no explicit NVRTC, a hit still names NVRTC's file in the key (found by discovery), without
+    loading NVRTC or importing its bindings module."""
+    from tilejit.bindings.loader import NVRTC_LIBRARY, find_toolkit_file
+    from tilejit.errors import LibraryNotFoundError
+
+    monkeypatch.delenv("TILEJIT_NVRTC", raising=False)
+    try:
+        find_toolkit_file(NVRTC_LIBRARY)
+    except LibraryNotFoundError:
+        pytest.skip("no NVRTC to discover on this machine (only explicit toolkits)")
+    cold = child_result(run_child(tmp_path / "shared", toolkit.nvrtc, TILEJIT_NVRTC=""))
+    warm = child_result(run_child(tmp_path / "shared", toolkit.nvrtc, TILEJIT_NVRTC=""))
+    assert (cold["from_cache"], cold["nvrtc_loaded"]) == ([False], True)
+    assert (warm["from_cache"], warm["nvrtc_loaded"], warm["heavy_imports"]) == ([True], False, [])
 
 
 def test_header_round_trips_plain_values(tmp_path: Path) -> None:

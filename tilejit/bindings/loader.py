@@ -1,7 +1,9 @@
 """Find and load a shared library from an ordered list of places, recording why each place failed.
 
 Used by every library binding (driver, NVRTC, nvJitLink). No policy lives here: callers decide
-the order of places and what counts as the wrong library (``reject``).
+the order of places and what counts as the wrong library (``reject``). Where the toolkit libraries
+live (file names, pip wheel folders) is data here too, so that finding one (for a cache key) does not
+import its bindings.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from tilejit import config
 from tilejit.errors import Attempt, LibraryNotFoundError
 from tilejit.records import Record
 
@@ -352,23 +355,79 @@ def system_sonames(names: Sequence[str]) -> list[Candidate]:
     return [Candidate.soname(n) for n in names]
 
 
-def toolkit_candidates(
-    env_var: str, explicit: str | None, loaded_rx: str, needle: str, pip_subdirs: Sequence[str],
-    names: Sequence[str], label: str,
-) -> Iterator[Candidate]:
-    """Every place a CUDA toolkit library (NVRTC, nvJitLink) is looked for, in order, made lazily so
-    that discovery stops at the first hit: the file named by ``env_var`` (then nothing else), a copy
-    already loaded, pip wheels, conda, ``$CUDA_HOME``/``$CUDA_PATH``, the system loader."""
+class ToolkitLibrary(Record):
+    """Where one CUDA toolkit library (NVRTC, nvJitLink) is looked for: the setting that names an
+    explicit file, the file names of a copy already loaded (``loaded_rx``, a regular expression on
+    the basename), pip wheel folders and file names on Linux and Windows, and what to install."""
+
+    _fields = ("label", "setting", "loaded_rx", "sonames", "dll_names", "pip_subdirs", "pip_subdirs_windows", "hint")
+    __slots__ = _fields
+    label: str
+    setting: config.Setting[str | None]
+    loaded_rx: str
+    sonames: tuple[str, ...]
+    dll_names: tuple[str, ...]
+    pip_subdirs: tuple[str, ...]
+    pip_subdirs_windows: tuple[str, ...]
+    hint: str
+
+    def __init__(
+        self, label: str, setting: config.Setting[str | None], loaded_rx: str, sonames: tuple[str, ...],
+        dll_names: tuple[str, ...], pip_subdirs: tuple[str, ...], pip_subdirs_windows: tuple[str, ...], hint: str,
+    ) -> None:
+        self._init(label, setting, loaded_rx, sonames, dll_names, pip_subdirs, pip_subdirs_windows, hint)
+
+
+NVRTC_LIBRARY = ToolkitLibrary(
+    "NVRTC",
+    config.NVRTC,
+    r"libnvrtc\.so\.(13|12|11\.[0-2])(\.\d+)*",
+    # Newest first: the first library found wins within one folder.
+    ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so.11.1", "libnvrtc.so.11.0"),
+    ("nvrtc64_130_0.dll", "nvrtc64_120_0.dll", "nvrtc64_112_0.dll", "nvrtc64_111_0.dll", "nvrtc64_110_0.dll"),
+    ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"),
+    ("nvidia/cu13/bin/x86_64", "nvidia/cu13/bin", "nvidia/cuda_nvrtc/bin"),
+    'install NVRTC with pip install "tilejit[cu13]" (or "tilejit[cu12]" / "tilejit[cu11]" to match an older '
+    f"driver), or set {config.NVRTC.name} to the full path of libnvrtc.so.* / nvrtc64_*.dll",
+)
+NVJITLINK_LIBRARY = ToolkitLibrary(
+    "nvJitLink",
+    config.NVJITLINK,
+    r"libnvJitLink\.so\.(13|12)(\.\d+)*",
+    ("libnvJitLink.so.13", "libnvJitLink.so.12"),
+    ("nvJitLink_130_0.dll", "nvJitLink_120_0.dll"),
+    ("nvidia/cu13/lib", "nvidia/nvjitlink/lib"),
+    ("nvidia/cu13/bin/x86_64", "nvidia/cu13/bin", "nvidia/nvjitlink/bin"),
+    "install nvJitLink with pip install nvidia-nvjitlink (CUDA 13) or nvidia-nvjitlink-cu12, or set "
+    f"{config.NVJITLINK.name} to the full path of libnvJitLink.so.* / nvJitLink_*.dll",
+)
+
+
+def toolkit_candidates(lib: ToolkitLibrary) -> Iterator[Candidate]:
+    """Every place a CUDA toolkit library is looked for, in order, made lazily so that discovery stops
+    at the first hit: the file named by its setting (then nothing else), a copy already loaded, pip
+    wheels, conda, ``$CUDA_HOME``/``$CUDA_PATH``, the system loader."""
+    explicit = lib.setting.get()
     if explicit:  # an explicit file is the only place looked at: no silent fallback
-        yield Candidate.file(explicit, f"${env_var}")
+        yield Candidate.file(explicit, f"${lib.setting.name}")
         return
-    yield Candidate.nothing(f"${env_var}", "not set")
+    yield Candidate.nothing(f"${lib.setting.name}", "not set")
+    names = lib.dll_names if IS_WINDOWS else lib.sonames
     if not IS_WINDOWS:
-        yield from already_loaded(loaded_rx, needle=needle)
-    yield from pip_wheel_dirs(pip_subdirs, names, label)
+        yield from already_loaded(lib.loaded_rx, needle=lib.sonames[0].split(".so", 1)[0])
+    yield from pip_wheel_dirs(lib.pip_subdirs_windows if IS_WINDOWS else lib.pip_subdirs, names, lib.label)
     yield from conda_dirs(names)
     yield from cuda_home_dirs(names)
     yield from system_sonames(names)
+
+
+def find_toolkit_file(lib: ToolkitLibrary) -> str:
+    """Path of the file ``lib`` would be loaded from, found without loading anything (a cache key names
+    the compiler by this file); ``LibraryNotFoundError`` lists every place tried."""
+    path, attempts = find_file(toolkit_candidates(lib))
+    if path is None:
+        raise LibraryNotFoundError(lib.label, attempts, lib.hint)
+    return path
 
 
 def ldconfig_path_of(soname: str) -> str | None:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint, c_uint32, c_void_p
 from typing import Any
 
-from tilejit import config
 from tilejit.bindings import loader
 from tilejit.bindings.loader import Candidate
 from tilejit.errors import Attempt, CompileError, LibraryNotFoundError
@@ -61,16 +60,12 @@ def error_name(code: int) -> str:
     return _ERRORS[code] if 0 <= code < len(_ERRORS) else f"NVJITLINK_ERROR_{code}"
 
 
-SONAMES: tuple[str, ...] = ("libnvJitLink.so.13", "libnvJitLink.so.12")
-DLL_NAMES: tuple[str, ...] = ("nvJitLink_130_0.dll", "nvJitLink_120_0.dll")
-PIP_SUBDIRS: tuple[str, ...] = ("nvidia/cu13/lib", "nvidia/nvjitlink/lib")
-PIP_SUBDIRS_WINDOWS: tuple[str, ...] = ("nvidia/cu13/bin/x86_64", "nvidia/cu13/bin", "nvidia/nvjitlink/bin")
-_LOADED_RX = r"libnvJitLink\.so\.(13|12)(\.\d+)*"
-
-NVJITLINK_HINT = (
-    "install nvJitLink with pip install nvidia-nvjitlink (CUDA 13) or nvidia-nvjitlink-cu12, or set "
-    f"{config.NVJITLINK.name} to the full path of libnvJitLink.so.* / nvJitLink_*.dll"
-)
+LIBRARY = loader.NVJITLINK_LIBRARY
+SONAMES = LIBRARY.sonames
+DLL_NAMES = LIBRARY.dll_names
+PIP_SUBDIRS = LIBRARY.pip_subdirs
+PIP_SUBDIRS_WINDOWS = LIBRARY.pip_subdirs_windows
+NVJITLINK_HINT = LIBRARY.hint
 
 
 class Entry(Record):
@@ -125,11 +120,7 @@ def _reject(lib: ctypes.CDLL, path: str) -> str | None:
 
 def nvjitlink_candidates() -> Iterator[Candidate]:
     """Every place nvJitLink is looked for, in order (lazily)."""
-    return loader.toolkit_candidates(
-        config.NVJITLINK.name, config.NVJITLINK.get(), _LOADED_RX, "libnvJitLink",
-        PIP_SUBDIRS_WINDOWS if loader.IS_WINDOWS else PIP_SUBDIRS, DLL_NAMES if loader.IS_WINDOWS else SONAMES,
-        "nvJitLink",
-    )
+    return loader.toolkit_candidates(LIBRARY)
 
 
 class NVJitLink:
@@ -215,10 +206,7 @@ def load_nvjitlink(path: str) -> NVJitLink:
 
 def find_nvjitlink() -> str:
     """Path of the nvJitLink library that ``nvjitlink()`` would load, found without loading anything."""
-    path, attempts = loader.find_file(nvjitlink_candidates())
-    if path is None:
-        raise LibraryNotFoundError("nvJitLink", attempts, NVJITLINK_HINT)
-    return path
+    return loader.find_toolkit_file(LIBRARY)
 
 
 _lock = threading.Lock()

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from ctypes import POINTER, c_char_p, c_int, c_size_t, c_void_p
 from typing import Any
 
-from tilejit import config
 from tilejit.bindings import loader
 from tilejit.bindings.loader import Candidate
 from tilejit.errors import Attempt, CompileError, LibraryNotFoundError
@@ -32,30 +31,15 @@ NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION = 9
 NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID = 10
 NVRTC_ERROR_INTERNAL_ERROR = 11
 
-# Newest first: the first library found wins within one folder.
-SONAMES: tuple[str, ...] = (
-    "libnvrtc.so.13",
-    "libnvrtc.so.12",
-    "libnvrtc.so.11.2",
-    "libnvrtc.so.11.1",
-    "libnvrtc.so.11.0",
-)
-DLL_NAMES: tuple[str, ...] = (
-    "nvrtc64_130_0.dll",
-    "nvrtc64_120_0.dll",
-    "nvrtc64_112_0.dll",
-    "nvrtc64_111_0.dll",
-    "nvrtc64_110_0.dll",
-)
-PIP_SUBDIRS: tuple[str, ...] = ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib")
-PIP_SUBDIRS_WINDOWS: tuple[str, ...] = ("nvidia/cu13/bin/x86_64", "nvidia/cu13/bin", "nvidia/cuda_nvrtc/bin")
-_LOADED_RX = r"libnvrtc\.so\.(13|12|11\.[0-2])(\.\d+)*"
+# Where NVRTC is looked for (data in the loader, so that a cache key can name NVRTC's file without
+# importing this module).
+LIBRARY = loader.NVRTC_LIBRARY
+SONAMES = LIBRARY.sonames
+DLL_NAMES = LIBRARY.dll_names
+PIP_SUBDIRS = LIBRARY.pip_subdirs
+PIP_SUBDIRS_WINDOWS = LIBRARY.pip_subdirs_windows
+NVRTC_HINT = LIBRARY.hint
 _BUILTINS_RX = r"libnvrtc-builtins\.so\.\d+\.\d+"
-
-NVRTC_HINT = (
-    'install NVRTC with pip install "tilejit[cu13]" (or "tilejit[cu12]" / "tilejit[cu11]" to match an older '
-    f"driver), or set {config.NVRTC.name} to the full path of libnvrtc.so.* / nvrtc64_*.dll"
-)
 
 # Architectures of NVRTC releases that predate nvrtcGetSupportedArchs (added in 11.2).
 _ARCHS_BEFORE_11_2: dict[tuple[int, int], list[int]] = {
@@ -145,11 +129,7 @@ def _preload_builtins(path: str) -> None:
 
 def nvrtc_candidates() -> Iterator[Candidate]:
     """Every place NVRTC is looked for, in order (lazily)."""
-    return loader.toolkit_candidates(
-        config.NVRTC.name, config.NVRTC.get(), _LOADED_RX, "libnvrtc",
-        PIP_SUBDIRS_WINDOWS if loader.IS_WINDOWS else PIP_SUBDIRS, DLL_NAMES if loader.IS_WINDOWS else SONAMES,
-        "NVRTC",
-    )
+    return loader.toolkit_candidates(LIBRARY)
 
 
 class NVRTC:
@@ -238,10 +218,7 @@ def load_nvrtc(path: str) -> NVRTC:
 
 def find_nvrtc() -> str:
     """Path of the NVRTC library that ``nvrtc()`` would load, found without loading anything."""
-    path, attempts = loader.find_file(nvrtc_candidates())
-    if path is None:
-        raise LibraryNotFoundError("NVRTC", attempts, NVRTC_HINT)
-    return path
+    return loader.find_toolkit_file(LIBRARY)
 
 
 _lock = threading.Lock()

@@ -2,7 +2,7 @@
 
 Headers are handed to NVRTC in memory (name → text), so device headers ship inside the package.
 Results go through the disk cache; a cache hit does not load NVRTC: the key names the NVRTC file
-by path, size and mtime, which ``find_nvrtc()`` gives without a dlopen.
+by path, size and mtime, which the loader finds without a dlopen or importing the NVRTC bindings.
 """
 
 from __future__ import annotations
@@ -246,11 +246,11 @@ def nvrtc_identity(lib: NVRTC | None = None) -> str:
             if cached is not None:
                 return cached
             if explicit and os.path.isfile(explicit):
-                path = explicit  # what find_nvrtc() returns first, without importing the bindings
+                path = explicit  # what discovery returns first
             else:
-                from tilejit.bindings.nvrtc import find_nvrtc
+                from tilejit.bindings.loader import NVRTC_LIBRARY, find_toolkit_file
 
-                path = find_nvrtc()
+                path = find_toolkit_file(NVRTC_LIBRARY)
             ident = _file_identity(path)
             _identity_memo[explicit] = ident
             return ident
