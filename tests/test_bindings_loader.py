@@ -117,9 +117,16 @@ def test_loaded_libraries_walks_the_loader_list_like_proc_maps(libm_path: str) -
 
 
 def test_site_dirs_cover_sys_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(tmp_path))
+    """Every existing folder once: a symlink to a folder already listed, a file and a missing path are skipped."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "file").write_text("")
+    for entry in ("missing", "file", "link", "real"):
+        monkeypatch.syspath_prepend(str(tmp_path / entry))
     dirs = list(loader.site_dirs())
-    assert str(tmp_path) in dirs
+    assert str(real) in dirs
+    assert not {str(tmp_path / n) for n in ("link", "file", "missing")} & set(dirs)
     assert len({os.path.realpath(d) for d in dirs}) == len(dirs)
 
 

@@ -63,15 +63,21 @@ def _parse_size(raw: str) -> int:
     return int(low)
 
 
-CUDA_DRIVER = Setting[str | None]("TILEJIT_CUDA_DRIVER", str, None, "explicit path of libcuda.so.1 / nvcuda.dll")
-NVRTC = Setting[str | None]("TILEJIT_NVRTC", str, None, "explicit path of the NVRTC library to load")
-NVJITLINK = Setting[str | None]("TILEJIT_NVJITLINK", str, None, "explicit path of the nvJitLink library")
-CACHE_DIR = Setting[str | None]("TILEJIT_CACHE_DIR", str, None, "disk cache folder (default: user cache dir)")
-CACHE = Setting[bool]("TILEJIT_CACHE", bool, True, "set to 0 to disable the disk cache")
-CACHE_MAX_BYTES = Setting[int]("TILEJIT_CACHE_MAX_BYTES", int, 1 << 30, "cache size bound, e.g. 512M or 2G")
-DEFAULT_ARCH = Setting[str | None]("TILEJIT_ARCH", str, None, "compile target when no GPU is present, e.g. sm_90")
-EMIT_PTX = Setting[bool]("TILEJIT_EMIT_PTX", bool, False, "load PTX (driver JIT) instead of an exact-arch CUBIN")
-ARCH_SPECIFIC = Setting[bool](
+CUDA_DRIVER: Setting[str | None] = Setting(
+    "TILEJIT_CUDA_DRIVER", str, None, "explicit path of libcuda.so.1 / nvcuda.dll"
+)
+NVRTC: Setting[str | None] = Setting("TILEJIT_NVRTC", str, None, "explicit path of the NVRTC library to load")
+NVJITLINK: Setting[str | None] = Setting("TILEJIT_NVJITLINK", str, None, "explicit path of the nvJitLink library")
+CACHE_DIR: Setting[str | None] = Setting("TILEJIT_CACHE_DIR", str, None, "disk cache folder (default: user cache dir)")
+CACHE: Setting[bool] = Setting("TILEJIT_CACHE", bool, True, "set to 0 to disable the disk cache")
+CACHE_MAX_BYTES: Setting[int] = Setting("TILEJIT_CACHE_MAX_BYTES", int, 1 << 30, "cache size bound, e.g. 512M or 2G")
+DEFAULT_ARCH: Setting[str | None] = Setting(
+    "TILEJIT_ARCH", str, None, "compile target when no GPU is present, e.g. sm_90"
+)
+EMIT_PTX: Setting[bool] = Setting(
+    "TILEJIT_EMIT_PTX", bool, False, "load PTX (driver JIT) instead of an exact-arch CUBIN"
+)
+ARCH_SPECIFIC: Setting[bool] = Setting(
     "TILEJIT_ARCH_SPECIFIC", bool, True, "tile kernels on an H100/H200 build for sm_90a (wgmma); 0: plain sm_90"
 )
 

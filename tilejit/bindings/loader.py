@@ -15,6 +15,7 @@ import glob
 import os
 import re
 import site
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -300,11 +301,14 @@ def site_dirs() -> Iterator[str]:
         dirs += site.getsitepackages()
         dirs.append(site.getusersitepackages())
     dirs += [p for p in sys.path if p]
-    seen: set[str] = set()
+    seen: set[tuple[int, int]] = set()
     for d in dirs:
-        real = os.path.realpath(d)
-        if real not in seen and os.path.isdir(real):
-            seen.add(real)
+        try:
+            st = os.stat(d)  # one call: a folder, and which one (a realpath costs a call per path component)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
             yield d
 
 

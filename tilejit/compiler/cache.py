@@ -29,12 +29,12 @@ from typing import Any
 from tilejit import config
 
 try:  # CPython's own sha256: the same digests as hashlib's, without loading OpenSSL
-    from _sha2 import sha256  # Python 3.12+
-except ImportError:
-    try:
-        from _sha256 import sha256  # Python 3.10, 3.11
-    except ImportError:  # a build without the built-in hashes
-        from hashlib import sha256
+    if sys.version_info >= (3, 12):
+        from _sha2 import sha256
+    else:
+        from _sha256 import sha256
+except ImportError:  # a build without the built-in hashes
+    from hashlib import sha256
 
 MAGIC = b"TJCACHE\0"
 FORMAT_VERSION = 2

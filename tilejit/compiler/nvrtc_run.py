@@ -10,13 +10,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from tilejit.compiler.nvrtc import CompiledProgram, Output, _version
+from tilejit.compiler.nvrtc import CompiledProgram, _version
 from tilejit.errors import CompileError
 
 if TYPE_CHECKING:
     import ctypes
 
     from tilejit.bindings.nvrtc import NVRTC
+    from tilejit.compiler.nvrtc import Output
     from tilejit.compiler.targets import Target
 
 _CONTEXT_LINES = 2

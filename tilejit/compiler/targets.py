@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Literal
 from tilejit.errors import TargetError
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from tilejit.bindings.nvrtc import NVRTC
 
-Suffix = Literal["", "a", "f"]
+    Suffix: TypeAlias = Literal["", "a", "f"]  # type-checking only: costs ~70 us at import
 
 _EXAMPLES = 'e.g. "sm_90", "sm90", "90", 90, (9, 0), "compute_90", "sm_90a" or "sm_100f"'
 
@@ -155,4 +157,4 @@ def check_supported(target: Target, nvrtc: NVRTC) -> None:
         raise TargetError(f"{target.sm} needs NVRTC 12.9 or newer; {where} knows no family ('f') targets")
 
 
-__all__ = ["Suffix", "Target", "check_supported", "format_targets", "parse_target"]
+__all__ = ["Target", "check_supported", "format_targets", "parse_target"]

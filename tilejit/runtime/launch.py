@@ -261,12 +261,15 @@ def _address(fn: Any) -> int:
     return int(addr)
 
 
-_EX_PROTO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-
-
-_LEGACY_PROTO = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, *(ctypes.c_uint,) * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
-)
+@functools.cache
+def _launch_proto(ex: bool) -> Any:
+    """The ctypes prototype of ``cuLaunchKernelEx`` (ex) or ``cuLaunchKernel``, all pointers as ``void*``;
+    made when first needed (each costs tens of microseconds at import)."""
+    if ex:
+        return ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    return ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.c_void_p, *(ctypes.c_uint,) * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+    )
 
 
 class _Buffers:
@@ -338,7 +341,7 @@ class Launcher:
         ex = getattr(driver, "cuLaunchKernelEx", None)
         self._uses_ex = ex is not None
         self._address = _address(ex) if ex is not None else _address(driver.cuLaunchKernel)
-        self._call = _EX_PROTO(self._address) if ex is not None else _LEGACY_PROTO(self._address)
+        self._call = _launch_proto(ex is not None)(self._address)
         self._handle = int(function.handle)
         self._owner_thread = threading.get_ident()
         self.source = ""  # the generated ``launch`` function's source, once it is made
