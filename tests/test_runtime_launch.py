@@ -596,28 +596,32 @@ def test_generated_functions_of_one_launcher_keep_separate_buffers(fake: FakeDri
         device_state._current = old
 
 
-def test_raw_kernel_calls_its_entry_through_a_class_of_its_own() -> None:
-    """``kernel(...)`` goes to the generated entry set for that kernel alone; other kernels, RawKernel
-    itself and a user's subclass keep their own ``__call__``."""
+def test_raw_kernel_calls_its_entry_directly() -> None:
+    """``kernel(...)`` runs the entry set for that kernel alone (swapped in place, attributes kept); other
+    kernels stay on the checked path, and a user's subclass with its own ``__call__`` still works."""
+    import functools
+
     from tilejit.api.raw import RawKernel
 
     src = 'extern "C" __global__ void k(float* x, int n) {}'
     a, b = RawKernel(src, "k"), RawKernel(src, "k")
+    assert a._entry_in_use() is None and a.func == a._first_call
     seen: list[tuple[str, Any]] = []
     a._use(lambda grid, block, args, stream=None, shared_mem=0: seen.append(("first", args)))
     a(1, 32, (0, 1))
-    assert seen == [("first", (0, 1))] and isinstance(a, RawKernel) and type(a) is not RawKernel
-    assert type(b) is RawKernel and b._entry_in_use() is None and a._entry_in_use() is not None
-    own = type(a)
+    assert seen == [("first", (0, 1))] and type(a) is RawKernel and isinstance(a, functools.partial)
+    assert b._entry_in_use() is None and a._entry_in_use() is not None
     a._use(lambda grid, block, args, stream=None, shared_mem=0: seen.append(("second", args)))
     a(1, 32, (0, 2))
-    assert type(a) is own and seen[-1] == ("second", (0, 2))  # swapped in place, no new class
-    assert repr(type(a)) == repr(RawKernel) and "RawKernel k(" in repr(a)
+    assert seen[-1] == ("second", (0, 2)) and a.name == "k" and len(a.params) == 2  # attributes kept
+    assert "RawKernel k(" in repr(a) and a.args == () and not a.keywords
 
     class Mine(RawKernel):
-        pass
+        def __call__(self, *args: Any, **kwargs: Any) -> None:
+            seen.append(("mine", args[2]))
+            super().__call__(*args, **kwargs)
 
     c = Mine(src, "k")
-    c._use(lambda grid, block, args, stream=None, shared_mem=0: seen.append(("mine", args)))
+    c._use(lambda grid, block, args, stream=None, shared_mem=0: seen.append(("entry", args)))
     c(1, 32, (0, 3))
-    assert seen[-1] == ("mine", (0, 3)) and isinstance(c, Mine) and "__call__" not in Mine.__dict__
+    assert seen[-2:] == [("mine", (0, 3)), ("entry", (0, 3))]

@@ -11,10 +11,11 @@ device on its first launch there (through the disk cache) and kept per device.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilejit.runtime import device as _device_state
 from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
@@ -238,9 +239,22 @@ def parse_signature(source: str, name: str) -> tuple[list[tuple[str, ParamKind]]
     return params, extern_c
 
 
-class RawKernel:
+def _not_ready(*args: Any, **kwargs: Any) -> None:
+    raise RuntimeError("RawKernel.__init__ did not run")
+
+
+class RawKernel(functools.partial):  # type: ignore[type-arg]
     """A CUDA C++ ``__global__`` function from source. Call ``kernel(grid, block, args, stream=None,
-    shared_mem=0)``; grid and block are ints or tuples of up to three ints."""
+    shared_mem=0)``; grid and block are ints or tuples of up to three ints.
+
+    A RawKernel is a ``functools.partial`` of the function a call runs: the checked first-call path,
+    then the launch function generated for the block shape in use. A call goes straight to it (a
+    partial is called through C, a ``__call__`` method through a Python-level lookup and an argument
+    tuple: about 60 ns a launch on Python 3.12).
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> RawKernel:
+        return super().__new__(cls, _not_ready)
 
     def __init__(
         self,
@@ -274,6 +288,9 @@ class RawKernel:
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._entries: dict[tuple[Any, ...], Callable[..., None]] = {}
         self._checked_calls: dict[tuple[Any, ...], int] = {}
+        # Held here too: a call in progress must not free the function it runs when _use replaces it.
+        self._checked_entry: Callable[..., None] = self._first_call
+        self._use(self._checked_entry)
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{k} {n}" for n, k in self.params)
@@ -329,9 +346,12 @@ class RawKernel:
             self._launchers[key] = launcher
         return launcher
 
-    def __call__(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
-        """Launch ``grid`` blocks of ``block`` threads on ``args`` (on ``stream``, default: the current one)."""
-        self._first_call(grid, block, args, stream, shared_mem)
+    if TYPE_CHECKING:  # the partial runs the call; this is its signature for type checkers and readers
+
+        def __call__(
+            self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0
+        ) -> None:
+            """Launch ``grid`` blocks of ``block`` threads on ``args`` (on ``stream``, default: the current one)."""
 
     def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
         dev = _device_state.get_device()
@@ -352,20 +372,13 @@ class RawKernel:
         entry(grid, block_key, args, stream, shared_mem)
 
     def _use(self, entry: Callable[..., None]) -> None:
-        """Make ``kernel(...)`` call ``entry`` directly. Python looks ``__call__`` up on the type, so the
-        kernel gets a class of its own whose ``__call__`` is ``entry`` (a staticmethod: no bound-method
-        or property step between the call and the generated launch function)."""
-        cls = type(self)
-        if "_own_class" not in cls.__dict__:
-            cls = type(cls.__name__, (cls,), {"__slots__": (), "__module__": cls.__module__,
-                                              "__qualname__": cls.__qualname__, "_own_class": True})
-            self.__class__ = cls
-        cls.__call__ = staticmethod(entry)  # type: ignore[assignment,method-assign]
+        """Make ``kernel(...)`` run ``entry`` (the partial's function, replaced in place through its
+        ``__setstate__``; the instance's attributes are kept)."""
+        functools.partial.__setstate__(self, (entry, (), None, self.__dict__))  # type: ignore[attr-defined]
 
     def _entry_in_use(self) -> Callable[..., None] | None:
-        """The generated launch function ``kernel(...)`` calls directly, if any."""
-        call = type(self).__dict__.get("__call__") if "_own_class" in type(self).__dict__ else None
-        return call.__func__ if isinstance(call, staticmethod) else None
+        """The generated launch function ``kernel(...)`` runs, None while calls take the checked path."""
+        return None if self.func is self._checked_entry else self.func
 
 
 __all__ = ["C_TYPES", "RawKernel", "parse_c_type", "parse_signature"]
