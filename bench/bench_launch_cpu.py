@@ -1,0 +1,72 @@
+"""Where a launch's Python time goes, on the CPU alone (no GPU needed): each tilejit launch path with the
+driver's launch replaced by a C function that does nothing and returns 0.
+
+The launch paths run exactly as on a GPU, down to the ctypes call of the driver's entry point, which here
+is libc's ``geteuid`` (no arguments read; it returns 0 when run as root, and the script checks that it
+does). Differences between rows are tilejit's own Python overhead per launch; the ``geteuid()`` row is the
+floor of one ctypes call. Medians of interleaved repeats.
+
+    python bench/bench_launch_cpu.py [--number 100000] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import sys
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tilejit.api.raw import RawKernel
+from tilejit.runtime import device as device_state
+from tilejit.runtime.launch import Launcher, ParamKind
+
+
+def cases() -> dict[str, Callable[[], Any]]:
+    libc = ctypes.CDLL(None)
+    if libc.geteuid() != 0:
+        sys.exit("run as root: the stand-in driver call (geteuid) must return 0, the CUDA success status")
+    driver = SimpleNamespace(cuLaunchKernelEx=libc.geteuid, check=None)
+    function = SimpleNamespace(name="empty", handle=0xF00D)
+    launcher = Launcher(function, [("x", ParamKind.pointer("float32"))], 32, driver=driver)
+    launch = launcher.launch
+    entry = launcher.entry(32, 0, device_state._current, lambda *a: sys.exit("entry fell back"))
+    kernel = RawKernel('extern "C" __global__ void empty(float* x) {}', "empty")
+    kernel._use(entry)
+    args = (0x1000,)
+    return {
+        "ctypes call alone: geteuid()": lambda: libc.geteuid(),
+        "Launcher.launch(1, args)": lambda: launch(1, args),
+        "RawKernel's launch function, called directly": lambda: entry(1, 32, args),
+        "RawKernel kernel(1, 32, args)": lambda: kernel(1, 32, args),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--number", type=int, default=100_000, help="calls per timing")
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats (median reported)")
+    opts = parser.parse_args()
+    todo = cases()
+    ns: dict[str, list[float]] = {name: [] for name in todo}
+    for _ in range(opts.repeats):
+        for name, call in todo.items():
+            best = min(timeit.repeat(call, number=opts.number, repeat=3))
+            ns[name].append(best / opts.number * 1e9)
+    print(f"Python-side launch cost, Python {sys.version.split()[0]}, no GPU (driver call = geteuid)\n")
+    print("| path | ns per launch | over Launcher.launch |")
+    print("| --- | ---: | ---: |")
+    base = statistics.median(ns["Launcher.launch(1, args)"])
+    for name, values in ns.items():
+        med = statistics.median(values)
+        print(f"| {name} | {med:.0f} | {med - base:+.0f} |")
+
+
+if __name__ == "__main__":
+    main()
