@@ -12,13 +12,14 @@ from test_backend_irbuild import EXAMPLES, IRBuilder, arr, cdiv, matmul, row_sum
 
 import tilejit as tj
 from tilejit.backends.cuda import tables
-from tilejit.backends.cuda.codegen import ArrayHint, CudaKernel, device_headers, generate
+from tilejit.backends.cuda.codegen import CudaKernel, device_headers, generate
 from tilejit.backends.cuda.layouts import blocked, choose_warp_grid, mma_layout
 from tilejit.errors import CompileError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.types import (
     ALL_DTYPES,
     BY_NAME,
+    ArrayHint,
     DType,
     TileType,
     bfloat16,
@@ -418,16 +419,16 @@ def test_headers_identity_follows_every_header(tmp_path: Any, monkeypatch: pytes
     """The tile-kernel cache key names the device headers by file identity: editing any of them changes it."""
     import shutil
 
-    from tilejit.backends.cuda import abi
+    import tilejit.backends as backends
 
     folder = tmp_path / "tilejit"
-    shutil.copytree(abi._header_folder(), folder)
-    monkeypatch.setattr(abi, "_header_folder", lambda: str(folder))
-    first = abi.headers_identity()
-    assert first == abi.headers_identity()
-    for name in abi.HEADER_NAMES:
+    shutil.copytree(backends.header_folder(), folder)
+    monkeypatch.setattr(backends, "header_folder", lambda: str(folder))
+    first = backends.headers_identity()
+    assert first == backends.headers_identity()
+    for name in backends.HEADER_NAMES:
         path = folder / f"{name}.cuh"
         path.write_text(path.read_text() + "\n// edited\n")
-        now = abi.headers_identity()
+        now = backends.headers_identity()
         assert now != first
         first = now

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from test_backend_irbuild import IRBuilder, arr, layer_norm, matmul, row_sum, softmax, vector_add
 
-from tilejit.backends.cuda.codegen import ArrayHint, CudaKernel, generate
+from tilejit.backends.cuda.codegen import CudaKernel, generate
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.types import (
+    ArrayHint,
     DType,
     bfloat16,
     bool_,

@@ -269,3 +269,20 @@ def test_nvjitlink_links_ptx(lib: Path | None) -> None:
     with pytest.raises(CompileError, match="nvJitLink: NVJITLINK_ERROR_"):
         j.check(status, "nvJitLink")
     j.nvJitLinkDestroy(ctypes.byref(handle))
+
+
+def test_toolkit_identity_names_the_file_discovery_would_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache key names NVRTC by its file: path, size and modification time; another file, another name."""
+    first, second = tmp_path / "a" / "libnvrtc.so.13", tmp_path / "b" / "libnvrtc.so.13"
+    for path, size in ((first, 10), (second, 20)):
+        path.parent.mkdir()
+        path.write_bytes(b"\0" * size)
+    monkeypatch.setenv("TILEJIT_NVRTC", str(first))
+    a = loader.toolkit_identity(loader.NVRTC_LIBRARY)
+    assert a.startswith(f"{first.resolve()}|10|")
+    monkeypatch.setenv("TILEJIT_NVRTC", str(second))
+    b = loader.toolkit_identity(loader.NVRTC_LIBRARY)
+    assert b.startswith(f"{second.resolve()}|20|") and b != a
+    monkeypatch.setenv("TILEJIT_NVRTC", str(tmp_path / "missing.so"))
+    with pytest.raises(LibraryNotFoundError, match=r"missing\.so"):
+        loader.toolkit_identity(loader.NVRTC_LIBRARY)

@@ -142,3 +142,51 @@ def test_launches_through_the_checked_then_generated_paths_and_the_memo() -> Non
     out.poison()
     fe_axpy[-(-n // 128)](xs[1], y, out, a, TILE=128)
     np.testing.assert_allclose(out.numpy(), xs[1].numpy() * np.float32(a) + y.numpy(), rtol=1e-6, atol=1e-6)
+
+
+_WARM_CHILD = """
+import json, sys
+import numpy as np
+import tilejit as tj
+sys.path.insert(0, sys.argv[1])
+from warm_kernel import add_one
+before = set(sys.modules)
+n = 3000
+x = tj.asarray(np.arange(n, dtype=np.float32))
+out = tj.asarray(np.full(n, np.nan, np.float32))
+add_one[tj.cdiv(n, 256)](x, out, TILE=256)
+ok = bool(np.array_equal(out.numpy(), np.arange(n, dtype=np.float32) + 1))
+with open("/proc/self/maps") as f:
+    nvrtc_loaded = "libnvrtc" in f.read()
+print(json.dumps({"ok": ok, "nvrtc_loaded": nvrtc_loaded, "imported": sorted(set(sys.modules) - before)}))
+"""
+
+
+@pytest.mark.gpu
+def test_warm_first_launch_in_a_new_process_skips_the_compiler(tmp_path: Path) -> None:
+    """A disk-cache hit names NVRTC and the device headers in its key without importing the compiler
+    driver, the CUDA backend or NVRTC's bindings, and without loading NVRTC."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "warm_kernel.py").write_text(
+        "import tilejit as tj\n\n\n@tj.kernel\ndef add_one(x, out, TILE: tj.Constant[int]):\n"
+        "    i = tj.bid(0)\n    tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) + 1.0)\n"
+    )
+    env = {**os.environ, "TILEJIT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("TILEJIT_CACHE", None)
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", _WARM_CHILD, str(tmp_path)], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["ok"] and warm["ok"]
+    assert "tilejit.compiler.nvrtc" in cold["imported"] and cold["nvrtc_loaded"]  # the check can fail
+    heavy = {"tilejit.compiler.nvrtc", "tilejit.bindings.nvrtc", "tilejit.backends.cuda", "tilejit.backends.cuda.abi",
+             "tilejit.backends.cuda.codegen"}
+    assert sorted(heavy & set(warm["imported"])) == []
+    assert warm["nvrtc_loaded"] is False

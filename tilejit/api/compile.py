@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tilejit.errors import TileCompileError
-from tilejit.language.ir.types import ArrayType, DType, TileType, float32, int32, scalar
+from tilejit.language.ir.types import ArrayHint, ArrayType, DType, TileType, float32, int32, scalar
 from tilejit.language.ir.types import bool_ as tj_bool
 
 if TYPE_CHECKING:
-    from tilejit.backends.cuda.abi import ArrayHint
     from tilejit.backends.cuda.codegen import CudaKernel
     from tilejit.compiler.nvrtc import CompiledProgram
     from tilejit.compiler.targets import Target
@@ -155,8 +154,6 @@ def compile(
     arg_types = specialize(kernel, signature)
     tgt = parse_target(target) if target is not None else _default_target()
     threads = num_threads if num_threads is not None else getattr(kernel, "num_threads", None)
-    from tilejit.backends.cuda.abi import ArrayHint
-
     hints = {
         n: ArrayHint(unit_stride=True, aligned16=True)
         for n, t in arg_types.items()

@@ -18,7 +18,7 @@ from typing import Any
 from tilejit.api.compile import Artifact
 from tilejit.api.signature import array_key, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
-from tilejit.language.ir.types import ArrayType, TileType
+from tilejit.language.ir.types import ArrayHint, ArrayType, TileType
 from tilejit.runtime.interop import ArrayView as _AV
 from tilejit.runtime.interop import as_view
 
@@ -373,8 +373,6 @@ class Kernel:
         self, run_args: list[Any], views: list[Any]
     ) -> tuple[dict[str, ArrayType | TileType], dict[str, Any]]:
         """IR parameter types and backend layout hints of one launch's arguments."""
-        from tilejit.backends.cuda.abi import ArrayHint
-
         arg_types: dict[str, ArrayType | TileType] = {}
         hints: dict[str, Any] = {}
         for name, a, v in zip(self._args, run_args, views):

@@ -8,6 +8,7 @@ code, so a warm first call in a new process skips the front end, the backend and
 from __future__ import annotations
 
 import functools
+import sys
 from typing import TYPE_CHECKING, Any
 
 from tilejit.api.compile import Artifact
@@ -25,15 +26,20 @@ _ENTRY_VERSION = "3"
 
 @functools.cache
 def _headers_identity() -> str:
-    from tilejit.backends.cuda.abi import headers_identity
+    from tilejit.backends import headers_identity
 
     return headers_identity()
 
 
 def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     from tilejit import __version__
+    from tilejit.bindings.loader import NVRTC_LIBRARY, toolkit_identity
     from tilejit.compiler.cache import cache_key
-    from tilejit.compiler.nvrtc import nvrtc_identity
+
+    # Only a process that imported the NVRTC driver can have loaded NVRTC (whose file then names it);
+    # otherwise the file discovery finds names it, and a warm launch skips importing that module.
+    nvrtc = sys.modules.get("tilejit.compiler.nvrtc")
+    nvrtc_id = nvrtc.nvrtc_identity() if nvrtc is not None else toolkit_identity(NVRTC_LIBRARY)
 
     # repr of lists of str/int/bool tuples: deterministic, and no json import on a warm launch
     types = [(n, str(t)) for n, t in artifact.arg_types.items()]
@@ -42,7 +48,7 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     return cache_key(
         "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, repr(types),
         repr(consts), repr(hints), artifact.target.sm, str(artifact.num_threads),
-        nvrtc_identity(), _headers_identity(),
+        nvrtc_id, _headers_identity(),
     )
 
 

@@ -434,6 +434,32 @@ def find_toolkit_file(lib: ToolkitLibrary) -> str:
     return path
 
 
+_identities: dict[str, str] = {}
+
+
+def file_identity(path: str) -> str:
+    """``realpath|size|mtime_ns`` of a library file: names it in a cache key without loading it."""
+    cached = _identities.get(path)
+    if cached is None:
+        try:
+            real = os.path.realpath(path)
+            st = os.stat(real)
+            cached = f"{real}|{st.st_size}|{st.st_mtime_ns}"
+        except OSError:
+            cached = f"{path}|?|?"
+        _identities[path] = cached
+    return cached
+
+
+def toolkit_identity(lib: ToolkitLibrary) -> str:
+    """``file_identity`` of the file ``lib`` would be loaded from, found once per setting of its variable."""
+    memo = f"\0{lib.label}\0{lib.setting.get() or ''}"
+    cached = _identities.get(memo)
+    if cached is None:
+        cached = _identities[memo] = file_identity(find_toolkit_file(lib))
+    return cached
+
+
 def ldconfig_path_of(soname: str) -> str | None:
     """Where the system loader would find ``soname``, from ``ldconfig -p``, without loading it."""
     if not IS_LINUX:

@@ -8,7 +8,6 @@ by path, size and mtime, which the loader finds without a dlopen or importing th
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
@@ -233,44 +232,14 @@ def _version(lib: NVRTC) -> str:
 # ---------------------------------------------------------------- cache key
 
 
-_identity_memo: dict[str, str] = {}
-
-
 def nvrtc_identity(lib: NVRTC | None = None) -> str:
-    """Which NVRTC compiles: ``path|size|mtime_ns`` of its file, found without loading it when ``lib`` is None."""
-    if lib is not None:
-        path = lib.path
-    else:
-        loaded = _default_nvrtc.cache_info().currsize
-        if loaded:
-            path = _default_nvrtc().path
-        else:
-            explicit = config.NVRTC.get() or ""
-            cached = _identity_memo.get(explicit)
-            if cached is not None:
-                return cached
-            if explicit and os.path.isfile(explicit):
-                path = explicit  # what discovery returns first
-            else:
-                from tilejit.bindings.loader import NVRTC_LIBRARY, find_toolkit_file
+    """Which NVRTC compiles, for cache keys: the identity of ``lib``'s file, else of the NVRTC this process
+    loaded, else of the file discovery would load (found without loading it)."""
+    from tilejit.bindings.loader import NVRTC_LIBRARY, file_identity, toolkit_identity
 
-                path = find_toolkit_file(NVRTC_LIBRARY)
-            ident = _file_identity(path)
-            _identity_memo[explicit] = ident
-            return ident
-    cached = _identity_memo.get("\0" + path)
-    if cached is None:
-        cached = _identity_memo["\0" + path] = _file_identity(path)
-    return cached
-
-
-def _file_identity(path: str) -> str:
-    try:
-        real = os.path.realpath(path)
-        st = os.stat(real)
-        return f"{real}|{st.st_size}|{st.st_mtime_ns}"
-    except OSError:
-        return f"{path}|?|?"
+    if lib is None and _default_nvrtc.cache_info().currsize:
+        lib = _default_nvrtc()
+    return toolkit_identity(NVRTC_LIBRARY) if lib is None else file_identity(lib.path)
 
 
 def _key(

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tilejit.backends.cuda import tables
-from tilejit.backends.cuda.abi import ArrayHint, ParamSpec, device_headers
+from tilejit.backends.cuda.abi import ParamSpec, device_headers
 from tilejit.backends.cuda.lower import Lowering
 from tilejit.backends.cuda.plan import Plan
 from tilejit.backends.cuda.values import CV, c_ident
 from tilejit.errors import CompileError
 from tilejit.language.ir.ops import Function
-from tilejit.language.ir.types import ArrayType, TileType
+from tilejit.language.ir.types import ArrayHint, ArrayType, TileType
 
 
 @dataclass(frozen=True)
@@ -98,4 +98,4 @@ def generate(
     return CudaKernel(name, "\n".join(out), device_headers(), plan.nt, lw.smem, tuple(params))
 
 
-__all__ = ["ArrayHint", "CudaKernel", "ParamSpec", "device_headers", "generate"]
+__all__ = ["CudaKernel", "ParamSpec", "device_headers", "generate"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tilejit.records import Record
+
 
 @dataclass(frozen=True)
 class DType:
@@ -148,6 +150,20 @@ class ArrayType:
 
     def __str__(self) -> str:
         return f"array<{self.dtype}, {self.ndim}>"
+
+
+class ArrayHint(Record):
+    """Layout facts of an array argument seen at launch that allow vector accesses: ``unit_stride``
+    (innermost stride == 1), ``aligned16`` (base pointer % 16 == 0 and every row starts 16-byte aligned).
+    Part of a specialization's key, not of its ``ArrayType``."""
+
+    _fields = ("unit_stride", "aligned16")
+    __slots__ = _fields
+    unit_stride: bool
+    aligned16: bool
+
+    def __init__(self, unit_stride: bool = False, aligned16: bool = False) -> None:
+        self._init(unit_stride, aligned16)
 
 
 Type = TileType | ArrayType
