@@ -156,6 +156,30 @@ def test_import_is_lazy_and_fast() -> None:
     assert best < 0.1, f"import tilejit took {best * 1e3:.1f} ms"
 
 
+def test_defining_a_kernel_imports_neither_the_translator_nor_dataclasses(tmp_path: Path) -> None:
+    """``@tj.kernel`` reads the parameters from the code object: the front end, the IR ops and the backends
+    are imported when a kernel is first compiled, not when it is defined."""
+    (tmp_path / "defs.py").write_text(
+        "import tilejit as tj\n\n\n@tj.kernel\ndef scale(x, out, a: float, TILE: tj.Constant[int]):\n"
+        "    i = tj.bid(0)\n    tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) * a)\n"
+    )
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import tilejit, defs\n"
+        "heavy = ['dataclasses', 'inspect', 'ast', 'tilejit.language.frontend.translate', 'tilejit.language.ir.ops',\n"
+        "         'tilejit.backends', 'tilejit.compiler']\n"
+        "print([m for m in heavy if m in sys.modules], defs.scale._args, defs.scale._constants)\n"
+        "import tilejit as tj\n"
+        "sig = (tj.float32[:], tj.float32[:], tj.float32)\n"
+        "tj.compile(defs.scale, sig, constants={'TILE': 128}, target='sm_80').ir_text()\n"
+        "print('tilejit.language.frontend.translate' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, capture_output=True, text=True)
+    defined, compiled = out.stdout.strip().splitlines()
+    assert defined == "[] ['x', 'out', 'a'] ['TILE']"
+    assert compiled == "True"
+
+
 def test_constants_of_equal_value_but_other_type_are_distinct_specializations() -> None:
     """1, 1.0 and True hash alike in Python; a kernel specialized on one must not serve the others."""
     from tilejit.api.kernel import Kernel

@@ -13,7 +13,8 @@ import pytest
 
 import tilejit as tj
 from tilejit.errors import TileCompileError
-from tilejit.language.frontend.translate import signature_params, translate
+from tilejit.language.frontend.params import signature_params
+from tilejit.language.frontend.translate import translate
 from tilejit.language.ir.types import ArrayType, float16, float32, int8, int32, scalar
 
 F32_1 = ArrayType(float32, 1)

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 import tilejit as tj
-from tilejit.language.frontend.translate import constant_params, signature_params, translate
+from tilejit.language.frontend.params import constant_params, signature_params
+from tilejit.language.frontend.translate import translate
 from tilejit.language.ir import ops
 from tilejit.language.ir.passes import run_passes
 from tilejit.language.ir.printer import print_function

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tilejit.errors import TileCompileError
@@ -40,20 +39,36 @@ def _as_param_type(name: str, t: object) -> ArrayType | TileType:
     )
 
 
-@dataclass
 class Artifact:
-    """One specialization of a kernel for one target, compiled lazily stage by stage."""
+    """One specialization of a kernel for one target, compiled lazily stage by stage.
 
-    kernel_func: Any
-    name: str
-    arg_types: dict[str, ArrayType | TileType]
-    constants: dict[str, Any]
-    target: Target
-    num_threads: int | None = None
-    hints: dict[str, ArrayHint] = field(default_factory=dict)
-    _fn: Function | None = None
-    _cuda: CudaKernel | None = None
-    _progs: dict[str, CompiledProgram] = field(default_factory=dict)
+    A plain class, not a dataclass: a warm-cache launch builds one to name its cache entry, and
+    importing ``dataclasses`` would cost that launch milliseconds."""
+
+    def __init__(
+        self,
+        kernel_func: Any,
+        name: str,
+        arg_types: dict[str, ArrayType | TileType],
+        constants: dict[str, Any],
+        target: Target,
+        num_threads: int | None = None,
+        hints: dict[str, ArrayHint] | None = None,
+    ) -> None:
+        self.kernel_func = kernel_func
+        self.name = name
+        self.arg_types = arg_types
+        self.constants = constants
+        self.target = target
+        self.num_threads = num_threads
+        self.hints: dict[str, ArrayHint] = {} if hints is None else hints
+        self._fn: Function | None = None
+        self._cuda: CudaKernel | None = None
+        self._progs: dict[str, CompiledProgram] = {}
+
+    def __repr__(self) -> str:
+        return (f"Artifact(name={self.name!r}, arg_types={self.arg_types!r}, constants={self.constants!r}, "
+                f"target={self.target!r}, num_threads={self.num_threads!r}, hints={self.hints!r})")
 
     def ir(self) -> Function:
         """The optimized tile IR."""
@@ -109,7 +124,7 @@ class Artifact:
 
 def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) -> dict[str, ArrayType | TileType]:
     """Map a user signature (positional over non-constant params, or by name) to IR parameter types."""
-    from tilejit.language.frontend.translate import constant_params, signature_params
+    from tilejit.language.frontend.params import constant_params, signature_params
 
     func = getattr(kernel, "func", kernel)
     consts = set(constant_params(func))

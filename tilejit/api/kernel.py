@@ -230,7 +230,7 @@ class Kernel:
     """A tile kernel. Launch with ``kernel[grid](args...)``; compile ahead with ``tj.compile``."""
 
     def __init__(self, func: Callable[..., Any], *, num_threads: int | None = None) -> None:
-        from tilejit.language.frontend.translate import constant_params, signature_params
+        from tilejit.language.frontend.params import constant_params, signature_params
 
         self.func = func
         self.__name__ = func.__name__

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from tilejit.errors import TileCompileError
 from tilejit.language.frontend import calls
 from tilejit.language.frontend.builder import Builder, common_default, const_value, weak_dtype
+from tilejit.language.frontend.params import closure_of
 from tilejit.language.frontend.scope import (
     ControlSignal,
     FuncCtx,
@@ -91,21 +92,6 @@ def expr(*types: type[ast.AST]) -> Callable[[Callable[[Translator, N], object]],
 
 def syntax_name(node: ast.AST) -> str:
     return SYNTAX_NAMES.get(type(node), type(node).__name__)
-
-
-def closure_of(func: Callable[..., Any]) -> dict[str, Any]:
-    """The values of ``func``'s free variables (cells not yet filled are left out)."""
-    out: dict[str, Any] = {}
-    code = getattr(func, "__code__", None)
-    cells = getattr(func, "__closure__", None) or ()
-    if code is None:
-        return out
-    for name, cell in zip(code.co_freevars, cells):
-        try:
-            out[name] = cell.cell_contents
-        except ValueError:
-            continue
-    return out
 
 
 class Translator:

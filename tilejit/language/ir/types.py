@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from tilejit.records import Record
 
+# The types are Records, not dataclasses: defining a kernel imports this module, and ``dataclasses``
+# (with ``inspect``, ``ast`` and ``tokenize`` behind it) costs a new process several milliseconds.
+# Equality and hashing are written out: the compiler compares types constantly.
 
-@dataclass(frozen=True)
-class DType:
+
+class DType(Record):
     """An element type. ``kind`` is 'b' (bool), 'i' (signed), 'u' (unsigned) or 'f' (float)."""
 
+    _fields = ("name", "kind", "bits", "short", "c_type")
+    __slots__ = _fields
     name: str
     kind: str
     bits: int
     short: str
     c_type: str
+
+    def __init__(self, name: str, kind: str, bits: int, short: str, c_type: str) -> None:
+        self._init(name, kind, bits, short, c_type)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not DType:
+            return NotImplemented
+        return self is other or (self.name == other.name and self._values() == other._values())  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self.name)
 
     @property
     def itemsize(self) -> int:
@@ -104,12 +118,25 @@ def promote(a: DType, b: DType) -> DType:
     return BY_NAME[f"int{u.bits * 2}"]
 
 
-@dataclass(frozen=True)
-class TileType:
+class TileType(Record):
     """A tile: ``shape`` is compile-time (powers of two); ``()`` is a scalar held uniformly by the block."""
 
+    _fields = ("dtype", "shape")
+    __slots__ = _fields
     dtype: DType
-    shape: tuple[int, ...] = ()
+    shape: tuple[int, ...]
+
+    def __init__(self, dtype: DType, shape: tuple[int, ...] = ()) -> None:
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "shape", shape)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not TileType:
+            return NotImplemented
+        return self.shape == other.shape and self.dtype == other.dtype  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((self.dtype.name, self.shape))
 
     @property
     def ndim(self) -> int:
@@ -138,15 +165,27 @@ class TileType:
         return "tile<" + "x".join(map(str, self.shape)) + f"x{self.dtype}>"
 
 
-@dataclass(frozen=True)
-class ArrayType:
+class ArrayType(Record):
     """A kernel array parameter: dtype and rank at compile time; pointer, shape and strides at run time."""
 
+    _fields = ("dtype", "ndim", "contiguous")
+    __slots__ = _fields
     dtype: DType
     ndim: int
     # a promise for ahead-of-time compiles (not part of the type's identity): unit inner stride,
     # 16-byte-aligned base and outer strides, so the backend may use vector and cp.async copies
-    contiguous: bool = field(default=False, compare=False)
+    contiguous: bool
+
+    def __init__(self, dtype: DType, ndim: int, contiguous: bool = False) -> None:
+        self._init(dtype, ndim, contiguous)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not ArrayType:
+            return NotImplemented
+        return self.ndim == other.ndim and self.dtype == other.dtype  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((self.dtype.name, self.ndim))
 
     def __str__(self) -> str:
         return f"array<{self.dtype}, {self.ndim}>"
