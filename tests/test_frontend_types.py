@@ -336,3 +336,21 @@ def test_every_tile_function_has_an_implementation_with_the_same_parameters() ->
 
 def test_public_names_resolve_from_the_package() -> None:
     assert tj.load is tile.load and tj.float32 is float32 and tj.Constant is tile.Constant
+
+
+def test_types_and_targets_pickle_and_copy() -> None:
+    """Signatures and targets can cross process boundaries (multiprocessing, AOT build pools) and be copied;
+    a predefined dtype comes back as itself."""
+    import copy
+    import pickle
+
+    from tilejit.compiler.targets import parse_target
+    from tilejit.language.ir.types import ArrayHint, TileType
+
+    values = [tj.float32, tj.bfloat16[:, ::1], tj.int8[:], TileType(tj.float16, (4, 8)), ArrayHint(True, False),
+              parse_target("sm_90a"), parse_target("sm_120")]
+    for v in values:
+        for back in (pickle.loads(pickle.dumps(v)), copy.deepcopy(v), copy.copy(v)):
+            assert back == v and repr(back) == repr(v)
+    assert pickle.loads(pickle.dumps(tj.bfloat16)) is tj.bfloat16
+    assert pickle.loads(pickle.dumps(tj.float16[:, ::1])).contiguous is True

@@ -47,6 +47,11 @@ class Record:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
         return f"{type(self).__name__}({fields})"
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        """Pickle and copy through ``__init__`` (which takes every field, in order): the fields are slots
+        that refuse assignment, so the default protocol could not restore them."""
+        return type(self), self._values()
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"cannot assign to field {name!r}: {type(self).__name__} is immutable")
 

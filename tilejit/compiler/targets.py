@@ -83,6 +83,10 @@ class Target:
     def __hash__(self) -> int:
         return hash(self._key())
 
+    def __reduce__(self) -> tuple[object, tuple[int, int, str]]:
+        """Pickle and copy through ``__init__``: the slots refuse assignment."""
+        return Target, self._key()
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Target is immutable; cannot set {name!r}")
 

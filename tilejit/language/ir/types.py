@@ -31,6 +31,12 @@ class DType(Record):
     def __hash__(self) -> int:
         return hash(self.name)
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        """A predefined dtype unpickles as itself (``is tj.float32`` stays true)."""
+        if BY_NAME.get(self.name) == self:
+            return _predefined, (self.name,)
+        return super().__reduce__()
+
     @property
     def itemsize(self) -> int:
         return max(1, self.bits // 8)
@@ -89,6 +95,10 @@ ALL_DTYPES: tuple[DType, ...] = (
     bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64,
 )
 BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES} | {d.short: d for d in ALL_DTYPES}
+
+
+def _predefined(name: str) -> DType:
+    return BY_NAME[name]
 
 
 def promote(a: DType, b: DType) -> DType:
