@@ -223,6 +223,44 @@ def test_raw_vector_add_with_device_arrays(vadd: RawKernel) -> None:
     assert vadd.function().max_threads >= 256
 
 
+@pytest.mark.parametrize(("ctype", "dtype"), [("float", "float32"), ("double", "float64"), ("int", "int32")])
+def test_template_kernel_takes_its_parameter_types_from_the_name(ctype: str, dtype: str) -> None:
+    """``scale<float>``: ``T a`` is passed as a float, ``scale<double>`` as a double (a Python float either way)."""
+    k = RawKernel(
+        "template <typename T> __global__ void scale(T* x, T a, int n) {"
+        " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = x[i] * a; }",
+        f"scale<{ctype}>",
+    )
+    assert [str(kind) for _, kind in k.params] == [f"{dtype}*", dtype, "int32"]
+    n = 1000
+    host = rng().integers(-50, 50, n).astype(dtype)
+    x = asarray(host)
+    factor = 3 if dtype == "int32" else 0.1
+    k(tj.cdiv(n, 128), 128, (x, factor, n))
+    expected = host * np.array(factor, dtype)
+    if dtype == "int32":
+        np.testing.assert_array_equal(x.numpy(), expected)
+    else:
+        np.testing.assert_allclose(x.numpy(), expected, rtol=1e-6 if dtype == "float32" else 1e-15)
+
+
+def test_readme_raw_kernel_example_runs() -> None:
+    """The README's hand-written CUDA C++ example, as written."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"## Hand-written CUDA C\+\+\n\n```python\n(.*?)```", readme, re.DOTALL)
+    assert found is not None
+    n = 100_003
+    hx, hy = rng().standard_normal(n, dtype=np.float32), rng().standard_normal(n, dtype=np.float32)
+    out = empty(n, "float32").poison()
+    namespace = {"tj": tj, "n": n, "x": asarray(hx), "y": asarray(hy), "out": out}
+    exec(found.group(1), namespace)
+    np.testing.assert_array_equal(out.numpy(), hx + hy)
+    assert namespace["add"].compile("sm_80").code[:4] == b"\x7fELF"
+
+
 def test_raw_vector_add_with_torch_tensors_and_streams(vadd: RawKernel) -> None:
     torch = pytest.importorskip("torch")
     n = 100_001

@@ -72,6 +72,8 @@ extern "C" {
 __global__ void inblock(unsigned int, long long, char c, int64_t /* count */) {}
 }
 template <typename T> __global__ void tmpl(T* x, int n) {}
+template <typename T, int N, typename U = unsigned char>
+__global__ void tmpl2(const T* __restrict__ x, U* y, T s, int n = N) {}
 extern "C" __global__ void noargs() {}
 extern "C" __global__ void voidargs(void) {}
 extern "C" __global__ void ref(float& r) {}
@@ -91,7 +93,10 @@ P, S = ParamKind.pointer, ParamKind.scalar
                      ("s", S("uint64")), ("f", S("bool")), ("q", P("bfloat16")), ("c", S("uint8")),
                      ("ll", S("int64"))], False),
         ("inblock", [("arg0", S("uint32")), ("arg1", S("int64")), ("c", S("int8")), ("arg3", S("int64"))], True),
-        ("tmpl<float>", [("x", P(None)), ("n", S("int32"))], False),
+        ("tmpl<float>", [("x", P("float32")), ("n", S("int32"))], False),
+        ("tmpl2<double, 4>", [("x", P("float64")), ("y", P("uint8")), ("s", S("float64")), ("n", S("int32"))], False),
+        ("tmpl2<float, 2, short>", [("x", P("float32")), ("y", P("int16")), ("s", S("float32")), ("n", S("int32"))],
+         False),
         ("noargs", [], True),
         ("voidargs", [], True),
         ("twice", [("b", S("float32"))], True),

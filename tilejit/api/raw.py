@@ -225,6 +225,7 @@ def parse_signature(source: str, name: str) -> tuple[list[tuple[str, ParamKind]]
     params_text = text[open_paren + 1:_matching(text, open_paren, "(", ")")].strip()
     decl_start = max(text.rfind(";", 0, global_at), text.rfind("}", 0, global_at), text.rfind("{", 0, global_at))
     extern_c = any(True for _ in _extern_c(text, decl_start + 1, global_at)) or _in_extern_c_block(text, global_at)
+    template_args = _template_arguments(text[decl_start + 1:global_at], name)
     params: list[tuple[str, ParamKind]] = []
     if params_text and params_text != "void":
         for i, p in enumerate(_split_top_level(params_text)):
@@ -235,8 +236,34 @@ def parse_signature(source: str, name: str) -> tuple[list[tuple[str, ParamKind]]
                     and tokens[-1] not in _QUALIFIERS and tokens[-2] != "::":
                 pname = tokens[-1]
                 decl = decl[: decl.rfind(pname)]
+            if template_args:
+                decl = " ".join(template_args.get(t, t) for t in _tokens(decl))
             params.append((pname, parse_c_type(decl, where=f"parameter {pname!r} of kernel {name!r}")))
     return params, extern_c
+
+
+def _template_arguments(head: str, name: str) -> dict[str, str]:
+    """Template parameter name → argument, from the ``template <...>`` before the kernel and the arguments
+    in ``name`` (``"scale<float, 4>"``; defaults fill the rest), so ``T x`` in ``scale<float>`` is a float."""
+    at = head.find("template")
+    if at < 0 or "<" not in head[at:]:
+        return {}
+    open_at = head.index("<", at)
+    try:
+        clause = head[open_at + 1:_matching(head, open_at, "<", ">")]
+    except ValueError:
+        return {}
+    given = _split_top_level(name[name.index("<") + 1:name.rindex(">")]) if "<" in name and ">" in name else []
+    out: dict[str, str] = {}
+    for i, param in enumerate(p for p in _split_top_level(clause) if p):
+        decl, _, default = param.partition("=")
+        words = [t for t in _tokens(decl) if _is_name(t)]
+        if len(words) < 2:
+            continue
+        value = given[i] if i < len(given) else default.strip()
+        if value:
+            out[words[-1]] = value
+    return out
 
 
 def _not_ready(*args: Any, **kwargs: Any) -> None:
