@@ -23,9 +23,38 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import tilejit as tj
+from tilejit.api.loader import loaded
 from tilejit.api.raw import RawKernel
 from tilejit.runtime import device as device_state
-from tilejit.runtime.launch import Launcher, ParamKind
+from tilejit.runtime.interop import ArrayView
+from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
+
+
+class _StandInDevice:
+    """The current device as the tile dispatch sees it (it keys specializations by device)."""
+
+    ordinal = 0
+    arch = "sm_90"
+
+
+def tile_kernel(driver: Any, function: Any) -> Callable[[], Any]:
+    """``empty_tile[1](x)``: a tile kernel whose specialization launches through the stand-in driver
+    (its ``_build`` skips compiling; everything after it runs as on a GPU)."""
+
+    @tj.kernel
+    def empty_tile(x):  # type: ignore[no-untyped-def]
+        pass
+
+    def build(arg_types: Any, hints: Any, consts: Any, device: Any) -> Any:
+        return loaded(Launcher(function, [("x", ParamKind.array("float32", 1))], 32, driver=driver), None, None)
+
+    empty_tile._build = build
+    x = ArrayView(0x1000, (16,), (1,), "float32", None)
+    launch = empty_tile[1]
+    for _ in range(CHECKED_LAUNCHES + 2):
+        launch(x)
+    return lambda: launch(x)
 
 
 def cases() -> dict[str, Callable[[], Any]]:
@@ -33,6 +62,7 @@ def cases() -> dict[str, Callable[[], Any]]:
     if libc.geteuid() != 0:
         sys.exit("run as root: the stand-in driver call (geteuid) must return 0, the CUDA success status")
     driver = SimpleNamespace(cuLaunchKernelEx=libc.geteuid, check=None)
+    device_state._current = _StandInDevice()  # type: ignore[assignment]
     function = SimpleNamespace(name="empty", handle=0xF00D)
     launcher = Launcher(function, [("x", ParamKind.pointer("float32"))], 32, driver=driver)
     launch = launcher.launch
@@ -40,11 +70,13 @@ def cases() -> dict[str, Callable[[], Any]]:
     kernel = RawKernel('extern "C" __global__ void empty(float* x) {}', "empty")
     kernel._use(entry)
     args = (0x1000,)
+    tile = tile_kernel(driver, function)
     return {
         "ctypes call alone: geteuid()": lambda: libc.geteuid(),
         "Launcher.launch(1, args)": lambda: launch(1, args),
         "RawKernel's launch function, called directly": lambda: entry(1, 32, args),
         "RawKernel kernel(1, 32, args)": lambda: kernel(1, 32, args),
+        "tile kernel empty_tile[1](x)": tile,
     }
 
 

@@ -190,7 +190,7 @@ def test_constants_of_equal_value_but_other_type_are_distinct_specializations() 
 
     assert isinstance(k, Kernel)
     seen: list[tuple[Any, ...]] = []
-    k._build = lambda arg_types, hints, consts: seen.append(consts) or object()  # type: ignore[method-assign]
+    k._build = lambda arg_types, hints, consts, device: seen.append(consts) or object()  # type: ignore[method-assign]
     view = ArrayView(4096, (16,), (1,), "float32", None)
     compiled = [k._specialize(("fast", i), [view], [view], (c,)) for i, c in enumerate((1, 1.0, True))]
     assert len({id(c) for c in compiled}) == 3

@@ -24,24 +24,54 @@ from tilejit.runtime.interop import as_view
 
 
 class _Compiled:
-    """One loaded specialization: its launcher and what produced it."""
+    """One loaded specialization: the function each launch calls (``launcher``: checked at first, then
+    generated), the runtime :class:`Launcher` behind it (``base``, None for stand-ins in tests) and what
+    produced it."""
 
-    __slots__ = ("artifact", "launcher", "module")
+    __slots__ = ("artifact", "base", "launcher", "module")
 
-    def __init__(self, launcher: Any, artifact: Artifact | None, module: Any) -> None:
+    def __init__(self, launcher: Any, artifact: Artifact | None, module: Any, base: Any = None) -> None:
         self.launcher = launcher
         self.artifact = artifact
         self.module = module
+        self.base = base
 
     def __repr__(self) -> str:
         return f"_Compiled(launcher={self.launcher!r}, artifact={self.artifact!r}, module={self.module!r})"
+
+
+_OWNS_LIMIT = 64
+
+
+def _own_launch(compiled: _Compiled, owns: dict[_Compiled, Any]) -> tuple[Callable[..., None], Any, int] | None:
+    """(launch function, its ``now``, its thread) private to one ``kernel[grid]``, or None to use the
+    shared one: on this ``kernel[grid]``'s first use of ``compiled``, or while ``compiled`` is on its
+    checked launches. A ``kernel[grid]`` called once never pays for a launcher of its own."""
+    if compiled not in owns:
+        if len(owns) >= _OWNS_LIMIT:
+            owns.clear()
+        owns[compiled] = None
+        return None
+    base = compiled.base
+    if base is None or not base.generated:
+        return None
+    launch = base.own_launch()
+    entry = (launch, launch.now, base.owner_thread)  # type: ignore[attr-defined]
+    owns[compiled] = entry
+    return entry
+
+
+def _fail(compiled: _Compiled, status: int, grid: Any, views: Any, handle: int) -> None:
+    """A relaunch through a private launcher's ``now()`` returned ``status``: recover or raise as any launch."""
+    compiled.base._failed(status, grid, views, handle)
 
 
 _PY_SCALARS = frozenset({int, float, bool})
 # Constants the dispatch may remember by identity (arguments: runtime.launch.IMMUTABLE_ARGS).
 _KEEP_CONST = frozenset({int, float, bool, str})
 _MEMO_LIMIT = 4096
-_MISSING = object()
+_MISSING = object()  # an argument not given
+_NOKEEP = object()  # a remembered argument slot that matches nothing
 
 
 def _as_view_or_scalar(name: str, a: Any) -> Any:
@@ -123,77 +153,104 @@ def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) 
     return h.hexdigest()
 
 
-def _dispatch_source(
-    args: Sequence[str], constants: Sequence[str], annotated: Sequence[str]
-) -> str:
+def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: Sequence[str]) -> str:
     """Source of ``make(...)``, which returns the launch function of one ``kernel[grid]``.
 
-    The function is unrolled over the kernel's parameters: it classifies each argument inline (own
-    arrays, views and Python scalars; anything else through ``classify``), builds the same fast key as
-    :meth:`Kernel._launch`, and launches the specialization it maps to. Any other call shape (missing,
-    extra or positional constants) goes to ``Kernel._launch``, which checks it and raises.
+    The function takes the kernel's own parameters (run-time ones positional or keyword, constants
+    keyword-only), so a call builds no ``*args`` tuple or ``**kw`` dict. It remembers its last call:
+    when the same immutable arguments come again on the same device, thread and stream, it relaunches
+    what its private launcher's buffers already hold with one ctypes call. Otherwise it classifies each
+    argument inline (own arrays, views, Python scalars; anything else through ``classify``), maps the
+    fast key to a specialization and launches through that. A call with arguments missing or extra
+    positional ones goes to ``Kernel._launch_given``, which checks it and raises.
     """
-    n = len(args)
-    count_kw = f"len(kw) != {len(constants)}" if constants else "kw"
-    lines = [f"if {count_kw} or len(args) != {n}: return slow(grid, stream, args, kw)"]
-    if n:
-        lines.append("".join(f"a{i}, " for i in range(n)) + "= args")
-    for j, c in enumerate(constants):
-        lines.append(f"c{j} = kw.get({c!r}, MISSING)")
-    if constants:
-        lines.append(f"if {' or '.join(f'c{j} is MISSING' for j in range(len(constants)))}: "
-                     "return slow(grid, stream, args, kw)")
-        consts = "(" + "".join(f"(c{j}.__class__, c{j}), " for j in range(len(constants))) + ")"
-    else:
-        consts = "()"
-    # The same immutable arguments and constants as the last call: its specialization and views. The
-    # memo is one tuple, replaced whole, so a thread never sees half of another thread's update.
-    slots = [f"a{i}" for i in range(n)] + [f"c{j}" for j in range(len(constants))]
-    k = len(slots)
-    same = [f"{v} is mm[{i}]" for i, v in enumerate(slots)] or ["mm[0] is not None"]
-    lines += ["mm = memo",
-              f"if {' and '.join(same)}:",
-              f"    return mm[{k}].launcher(grid, mm[{k + 1}], stream)"]
+    names = [*args, *constants]
+    p = "_tj_"  # every generated name starts with a prefix that no parameter does
+    while any(name.startswith(p) for name in names):
+        p = "_" + p
+    k = len(names)
+    dev, comp, views_at, now_at, owner_at, handle_at = range(k, k + 6)
+    miss = f"{p}MISSING"
+    params = [f"{a}={miss}" for a in args] + [f"*{p}more"] + [f"{c}={miss}" for c in constants]
+    values = "(" + "".join(f"{name}, " for name in names) + ")"
+    hit = [f"{name} is {p}m[{i}]" for i, name in enumerate(names)]
+    hit += [f"{p}DS._current is {p}m[{dev}]", f"not {p}more"]
+    given = " or ".join([f"{p}more", *(f"{name} is {miss}" for name in names)])
+    keep = "".join(f"{a} if {a}.__class__ in {p}KEEP else {p}NOKEEP, " for a in args)
+    keep += "".join(f"{c} if {c}.__class__ in {p}KEEP_CONST else {p}NOKEEP, " for c in constants)
+    consts = "(" + "".join(f"({c}.__class__, {c}), " for c in constants) + ")"
+    classify: list[str] = []
     for i, name in enumerate(args):
-        a = f"a{i}"
-        ann = name in annotated
-        lines += [
-            f"cl = {a}.__class__",
-            f"if cl is DA: v{i} = {a}._view; k{i} = (v{i}[3], v{i}[2], v{i}[0] & 15)",
-            f"elif cl is AV: v{i} = {a}; k{i} = ({a}[3], {a}[2], {a}[0] & 15)",
-            f"elif cl is int: v{i} = {a}; k{i} = "
-            + ("None" if ann else f"int if {_I32_MIN} <= {a} <= {_I32_MAX} else 'i64'"),
-            f"elif cl is float or cl is bool: v{i} = {a}; k{i} = " + ("None" if ann else "cl"),
-            f"else: v{i}, k{i} = classify({name!r}, {a})",
+        v, key = f"{p}v{i}", f"{p}k{i}"
+        classify += [
+            f"{p}cl = {name}.__class__",
+            f"if {p}cl is {p}DA: {v} = {name}._view; {key} = ({v}[3], {v}[2], {v}[0] & 15)",
+            f"elif {p}cl is {p}AV: {v} = {name}; {key} = ({name}[3], {name}[2], {name}[0] & 15)",
+            f"elif {p}cl is int: {v} = {name}; {key} = "
+            + ("None" if name in annotated else f"int if {_I32_MIN} <= {name} <= {_I32_MAX} else 'i64'"),
+            f"elif {p}cl is float or {p}cl is bool: {v} = {name}; {key} = "
+            + ("None" if name in annotated else f"{p}cl"),
+            f"else: {v}, {key} = {p}classify({name!r}, {name})",
         ]
-    key = "(" + consts + ", " + "".join(f"k{i}, " for i in range(n)) + ")"
-    views = "(" + "".join(f"v{i}, " for i in range(n)) + ")"
-    run = "(" + "".join(f"a{i}, " for i in range(n)) + ")"
-    const_values = "(" + "".join(f"c{j}, " for j in range(len(constants))) + ")"
-    lines += [
-        f"key = {key}",
-        "try:",
-        "    compiled = fast[key]",
-        "except KeyError:",
-        f"    compiled = specialize(key, list({run}), list({views}), {const_values})",
-        "except TypeError:  # an unhashable constant: the checked path says which",
-        "    return slow(grid, stream, args, kw)",
-        f"views = {views}",
-        "compiled.launcher(grid, views, stream)",
-        "memo = ("
-        + "".join(f"a{i} if a{i}.__class__ in KEEP else MISSING, " for i in range(n))
-        + "".join(f"c{j} if c{j}.__class__ in KEEP_CONST else MISSING, " for j in range(len(constants)))
-        + "compiled, views)",
+    fast_key = f"({p}dev, {consts}, " + "".join(f"{p}k{i}, " for i in range(len(args))) + ")"
+    view_tuple = "(" + "".join(f"{p}v{i}, " for i in range(len(args))) + ")"
+    run_list = "[" + ", ".join(args) + "]"
+    const_tuple = "(" + "".join(f"{c}, " for c in constants) + ")"
+    handle = f"{p}cur[0] if {p}stream is None else {p}stream_handle({p}stream)"
+    body = [
+        f"{p}m = {p}memo",
+        f"if {' and '.join(hit)}:",
+        f"    {p}now = {p}m[{now_at}]",
+        f"    if {p}now is not None and {p}ident() == {p}m[{owner_at}] and ({handle}) == {p}m[{handle_at}]:",
+        f"        {p}status = {p}now()",
+        f"        if {p}status:",
+        f"            {p}memo = {p}EMPTY",
+        f"            {p}fail({p}m[{comp}], {p}status, {p}grid, {p}m[{views_at}], {p}m[{handle_at}])",
+        "        return",
+        f"    {p}c = {p}m[{comp}]; {p}views = {p}m[{views_at}]; {p}dev = {p}m[{dev}]",
+        "else:",
+        f"    {p}memo = {p}EMPTY  # the private launcher's buffers may be rewritten below",
+        f"    if {given}: return {p}slow({p}grid, {p}stream, {p}more, {values})",
+        f"    {p}dev = {p}DS._current",
+        *("    " + line for line in classify),
+        f"    {p}key = {fast_key}",
+        "    try:",
+        f"        {p}c = {p}fast[{p}key]",
+        "    except KeyError:",
+        f"        {p}c = {p}specialize({p}key, {run_list}, list({view_tuple}), {const_tuple})",
+        "    except TypeError:  # an unhashable constant: the checked path says which",
+        f"        return {p}slow({p}grid, {p}stream, {p}more, {values})",
+        f"    {p}views = {view_tuple}",
+        f"{p}o = {p}owns.get({p}c)",
+        f"if {p}o is None: {p}o = {p}own_of({p}c, {p}owns)",
+        f"if {p}o is None:  # the specialization's shared launcher (checked first, then generated)",
+        f"    {p}c.launcher({p}grid, {p}views, {p}stream)",
+        f"    {p}memo = ({keep}{p}dev, {p}c, {p}views, None, 0, 0)",
+        "    return",
+        f"if {p}stream is None: {p}h = {p}cur[0]",
+        "else:",
+        f"    try: {p}h = {p}stream_handle({p}stream)",
+        f"    except (TypeError, ValueError): return {p}c.launcher({p}grid, {p}views, {p}stream)  # it explains",
+        f"{p}o[0]({p}grid, {p}views, {p}h)",
+        f"{p}memo = ({keep}{p}dev, {p}c, {p}views, {p}o[1] if {p}ident() == {p}o[2] else None, {p}o[2], {p}h)",
     ]
-    body = "".join(f"        {line}\n" for line in lines)
+    make_params = ", ".join(p + name for name in _MAKE_PARAMS)
     return (
-        "def make(grid, stream, fast, specialize, slow, classify, DA, AV, MISSING, KEEP, KEEP_CONST):\n"
-        f"    memo = ({'MISSING, ' * k}None, None)\n"
-        "    def launch(*args, **kw):\n"
-        "        nonlocal memo\n"
-        f"{body}"
+        f"def make({make_params}):\n"
+        f"    {p}EMPTY = ({p}NOKEEP,) * {k + 1} + (None, None, None, 0, 0)\n"
+        f"    {p}memo = {p}EMPTY\n"
+        f"    {p}owns = {{}}\n"
+        f"    def launch({', '.join(params)}):\n"
+        f"        nonlocal {p}memo\n"
+        + "".join(f"        {line}\n" for line in body)
+        + f"    launch.__name__ = launch.__qualname__ = {p}NAME\n"
         "    return launch\n"
     )
+
+
+#: The parameters of a generated ``make``, in order (each with the source's name prefix).
+_MAKE_PARAMS = ("fast", "specialize", "slow", "classify", "own_of", "fail", "DA", "AV", "MISSING", "NOKEEP",
+                "KEEP", "KEEP_CONST", "DS", "cur", "ident", "stream_handle", "NAME", "grid", "stream")
 
 
 def _dispatch_code(src: str, filename: str) -> CodeType:
@@ -242,7 +299,6 @@ class Kernel:
         self._constants = [p for p in self._params if p in consts]
         self._args = [p for p in self._params if p not in consts]
         self._annotated = _scalar_annotations(func, self._args)
-        self._nargs = 0 if self._constants else len(self._args)  # 0: always take the keyword path
         self._specs: dict[tuple[Any, ...], _Compiled] = {}
         self._fast: dict[tuple[Any, ...], _Compiled] = {}
         self._bound: dict[object, Callable[..., None]] = {}
@@ -270,17 +326,22 @@ class Kernel:
             grid, stream = _normalize_grid(item), None
         make = self._make
         if make is None:
+            from tilejit.runtime import device as device_state
             from tilejit.runtime.array import DeviceArray
             from tilejit.runtime.launch import IMMUTABLE_ARGS
+            from tilejit.runtime.stream import _current_handle, stream_handle
 
             src = _dispatch_source(self._args, self._constants, list(self._annotated))
             namespace: dict[str, Any] = {}
             exec(_dispatch_code(src, f"<tilejit dispatch {self.__name__}>"), namespace)
-            make = self._make = functools.partial(
-                namespace["make"], fast=self._fast, specialize=self._specialize, slow=self._launch,
-                classify=_classify, DA=DeviceArray, AV=_AV, MISSING=_MISSING, KEEP=IMMUTABLE_ARGS,
-                KEEP_CONST=_KEEP_CONST,
-            )
+            env = {
+                "fast": self._fast, "specialize": self._specialize, "slow": self._launch_given,
+                "classify": _classify, "own_of": _own_launch, "fail": _fail, "DA": DeviceArray, "AV": _AV,
+                "MISSING": _MISSING, "NOKEEP": _NOKEEP, "KEEP": IMMUTABLE_ARGS, "KEEP_CONST": _KEEP_CONST,
+                "DS": device_state, "cur": _current_handle, "ident": threading.get_ident,
+                "stream_handle": stream_handle, "NAME": self.__name__,
+            }
+            make = self._make = functools.partial(namespace["make"], *(env[n] for n in _MAKE_PARAMS[:-2]))
         bound = make(grid, stream)
         try:
             if len(self._bound) >= _MEMO_LIMIT:
@@ -320,16 +381,29 @@ class Kernel:
                 raise LaunchError(f"constant '{c}' must be hashable, got {type(v).__name__}") from None
         return [values[a] for a in self._args], consts
 
-    def _launch(self, grid: tuple[int, int, int], stream: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        run_args: Sequence[Any]
-        if kwargs or len(args) != self._nargs:
-            run_args, consts = self._split(args, kwargs)
+    def _launch_given(self, grid: tuple[int, int, int], stream: Any, more: tuple[Any, ...],
+                      values: tuple[Any, ...]) -> None:
+        """A call the generated launch function leaves to the checked path (arguments missing, extra
+        positional ones, an unhashable constant): ``values`` holds every parameter, run-time ones
+        first, ``_MISSING`` where not given; ``more`` the extra positional arguments."""
+        n = len(self._args)
+        if more:  # Python filled every positional parameter before collecting extras
+            args: tuple[Any, ...] = (*values[:n], *more)
+            kwargs = {c: v for c, v in zip(self._constants, values[n:]) if v is not _MISSING}
         else:
-            run_args, consts = args, ()
+            args = ()
+            kwargs = {p: v for p, v in zip([*self._args, *self._constants], values) if v is not _MISSING}
+        self._launch(grid, stream, args, kwargs)
+
+    def _launch(self, grid: tuple[int, int, int], stream: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The checked launch: every argument checked and classified, no remembered state."""
+        from tilejit.runtime import device as device_state
+
+        run_args, consts = self._split(args, kwargs)
         # The fast key uses raw facts (dtype, strides, pointer alignment); _specialize maps it to the
         # canonical specialization, so an unseen stride pattern costs a dict insert, not a compile.
         # Constants are keyed with their type: 1, 1.0 and True compare equal but compile differently.
-        key: list[Any] = [tuple([(c.__class__, c) for c in consts])] if consts else [()]
+        key: list[Any] = [device_state._current, tuple([(c.__class__, c) for c in consts])]
         views: list[Any] = []
         annotated = self._annotated
         for name, a in zip(self._args, run_args):
@@ -356,13 +430,19 @@ class Kernel:
     def _specialize(
         self, fast_key: tuple[Any, ...], run_args: list[Any], views: list[Any], consts: tuple[Any, ...]
     ) -> _Compiled:
+        """The specialization for a launch whose fast key (device first) is new, compiled if need be."""
+        device = fast_key[0]
+        if device is None:  # no device chosen yet in this process: the current one
+            from tilejit.runtime.device import get_device
+
+            device = get_device()
         arg_types, hints = self._types_of(run_args, views)
         typed = tuple((c.__class__, c) for c in consts)
-        key = (typed, tuple(arg_types.values()), tuple(sorted(hints.items())))
+        key = (device, typed, tuple(arg_types.values()), tuple(sorted(hints.items())))
         with self._lock:
             compiled = self._specs.get(key)
             if compiled is None:
-                compiled = self._build(arg_types, hints, consts)
+                compiled = self._build(arg_types, hints, consts, device)
                 self._specs[key] = compiled
             if len(self._fast) >= _MEMO_LIMIT:
                 self._fast.clear()
@@ -385,27 +465,28 @@ class Kernel:
         return arg_types, hints
 
     def _build(
-        self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], consts: tuple[Any, ...]
+        self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], consts: tuple[Any, ...],
+        device: Any,
     ) -> _Compiled:
+        """Compile (or fetch from the disk cache) one specialization and load it on ``device``."""
         from tilejit.api.loader import load_artifact
         from tilejit.compiler.targets import Target, parse_target
         from tilejit.config import ARCH_SPECIFIC
-        from tilejit.runtime.device import get_device
 
         if self._fingerprint is None:
             self._fingerprint = _source_fingerprint(self.func)
-        target = parse_target(get_device().arch)
+        target = parse_target(device.arch)
         constants = dict(zip(self._constants, consts))
         if target.number == 90 and ARCH_SPECIFIC.get():
             # Hopper: the arch-specific target unlocks wgmma; an NVRTC older than 12.0 lacks it
             try:
                 native = Artifact(self.func, self.func.__name__, arg_types, constants, Target(9, 0, "a"),
                                   self.num_threads, hints)
-                return load_artifact(native, self._fingerprint)
+                return load_artifact(native, self._fingerprint, device)
             except TargetError:
                 pass
         artifact = Artifact(self.func, self.func.__name__, arg_types, constants, target, self.num_threads, hints)
-        return load_artifact(artifact, self._fingerprint)
+        return load_artifact(artifact, self._fingerprint, device)
 
 
 def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = None) -> Any:

@@ -64,9 +64,8 @@ def _compile_entry(artifact: Artifact, ptx: bool) -> dict[str, Any]:
     }
 
 
-def load_artifact(artifact: Artifact, fingerprint: str) -> _Compiled:
-    """Compile (or fetch from the disk cache) and load one specialization on the current device."""
-    from tilejit.api.kernel import _Compiled
+def load_artifact(artifact: Artifact, fingerprint: str, device: Any = None) -> _Compiled:
+    """Compile (or fetch from the disk cache) and load one specialization on ``device`` (default: current)."""
     from tilejit.compiler.cache import default_cache
     from tilejit.runtime.launch import Launcher, ParamKind
     from tilejit.runtime.module import Module
@@ -83,12 +82,19 @@ def load_artifact(artifact: Artifact, fingerprint: str) -> _Compiled:
         entry = _compile_entry(artifact, ptx)
         if key:
             default_cache().put(key, entry)
-    module = Module.load(entry["image"], entry["kind"])
+    module = Module.load(entry["image"], entry["kind"], device=device)
     function = module.get_function(entry["symbol"])
     params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]
     launcher = Launcher(function, params, block=(int(entry["num_threads"]), 1, 1),
                         shared_bytes=int(entry["shared_bytes"]))
-    compiled = _Compiled(launcher=None, artifact=artifact, module=module)
+    return loaded(launcher, artifact, module)
+
+
+def loaded(launcher: Launcher, artifact: Artifact | None, module: Any) -> _Compiled:
+    """A specialization launching through ``launcher``: checked at first, then generated."""
+    from tilejit.api.kernel import _Compiled
+
+    compiled = _Compiled(launcher=None, artifact=artifact, module=module, base=launcher)
     compiled.launcher = _checked_then_generated(compiled, launcher)
     return compiled
 

@@ -40,9 +40,22 @@ def _ex_now(address: int, config: int, handle: int, kernel_params: int, extra: i
                              arg(extra) if extra else None)
 
 
-def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] | None = None) -> Callable[..., None]:
+@functools.lru_cache(maxsize=256)
+def _compiled(src: str, filename: str) -> Any:
+    """``compile()`` once per source: another function of the same signature costs an ``exec``."""
+    return compile(src, filename, "exec")
+
+
+def generate(
+    launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] | None = None, *, by_handle: bool = False
+) -> Callable[..., None]:
     """The launch function of ``launcher``: ``(grid, args, stream=None)``, or with ``raw`` = (block, shared,
-    device, fallback) RawKernel's ``(grid, block, args, stream=None, shared_mem=0)``."""
+    device, fallback) RawKernel's ``(grid, block, args, stream=None, shared_mem=0)``. ``by_handle``: its
+    ``stream`` is a raw ``CUstream`` handle (an int), for callers that read the handle themselves.
+
+    The function's ``now`` attribute launches exactly what its buffers hold (``cuLaunchKernelEx`` only,
+    else None): the same arguments, grid and stream as its last successful call on the launcher's thread.
+    """
     # Each generated function has buffers of its own: what it remembers (the last arguments, grid
     # and stream) describes exactly what its buffers hold.
     bufs = _Buffers(launcher.size, launcher.offsets, launcher.block, launcher.shared_bytes)
@@ -118,11 +131,14 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
         ]
         env["NO"] = _NO_MEMO
         env["KEEP"] = IMMUTABLE_ARGS
-    lines += [
-        "if stream is None: h = cur[0]",
-        "elif stream.__class__ is Stream: h = stream.handle",
-        "else: h = stream_handle(stream)",
-    ]
+    if by_handle:
+        lines.append("h = stream")
+    else:
+        lines += [
+            "if stream is None: h = cur[0]",
+            "elif stream.__class__ is Stream: h = stream.handle",
+            "else: h = stream_handle(stream)",
+        ]
     if launcher._uses_ex:
         lines += [
             "if (grid is not lg and grid != lg) or h != lh:",
@@ -168,12 +184,13 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
         "            failed(status, grid, args, stream)\n"
         "    return launch\n"
     )
-    if raw is None:
+    if raw is None and not by_handle:
         launcher.source = src
     namespace: dict[str, Any] = {}
-    exec(compile(src, f"<tilejit launcher {launcher.name}>", "exec"), namespace)
+    exec(_compiled(src, f"<tilejit launcher {launcher.name}>"), namespace)
     launch: Callable[..., None] = namespace["make"](**env)
     launch.buffers = bufs  # type: ignore[attr-defined]  # the driver reads them by address: keep them alive
+    launch.now = env["launch_now"]  # type: ignore[attr-defined]
     return launch
 
 

@@ -368,6 +368,24 @@ class Launcher:
         ``shared_key`` and ``device``, and otherwise hands the call to ``fallback``."""
         return self._generate((block_key, shared_key, device, fallback))
 
+    def own_launch(self) -> Callable[..., None]:
+        """Another generated launch function, with buffers of its own, taking the stream as a raw handle:
+        ``(grid, args, handle)``. Its ``now()`` relaunches exactly its last launch (None without
+        ``cuLaunchKernelEx``), for a caller that knows the arguments, grid and stream are unchanged."""
+        from tilejit.runtime.fastlaunch import generate
+
+        return generate(self, by_handle=True)
+
+    @property
+    def generated(self) -> bool:
+        """Whether ``launch`` has been generated (made on first use)."""
+        return "launch" in self.__dict__
+
+    @property
+    def owner_thread(self) -> int:
+        """The thread whose launches use the generated functions' buffers; others take fresh ones."""
+        return self._owner_thread
+
     def _generate(self, raw: tuple[Any, int, Any, Callable[..., None]] | None = None) -> Callable[..., None]:
         from tilejit.runtime.fastlaunch import generate  # not needed until a kernel's fast path is made
 
