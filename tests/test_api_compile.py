@@ -140,20 +140,17 @@ def test_non_constant_where_constant_needed_is_located() -> None:
     assert "constant" in str(info.value)
 
 
-def test_import_is_lazy_and_fast() -> None:
+def test_import_is_lazy() -> None:
+    """``import tilejit`` loads no CUDA library and imports no numpy (its time: bench/bench_first_call.py)."""
     code = (
-        "import time; t=time.perf_counter(); import tilejit; dt=time.perf_counter()-t\n"
+        "import sys; import tilejit\n"
         "maps=open('/proc/self/maps').read()\n"
         "assert 'libcuda' not in maps and 'libnvrtc' not in maps, 'CUDA library loaded at import'\n"
-        "import sys; assert 'numpy' not in sys.modules, 'numpy imported at import'\n"
-        "print(dt)"
+        "assert 'numpy' not in sys.modules, 'numpy imported at import'\n"
+        "print('ok')"
     )
-    best = min(
-        float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                             env={**os.environ}).stdout)
-        for _ in range(3)
-    )
-    assert best < 0.1, f"import tilejit took {best * 1e3:.1f} ms"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 def test_defining_a_kernel_imports_neither_the_translator_nor_dataclasses(tmp_path: Path) -> None:

@@ -144,6 +144,48 @@ def test_launches_through_the_checked_then_generated_paths_and_the_memo() -> Non
     np.testing.assert_allclose(out.numpy(), xs[1].numpy() * np.float32(a) + y.numpy(), rtol=1e-6, atol=1e-6)
 
 
+@tj.kernel
+def fe_increment(x, by: float, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    tj.store(x, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) + by)
+
+
+@pytest.mark.gpu
+def test_repeated_identical_launches_relaunch_the_right_block_on_every_grid_and_stream() -> None:
+    """Hundreds of identical ``kernel[grid](...)`` calls (the fused relaunch) interleaved with other
+    arrays, another grid of the same kernel, another scalar and another current stream: each array ends
+    up incremented exactly as often as it was launched on, and only where its grid reached."""
+    from tilejit.runtime.stream import Stream, set_current_stream
+
+    n, tile = 5_003, 128
+    blocks = -(-n // tile)
+    a, b = tj.asarray(np.zeros(n, np.float32)), tj.asarray(np.zeros(n, np.float32))
+    whole, half = fe_increment[blocks], fe_increment[blocks // 2]
+    want_a, want_b = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    stream = Stream()
+    for step in range(6):
+        for _ in range(100):
+            whole(a, 1.0, TILE=tile)
+        want_a += 100
+        whole(b, 2.0, TILE=tile)
+        want_b += 2
+        half(a, 1.0, TILE=tile)
+        want_a[: blocks // 2 * tile] += 1
+        if step % 2:
+            tj.get_device().synchronize()  # the stream does not wait for the legacy stream's increments
+            previous = set_current_stream(stream)
+            try:
+                for _ in range(10):
+                    whole(a, 1.0, TILE=tile)
+            finally:
+                set_current_stream(previous)
+            stream.synchronize()
+            want_a += 10
+    np.testing.assert_array_equal(a.numpy(), want_a)
+    np.testing.assert_array_equal(b.numpy(), want_b)
+    stream.close()
+
+
 _WARM_CHILD = """
 import json, sys
 import numpy as np
