@@ -19,16 +19,21 @@ from tilejit.runtime.interop import ArrayView
 from tilejit.runtime.stream import Stream
 
 
+def use_build(kernel: Kernel, build: Any) -> None:
+    """Make ``build`` stand in for ``kernel._build``, forgetting every specialization made so far."""
+    kernel._build = build  # type: ignore[method-assign]
+    kernel._specs.clear()
+    kernel._fast.clear()
+    kernel._bound.clear()
+
+
 class Recorder:
     """Stands in for ``Kernel._build``: one fake launcher per specialization, every launch recorded."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.builds: list[tuple[dict[str, Any], dict[str, Any], tuple[Any, ...]]] = []
         self.launches: list[tuple[int, tuple[Any, ...], list[Any], Any]] = []
-        kernel._build = self.build  # type: ignore[method-assign]
-        kernel._specs.clear()
-        kernel._fast.clear()
-        kernel._bound.clear()
+        use_build(kernel, self.build)
 
     def build(self, arg_types: dict[str, Any], hints: dict[str, Any], consts: tuple[Any, ...],
               device: Any) -> _Compiled:

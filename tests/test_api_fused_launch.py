@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import test_runtime_launch as stand_in
+from test_api_dispatch import use_build
 from test_runtime_launch import FakeDriver, fn
 
 import tilejit as tj
@@ -46,10 +47,7 @@ class Built:
         self.driver = driver
         self.compiled: list[_Compiled] = []
         self.own_calls = 0
-        kernel._build = self.build  # type: ignore[method-assign]
-        kernel._specs.clear()
-        kernel._fast.clear()
-        kernel._bound.clear()
+        use_build(kernel, self.build)
 
     def build(self, arg_types: dict[str, Any], hints: dict[str, Any], consts: tuple[Any, ...],
               device: Any) -> _Compiled:
