@@ -90,7 +90,7 @@ def tilejit_cases(x: Any) -> dict[str, Callable[[], Any]]:
     return cases
 
 
-def tile_kernel_case(x: Any) -> Callable[[], Any]:
+def tile_kernel_case(x: Any) -> dict[str, Callable[[], Any]]:
     @tj.kernel
     def empty_tile(x):  # type: ignore[no-untyped-def]
         pass
@@ -105,7 +105,16 @@ def tile_kernel_case(x: Any) -> Callable[[], Any]:
 
         empty_tile[1](x)
     launch = empty_tile[1]
-    return lambda: launch(x)
+    cases: dict[str, Callable[[], Any]] = {"tilejit tile kernel empty[1](x)": lambda: launch(x)}
+    try:
+        import torch
+
+        t = torch.zeros(1, device="cuda")
+        launch(t)
+        cases["tilejit tile kernel (torch tensor arg)"] = lambda: launch(t)
+    except ImportError:
+        pass
+    return cases
 
 
 def cuda_core_case() -> Callable[[], Any]:

@@ -337,3 +337,17 @@ def test_threads_never_mix_remembered_arguments() -> None:
         if views[:3] != [arrays[i], arrays[(i + 1) % 4], scales[i]]:
             errors.append(repr(views))
     assert len(rec.launches) == 8000 and errors == []
+
+
+def test_a_known_array_type_that_fails_to_convert_names_the_parameter() -> None:
+    """The dispatch reads a known array type through its converter directly; when that fails for one
+    object (here an unsupported dtype), the checked classification raises the error naming the parameter."""
+    rec = Recorder(scale)
+    launch = scale[1]
+    launch(view(), CAI(), 1.0, 1)
+    launch(view(), CAI(ptr=12288), 1.0, 1)  # the type's converter, straight from the dispatch
+    bad = CAI()
+    bad.__cuda_array_interface__ = dict(bad.__cuda_array_interface__, typestr="<c8")
+    with pytest.raises(LaunchError, match=r"parameter 'out'.*c8"):
+        launch(view(), bad, 1.0, 1)
+    assert [views[1].ptr for _, _, views, _ in rec.launches] == [8192, 12288]

@@ -19,6 +19,7 @@ from tilejit.api.compile import Artifact
 from tilejit.api.signature import array_key, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import ArrayHint, ArrayType, TileType
+from tilejit.runtime.interop import _BY_TYPE as _VIEW_BY_TYPE
 from tilejit.runtime.interop import ArrayView as _AV
 from tilejit.runtime.interop import as_view
 
@@ -160,7 +161,8 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     keyword-only), so a call builds no ``*args`` tuple or ``**kw`` dict. It remembers its last call:
     when the same immutable arguments come again on the same device, thread and stream, it relaunches
     what its private launcher's buffers already hold with one ctypes call. Otherwise it classifies each
-    argument inline (own arrays, views, Python scalars; anything else through ``classify``), maps the
+    argument inline (own arrays, views, Python scalars, then the array converter ``as_view`` found for
+    its type; a type seen for the first time, or an error, through ``classify``), maps the
     fast key to a specialization and launches through that. A call with arguments missing or extra
     positional ones goes to ``Kernel._launch_given``, which checks it and raises.
     """
@@ -190,7 +192,9 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
             + ("None" if name in annotated else f"int if {_I32_MIN} <= {name} <= {_I32_MAX} else 'i64'"),
             f"elif {p}cl is float or {p}cl is bool: {v} = {name}; {key} = "
             + ("None" if name in annotated else f"{p}cl"),
-            f"else: {v}, {key} = {p}classify({name!r}, {name})",
+            "else:",
+            f"    try: {v} = {p}VIEW[{p}cl]({name}); {key} = ({v}[3], {v}[2], {v}[0] & 15)",
+            f"    except Exception: {v}, {key} = {p}classify({name!r}, {name})  # new type, scalar or error",
         ]
     fast_key = f"({p}dev, {consts}, " + "".join(f"{p}k{i}, " for i in range(len(args))) + ")"
     view_tuple = "(" + "".join(f"{p}v{i}, " for i in range(len(args))) + ")"
@@ -249,8 +253,8 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
 
 
 #: The parameters of a generated ``make``, in order (each with the source's name prefix).
-_MAKE_PARAMS = ("fast", "specialize", "slow", "classify", "own_of", "fail", "DA", "AV", "MISSING", "NOKEEP",
-                "KEEP", "KEEP_CONST", "DS", "cur", "ident", "stream_handle", "NAME", "grid", "stream")
+_MAKE_PARAMS = ("fast", "specialize", "slow", "classify", "own_of", "fail", "DA", "AV", "VIEW", "MISSING",
+                "NOKEEP", "KEEP", "KEEP_CONST", "DS", "cur", "ident", "stream_handle", "NAME", "grid", "stream")
 
 
 def _dispatch_code(src: str, filename: str) -> CodeType:
@@ -337,6 +341,7 @@ class Kernel:
             env = {
                 "fast": self._fast, "specialize": self._specialize, "slow": self._launch_given,
                 "classify": _classify, "own_of": _own_launch, "fail": _fail, "DA": DeviceArray, "AV": _AV,
+                "VIEW": _VIEW_BY_TYPE,
                 "MISSING": _MISSING, "NOKEEP": _NOKEEP, "KEEP": IMMUTABLE_ARGS, "KEEP_CONST": _KEEP_CONST,
                 "DS": device_state, "cur": _current_handle, "ident": threading.get_ident,
                 "stream_handle": stream_handle, "NAME": self.__name__,

@@ -9,6 +9,7 @@ the fastest way) before the generic protocols.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -21,6 +22,9 @@ ArrayView = NamedTuple(  # noqa: UP014
     [("ptr", int), ("shape", tuple[int, ...]), ("strides", tuple[int, ...]), ("dtype", str), ("owner", object)],
 )
 ArrayView.__doc__ = "Where an array's elements are: strides are in ELEMENTS; ``owner`` keeps the memory alive."
+# ``ArrayView((ptr, shape, strides, dtype, owner))`` without the namedtuple's Python-level ``__new__``
+# (a launch with a torch tensor makes one per argument).
+_new_view = functools.partial(tuple.__new__, ArrayView)
 
 
 def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -64,7 +68,7 @@ def _torch_view(t: Any) -> ArrayView:
         name = _TORCH_DTYPES.get(t.dtype)
         if name is None:
             raise TypeError(f"unsupported torch dtype {t.dtype}")
-    return ArrayView(t.data_ptr(), t.shape, t.stride(), name, t)
+    return _new_view((t.data_ptr(), t.shape, t.stride(), name, t))  # type: ignore[no-any-return]
 
 
 def _torch_pointer(t: Any) -> tuple[int, str]:
