@@ -341,8 +341,8 @@ class Kernel:
             env = {
                 "fast": self._fast, "specialize": self._specialize, "slow": self._launch_given,
                 "classify": _classify, "own_of": _own_launch, "fail": _fail, "DA": DeviceArray, "AV": _AV,
-                "VIEW": _VIEW_BY_TYPE,
-                "MISSING": _MISSING, "NOKEEP": _NOKEEP, "KEEP": IMMUTABLE_ARGS, "KEEP_CONST": _KEEP_CONST,
+                "VIEW": _VIEW_BY_TYPE, "MISSING": _MISSING, "NOKEEP": _NOKEEP, "KEEP": IMMUTABLE_ARGS,
+                "KEEP_CONST": _KEEP_CONST,
                 "DS": device_state, "cur": _current_handle, "ident": threading.get_ident,
                 "stream_handle": stream_handle, "NAME": self.__name__,
             }
