@@ -454,6 +454,25 @@ def test_wrong_count_grid_and_stream(fake: FakeDriver) -> None:
             launcher(grid, GOOD)
     with pytest.raises(LaunchError, match="stream: expected a stream"):
         launcher(1, GOOD, stream=object())
+    for handle in (-3, 1 << 64):
+        with pytest.raises(LaunchError, match="stream"):
+            launcher(1, GOOD, stream=handle)
+    launcher(1, GOOD, stream=0x99)  # a raw handle is taken as it is
+    assert fake.config().stream == 0x99
+
+
+def test_another_launch_function_of_a_signature_reuses_the_compiled_code(fake: FakeDriver) -> None:
+    from tilejit.runtime import fastlaunch
+
+    launcher = Launcher(fn(), SIG, driver=fake)
+    first = launcher.launch
+    before = fastlaunch._compiled.cache_info()
+    own = launcher.own_launch()
+    after = fastlaunch._compiled.cache_info()
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+    assert own is not first and own.buffers is not first.buffers  # type: ignore[attr-defined]
+    own(2, GOOD, 0x5)
+    assert fake.params() == launcher.pack(GOOD) and fake.config().gx == 2 and fake.config().stream == 0x5
 
 
 def test_bad_block_and_shared_are_rejected_up_front(fake: FakeDriver) -> None:

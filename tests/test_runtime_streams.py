@@ -49,6 +49,7 @@ def test_foreign_streams() -> None:
     [
         (True, TypeError, "got a bool"),
         (-3, ValueError, "cannot be negative"),
+        (1 << 64, ValueError, "64-bit address"),
         (object(), TypeError, r"expected a stream: .*got builtins.object"),
         (BadProtocol(), TypeError, r"must give \(version, handle\)"),
     ],

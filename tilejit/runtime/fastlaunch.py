@@ -46,15 +46,14 @@ def _compiled(src: str, filename: str) -> Any:
     return compile(src, filename, "exec")
 
 
-def generate(
-    launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] | None = None, *, by_handle: bool = False
-) -> Callable[..., None]:
+def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] | None = None) -> Callable[..., None]:
     """The launch function of ``launcher``: ``(grid, args, stream=None)``, or with ``raw`` = (block, shared,
-    device, fallback) RawKernel's ``(grid, block, args, stream=None, shared_mem=0)``. ``by_handle``: its
-    ``stream`` is a raw ``CUstream`` handle (an int), for callers that read the handle themselves.
+    device, fallback) RawKernel's ``(grid, block, args, stream=None, shared_mem=0)``. A ``stream`` may be a
+    raw ``CUstream`` handle (an int), for callers that read the handle themselves.
 
-    The function's ``now`` attribute launches exactly what its buffers hold (``cuLaunchKernelEx`` only,
-    else None): the same arguments, grid and stream as its last successful call on the launcher's thread.
+    Functions of the same signature share one compiled code object; each has buffers of its own. Its
+    ``now`` attribute launches exactly what its buffers hold (``cuLaunchKernelEx`` only, else None): the
+    same arguments, grid and stream as its last successful call on the launcher's thread.
     """
     # Each generated function has buffers of its own: what it remembers (the last arguments, grid
     # and stream) describes exactly what its buffers hold.
@@ -131,14 +130,12 @@ def generate(
         ]
         env["NO"] = _NO_MEMO
         env["KEEP"] = IMMUTABLE_ARGS
-    if by_handle:
-        lines.append("h = stream")
-    else:
-        lines += [
-            "if stream is None: h = cur[0]",
-            "elif stream.__class__ is Stream: h = stream.handle",
-            "else: h = stream_handle(stream)",
-        ]
+    lines += [
+        "if stream is None: h = cur[0]",
+        "elif stream.__class__ is int and stream >= 0: h = stream",
+        "elif stream.__class__ is Stream: h = stream.handle",
+        "else: h = stream_handle(stream)",
+    ]
     if launcher._uses_ex:
         lines += [
             "if (grid is not lg and grid != lg) or h != lh:",
@@ -184,7 +181,7 @@ def generate(
         "            failed(status, grid, args, stream)\n"
         "    return launch\n"
     )
-    if raw is None and not by_handle:
+    if raw is None:
         launcher.source = src
     namespace: dict[str, Any] = {}
     exec(_compiled(src, f"<tilejit launcher {launcher.name}>"), namespace)

@@ -369,12 +369,12 @@ class Launcher:
         return self._generate((block_key, shared_key, device, fallback))
 
     def own_launch(self) -> Callable[..., None]:
-        """Another generated launch function, with buffers of its own, taking the stream as a raw handle:
-        ``(grid, args, handle)``. Its ``now()`` relaunches exactly its last launch (None without
-        ``cuLaunchKernelEx``), for a caller that knows the arguments, grid and stream are unchanged."""
+        """Another launch function like ``launch`` (the same code, no compile), with buffers of its own.
+        Its ``now()`` relaunches exactly its last launch (None without ``cuLaunchKernelEx``), for a caller
+        that knows the arguments, grid and stream (pass it as a raw handle) are unchanged."""
         from tilejit.runtime.fastlaunch import generate
 
-        return generate(self, by_handle=True)
+        return generate(self)
 
     @property
     def generated(self) -> bool:

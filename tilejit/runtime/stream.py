@@ -165,6 +165,8 @@ def _handle_of_own(s: Stream) -> int:
 def _handle_of_int(h: int) -> int:
     if h < 0:
         raise ValueError(f"a stream handle cannot be negative, got {h}")
+    if h >= 1 << 64:
+        raise ValueError(f"a stream handle is a 64-bit address, got {h}")
     return h
 
 
