@@ -351,3 +351,30 @@ def test_a_known_array_type_that_fails_to_convert_names_the_parameter() -> None:
     with pytest.raises(LaunchError, match=r"parameter 'out'.*c8"):
         launch(view(), bad, 1.0, 1)
     assert [views[1].ptr for _, _, views, _ in rec.launches] == [8192, 12288]
+
+
+@tj.kernel
+def no_args(TILE: tj.Constant[int]):
+    pass
+
+
+@tj.kernel
+def nothing():
+    pass
+
+
+def test_kernels_without_run_time_arguments() -> None:
+    """No run-time parameters: the remembered call is just the constants and the device."""
+    rec_c, rec_n = Recorder(no_args), Recorder(nothing)
+    for tile in (16, 16, 32, 16):
+        no_args[2](TILE=tile)
+    nothing[3]()
+    nothing[3]()
+    assert [(i, grid) for i, grid, _, _ in rec_c.launches] == [(0, (2, 1, 1)), (0, (2, 1, 1)), (1, (2, 1, 1)),
+                                                               (0, (2, 1, 1))]
+    assert [b[2] for b in rec_c.builds] == [(16,), (32,)]
+    assert len(rec_n.launches) == 2 and len(rec_n.builds) == 1
+    with pytest.raises(LaunchError, match="missing arguments: TILE"):
+        no_args[2]()
+    with pytest.raises(LaunchError, match="takes 0 positional arguments"):
+        nothing[3](1)
