@@ -4,14 +4,13 @@ cause. ``_build`` is replaced by a recorder, so nothing compiles and no GPU is n
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
 
 import tilejit as tj
-from tilejit.api.kernel import Kernel, _Compiled, _dispatch_code, _dispatch_source, _source_fingerprint
+from tilejit.api.kernel import Kernel, _Compiled, _dispatch_source, _source_fingerprint
 from tilejit.api.signature import scalar_type_of
 from tilejit.errors import LaunchError
 from tilejit.runtime import device as device_state
@@ -199,44 +198,6 @@ def test_dispatch_source_is_unrolled_per_parameter() -> None:
     assert "def launch(x=_tj_MISSING, b=_tj_MISSING, *_tj_more, TILE=_tj_MISSING):" in src
     assert "elif _tj_cl is int: _tj_v1 = b; _tj_k1 = None" in src  # annotated: one specialization for every int
     compile(src, "<test>", "exec")
-
-
-def test_dispatch_code_comes_from_the_disk_cache(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tilejit.api.kernel as kernel_module
-    from tilejit.compiler.cache import default_cache
-
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
-    src = _dispatch_source(["x", "b"], ["TILE"], [])
-    first = _dispatch_code(src, "<tilejit dispatch t>")
-    assert len(os.listdir(tmp_path / "cache")) == 1
-
-    def no_compile(*args: Any) -> Any:
-        raise AssertionError("compiled again instead of loading the cached code")
-
-    monkeypatch.setattr(kernel_module, "compile", no_compile, raising=False)
-    again = _dispatch_code(src, "<tilejit dispatch t>")
-    assert again == first and again is not first and again.co_filename == "<tilejit dispatch t>"
-    namespace: dict[str, Any] = {}
-    exec(again, namespace)
-    assert callable(namespace["make"])
-    # another file name (the kernel's name) is another entry
-    monkeypatch.undo()
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
-    assert _dispatch_code(src, "<tilejit dispatch u>").co_filename == "<tilejit dispatch u>"
-    assert len(os.listdir(tmp_path / "cache")) == 2
-    # an entry that holds no code object is recompiled and replaced
-    for name in os.listdir(tmp_path / "cache"):
-        default_cache().put(name.removesuffix(".tjc"), {"code": b"not marshal data"})
-    assert _dispatch_code(src, "<tilejit dispatch t>") == first
-    monkeypatch.setattr(kernel_module, "compile", no_compile, raising=False)
-    assert _dispatch_code(src, "<tilejit dispatch t>") == first  # the replaced entry holds code again
-
-
-def test_dispatch_code_skips_the_cache_when_caching_is_off(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("TILEJIT_CACHE", "0")
-    _dispatch_code(_dispatch_source(["x"], [], []), "<tilejit dispatch t>")
-    assert not (tmp_path / "cache").exists() or os.listdir(tmp_path / "cache") == []
 
 
 def test_fingerprint_follows_the_file_and_the_globals(tmp_path: Any) -> None:

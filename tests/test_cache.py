@@ -15,7 +15,7 @@ import pytest
 from conftest import Toolkit
 
 from tilejit.compiler import cache as cache_mod
-from tilejit.compiler.cache import CacheWarning, DiskCache, cache_key, default_cache, user_cache_dir
+from tilejit.compiler.cache import CacheWarning, DiskCache, cache_key, cached_compile, default_cache, user_cache_dir
 from tilejit.compiler.nvrtc import compile_cuda
 
 SRC = 'extern "C" __global__ void fill(float* out, float v) { out[threadIdx.x] = v; }\n'
@@ -391,3 +391,38 @@ def test_unwritable_cache_works_with_exactly_one_warning(toolkit: Toolkit, tmp_p
     message = result["warnings"][0]  # type: ignore[index]
     assert message.startswith("CacheWarning: tilejit disk cache disabled for this process: cannot write to")
     assert str(folder) in message
+
+
+def test_generated_code_comes_from_the_disk_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    src = "def make(a):\n    return a + 1\n"
+    first = cached_compile(src, "<tilejit launcher t>")
+    assert len(os.listdir(tmp_path / "cache")) == 1
+
+    def no_compile(*args: object) -> object:
+        raise AssertionError("compiled again instead of loading the cached code")
+
+    monkeypatch.setattr(cache_mod, "compile", no_compile, raising=False)
+    again = cached_compile(src, "<tilejit launcher t>")
+    assert again == first and again is not first and again.co_filename == "<tilejit launcher t>"
+    namespace: dict[str, object] = {}
+    exec(again, namespace)
+    assert callable(namespace["make"])
+    # another file name (the kernel's name) is another entry
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    assert cached_compile(src, "<tilejit launcher u>").co_filename == "<tilejit launcher u>"
+    assert len(os.listdir(tmp_path / "cache")) == 2
+    # an entry that holds no code object is recompiled and replaced
+    for name in os.listdir(tmp_path / "cache"):
+        default_cache().put(name.removesuffix(".tjc"), {"code": b"not marshal data"})
+    assert cached_compile(src, "<tilejit launcher t>") == first
+    monkeypatch.setattr(cache_mod, "compile", no_compile, raising=False)
+    assert cached_compile(src, "<tilejit launcher t>") == first  # the replaced entry holds code again
+
+
+def test_generated_code_skips_the_cache_when_caching_is_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TILEJIT_CACHE", "0")
+    cached_compile("x = 1\n", "<tilejit launcher t>")
+    assert not (tmp_path / "cache").exists() or os.listdir(tmp_path / "cache") == []

@@ -221,6 +221,9 @@ def test_raw_vector_add_with_device_arrays(vadd: RawKernel) -> None:
     np.testing.assert_array_equal(out.numpy(), x + y)
     assert vadd.function().num_regs > 0
     assert vadd.function().max_threads >= 256
+    from tilejit.compiler.cache import cached_compile
+
+    assert vadd.launcher(256).compile_code is cached_compile  # generated launch code goes to the disk cache
 
 
 @pytest.mark.parametrize(("ctype", "dtype"), [("float", "float32"), ("double", "float64"), ("int", "int32")])

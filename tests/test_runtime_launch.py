@@ -622,3 +622,27 @@ def test_raw_kernel_calls_its_entry_directly() -> None:
     c._use(lambda grid, block, args, stream=None, shared_mem=0: seen.append(("entry", args)))
     c(1, 32, (0, 3))
     assert seen[-2:] == [("mine", (0, 3)), ("entry", (0, 3))]
+
+
+def test_generated_launch_code_can_come_from_a_disk_cache(fake: FakeDriver, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``compile_code`` (what the API layer passes: the disk cache), a new process makes a signature's
+    launch function without compiling: here the in-process memo is cleared and ``compile`` forbidden."""
+    from tilejit.compiler import cache as cache_mod
+    from tilejit.compiler.cache import cached_compile
+    from tilejit.runtime import fastlaunch
+
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    sig = [("x", ParamKind.pointer("float32")), ("n", ParamKind.scalar("int64"))]
+    fastlaunch._compiled.cache_clear()
+    Launcher(fn("cached"), sig, block=64, driver=fake, compile_code=cached_compile).launch(1, (0x1000, 5))
+    assert len(list(tmp_path.glob("*.tjc"))) == 1
+
+    def no_compile(*args: object) -> object:
+        raise AssertionError("compiled again instead of loading the cached code")
+
+    fastlaunch._compiled.cache_clear()
+    monkeypatch.setattr(cache_mod, "compile", no_compile, raising=False)
+    launcher = Launcher(fn("cached"), sig, block=64, driver=fake, compile_code=cached_compile)
+    launcher.launch(3, (0x2000, 7))
+    assert fake.params() == launcher.pack((0x2000, 7)) and fake.config().gx == 3

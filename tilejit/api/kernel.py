@@ -8,11 +8,8 @@ and device is one specialization, compiled once per process and cached on disk a
 from __future__ import annotations
 
 import functools
-import marshal
-import sys
 import threading
 from collections.abc import Callable, Sequence
-from types import CodeType
 from typing import Any
 
 from tilejit.api.compile import Artifact
@@ -257,30 +254,6 @@ _MAKE_PARAMS = ("fast", "specialize", "slow", "classify", "own_of", "fail", "DA"
                 "NOKEEP", "KEEP", "KEEP_CONST", "DS", "cur", "ident", "stream_handle", "NAME", "grid", "stream")
 
 
-def _dispatch_code(src: str, filename: str) -> CodeType:
-    """``compile(src)``, kept in the disk cache for this exact Python: compiling costs a first launch
-    about 1 ms, loading the marshalled code 20 µs."""
-    from tilejit import config
-
-    if not config.CACHE.get():
-        return compile(src, filename, "exec")
-    from tilejit.compiler.cache import cache_key, default_cache
-
-    cache = default_cache()
-    key = cache_key("tilejit.dispatch.v1", sys.version, sys.implementation.cache_tag or "", filename, src)
-    entry = cache.get(key)
-    if entry is not None:
-        try:
-            code = marshal.loads(entry["code"])
-        except (KeyError, TypeError, ValueError, EOFError):
-            code = None
-        if isinstance(code, CodeType):
-            return code
-    code = compile(src, filename, "exec")
-    cache.put(key, {"code": marshal.dumps(code)})
-    return code
-
-
 def _classify(name: str, a: Any) -> tuple[Any, Any]:
     """(view or scalar, fast-key entry) of an argument that is not a DeviceArray, view or Python scalar."""
     v = _as_view_or_scalar(name, a)
@@ -337,7 +310,9 @@ class Kernel:
 
             src = _dispatch_source(self._args, self._constants, list(self._annotated))
             namespace: dict[str, Any] = {}
-            exec(_dispatch_code(src, f"<tilejit dispatch {self.__name__}>"), namespace)
+            from tilejit.compiler.cache import cached_compile
+
+            exec(cached_compile(src, f"<tilejit dispatch {self.__name__}>"), namespace)
             env = {
                 "fast": self._fast, "specialize": self._specialize, "slow": self._launch_given,
                 "classify": _classify, "own_of": _own_launch, "fail": _fail, "DA": DeviceArray, "AV": _AV,

@@ -66,7 +66,7 @@ def _compile_entry(artifact: Artifact, ptx: bool) -> dict[str, Any]:
 
 def load_artifact(artifact: Artifact, fingerprint: str, device: Any = None) -> _Compiled:
     """Compile (or fetch from the disk cache) and load one specialization on ``device`` (default: current)."""
-    from tilejit.compiler.cache import default_cache
+    from tilejit.compiler.cache import cached_compile, default_cache
     from tilejit.runtime.launch import Launcher, ParamKind
     from tilejit.runtime.module import Module
 
@@ -86,7 +86,7 @@ def load_artifact(artifact: Artifact, fingerprint: str, device: Any = None) -> _
     function = module.get_function(entry["symbol"])
     params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]
     launcher = Launcher(function, params, block=(int(entry["num_threads"]), 1, 1),
-                        shared_bytes=int(entry["shared_bytes"]))
+                        shared_bytes=int(entry["shared_bytes"]), compile_code=cached_compile)
     return loaded(launcher, artifact, module)
 
 

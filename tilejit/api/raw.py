@@ -369,7 +369,9 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         key = (dev.ordinal, tuple(block) if isinstance(block, list) else block, shared_mem)
         launcher = self._launchers.get(key)
         if launcher is None:
-            launcher = Launcher(self.function(dev), self.params, block, shared_mem)
+            from tilejit.compiler.cache import cached_compile
+
+            launcher = Launcher(self.function(dev), self.params, block, shared_mem, compile_code=cached_compile)
             self._launchers[key] = launcher
         return launcher
 

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import warnings
+from types import CodeType
 from typing import Any
 
 from tilejit import config
@@ -299,4 +300,24 @@ def default_cache() -> DiskCache:
     return cache
 
 
-__all__ = ["CacheWarning", "DiskCache", "cache_key", "default_cache", "sha256", "user_cache_dir"]
+def cached_compile(src: str, filename: str) -> CodeType:
+    """``compile(src, filename, "exec")``, kept in the disk cache for this exact Python (when caching is
+    on): tilejit's generated launch code costs about 1 ms to compile, 20 µs to load marshalled."""
+    if not config.CACHE.get():
+        return compile(src, filename, "exec")
+    cache = default_cache()
+    key = cache_key("tilejit.code.v1", sys.version, sys.implementation.cache_tag or "", filename, src)
+    entry = cache.get(key)
+    if entry is not None:
+        try:
+            code = marshal.loads(entry["code"])
+        except (KeyError, TypeError, ValueError, EOFError):
+            code = None
+        if isinstance(code, CodeType):
+            return code
+    code = compile(src, filename, "exec")
+    cache.put(key, {"code": marshal.dumps(code)})
+    return code
+
+
+__all__ = ["CacheWarning", "DiskCache", "cache_key", "cached_compile", "default_cache", "sha256", "user_cache_dir"]

@@ -41,9 +41,10 @@ def _ex_now(address: int, config: int, handle: int, kernel_params: int, extra: i
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(src: str, filename: str) -> Any:
-    """``compile()`` once per source: another function of the same signature costs an ``exec``."""
-    return compile(src, filename, "exec")
+def _compiled(src: str, filename: str, compile_code: Callable[[str, str], Any] | None) -> Any:
+    """The code of ``src``, made once per process (another function of the same signature costs an
+    ``exec``) by ``compile_code`` (e.g. through a disk cache) or by ``compile()``."""
+    return compile(src, filename, "exec") if compile_code is None else compile_code(src, filename)
 
 
 def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] | None = None) -> Callable[..., None]:
@@ -184,7 +185,7 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
     if raw is None:
         launcher.source = src
     namespace: dict[str, Any] = {}
-    exec(_compiled(src, f"<tilejit launcher {launcher.name}>"), namespace)
+    exec(_compiled(src, f"<tilejit launcher {launcher.name}>", launcher.compile_code), namespace)
     launch: Callable[..., None] = namespace["make"](**env)
     launch.buffers = bufs  # type: ignore[attr-defined]  # the driver reads them by address: keep them alive
     launch.now = env["launch_now"]  # type: ignore[attr-defined]

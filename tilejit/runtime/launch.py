@@ -302,8 +302,10 @@ class Launcher:
     ``launcher(grid, args, stream=None)`` (or ``launcher.launch``, the same function); ``stream``
     None means the current stream. ``param_passing`` "buffer" hands the driver the packed block
     through ``extra``, "pointers" through ``kernelParams`` (same speed; both kept for drivers that
-    differ). ``driver`` is for tests (default: the CUDA driver). Threads other than the creating one
-    launch through a slower path with their own buffers, so concurrent launches never share them.
+    differ). ``driver`` is for tests (default: the CUDA driver). ``compile_code(src, filename)`` makes
+    the code of the generated functions (default ``compile()``; callers above the runtime pass one that
+    keeps it in the disk cache). Threads other than the creating one launch through a slower path with
+    their own buffers, so concurrent launches never share them.
     """
 
     def __init__(
@@ -315,10 +317,12 @@ class Launcher:
         *,
         driver: Any = None,
         param_passing: str = "buffer",
+        compile_code: Callable[[str, str], Any] | None = None,
     ) -> None:
         if param_passing not in ("buffer", "pointers"):
             raise ValueError(f"param_passing must be 'buffer' or 'pointers', got {param_passing!r}")
         self.param_passing = param_passing
+        self.compile_code = compile_code
         self.function = function
         self.name: str = getattr(function, "name", "kernel")
         self.params = tuple((str(n), k) for n, k in params)
