@@ -277,6 +277,7 @@ def test_toolkit_identity_names_the_file_discovery_would_load(tmp_path: Path, mo
     for path, size in ((first, 10), (second, 20)):
         path.parent.mkdir()
         path.write_bytes(b"\0" * size)
+    monkeypatch.setattr(loader, "_loaded_files", {})  # as in a process that has not loaded NVRTC
     monkeypatch.setenv("TILEJIT_NVRTC", str(first))
     a = loader.toolkit_identity(loader.NVRTC_LIBRARY)
     assert a.startswith(f"{first.resolve()}|10|")
@@ -286,3 +287,15 @@ def test_toolkit_identity_names_the_file_discovery_would_load(tmp_path: Path, mo
     monkeypatch.setenv("TILEJIT_NVRTC", str(tmp_path / "missing.so"))
     with pytest.raises(LibraryNotFoundError, match=r"missing\.so"):
         loader.toolkit_identity(loader.NVRTC_LIBRARY)
+
+
+def test_toolkit_identity_names_the_file_this_process_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a library is loaded, its file names it, whatever discovery would find now."""
+    loaded, found = tmp_path / "loaded.so", tmp_path / "found.so"
+    loaded.write_bytes(b"\0" * 7)
+    found.write_bytes(b"\0" * 9)
+    monkeypatch.setenv("TILEJIT_NVRTC", str(found))
+    monkeypatch.setattr(loader, "_loaded_files", {})
+    assert loader.toolkit_identity(loader.NVRTC_LIBRARY).startswith(f"{found.resolve()}|9|")
+    loader.note_loaded(loader.NVRTC_LIBRARY, str(loaded))
+    assert loader.toolkit_identity(loader.NVRTC_LIBRARY).startswith(f"{loaded.resolve()}|7|")

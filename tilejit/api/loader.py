@@ -8,7 +8,6 @@ code, so a warm first call in a new process skips the front end, the backend and
 from __future__ import annotations
 
 import functools
-import sys
 from typing import TYPE_CHECKING, Any
 
 from tilejit.api.compile import Artifact
@@ -36,10 +35,9 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     from tilejit.bindings.loader import NVRTC_LIBRARY, toolkit_identity
     from tilejit.compiler.cache import cache_key
 
-    # Only a process that imported the NVRTC driver can have loaded NVRTC (whose file then names it);
-    # otherwise the file discovery finds names it, and a warm launch skips importing that module.
-    nvrtc = sys.modules.get("tilejit.compiler.nvrtc")
-    nvrtc_id = nvrtc.nvrtc_identity() if nvrtc is not None else toolkit_identity(NVRTC_LIBRARY)
+    # The loader names NVRTC's file (the one loaded, else the one discovery finds) without this launch
+    # importing the NVRTC driver module.
+    nvrtc_id = toolkit_identity(NVRTC_LIBRARY)
 
     # repr of lists of str/int/bool tuples: deterministic, and no json import on a warm launch
     types = [(n, str(t)) for n, t in artifact.arg_types.items()]

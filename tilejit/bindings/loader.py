@@ -451,8 +451,20 @@ def file_identity(path: str) -> str:
     return cached
 
 
+_loaded_files: dict[str, str] = {}
+
+
+def note_loaded(lib: ToolkitLibrary, path: str) -> None:
+    """Record that this process loaded ``lib`` from ``path`` (its identity from then on)."""
+    _loaded_files[lib.label] = path
+
+
 def toolkit_identity(lib: ToolkitLibrary) -> str:
-    """``file_identity`` of the file ``lib`` would be loaded from, found once per setting of its variable."""
+    """``file_identity`` of the file ``lib`` was loaded from in this process, else of the file it would be
+    loaded from (found without loading it, once per setting of its variable)."""
+    loaded = _loaded_files.get(lib.label)
+    if loaded is not None:
+        return file_identity(loaded)
     memo = f"\0{lib.label}\0{lib.setting.get() or ''}"
     cached = _identities.get(memo)
     if cached is None:

@@ -235,4 +235,5 @@ def nvrtc() -> NVRTC:
                     "NVRTC", nvrtc_candidates(), NVRTC_HINT, reject=_reject, before_load=_preload_builtins
                 )
                 _nvrtc = NVRTC(lib, found)
+                loader.note_loaded(LIBRARY, found)
     return _nvrtc

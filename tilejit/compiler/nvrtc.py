@@ -237,8 +237,6 @@ def nvrtc_identity(lib: NVRTC | None = None) -> str:
     loaded, else of the file discovery would load (found without loading it)."""
     from tilejit.bindings.loader import NVRTC_LIBRARY, file_identity, toolkit_identity
 
-    if lib is None and _default_nvrtc.cache_info().currsize:
-        lib = _default_nvrtc()
     return toolkit_identity(NVRTC_LIBRARY) if lib is None else file_identity(lib.path)
 
 
