@@ -376,9 +376,7 @@ class Launcher:
         """Another launch function like ``launch`` (the same code, no compile), with buffers of its own.
         Its ``now()`` relaunches exactly its last launch (None without ``cuLaunchKernelEx``), for a caller
         that knows the arguments, grid and stream (pass it as a raw handle) are unchanged."""
-        from tilejit.runtime.fastlaunch import generate
-
-        return generate(self)
+        return self._generate()
 
     @property
     def generated(self) -> bool:

@@ -137,6 +137,7 @@ class TileType(Record):
     shape: tuple[int, ...]
 
     def __init__(self, dtype: DType, shape: tuple[int, ...] = ()) -> None:
+        # set directly rather than through ``_init``: the compiler makes a TileType for every value
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "shape", shape)
 
