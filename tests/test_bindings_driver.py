@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -273,3 +274,50 @@ def test_real_driver_singleton() -> None:
         d.check(1, "cuDeviceGetCount")
     if d.version >= 12040:  # every optional entry point exists from CUDA 12.4 on
         assert d.missing == {}, d.missing
+
+
+def test_bare_file_name_setting_loads_the_file_in_the_current_folder(
+    stubs: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dlopen of a name without a slash searches the loader path; the setting names a file, so it is made absolute."""
+    shutil.copy(stubs["v2"], tmp_path / "libcuda_bare_stub.so.1")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TILEJIT_CUDA_DRIVER", "libcuda_bare_stub.so.1")
+    assert load_driver().path == str(tmp_path / "libcuda_bare_stub.so.1")
+    monkeypatch.setenv("TILEJIT_CUDA_DRIVER", "libcuda.so.1")  # not here: missing, not the system's driver
+    with pytest.raises(LibraryNotFoundError) as info:
+        load_driver()
+    assert f"{tmp_path / 'libcuda.so.1'} ($TILEJIT_CUDA_DRIVER): file does not exist" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [("folder", "is a folder, not a file"), ("/dev/null", "not a regular file")],
+    ids=["dir", "devnull"],
+)
+def test_setting_naming_no_regular_file_says_so(
+    value: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path) if value == "folder" else value
+    if not os.path.exists(path):
+        pytest.skip(f"no {path} here")
+    monkeypatch.setenv("TILEJIT_CUDA_DRIVER", path)
+    with pytest.raises(LibraryNotFoundError) as info:
+        load_driver()
+    text = str(info.value)
+    assert f"{path} ($TILEJIT_CUDA_DRIVER): {why}: $TILEJIT_CUDA_DRIVER must name the library file itself" in text
+    assert "file does not exist" not in text
+
+
+@pytest.mark.parametrize("value", ["", "   "], ids=["empty", "blank"])
+def test_empty_driver_setting_is_listed_as_ignored(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_CUDA_DRIVER", value)
+    monkeypatch.setattr(
+        loader, "system_sonames", lambda names: [loader.Candidate.soname(f"tilejit-absent-{n}") for n in names]
+    )
+    monkeypatch.setattr(loader, "already_loaded", lambda pattern, origin="", needle="": [])
+    with pytest.raises(LibraryNotFoundError) as info:
+        load_driver()
+    text = str(info.value)
+    assert "$TILEJIT_CUDA_DRIVER: set but empty: ignored" in text and "not set" not in text
+    assert "tilejit-absent-libcuda.so.1" in text  # ignored: discovery went on

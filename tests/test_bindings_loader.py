@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
+import pickle
 import shutil
+import subprocess
 import sys
+import textwrap
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tilejit.bindings import loader, nvjitlink
 from tilejit.bindings.loader import Candidate, find_and_load, find_file
-from tilejit.errors import CompileError, LibraryNotFoundError
+from tilejit.errors import Attempt, CompileError, CUDAError, LibraryNotFoundError
 
 LIBM = "libm.so.6"
 
@@ -299,3 +304,181 @@ def test_toolkit_identity_names_the_file_this_process_loaded(tmp_path: Path, mon
     assert loader.toolkit_identity(loader.NVRTC_LIBRARY).startswith(f"{found.resolve()}|9|")
     loader.note_loaded(loader.NVRTC_LIBRARY, str(loaded))
     assert loader.toolkit_identity(loader.NVRTC_LIBRARY).startswith(f"{loaded.resolve()}|7|")
+
+
+# ----------------------------------------------------------------------------- explicit settings
+
+
+def test_bare_file_name_setting_names_the_file_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dlopen of a name without a slash searches the loader path, not the current folder that was checked:
+    the setting names a file, so it is made absolute (found, loaded and named in a cache key alike)."""
+    (tmp_path / "libnvrtc.so.12").write_bytes(b"\0" * 5)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(loader, "_loaded_files", {})
+    monkeypatch.setenv("TILEJIT_NVRTC", "libnvrtc.so.12")
+    [cand] = loader.toolkit_candidates(loader.NVRTC_LIBRARY)
+    assert (cand.kind, cand.path) == ("file", str(tmp_path / "libnvrtc.so.12"))
+    assert loader.find_toolkit_file(loader.NVRTC_LIBRARY) == str(tmp_path / "libnvrtc.so.12")
+    assert loader.toolkit_identity(loader.NVRTC_LIBRARY).startswith(f"{tmp_path.resolve() / 'libnvrtc.so.12'}|5|")
+    with pytest.raises(LibraryNotFoundError) as info:  # the file named, not a system NVRTC of that name
+        find_and_load("NVRTC", [cand], "hint")
+    assert str(tmp_path / "libnvrtc.so.12") in str(info.value) and "dlopen failed" in str(info.value)
+    monkeypatch.setenv("TILEJIT_NVJITLINK", "libnvJitLink.so.13")  # not in this folder
+    with pytest.raises(LibraryNotFoundError) as info:
+        nvjitlink.load_nvjitlink("libnvJitLink.so.13")
+    assert f"{tmp_path / 'libnvJitLink.so.13'} (explicit path): file does not exist" in str(info.value)
+    with pytest.raises(LibraryNotFoundError) as info:
+        nvjitlink.find_nvjitlink()
+    assert f"{tmp_path / 'libnvJitLink.so.13'} ($TILEJIT_NVJITLINK): file does not exist" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["dir", "devnull"])
+def test_setting_naming_a_folder_or_device_says_so(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path) if kind == "dir" else "/dev/null"
+    if not os.path.exists(path):
+        pytest.skip(f"no {path} here")
+    why = "is a folder, not a file" if kind == "dir" else "not a regular file"
+    monkeypatch.setenv("TILEJIT_NVJITLINK", path)
+    for attempt in (nvjitlink.find_nvjitlink, nvjitlink.nvjitlink):  # found without loading, and loaded
+        monkeypatch.setattr(nvjitlink, "_nvjitlink", None)
+        with pytest.raises(LibraryNotFoundError) as info:
+            attempt()
+        text = str(info.value)
+        assert f"  - {path} ($TILEJIT_NVJITLINK): {why}: $TILEJIT_NVJITLINK must name the library file itself" in text
+        assert "does not exist" not in text
+    with pytest.raises(LibraryNotFoundError, match=f"{why}: the path must name the library file itself"):
+        nvjitlink.load_nvjitlink(path)
+
+
+@pytest.mark.parametrize("value", ["", " \t "], ids=["empty", "blank"])
+def test_empty_setting_is_listed_as_set_but_ignored(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_NVRTC", value)
+    monkeypatch.setenv("CONDA_PREFIX", "")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    first = next(iter(loader.toolkit_candidates(loader.NVRTC_LIBRARY)))
+    assert first == Candidate.nothing("$TILEJIT_NVRTC", "set but empty: ignored")
+    assert loader.conda_dirs(["x"]) == [Candidate.nothing("$CONDA_PREFIX", "set but empty: ignored")]
+    assert loader.cuda_home_dirs(["x"])[0] == Candidate.nothing("$CUDA_HOME", "not set")
+
+
+# ----------------------------------------------------------------------------- errors across processes
+
+
+def test_loader_errors_pickle_with_their_attributes() -> None:
+    err = LibraryNotFoundError("NVRTC", [Attempt("/x/libnvrtc.so.12 ($TILEJIT_NVRTC)", "file does not exist")], "hint")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is LibraryNotFoundError and str(back) == str(err) and back.args == err.args
+    assert (back.library, back.attempts, back.hint) == (err.library, err.attempts, err.hint)
+    cuda = CUDAError("cuMemAlloc", 2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory", "while allocating 1 GiB")
+    cuda.add_note("a note")
+    back_cuda = pickle.loads(pickle.dumps(cuda))
+    assert type(back_cuda) is CUDAError and str(back_cuda) == str(cuda) and back_cuda.args == cuda.args
+    assert (back_cuda.function, back_cuda.code, back_cuda.name) == ("cuMemAlloc", 2, "CUDA_ERROR_OUT_OF_MEMORY")
+    assert (back_cuda.message, back_cuda.detail) == ("out of memory", "while allocating 1 GiB")
+    assert back_cuda.__notes__ == ["a note"]
+    compile_error = pickle.loads(pickle.dumps(CompileError("nvJitLinkComplete: failed", "the log")))
+    assert (str(compile_error), compile_error.log) == ("nvJitLinkComplete: failed", "the log")
+
+
+def test_library_error_in_a_worker_process_reaches_the_caller() -> None:
+    """Not BrokenProcessPool: the worker's exception is pickled back to the parent."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        future = pool.submit(nvjitlink.load_nvjitlink, "/nonexistent/libnvJitLink.so.13")
+        with pytest.raises(LibraryNotFoundError) as info:
+            future.result(timeout=120)
+    assert info.value.library == "nvJitLink"
+    assert info.value.attempts == [Attempt("/nonexistent/libnvJitLink.so.13 (explicit path)", "file does not exist")]
+
+
+# ----------------------------------------------------------------------------- nvJitLink's version
+
+
+def _stand_in_nvjitlink(major: int, minor: int, *, with_version: bool) -> str:
+    """C source of a stand-in nvJitLink: every function tilejit binds, as plain and versioned exports
+    (``__<name>_<major>_0`` and ``_<major>_<minor>``), and ``nvJitLinkVersion`` (12.3+) when asked."""
+    lines = ["typedef unsigned int uint;"]
+    for entry in nvjitlink.ENTRIES:
+        if entry.name == "nvJitLinkVersion":
+            continue
+        for symbol in {entry.name, f"__{entry.name}_{major}_0", f"__{entry.name}_{major}_{minor}"}:
+            lines.append(f"int {symbol}(void) {{ return 0; }}")
+    if with_version:
+        lines.append(f"int nvJitLinkVersion(uint* ma, uint* mi) {{ *ma = {major}; *mi = {minor}; return 0; }}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def nvjitlink_stubs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Stand-in nvJitLinks, each built under a neutral name (so it never looks like an nvJitLink already
+    loaded to a later test) and copied under the CUDA 13 file name in a folder of its own."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler to build a stand-in nvJitLink")
+    out = tmp_path_factory.mktemp("nvjitlink_stub")
+    built: dict[str, Path] = {}
+    for label, major, minor, with_version in (("12.9", 12, 9, True), ("13.5", 13, 5, True), ("12.2", 12, 2, False)):
+        source = out / f"jl_{label}.c"
+        source.write_text(_stand_in_nvjitlink(major, minor, with_version=with_version))
+        lib = out / f"libjl-stand-in-{label}.so"
+        subprocess.run([cc, "-shared", "-fPIC", str(source), "-o", str(lib)], check=True, capture_output=True)
+        built[label] = lib
+    return built
+
+
+def test_nvjitlink_file_name_major_must_match_its_version(nvjitlink_stubs: dict[str, Path]) -> None:
+    as_13 = "/somewhere/libnvJitLink.so.13"
+    lib = ctypes.CDLL(str(nvjitlink_stubs["12.9"]))
+    assert nvjitlink._reject(lib, as_13) == "wrong version: file name says CUDA 13 but nvJitLinkVersion reports 12.9"
+    assert nvjitlink._reject(lib, "/somewhere/libnvJitLink.so.12.9.86") is None
+    assert nvjitlink._reject(lib, "/somewhere/libnvJitLink.so") is None  # no major in the name: nothing to check
+    assert nvjitlink._reject(ctypes.CDLL(str(nvjitlink_stubs["13.5"])), as_13) is None
+    old = ctypes.CDLL(str(nvjitlink_stubs["12.2"]))  # before 12.3: no nvJitLinkVersion, the exports name the major
+    assert nvjitlink._reject(old, as_13) == (
+        "wrong version: file name says CUDA 13 but the library exports __nvJitLinkCreate_12_*"
+    )
+    assert nvjitlink._reject(old, "/somewhere/libnvJitLink.so.12") is None
+
+
+def _run_isolated(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter: a library named libnvJitLink.so.* loaded here would stay mapped
+    and be found as "already loaded" by later tests."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@linux_only
+def test_nvjitlink_wrong_major_is_rejected_and_the_loaded_file_is_noted(
+    nvjitlink_stubs: dict[str, Path], tmp_path: Path
+) -> None:
+    for label in ("12.9", "13.5"):
+        (tmp_path / label).mkdir()
+        shutil.copy(nvjitlink_stubs[label], tmp_path / label / "libnvJitLink.so.13")
+    wrong, right = tmp_path / "12.9" / "libnvJitLink.so.13", tmp_path / "13.5" / "libnvJitLink.so.13"
+    code = f"""
+        from tilejit.bindings import loader, nvjitlink
+        from tilejit.errors import LibraryNotFoundError
+        try:
+            nvjitlink.load_nvjitlink({str(wrong)!r})
+        except LibraryNotFoundError as e:
+            print("REJECTED", e.attempts[0].where, "|", e.attempts[0].why)
+        j = nvjitlink.nvjitlink()
+        print("LOADED", j.path, j.version)
+        print("NOTED", loader._loaded_files.get("nvJitLink"))
+        print("IDENTITY", loader.toolkit_identity(loader.NVJITLINK_LIBRARY))
+    """
+    out = _run_isolated(code, {"TILEJIT_NVJITLINK": str(right)})
+    assert out.returncode == 0, out.stderr
+    assert (
+        f"REJECTED {wrong} (explicit path) | wrong version: file name says CUDA 13 but nvJitLinkVersion reports 12.9"
+        in out.stdout
+    )
+    assert f"LOADED {right} (13, 5)" in out.stdout
+    assert f"NOTED {right}\n" in out.stdout
+    assert f"IDENTITY {right.resolve()}|" in out.stdout

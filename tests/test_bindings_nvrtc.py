@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -258,3 +259,21 @@ def test_already_loaded_copy_is_preferred() -> None:
     out = _run(code, _scrubbed_env())
     assert out.returncode == 0, out.stderr
     assert f"LOADED {os.path.realpath(first.nvrtc)}" in out.stdout  # /proc/self/maps names the real file
+
+
+def test_already_loaded_nvrtc_of_any_cuda_11_release_is_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A toolkit's file is e.g. libnvrtc.so.11.8.89 (soname libnvrtc.so.11.2): an NVRTC loaded in the process
+    under such a name is offered first, not passed over for a second NVRTC."""
+    rx = re.compile(loader.NVRTC_LIBRARY.loaded_rx)
+    names = ("libnvrtc.so.11.8.89", "libnvrtc.so.11.4", "libnvrtc.so.11.2", "libnvrtc.so.12.9.86", "libnvrtc.so.13")
+    for name in names:
+        assert rx.fullmatch(name), name
+    for name in ("libnvrtc-builtins.so.11.8", "libnvrtc.alt.so.12", "libnvrtc.so.10.2", "libnvrtc.so"):
+        assert not rx.fullmatch(name), name
+    assert re.fullmatch(loader.NVJITLINK_LIBRARY.loaded_rx, "libnvJitLink.so.12.9.86")
+    mapped = ["/opt/cuda-11.8/lib64/libnvrtc.so.11.8.89", "/opt/cuda-11.8/lib64/libnvrtc-builtins.so.11.8"]
+    monkeypatch.setattr(loader, "loaded_libraries", lambda needle="": [p for p in mapped if needle in p])
+    monkeypatch.delenv("TILEJIT_NVRTC", raising=False)
+    cands = loader.toolkit_candidates(loader.NVRTC_LIBRARY)
+    assert next(cands).kind == "none"  # $TILEJIT_NVRTC: not set
+    assert next(cands) == loader.Candidate.file(mapped[0], "already loaded in this process")

@@ -36,6 +36,11 @@ class LibraryNotFoundError(TilejitError, OSError):
         lines.append(hint)
         super().__init__("\n".join(lines))
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle through ``__init__``'s own arguments (the default passes only the message, which ``__init__``
+        cannot take), so the error crosses a process boundary, e.g. out of a ProcessPoolExecutor worker."""
+        return type(self), (self.library, self.attempts, self.hint), self.__dict__
+
 
 class CUDAError(TilejitError, RuntimeError):
     """A CUDA driver call returned an error code."""
@@ -44,10 +49,16 @@ class CUDAError(TilejitError, RuntimeError):
         self.function = function
         self.code = code
         self.name = name
+        self.message = message
+        self.detail = detail
         text = f"{function} failed with {name} ({code}): {message}"
         if detail:
             text += "\n" + detail
         super().__init__(text)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle through ``__init__``'s own arguments, as ``LibraryNotFoundError`` does."""
+        return type(self), (self.function, self.code, self.name, self.message, self.detail), self.__dict__
 
 
 class DriverVersionError(TilejitError, RuntimeError):
@@ -60,6 +71,10 @@ class CompileError(TilejitError, RuntimeError):
     def __init__(self, message: str, log: str = "") -> None:
         self.log = log
         super().__init__(message)
+
+
+class ConfigError(TilejitError, ValueError):
+    """A ``TILEJIT_*`` environment variable has a value that cannot be used; the message names it."""
 
 
 class TargetError(TilejitError, ValueError):

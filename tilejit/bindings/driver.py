@@ -368,12 +368,10 @@ ENTRY_BY_NAME: dict[str, Entry] = {e.name: e for e in ENTRIES}
 
 
 def _driver_candidates() -> list[Candidate]:
-    explicit = config.CUDA_DRIVER.get()
-    cands: list[Candidate] = []
-    if explicit:  # an explicit file is the only place looked at: no silent fallback
-        return [Candidate.file(explicit, f"${config.CUDA_DRIVER.name}")]
-    else:
-        cands.append(Candidate.nothing(f"${config.CUDA_DRIVER.name}", "not set"))
+    explicit = loader.explicit_file(config.CUDA_DRIVER)
+    if explicit.kind == "file":  # an explicit file is the only place looked at: no silent fallback
+        return [explicit]
+    cands: list[Candidate] = [explicit]  # says why there is none: unset, or set but empty
     if loader.IS_WINDOWS:
         cands += loader.system_sonames(["nvcuda.dll"])
         return cands

@@ -56,7 +56,9 @@ class Candidate(Record):
 
     @staticmethod
     def file(path: str, origin: str) -> Candidate:
-        return Candidate("file", path, origin)
+        """An explicit file, made absolute: dlopen searches the loader path for a name without a slash, so a
+        bare ``libx.so.1`` would load some other file than the one in the current folder that was checked."""
+        return Candidate("file", os.path.abspath(path), origin)
 
     @staticmethod
     def folder(path: str, names: Sequence[str], origin: str) -> Candidate:
@@ -73,6 +75,18 @@ class Candidate(Record):
 
 def _where(cand: Candidate, path: str) -> str:
     return f"{path} ({cand.origin})" if cand.origin and cand.origin != path else path
+
+
+def _not_a_file(cand: Candidate, path: str) -> str:
+    """Why an explicit ``path`` that is not a regular file cannot be used, naming the setting to fix."""
+    what = cand.origin if cand.origin.startswith("$") else "the path"
+    if os.path.isdir(path):
+        return f"is a folder, not a file: {what} must name the library file itself"
+    if os.path.exists(path):
+        return f"not a regular file: {what} must name the library file itself"
+    if os.path.lexists(path):
+        return "file does not exist (a symbolic link to a missing file)"
+    return "file does not exist"
 
 
 def dlopen(path: str, mode: int = RTLD_LOCAL) -> ctypes.CDLL:
@@ -125,7 +139,7 @@ def find_and_load(
             attempts.append(Attempt(cand.path, cand.why))
         elif cand.kind == "file":
             if not os.path.isfile(cand.path):
-                attempts.append(Attempt(_where(cand, cand.path), "file does not exist"))
+                attempts.append(Attempt(_where(cand, cand.path), _not_a_file(cand, cand.path)))
                 continue
             found = try_path(cand, cand.path, _where(cand, cand.path))
             if found:
@@ -161,7 +175,7 @@ def find_file(candidates: Iterable[Candidate]) -> tuple[str | None, list[Attempt
         elif cand.kind == "file":
             if os.path.isfile(cand.path):
                 return cand.path, attempts
-            attempts.append(Attempt(_where(cand, cand.path), "file does not exist"))
+            attempts.append(Attempt(_where(cand, cand.path), _not_a_file(cand, cand.path)))
         elif cand.kind == "dir":
             for name in cand.names:
                 path = os.path.join(cand.path, name)
@@ -328,11 +342,26 @@ def pip_wheel_dirs(subdirs: Sequence[str], names: Sequence[str], label: str) -> 
         )
 
 
+def _unset(var: str) -> str:
+    """Why an environment variable with no usable value names no place: unset, or set to only blanks
+    (then ignored, as if unset; the listing says which)."""
+    return "not set" if os.environ.get(var) is None else "set but empty: ignored"
+
+
+def explicit_file(setting: config.Setting[str | None]) -> Candidate:
+    """The library file a ``TILEJIT_*`` setting names (made absolute), or a ``nothing`` candidate saying
+    it is not set or set but empty."""
+    value = setting.get()
+    if not value:
+        return Candidate.nothing(f"${setting.name}", _unset(setting.name))
+    return Candidate.file(value, f"${setting.name}")
+
+
 def conda_dirs(names: Sequence[str]) -> list[Candidate]:
     """``$CONDA_PREFIX/lib`` (``Library/bin`` on Windows)."""
     prefix = os.environ.get("CONDA_PREFIX")
     if not prefix:
-        return [Candidate.nothing("$CONDA_PREFIX", "not set")]
+        return [Candidate.nothing("$CONDA_PREFIX", _unset("CONDA_PREFIX"))]
     sub = os.path.join("Library", "bin") if IS_WINDOWS else "lib"
     return [Candidate.folder(os.path.join(prefix, sub), names, "conda")]
 
@@ -343,7 +372,7 @@ def cuda_home_dirs(names: Sequence[str]) -> list[Candidate]:
     for var in ("CUDA_HOME", "CUDA_PATH"):
         root = os.environ.get(var)
         if not root:
-            out.append(Candidate.nothing(f"${var}", "not set"))
+            out.append(Candidate.nothing(f"${var}", _unset(var)))
             continue
         if IS_WINDOWS:
             subs = [os.path.join(root, "bin"), os.path.join(root, "bin", "x64")]
@@ -385,7 +414,8 @@ class ToolkitLibrary(Record):
 NVRTC_LIBRARY = ToolkitLibrary(
     "NVRTC",
     config.NVRTC,
-    r"libnvrtc\.so\.(13|12|11\.[0-2])(\.\d+)*",
+    # Any 11.x file name: the soname stops at 11.2, but the file a toolkit ships is e.g. libnvrtc.so.11.8.89.
+    r"libnvrtc\.so\.(13|12|11)(\.\d+)*",
     # Newest first: the first library found wins within one folder.
     ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so.11.1", "libnvrtc.so.11.0"),
     ("nvrtc64_130_0.dll", "nvrtc64_120_0.dll", "nvrtc64_112_0.dll", "nvrtc64_111_0.dll", "nvrtc64_110_0.dll"),
@@ -411,11 +441,10 @@ def toolkit_candidates(lib: ToolkitLibrary) -> Iterator[Candidate]:
     """Every place a CUDA toolkit library is looked for, in order, made lazily so that discovery stops
     at the first hit: the file named by its setting (then nothing else), a copy already loaded, pip
     wheels, conda, ``$CUDA_HOME``/``$CUDA_PATH``, the system loader."""
-    explicit = lib.setting.get()
-    if explicit:  # an explicit file is the only place looked at: no silent fallback
-        yield Candidate.file(explicit, f"${lib.setting.name}")
+    explicit = explicit_file(lib.setting)
+    yield explicit
+    if explicit.kind == "file":  # an explicit file is the only place looked at: no silent fallback
         return
-    yield Candidate.nothing(f"${lib.setting.name}", "not set")
     names = lib.dll_names if IS_WINDOWS else lib.sonames
     if not IS_WINDOWS:
         yield from already_loaded(lib.loaded_rx, needle=lib.sonames[0].split(".so", 1)[0])
@@ -465,7 +494,7 @@ def toolkit_identity(lib: ToolkitLibrary) -> str:
     loaded = _loaded_files.get(lib.label)
     if loaded is not None:
         return file_identity(loaded)
-    memo = f"\0{lib.label}\0{lib.setting.get() or ''}"
+    memo = f"\0{lib.label}\0{explicit_file(lib.setting).path}"  # absolute: a relative path moves with the cwd
     cached = _identities.get(memo)
     if cached is None:
         cached = _identities[memo] = file_identity(find_toolkit_file(lib))

@@ -102,6 +102,7 @@ ENTRY_BY_NAME: dict[str, Entry] = {e.name: e for e in ENTRIES}
 
 
 def _major_of(path: str) -> int | None:
+    """The CUDA major a library file name promises (libnvJitLink.so.12 -> 12, nvJitLink_130_0.dll -> 13)."""
     base = os.path.basename(path)
     m = re.match(r"libnvJitLink\.so\.(\d+)", base) or re.match(r"nvJitLink_(\d+?)\d_0\.dll", base)
     return int(m.group(1)) if m else None
@@ -112,9 +113,41 @@ def _versioned_exports(lib: ctypes.CDLL, name: str, major: int) -> list[str]:
     return [f"__{name}_{major}_{minor}" for minor in range(99, -1, -1) if hasattr(lib, f"__{name}_{major}_{minor}")]
 
 
+def _query_version(lib: ctypes.CDLL) -> tuple[int, int] | None:
+    """What ``nvJitLinkVersion`` (12.3+) reports, or None where it is missing or fails."""
+    fn = getattr(lib, "nvJitLinkVersion", None)
+    if fn is None:
+        return None
+    fn.argtypes = [POINTER(c_uint), POINTER(c_uint)]
+    fn.restype = c_int
+    major, minor = c_uint(0), c_uint(0)
+    if fn(ctypes.byref(major), ctypes.byref(minor)) != 0:
+        return None
+    return major.value, minor.value
+
+
+def _export_majors(lib: ctypes.CDLL) -> list[int]:
+    """The majors of the ``__nvJitLinkCreate_<major>_0`` exports (every release exports its major's first)."""
+    return [m for m in (13, 12, 14) if hasattr(lib, f"__nvJitLinkCreate_{m}_0")]
+
+
 def _reject(lib: ctypes.CDLL, path: str) -> str | None:
-    if not hasattr(lib, "nvJitLinkCreate") and not any(hasattr(lib, f"__nvJitLinkCreate_{m}_0") for m in (12, 13, 14)):
+    """Why a loaded file must not be used: not nvJitLink, or another major than its file name says (as NVRTC)."""
+    majors = _export_majors(lib)
+    if not hasattr(lib, "nvJitLinkCreate") and not majors:
         return "not nvJitLink (no nvJitLinkCreate)"
+    expected = _major_of(path)
+    if expected is None:
+        return None
+    version = _query_version(lib)
+    if version is not None:
+        if version[0] != expected:
+            return (
+                f"wrong version: file name says CUDA {expected} but nvJitLinkVersion reports {version[0]}.{version[1]}"
+            )
+    elif majors and expected not in majors:  # before 12.3: the versioned exports name the major
+        found = ", ".join(f"__nvJitLinkCreate_{m}_*" for m in majors)
+        return f"wrong version: file name says CUDA {expected} but the library exports {found}"
     return None
 
 
@@ -149,17 +182,10 @@ class NVJitLink:
         self._lib = lib
         self.path = path
         self.symbols = {}
-        version_fn = getattr(lib, "nvJitLinkVersion", None)
-        version: tuple[int, int] | None = None
-        if version_fn is not None:
-            version_fn.argtypes = [POINTER(c_uint), POINTER(c_uint)]
-            version_fn.restype = c_int
-            major, minor = c_uint(0), c_uint(0)
-            if version_fn(ctypes.byref(major), ctypes.byref(minor)) == 0:
-                version = (major.value, minor.value)
+        version = _query_version(lib)
         lib_major = version[0] if version else _major_of(path)
         if lib_major is None:
-            lib_major = next((m for m in (13, 12, 14) if hasattr(lib, f"__nvJitLinkCreate_{m}_0")), 12)
+            lib_major = next(iter(_export_majors(lib)), 12)
         for entry in ENTRIES:
             names = _versioned_exports(lib, entry.name, lib_major) + [entry.name]
             symbol = next((n for n in names if hasattr(lib, n)), None)
@@ -221,4 +247,5 @@ def nvjitlink() -> NVJitLink:
             if _nvjitlink is None:
                 lib, found = loader.find_and_load("nvJitLink", nvjitlink_candidates(), NVJITLINK_HINT, reject=_reject)
                 _nvjitlink = NVJitLink(lib, found)
+                loader.note_loaded(LIBRARY, found)  # its file names it from now on, as for NVRTC
     return _nvjitlink
