@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
@@ -193,13 +194,77 @@ def test_info_and_clear(tmp_path: Path) -> None:
     assert c.info() == {"dir": str(tmp_path / "c"), "entries": 0, "bytes": 0, "max_bytes": 12345}
     for i in range(3):
         c.put(cache_key(str(i)), {"code": b"z" * 100})
-    (tmp_path / "c" / ".tmp-stray").write_bytes(b"partial")
+    stale = tmp_path / "c" / ".tmp-stray"
+    stale.write_bytes(b"partial")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    in_progress = tmp_path / "c" / ".tmp-123-456-789"  # another process's write, still going on
+    in_progress.write_bytes(b"partial")
     info = c.info()
     assert info["entries"] == 3
     assert info["bytes"] == sum(p.stat().st_size for p in entries(tmp_path / "c"))
     assert c.clear() == 3
     assert c.info()["entries"] == 0
-    assert list((tmp_path / "c").iterdir()) == []
+    assert list((tmp_path / "c").iterdir()) == [in_progress]
+
+
+def test_clear_keeps_a_concurrent_writers_temp_file(tmp_path: Path) -> None:
+    """A clear while another process writes leaves that write able to finish (it renames its temp file)."""
+    c = DiskCache(tmp_path, max_bytes=1 << 20)
+    key = cache_key("k")
+    real_replace = os.replace
+
+    def replace_after_clear(src: str, dst: str) -> None:
+        assert c.clear() == 0
+        real_replace(src, dst)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "replace", replace_after_clear)
+        c.put(key, {"code": b"x"})
+    assert c.get(key) == {"code": b"x"}
+    c.put(cache_key("k2"), {"code": b"y"})  # caching stayed on
+    assert c.get(cache_key("k2")) == {"code": b"y"}
+
+
+def test_clear_reports_entries_it_cannot_remove(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = DiskCache(tmp_path, max_bytes=1 << 20)
+    for i in range(3):
+        c.put(cache_key(str(i)), {"code": b"z"})
+    real_unlink = os.unlink
+    stuck = str(c.path_of(cache_key("1")))
+
+    def unlink(path: str) -> None:
+        if str(path) == stuck:
+            raise PermissionError(1, "Operation not permitted")
+        real_unlink(path)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    with pytest.raises(OSError, match=r"removed 2 entries .* but 1 could not be removed"):
+        c.clear()
+
+
+def test_unwritable_reason(tmp_path: Path) -> None:
+    assert DiskCache(tmp_path / "new" / "sub", max_bytes=100).unwritable_reason() is None
+    assert DiskCache(tmp_path, max_bytes=100).unwritable_reason() is None
+    assert list(tmp_path.iterdir()) == [], "the probe leaves nothing behind and creates no folder"
+    assert "TILEJIT_CACHE_MAX_BYTES=0" in str(DiskCache(tmp_path, max_bytes=0).unwritable_reason())
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    assert "is not a folder" in str(DiskCache(afile, max_bytes=100).unwritable_reason())
+    assert "is not a folder" in str(DiskCache(afile / "sub", max_bytes=100).unwritable_reason())
+
+
+def test_unwritable_reason_reports_a_failed_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = os.open
+
+    def read_only(path: str, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_CREAT:
+            raise OSError(30, "Read-only file system")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", read_only)
+    reason = DiskCache(tmp_path, max_bytes=100).unwritable_reason()
+    assert reason == f"cannot write to {tmp_path} (Read-only file system)"
 
 
 def test_stale_temp_files_are_swept(tmp_path: Path) -> None:
@@ -284,6 +349,54 @@ def test_cache_off(toolkit: Toolkit, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert compile_cuda(SRC, target="sm_80", nvrtc=lib, options=[f"-I{tmp_path}"]).from_cache is False
     assert compile_cuda(SRC, target="sm_80", nvrtc=lib, options=[f"-I{tmp_path}"]).from_cache is False
     assert entries(tmp_path / "cache") == []
+
+
+def test_headers_from_the_current_folder_are_not_cached(
+    toolkit: Toolkit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVRTC finds a quoted #include in the current folder; the key cannot see that file, so a change
+    to it must not be served stale from the cache."""
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    monkeypatch.chdir(tmp_path)
+    source = '#include "val.h"\nextern "C" __global__ void k(int* a) { a[0] = VAL; }\n'
+    for value in (111, 222):
+        (tmp_path / "val.h").write_text(f"#define VAL {value}\n")
+        prog = compile_cuda(source, target="sm_80", output="ptx", nvrtc=lib)
+        assert prog.from_cache is False
+        assert f", {value};" in prog.ptx
+    # ... also when an in-memory header includes it, or a macro names it
+    for text in ('#include "val.h"\n', '#define H "val.h"\n#include H\n'):
+        src = '#include "mem.h"\nextern "C" __global__ void k(int* a) { a[0] = VAL; }\n'
+        compile_cuda(src, target="sm_80", output="ptx", nvrtc=lib, headers={"mem.h": text})
+        assert compile_cuda(src, target="sm_80", output="ptx", nvrtc=lib, headers={"mem.h": text}).from_cache is False
+    assert entries(tmp_path / "cache") == []
+    # Quoted and angle includes the header map provides are cached; so is an explicit cache=True.
+    src = '#include "a.h"\n#include <b.h>\nextern "C" __global__ void k(int* a) { a[0] = A + B; }\n'
+    headers = {"a.h": "#define A 1\n", "b.h": "#define B 2\n"}
+    compile_cuda(src, target="sm_80", nvrtc=lib, headers=headers)
+    assert compile_cuda(src, target="sm_80", nvrtc=lib, headers=headers).from_cache is True
+    compile_cuda(source, target="sm_80", nvrtc=lib, cache=True)
+    assert compile_cuda(source, target="sm_80", nvrtc=lib, cache=True).from_cache is True
+
+
+def test_an_entry_with_wrong_field_types_is_a_miss(toolkit: Toolkit, tmp_path: Path) -> None:
+    """An entry that passes its checksum but lacks what a hit needs (another version wrote it) is recompiled."""
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    good = compile_cuda(SRC, target="sm_80", nvrtc=lib, name_expressions=["fill"])
+    (path,) = entries(tmp_path / "cache")
+    key = path.name.removesuffix(".tjc")
+    cache = DiskCache(tmp_path / "cache")
+    for field, bad in [("nvrtc_version", 13), ("lowered_names", ["fill"]), ("log", None), ("code", "text")]:
+        entry = cache.get(key)
+        assert entry is not None
+        cache.put(key, {**entry, field: bad})
+        again = compile_cuda(SRC, target="sm_80", nvrtc=lib, name_expressions=["fill"])
+        assert again.from_cache is False, field
+        assert (again.code, again.lowered_names) == (good.code, good.lowered_names)
 
 
 def test_truncated_compile_entry_is_recompiled(toolkit: Toolkit, tmp_path: Path) -> None:

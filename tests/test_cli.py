@@ -173,6 +173,7 @@ def test_compile_error_prints_message_and_exits_1(toolkit: Toolkit, tmp_path: Pa
         (["--arch", "sm_990"], 1, "sm_990 is not supported by NVRTC"),
         (["--arch", "sm_80", "--emit", "sass"], 2, "--emit 'sass': choose from ptx, cubin, ltoir"),
         (["--arch", "sm_80", "--nvrtc-option=-arch=sm_90"], 2, "choose targets with --arch"),
+        (["--arch", ",,"], 2, "--arch ',,' names no target"),
     ],
 )
 def test_compile_bad_input(toolkit: Toolkit, project: Path, args: list[str], code: int, text: str) -> None:
@@ -190,6 +191,61 @@ def test_compile_missing_file_and_unknown_kind(tmp_path: Path) -> None:
     r = tilejit("compile", str(tmp_path / "k.txt"), "--arch", "sm_80")
     assert r.returncode == 2
     assert "don't know how to compile '.txt' files" in r.stderr
+
+
+def test_compile_output_that_cannot_be_written(toolkit: Toolkit, project: Path) -> None:
+    env = {"TILEJIT_NVRTC": str(toolkit.nvrtc)}
+    (project / "afile").write_text("x")
+    r = tilejit("compile", str(project / "scale.cu"), "--arch", "sm_80", "-o", str(project / "afile"), env=env)
+    assert (r.returncode, "Traceback" in r.stderr) == (1, False), r.stderr
+    assert f"cannot create the output folder {project / 'afile'}" in r.stderr
+    (project / "out" / "scale.sm_80.cubin").mkdir(parents=True)
+    r = tilejit("compile", str(project / "scale.cu"), "--arch", "sm_80", "-o", str(project / "out"),
+                "-I", str(project / "inc"), "-D", "OFFSET=2", env=env)
+    assert (r.returncode, "Traceback" in r.stderr) == (1, False), r.stderr
+    assert f"cannot write {project / 'out' / 'scale.sm_80.cubin'}: Is a directory" in r.stderr
+    assert [p.name for p in (project / "out").iterdir()] == ["scale.sm_80.cubin"], "no temp file left behind"
+
+
+@pytest.mark.parametrize(
+    ("env", "text"),
+    [
+        ({"TILEJIT_CACHE_MAX_BYTES": "lots"}, "TILEJIT_CACHE_MAX_BYTES='lots': expected a size in bytes"),
+        ({"TILEJIT_CACHE_MAX_BYTES": "-1"}, "TILEJIT_CACHE_MAX_BYTES='-1': a size must be >= 0"),
+        ({"TILEJIT_CACHE_MAX_BYTES": "infG"}, "TILEJIT_CACHE_MAX_BYTES='infG': expected a size in bytes"),
+        ({"TILEJIT_CACHE": "maybe"}, "TILEJIT_CACHE='maybe': expected one of 1/0/true/false"),
+    ],
+)
+def test_bad_settings_are_clear_errors(tmp_path: Path, env: dict[str, str], text: str) -> None:
+    commands = [["cache", "info"]] + ([["cache", "clear"]] if "TILEJIT_CACHE_MAX_BYTES" in env else [])
+    for command in commands:
+        r = tilejit(*command, env={"TILEJIT_CACHE_DIR": str(tmp_path), **env})
+        assert (r.returncode, "Traceback" in r.stderr) == (1, False), r.stderr
+        assert text in r.stderr
+
+
+def test_compile_with_a_bad_tilejit_arch(project: Path) -> None:
+    if has_gpu():
+        pytest.skip("with a GPU the target defaults to it")
+    r = tilejit("compile", str(project / "scale.cu"), env={"TILEJIT_ARCH": "sm_9"})
+    assert (r.returncode, "Traceback" in r.stderr) == (1, False), r.stderr
+    assert "TILEJIT_ARCH='sm_9': invalid target 'sm_9'" in r.stderr
+
+
+def test_cache_info_says_when_nothing_can_be_stored(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases = [
+        ({"TILEJIT_CACHE_DIR": str(tmp_path / "c")}, "caching:   on"),
+        ({"TILEJIT_CACHE_DIR": str(tmp_path / "c"), "TILEJIT_CACHE": "0"}, "caching:   off (TILEJIT_CACHE=0)"),
+        ({"TILEJIT_CACHE_DIR": str(tmp_path / "c"), "TILEJIT_CACHE_MAX_BYTES": "0"},
+         "caching:   off: TILEJIT_CACHE_MAX_BYTES=0 leaves no room for entries"),
+        ({"TILEJIT_CACHE_DIR": str(afile)}, f"caching:   off: {afile} is not a folder"),
+    ]
+    for env, line in cases:
+        r = tilejit("cache", "info", env=env)
+        assert r.returncode == 0, r.stderr
+        assert line in r.stdout.splitlines(), (env, r.stdout)
 
 
 def test_compile_without_arch_or_gpu(project: Path) -> None:

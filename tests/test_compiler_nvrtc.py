@@ -200,6 +200,31 @@ def test_bad_arguments(kwargs: dict[str, object], exc: type[Exception], text: st
     assert text in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"source": SIMPLE + "\0\n__global__ void broken( {"}, "source 'kernel.cu' contains a NUL byte (line 2)"),
+        ({"headers": {"a.h": "// a\n\0"}}, "header 'a.h' contains a NUL byte (line 2)"),
+        ({"options": ["-DX=1\0"]}, "option '-DX=1\\x00' contains a NUL byte"),
+        ({"name_expressions": ["fill\0"]}, "name expression 'fill\\x00' contains a NUL byte"),
+    ],
+)
+def test_nul_bytes_are_refused(kwargs: dict[str, object], text: str) -> None:
+    """NVRTC reads C strings: text after a NUL would be dropped without a word."""
+    source = kwargs.pop("source", SIMPLE)
+    with pytest.raises(ValueError) as info:
+        compile_cuda(source, target="sm_80", **kwargs)  # type: ignore[arg-type]
+    assert text in str(info.value)
+
+
+def test_bad_tilejit_arch_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    if has_gpu():
+        pytest.skip("with a GPU the default target is the GPU's")
+    monkeypatch.setenv("TILEJIT_ARCH", "sm_9")
+    with pytest.raises(TargetError, match="TILEJIT_ARCH='sm_9': invalid target 'sm_9'"):
+        default_target()
+
+
 def test_source_must_be_text() -> None:
     with pytest.raises(TypeError, match="source must be str"):
         compile_cuda(SIMPLE.encode(), target="sm_80")  # type: ignore[arg-type]

@@ -39,7 +39,9 @@ class Setting(Generic[T]):
         try:
             return self._parse(raw.strip())  # type: ignore[return-value]
         except ValueError as exc:
-            raise ValueError(f"environment variable {self.name}={raw!r}: {exc}") from None
+            from tilejit.errors import ConfigError  # only on a bad value: keeps this module's imports light
+
+            raise ConfigError(f"environment variable {self.name}={raw!r}: {exc}") from None
 
     def _parse(self, raw: str) -> object:
         if self.kind is bool:
@@ -50,17 +52,27 @@ class Setting(Generic[T]):
                 return False
             raise ValueError("expected one of 1/0/true/false/yes/no/on/off")
         if self.kind is int:
-            return _parse_size(raw)
+            return _parse_size(raw) if raw else self.default
         return raw or self.default
 
 
 def _parse_size(raw: str) -> int:
-    """An integer, optionally with a K/M/G suffix (powers of 1024)."""
+    """A byte count >= 0, optionally with a K/M/G/T suffix (powers of 1024): ``1000000``, ``512M``, ``1.5G``."""
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
     low = raw.lower().removesuffix("b").removesuffix("i")
-    if low and low[-1] in units:
-        return int(float(low[:-1]) * units[low[-1]])
-    return int(low)
+    try:
+        if low and low[-1] in units:
+            value = float(low[:-1]) * units[low[-1]]
+            if not value >= 0 or value == float("inf"):  # also rejects nan
+                raise ValueError
+            size = int(value)
+        else:
+            size = int(low)
+    except (ValueError, OverflowError):
+        raise ValueError("expected a size in bytes such as 1000000, 512M or 2G") from None
+    if size < 0:
+        raise ValueError("a size must be >= 0")
+    return size
 
 
 CUDA_DRIVER: Setting[str | None] = Setting(

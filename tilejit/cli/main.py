@@ -7,13 +7,17 @@ Expected failures (compile errors, bad targets, missing libraries) print a messa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from tilejit.errors import TilejitError
+
+if TYPE_CHECKING:
+    from tilejit.compiler.cache import DiskCache
 
 Configure = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace], int]
@@ -131,10 +135,10 @@ def _run_doctor(args: argparse.Namespace) -> int:
     try:
         from tilejit.compiler.cache import default_cache
 
-        info = default_cache().info()
-        state = "on" if config.CACHE.get() else f"off ({config.CACHE.name}=0)"
+        cache = default_cache()
+        info = cache.info()
         print(f"  {info['dir']}: {info['entries']} entries, {_bytes(info['bytes'])} of "
-              f"{_bytes(info['max_bytes'])}; caching {state}", file=out)
+              f"{_bytes(info['max_bytes'])}; caching {_cache_state(cache)}", file=out)
     except (TilejitError, OSError, ValueError) as exc:
         print(f"  unavailable: {exc}", file=out)
 
@@ -213,7 +217,42 @@ class _UsageError(Exception):
     """Bad command-line input: printed as ``tilejit: error: ...``, exit status 2."""
 
 
+class _Failure(Exception):
+    """A command that could not do its job (e.g. write an output): printed as an error, exit status 1."""
+
+
 TILE_EMITS = ("ir", "cuda", "ptx", "cubin")
+
+
+def _arch_list(text: str) -> list[str]:
+    """``--arch sm_80,sm_90`` → ["sm_80", "sm_90"]; an option naming no target is a usage error."""
+    archs = [a.strip() for a in text.split(",") if a.strip()]
+    if not archs:
+        raise _UsageError(f"--arch {text!r} names no target; e.g. --arch sm_90 or --arch sm_80,sm_90")
+    return archs
+
+
+def _output_dir(args: argparse.Namespace) -> Path:
+    """The folder outputs go to (``-o``, else next to the input), created if missing."""
+    out_dir: Path = args.output_dir or args.file.parent
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _Failure(f"cannot create the output folder {out_dir}: {exc.strerror or exc}") from None
+    return out_dir
+
+
+def _write_output(path: Path, data: bytes) -> None:
+    """Write one output file whole (temp file + rename, so a failed write leaves no partial file)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise _Failure(f"cannot write {path}: {exc.strerror or exc}") from None
+    print(f"wrote {path} ({_bytes(len(data))})")
 
 
 def _parse_param_type(text: str) -> object:
@@ -287,10 +326,10 @@ def _compile_python_file(args: argparse.Namespace) -> int:
             constants[name.strip()] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             constants[name.strip()] = value
-    out_dir: Path = args.output_dir or args.file.parent
-    out_dir.mkdir(parents=True, exist_ok=True)
+    archs = _arch_list(args.arch)
+    out_dir = _output_dir(args)
     suffix = {"ir": "ir", "cuda": "cu", "ptx": "ptx", "cubin": "cubin"}
-    for arch in (a.strip() for a in args.arch.split(",") if a.strip()):
+    for arch in archs:
         try:
             art = tj.compile(kernel, signature, constants=constants, target=arch)
         except TypeError as exc:
@@ -300,16 +339,13 @@ def _compile_python_file(args: argparse.Namespace) -> int:
                 "ir": art.ir_text, "cuda": art.cuda_source, "ptx": art.ptx, "cubin": art.cubin,
             }
             data = producers[emit]()
-            path = out_dir / f"{args.file.stem}.{args.kernel}.{art.target.sm}.{suffix[emit]}"
-            if isinstance(data, bytes):
-                path.write_bytes(data)
-            else:
-                path.write_text(data, encoding="utf-8")
-            print(f"wrote {path} ({_bytes(len(data))})")
+            _write_output(out_dir / f"{args.file.stem}.{args.kernel}.{art.target.sm}.{suffix[emit]}",
+                          data if isinstance(data, bytes) else data.encode("utf-8"))
     return 0
 
 
 def _compile_cuda_file(args: argparse.Namespace) -> int:
+    from tilejit import config
     from tilejit.compiler.nvrtc import compile_cuda, default_target
     from tilejit.compiler.targets import parse_target
     from tilejit.errors import TargetError
@@ -323,18 +359,19 @@ def _compile_cuda_file(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise _UsageError(f"cannot read {args.file}: {exc}") from None
     if args.arch:
-        targets = [parse_target(a.strip()) for a in args.arch.split(",") if a.strip()]
+        targets = [parse_target(a) for a in _arch_list(args.arch)]
     else:
         try:
             targets = [default_target()]
         except TargetError:
+            if config.DEFAULT_ARCH.get():
+                raise  # TILEJIT_ARCH is set but not a target: its own error says why
             raise _UsageError("no GPU here to choose a target from: pass --arch (e.g. --arch sm_90) "
                               "or set TILEJIT_ARCH") from None
     for opt in args.nvrtc_option:
         if opt.startswith(("-arch", "--gpu-architecture", "-dlto", "--dlink-time-opt")):
             raise _UsageError(f"--nvrtc-option={opt}: choose targets with --arch and LTO-IR with --emit ltoir")
-    out_dir: Path = args.output_dir or args.file.parent
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _output_dir(args)
     options = [f"-I{args.file.parent.resolve()}"] + [f"-I{d}" for d in args.include]
     options += [f"-D{d}" for d in args.define] + list(args.nvrtc_option)
     for target in targets:
@@ -348,9 +385,7 @@ def _compile_cuda_file(args: argparse.Namespace) -> int:
                 raise
             except ValueError as exc:
                 raise _UsageError(str(exc)) from None
-            path = out_dir / f"{args.file.stem}.{target.sm}.{emit}"
-            path.write_bytes(prog.code)
-            print(f"wrote {path} ({_bytes(len(prog.code))})")
+            _write_output(out_dir / f"{args.file.stem}.{target.sm}.{emit}", prog.code)
             if prog.log:
                 print(_indent(prog.log), file=sys.stderr)
         for expr, lowered in prog.lowered_names.items():
@@ -366,13 +401,26 @@ def _configure_cache(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("info", "clear"), help="info: location and size; clear: remove every entry")
 
 
+def _cache_state(cache: DiskCache) -> str:
+    """'on', or why new entries are not stored ('off (TILEJIT_CACHE=0)', 'off: cannot write to ...')."""
+    from tilejit import config
+
+    if not config.CACHE.get():
+        return f"off ({config.CACHE.name}=0)"
+    reason = cache.unwritable_reason()
+    return "on" if reason is None else f"off: {reason}"
+
+
 def _run_cache(args: argparse.Namespace) -> int:
     from tilejit import config
     from tilejit.compiler.cache import default_cache
 
     cache = default_cache()
     if args.action == "clear":
-        n = cache.clear()
+        try:
+            n = cache.clear()
+        except OSError as exc:
+            raise _Failure(exc.strerror or str(exc)) from None
         print(f"removed {n} entries from {cache.directory}")
         return 0
     info = cache.info()
@@ -380,7 +428,7 @@ def _run_cache(args: argparse.Namespace) -> int:
     print(f"entries:   {info['entries']}")
     print(f"size:      {_bytes(info['bytes'])} ({info['bytes']} bytes)")
     print(f"max size:  {_bytes(info['max_bytes'])} ({config.CACHE_MAX_BYTES.name})")
-    print(f"enabled:   {'yes' if config.CACHE.get() else f'no ({config.CACHE.name}=0)'}")
+    print(f"caching:   {_cache_state(cache)}")
     return 0
 
 
@@ -415,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args)
     except _UsageError as exc:
         parser.exit(2, f"tilejit {args.command}: error: {exc}\n")
-    except TilejitError as exc:
+    except (TilejitError, _Failure) as exc:
         print(f"tilejit {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

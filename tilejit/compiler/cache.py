@@ -157,16 +157,54 @@ class DiskCache:
                     self._approx_bytes = self._scan_and_evict()
 
     def clear(self) -> int:
-        """Remove every entry (and stray temp files); returns how many entries were removed."""
+        """Remove every entry (and temp files left by dead writers); returns how many entries were removed,
+        or raises ``OSError`` naming how many could not be.
+
+        A recent temp file may be another process's write in progress, so it is left for that process
+        to rename (its entry then outlives the clear, as if written just after it)."""
         removed = 0
+        stuck: list[OSError] = []
+        now = time.time()
         for item in self._scan():
             if item.name.endswith(SUFFIX):
-                removed += _remove(item.path)
-            elif item.name.startswith(_TMP_PREFIX):
+                try:
+                    os.unlink(item.path)
+                    removed += 1
+                except FileNotFoundError:  # removed meanwhile by another process
+                    pass
+                except OSError as exc:
+                    stuck.append(exc)
+            elif item.name.startswith(_TMP_PREFIX) and _older_than(item, now, _STALE_TMP_SECONDS):
                 _remove(item.path)
         with self._lock:
             self._approx_bytes = None
+        if stuck:
+            raise OSError(stuck[0].errno, f"removed {removed} entries from {self.directory}, but {len(stuck)} could "
+                          f"not be removed ({stuck[0].strerror or stuck[0]})")
         return removed
+
+    def unwritable_reason(self) -> str | None:
+        """Why entries cannot be stored in the folder now (None if they can), found by creating and
+        removing a file there, as a write would; the folder itself is not created."""
+        if self.max_bytes == 0:
+            return f"{config.CACHE_MAX_BYTES.name}=0 leaves no room for entries"
+        folder = self.directory
+        while not os.path.lexists(folder):
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+        if not os.path.isdir(folder):
+            return f"{folder} is not a folder"
+        if folder != self.directory:  # the cache folder would be created here: can it be?
+            return None if os.access(folder, os.W_OK | os.X_OK) else f"cannot create a folder in {folder}"
+        probe = os.path.join(folder, f"{_TMP_PREFIX}probe-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except OSError as exc:
+            return f"cannot write to {folder} ({exc.strerror or exc})"
+        _remove(probe)
+        return None
 
     def info(self) -> dict[str, Any]:
         """``{"dir", "entries", "bytes", "max_bytes"}`` of the folder as it is now."""
@@ -266,6 +304,13 @@ def _decode(blob: bytes, key: str) -> dict[str, Any] | None:
             return None
         entry[name] = bytes(payload[start : start + length])
     return entry
+
+
+def _older_than(item: os.DirEntry[str], now: float, seconds: float) -> bool:
+    try:
+        return now - item.stat().st_mtime > seconds
+    except OSError:
+        return False
 
 
 def _remove(path: str) -> bool:

@@ -81,8 +81,9 @@ def compile_cuda(
 
     ``target`` None means the current GPU's architecture, else ``TILEJIT_ARCH``. ``headers`` maps
     include names to their text. ``name_expressions`` (e.g. ``"add<float>"``) come back mangled in
-    ``lowered_names``. ``cache`` None follows ``TILEJIT_CACHE``, except that ``-I`` options (headers read
-    from disk, which the cache key cannot see) turn it off. A compile error raises ``CompileError`` with
+    ``lowered_names``. ``cache`` None follows ``TILEJIT_CACHE``, except that headers NVRTC would read from
+    disk (``-I`` options, a quoted ``#include`` that ``headers`` does not provide), which the cache key
+    cannot see, turn it off. A compile error raises ``CompileError`` with
     NVRTC's log and the offending source lines.
     """
     if not isinstance(source, str):
@@ -94,6 +95,7 @@ def compile_cuda(
     header_map = _check_headers(headers)
     user_options = _check_strings("options", options)
     exprs = _check_strings("name_expressions", name_expressions)
+    _check_no_nul(name, source, header_map, user_options, exprs)
     for opt in user_options:
         if re.match(r"^(-arch|--gpu-architecture|-dlto|--dlink-time-opt)\b", opt):
             raise ValueError(f"option {opt!r}: choose the architecture with target= and LTO-IR with output='ltoir'")
@@ -101,8 +103,8 @@ def compile_cuda(
     opts = _options(user_options, tgt, output)
 
     if cache is None:
-        # Headers read from disk through -I are not part of the key, so only an explicit cache=True caches them.
-        cache = config.CACHE.get() and not any(o.startswith(("-I", "--include-path")) for o in user_options)
+        # Headers NVRTC reads from disk are not part of the key, so only an explicit cache=True caches them.
+        cache = config.CACHE.get() and not _reads_disk_headers(source, header_map, user_options)
     use_cache = bool(cache)
     key: str | None = None
     if use_cache:
@@ -110,14 +112,14 @@ def compile_cuda(
 
         key = _key(source, name, header_map, opts, tgt, output, exprs, nvrtc)
         entry = default_cache().get(key)
-        if entry is not None and entry.get("kind") == output and isinstance(entry.get("code"), bytes):
+        if entry is not None and _entry_ok(entry, output):
             return CompiledProgram(
                 code=entry["code"],
                 kind=output,
                 target=tgt,
-                lowered_names=dict(entry.get("lowered_names", {})),
-                log=str(entry.get("log", "")),
-                nvrtc_version=tuple(entry.get("nvrtc_version", (0, 0))),  # type: ignore[arg-type]
+                lowered_names=dict(entry["lowered_names"]),
+                log=entry["log"],
+                nvrtc_version=tuple(entry["nvrtc_version"]),  # type: ignore[arg-type]
                 from_cache=True,
             )
 
@@ -155,7 +157,10 @@ def default_target() -> Target:
         return parse_target(arch)
     configured = config.DEFAULT_ARCH.get()
     if configured:
-        return parse_target(configured)
+        try:
+            return parse_target(configured)
+        except TargetError as exc:
+            raise TargetError(f"{config.DEFAULT_ARCH.name}={configured!r}: {exc}") from None
     raise TargetError("no GPU is present to choose a compile target: pass target='sm_90' (or set TILEJIT_ARCH=sm_90)")
 
 
@@ -188,6 +193,58 @@ def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
             raise TypeError(f"headers must map non-empty str names to str text; got {hname!r}: {type(text).__name__}")
         out[hname] = text
     return out
+
+
+def _check_no_nul(name: str, source: str, headers: Mapping[str, str], options: Sequence[str],
+                  exprs: Sequence[str]) -> None:
+    """NVRTC takes C strings: a NUL byte would silently end the text there."""
+    texts = [(f"source {name!r}", source), *((f"header {h!r}", t) for h, t in headers.items())]
+    for what, text in texts:
+        at = text.find("\0")
+        if at >= 0:
+            line = text.count("\n", 0, at) + 1
+            raise ValueError(f"{what} contains a NUL byte (line {line}); NVRTC would stop reading there")
+    for what, values in (("header name", headers), ("option", options), ("name expression", exprs)):
+        for v in values:
+            if "\0" in v:
+                raise ValueError(f"{what} {v!r} contains a NUL byte")
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]*)"|(<))?', re.MULTILINE)
+_DISK_OPTIONS = ("-I", "--include-path", "-include", "--pre-include")
+
+
+def _reads_disk_headers(source: str, headers: Mapping[str, str], options: Sequence[str]) -> bool:
+    """Whether NVRTC may read a header from disk: through ``-I``/``-include`` options, or a quoted
+    ``#include "x"`` (or one spelled by a macro) that ``headers`` does not provide, which NVRTC
+    looks up in the current folder. ``<x>`` names come from ``headers`` or NVRTC's built-ins."""
+    if any(o.startswith(_DISK_OPTIONS) for o in options):
+        return True
+    for text in (source, *headers.values()):
+        if "include" not in text:
+            continue
+        for m in _INCLUDE.finditer(text):
+            quoted, angle = m.group(1), m.group(2)
+            if angle is None and (quoted is None or quoted not in headers):
+                return True
+        if "__has_include" in text:
+            return True
+    return False
+
+
+def _entry_ok(entry: dict[str, object], output: str) -> bool:
+    """Whether a cache entry (checksummed, but maybe written by another tilejit version) has the fields a hit needs."""
+    names, version = entry.get("lowered_names"), entry.get("nvrtc_version")
+    return (
+        entry.get("kind") == output
+        and isinstance(entry.get("code"), bytes)
+        and isinstance(entry.get("log"), str)
+        and isinstance(names, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())
+        and isinstance(version, list | tuple)
+        and len(version) == 2
+        and all(isinstance(v, int) for v in version)
+    )
 
 
 def _check_strings(what: str, values: Sequence[str]) -> tuple[str, ...]:
