@@ -148,6 +148,12 @@ def test_launches_through_the_checked_then_generated_paths_and_the_memo() -> Non
 
 
 @tj.kernel
+def fe_scale(x, out, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) * 2.0)
+
+
+@tj.kernel
 def fe_increment(x, by: float, TILE: tj.Constant[int]):
     i = tj.bid(0)
     tj.store(x, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) + by)
@@ -237,3 +243,16 @@ def test_warm_first_launch_in_a_new_process_skips_the_compiler(tmp_path: Path) -
              "tilejit.backends.cuda.codegen", "tilejit.language.frontend.translate", "tilejit.language.ir.ops"}
     assert sorted(heavy & set(warm["imported"])) == []
     assert warm["nvrtc_loaded"] is False
+
+
+@pytest.mark.gpu
+def test_a_strided_array_after_a_one_element_one_gets_strided_code() -> None:
+    """A length-1 array of stride 2 and a longer one of stride 2 share the dispatch key (dtype, strides,
+    alignment), so the specialization must not assume unit stride from the first one's length."""
+    rng = np.random.default_rng()
+    for n in (1, 19, 300):
+        a = rng.standard_normal(2 * n).astype(np.float32)
+        x = tj.asarray(a)[::2]
+        out = tj.empty(n, "float32").poison()
+        fe_scale[-(-n // 16)](x, out, TILE=16)
+        np.testing.assert_array_equal(out.numpy(), a[::2] * np.float32(2.0))

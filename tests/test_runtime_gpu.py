@@ -364,6 +364,32 @@ def test_wrong_arguments_raise_launch_error(generated: bool) -> None:
         vadd(1, 2048, (d, d, d, n))
 
 
+@pytest.mark.parametrize("generated", [False, True], ids=["checked", "generated"])
+def test_pointer_parameters_refuse_strided_views(generated: bool) -> None:
+    """A ``float*`` gets only the first element's address, so a strided view would be read as if it were
+    packed: refused on both paths (own arrays and torch), while its address as an int is taken as asked."""
+    vadd = RawKernel(VADD, "vadd")
+    n = 64
+    a = rng().standard_normal(2 * n).astype(np.float32)
+    x, y, out = asarray(a), zeros(n, "float32"), empty(n, "float32")
+    for _ in range(CHECKED_LAUNCHES + 1 if generated else 0):
+        vadd(1, n, (x[:n], y, out, n))
+    assert (vadd._entry_in_use() is not None) == generated
+    for strided in (x[::2], x[::-1][:n]):
+        with pytest.raises(LaunchError, match=r"parameter 'x' \(const float32\*\).*not contiguous"):
+            vadd(1, n, (strided, y, out, n))
+    out.poison()
+    vadd(1, n, (x[::2].ptr, y, out, n))  # the caller indexes the view: here, reads x[0:n] as packed
+    np.testing.assert_array_equal(out.numpy(), a[:n])
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(a).cuda()
+    with pytest.raises(LaunchError, match=r"parameter 'x'.*not contiguous .*strides \(2,\)"):
+        vadd(1, n, (t[::2], y, out, n))
+    out.poison()
+    vadd(1, n, (t[::2].contiguous(), y, out, n))
+    np.testing.assert_array_equal(out.numpy(), a[::2])
+
+
 def test_array_struct_parameters_with_strided_views() -> None:
     prog = RawKernel(SCALE_2D, "scale2d", param_types=["float*"] * 2 + ["float"]).compile()
     fn = Module.load(prog.code).get_function("scale2d")

@@ -425,6 +425,16 @@ GOOD: list[Any] = [view(0x100, (8,), (1,)), view(0x200, (8,), (1,)), 8, 2.0, Tru
         (3, np.ones(2), r"parameter 'alpha'.*expected a float32 scalar, got an array"),
         (4, 2.0, r"parameter 'flag' \(bool\).*expected a bool"),
         (4, 2, r"parameter 'flag'.*expected a bool"),
+        # A pointer parameter gets only the first element's address: strided views are refused.
+        (1, view(0x200, (8,), (2,)), r"parameter 'out' \(float32\*\).*not contiguous .*strides \(2,\).*data_ptr"),
+        (1, view(0x200, (8,), (-1,)), r"parameter 'out'.*not contiguous"),
+        (1, view(0x200, (2, 4), (1, 2)), r"parameter 'out'.*not contiguous"),
+        (3, 10**400, r"parameter 'alpha'.*10000000000000000000\.\.\.00000000 \(401 digits\) is out of range"),
+        (3, 1 + 2j, r"parameter 'alpha'.*expected a real number for float32, got complex"),
+        (3, np.complex128(1 + 2j), r"parameter 'alpha'.*expected a real number for float32, got numpy.complex128"),
+        (0, view(-1, (8,), (1,)), r"parameter 'x'.*address -1, shape \(8,\) or strides \(1,\) do not describe"),
+        (0, view(0x100, (1 << 63,), (1,)), r"parameter 'x'.*do not describe device memory"),
+        (0, view(0x100, (8,), ()), r"parameter 'x'.*do not describe device memory"),
     ],
 )
 def test_wrong_argument_names_the_parameter(fake: FakeDriver, index: int, value: Any, pattern: str) -> None:
@@ -459,6 +469,89 @@ def test_wrong_count_grid_and_stream(fake: FakeDriver) -> None:
             launcher(1, GOOD, stream=handle)
     launcher(1, GOOD, stream=0x99)  # a raw handle is taken as it is
     assert fake.config().stream == 0x99
+
+
+def test_contiguous_views_reach_pointer_parameters(fake: FakeDriver) -> None:
+    """Views whose layout is C order (any stride on a length-1 axis, or no elements) are contiguous."""
+    launcher = Launcher(fn(), [("p", ParamKind.pointer("float32"))], driver=fake)
+    for v in (view(0x10, (8,), (1,)), view(0x20, (2, 1, 4), (4, 99, 1)), view(0x30, (0, 5), (7, 3)),
+              view(0x40, (1,), (5,)), view(0x50, (), ())):
+        launcher(1, [v])
+        assert fake.params() == struct.pack("=Q", v.ptr)
+        launcher.launch_checked(1, [v])
+        assert fake.params() == struct.pack("=Q", v.ptr)
+
+
+def test_malformed_array_interfaces_are_launch_errors(fake: FakeDriver) -> None:
+    class CAI:
+        def __init__(self, ptr: Any, shape: Any, strides: Any = None) -> None:
+            self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": "<f4",
+                                             "strides": strides, "version": 3}
+
+    launcher = Launcher(fn(), [("a", ParamKind.array("float32", 1))], driver=fake)
+    for bad in (CAI(-1, (4,)), CAI(1 << 64, (4,)), CAI(0x1000, (-5,)), CAI(0x1000, (4.7,)), CAI(4096.5, (4,)),
+                CAI(0x1000, (4,), (4.0,))):
+        for launch in (launcher.launch, launcher.launch_checked):
+            with pytest.raises(LaunchError, match=r"parameter 'a'.*malformed __cuda_array_interface__"):
+                launch(1, [bad])
+
+
+def test_bfloat16_overflow_is_an_error_like_float16(fake: FakeDriver) -> None:
+    launcher = Launcher(fn(), [("h", ParamKind.scalar("float16")), ("b", ParamKind.scalar("bfloat16"))], driver=fake)
+    launcher(1, [1.0, (2 - 2**-7) * 2.0**127])  # bfloat16's largest finite value
+    assert fake.params() == struct.pack("=eH", 1.0, 0x7F7F)
+    launcher(1, [float("inf"), float("-inf")])
+    assert fake.params() == struct.pack("=eH", float("inf"), 0xFF80)
+    for args, name in (([65520.0, 1.0], "h"), ([1.0, 3.4e38], "b")):
+        for launch in (launcher.launch, launcher.launch_checked):
+            with pytest.raises(LaunchError, match=rf"parameter '{name}'.*out of range for b?float16"):
+                launch(1, args)
+
+
+def test_fast_path_takes_only_what_the_checked_path_takes(fake: FakeDriver) -> None:
+    """Arguments as a tuple or list only (a set would unpack in any order), grids of exact ints, stream
+    handles within 64 bits on either driver entry point: the generated function agrees with the checked one."""
+    two = [("a", ParamKind.scalar("int32")), ("b", ParamKind.scalar("int32"))]
+    for with_ex in (True, False):
+        driver = FakeDriver(fake.lib, with_ex=with_ex)
+        launcher = Launcher(fn(), two, driver=driver)
+        launcher(4, (1, 8))
+        for args in ({1, 8}, iter((1, 8)), np.array([1, 8]), range(1, 3), {1: 0, 8: 0}):
+            for launch in (launcher.launch, launcher.launch_checked):
+                with pytest.raises(LaunchError, match="args must be a tuple or list"):
+                    launch(4, args)
+        for grid in (4.0, True, np.float64(4), (4.0,), (4, True)):
+            for launch in (launcher.launch, launcher.launch_checked):
+                with pytest.raises(LaunchError, match="grid must be"):
+                    launch(grid, (1, 8))
+        for launch in (launcher.launch, launcher.launch_checked):  # numpy ints are ints
+            launch(np.int64(3), (1, 8))
+            assert (driver.config().gx, driver.params()) == (3, struct.pack("=ii", 1, 8))
+            launch((np.int32(2), 5), (1, 8))
+            assert (driver.config().gx, driver.config().gy) == (2, 5)
+            with pytest.raises(LaunchError, match="stream"):
+                launch(4, (1, 8), (1 << 64) + 0x77)
+        empty = Launcher(fn(), [], driver=driver)
+        empty(1, ())
+        for args in ("", {}, b"", set()):
+            for launch in (empty.launch, empty.launch_checked):
+                with pytest.raises(LaunchError, match="args must be a tuple or list"):
+                    launch(1, args)
+
+
+def test_raw_kernel_entry_hands_other_block_and_shared_types_to_the_checked_path(fake: FakeDriver) -> None:
+    from tilejit.runtime import device as device_state
+
+    launcher = Launcher(fn(), [("n", ParamKind.scalar("int32"))], block=32, driver=fake)
+    redirected: list[tuple[Any, ...]] = []
+    entry = launcher.entry(32, 0, device_state._current, lambda *a: redirected.append(a))
+    entry(1, 32, (1,))
+    entry(1, 32.0, (1,))
+    entry(1, 32, (1,), None, 0.0)
+    entry(1, 32, (1,), None, False)
+    assert [(r[1], r[4]) for r in redirected] == [(32.0, 0), (32, 0.0), (32, False)]
+    with pytest.raises(ValueError, match=r"block must be a positive int or a tuple"):
+        Launcher(fn(), [], block=32.0, driver=fake)  # type: ignore[arg-type]
 
 
 def test_another_launch_function_of_a_signature_reuses_the_compiled_code(fake: FakeDriver) -> None:

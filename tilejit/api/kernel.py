@@ -8,6 +8,7 @@ and device is one specialization, compiled once per process and cached on disk a
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -103,11 +104,21 @@ def _scalar_annotations(func: Callable[..., Any], names: list[str]) -> dict[str,
     return out
 
 
+_MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
 def _normalize_grid(grid: object) -> tuple[int, int, int]:
+    """A grid as three ints (any integer type but bool), within the hardware limits."""
     dims = grid if isinstance(grid, tuple) else (grid,)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d >= 1 for d in dims):
-        raise LaunchError(f"grid must be a positive int or a tuple of 1 to 3 positive ints, got {grid!r}")
-    return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
+    if 1 <= len(dims) <= 3:
+        try:
+            out = [-1 if isinstance(d, bool) else operator.index(d) for d in dims]
+        except TypeError:
+            out = [-1]
+        if all(1 <= d <= limit for d, limit in zip(out, _MAX_GRID)):
+            return (*out, *(1,) * (3 - len(out)))  # type: ignore[return-value]
+    raise LaunchError(f"grid must be a positive int or a tuple of 1 to 3 positive ints within {_MAX_GRID}, "
+                      f"got {grid!r}")
 
 
 def _source_bytes(func: Callable[..., Any]) -> bytes:

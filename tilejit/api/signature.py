@@ -44,6 +44,6 @@ def array_key(
     """
     dtype = BY_NAME[dtype_name]
     item = dtype.itemsize
-    unit = len(strides) > 0 and (strides[-1] == 1 or shape[-1] <= 1)
+    unit = len(strides) > 0 and strides[-1] == 1  # not shape-based: dispatch keys by strides, not shape
     aligned = ptr % 16 == 0 and all((s * item) % 16 == 0 for s in strides[:-1])
     return dtype, len(shape), unit, aligned

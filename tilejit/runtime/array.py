@@ -24,6 +24,7 @@ from tilejit.runtime.interop import (
     DLTensor,
     as_view,
     c_strides,
+    is_contiguous,
     register_converter,
 )
 from tilejit.runtime.memory import DeviceBuffer
@@ -42,7 +43,7 @@ class DeviceArray:
     """An n-d array in device memory. ``strides`` are in bytes (numpy-style); ``ptr`` is the address
     of element 0. Views (from slicing) share their base's memory and keep it alive. Immutable."""
 
-    __slots__ = ("__weakref__", "_base", "_dtname", "_view", "device", "ptr", "shape", "strides")
+    __slots__ = ("__weakref__", "_base", "_contiguous", "_dtname", "_view", "device", "ptr", "shape", "strides")
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     ptr: int
@@ -79,7 +80,8 @@ class DeviceArray:
                     raise ValueError(f"strides {tuple(strides)} do not fit shape {shape_t} of {dtname}")
         view = ArrayView(address, shape_t, tuple(s // item for s in strides_t), dtname, owner)
         for name, value in (("shape", shape_t), ("_dtname", dtname), ("device", dev), ("ptr", address),
-                            ("_base", owner), ("strides", strides_t), ("_view", view)):
+                            ("_base", owner), ("strides", strides_t), ("_view", view),
+                            ("_contiguous", is_contiguous(view.shape, view.strides))):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:

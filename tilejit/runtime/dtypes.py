@@ -101,10 +101,14 @@ def numpy_dtype(name: str) -> Any:
 
 
 def float_to_bfloat16_bits(value: float) -> int:
-    """The 16 bits of ``value`` rounded to bfloat16 (round to nearest even; NaN stays NaN)."""
+    """The 16 bits of ``value`` rounded to bfloat16 (round to nearest even; NaN stays NaN). A finite
+    value beyond bfloat16's range raises ``OverflowError``, as packing a float16 does."""
     import struct
 
     bits: int = struct.unpack("<I", struct.pack("<f", value))[0]
-    if (bits & 0x7F800000) == 0x7F800000 and bits & 0x007FFFFF:
-        return (bits >> 16) | 0x40
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+    if (bits & 0x7F800000) == 0x7F800000:
+        return (bits >> 16) | 0x40 if bits & 0x007FFFFF else bits >> 16
+    out = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+    if (out & 0x7FFF) == 0x7F80:
+        raise OverflowError(f"{value!r} is out of range for bfloat16")
+    return out

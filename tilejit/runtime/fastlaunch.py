@@ -72,8 +72,10 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
     }
     n = len(launcher.params)
     lines: list[str] = []
+    # Only a tuple or list of the arguments, as the checked path accepts (a set would unpack in any order).
+    check_args = "if args.__class__ is not tuple and args.__class__ is not list: raise Mismatch()"
     if n == 0:
-        lines.append("if len(args) != 0: raise Mismatch()")
+        lines.append("if (args.__class__ is not tuple and args.__class__ is not list) or args: raise Mismatch()")
     else:
         lines.append(", ".join(f"a{i}" for i in range(n)) + (", = args" if n == 1 else " = args"))
     values: list[str] = []
@@ -104,11 +106,11 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
                 f"if d{i} != {k.dtype!r}: raise Mismatch()",
             ]
         else:
-            # A pointer needs only the address and dtype: read just those (ints are addresses).
+            # A pointer needs only the address and dtype: read just those (ints are addresses). A strided
+            # view is refused by pointer_of, as by the checked path.
             env[f"conv{i}"] = pointer_of
             lines += [
-                f"if {a}.__class__ is DA: p{i} = {a}.ptr; d{i} = {a}._dtname",
-                f"elif {a}.__class__ is AV: p{i}, _, _, d{i}, _ = {a}",
+                f"if {a}.__class__ is DA and {a}._contiguous: p{i} = {a}.ptr; d{i} = {a}._dtname",
                 f"elif {a}.__class__ is int: p{i} = {a}; d{i} = None",
                 f"else: p{i}, d{i} = conv{i}({a})",
             ]
@@ -123,6 +125,7 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
         # the block is rewritten, so a failed pack never leaves a stale match.
         convert = lines[1:]
         lines = [
+            check_args,
             lines[0],
             f"if not ({' and '.join(f'a{i} is m{i}' for i in range(n))}):",
             "    m0 = NO",
@@ -133,13 +136,14 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
         env["KEEP"] = IMMUTABLE_ARGS
     lines += [
         "if stream is None: h = cur[0]",
-        "elif stream.__class__ is int and stream >= 0: h = stream",
+        "elif stream.__class__ is int and 0 <= stream < 18446744073709551616: h = stream",
         "elif stream.__class__ is Stream: h = stream.handle",
         "else: h = stream_handle(stream)",
     ]
     if launcher._uses_ex:
         lines += [
-            "if (grid is not lg and grid != lg) or h != lh:",
+            # Equal to the last grid and of its exact type (an int or a tuple): the config holds it already.
+            "if (grid is not lg and (grid.__class__ is not lg.__class__ or grid != lg)) or h != lh:",
             "    lg = None",
             "    gx, gy, gz = grid3(grid)",
             f"    cfgpack(cfg, 0, gx, gy, gz, {bx}, {by}, {bz}, {launcher.shared_bytes}, h)",
@@ -160,7 +164,9 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
         env.update(B=raw[0], S=raw[1], D=raw[2], fallback=raw[3], devstate=device_state)
         head = (
             "    def launch(grid, block, args, stream=None, shared_mem=0):\n"
-            "        if block != B or shared_mem != S or devstate._current is not D:\n"
+            "        if ((block is not B and (block.__class__ is not B.__class__ or block != B))\n"
+            "                or (shared_mem is not S and (shared_mem.__class__ is not int or shared_mem != S))\n"
+            "                or devstate._current is not D):\n"
             "            return fallback(grid, block, args, stream, shared_mem)\n"
         )
     state = [f"m{i}" for i in range(n)] + (["lg", "lh"] if launcher._uses_ex else [])

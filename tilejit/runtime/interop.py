@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import operator
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -35,6 +36,29 @@ def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides[i] = step
         step *= max(shape[i], 1)
     return tuple(strides)
+
+
+def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether elements of ``shape`` at ``strides`` (in elements) are packed in C order; dimensions of
+    length 1 may have any stride, and an empty array is contiguous."""
+    if 0 in shape:
+        return True
+    step = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
+def not_contiguous_error(shape: tuple[int, ...], strides: tuple[int, ...]) -> ValueError:
+    """Why a ``T*`` parameter refuses a strided view: it would get the first element's address only."""
+    return ValueError(
+        f"the array is not contiguous (shape {tuple(shape)}, strides {tuple(strides)} in elements), and a "
+        "pointer parameter receives only the address of its first element; pass a contiguous array "
+        "(e.g. x.contiguous() in torch), or pass the address as an int (e.g. x.data_ptr()) if the kernel "
+        "indexes the view itself"
+    )
 
 
 def _host_error(obj: Any) -> TypeError:
@@ -73,9 +97,8 @@ def _torch_view(t: Any) -> ArrayView:
 
 def _torch_pointer(t: Any) -> tuple[int, str]:
     name = _TORCH_DTYPES.get(t.dtype)
-    if name is None or not t.is_cuda:
-        v = _torch_view(t)  # fills the dtype table, or raises the host / dtype error
-        return v.ptr, v.dtype
+    if name is None or not t.is_cuda or not t.is_contiguous():
+        return _pointer_via_view(t)  # fills the dtype table, or raises the host / dtype / layout error
     return t.data_ptr(), name
 
 
@@ -100,11 +123,14 @@ def parse_cuda_array_interface(cai: Mapping[str, Any], owner: object) -> ArrayVi
     default stream, which is ordered with blocking streams) when that matters.
     """
     try:
-        shape = tuple(int(s) for s in cai["shape"])
+        shape = tuple(operator.index(s) for s in cai["shape"])
         typestr = cai["typestr"]
-        ptr = cai["data"][0]
+        ptr = operator.index(cai["data"][0] or 0)
     except (KeyError, TypeError, IndexError) as exc:
         raise ValueError(f"malformed __cuda_array_interface__ {dict(cai)!r}: {exc}") from None
+    if any(n < 0 for n in shape) or not 0 <= ptr < 1 << 64:
+        raise ValueError(f"malformed __cuda_array_interface__ {dict(cai)!r}: a negative size or an address "
+                         "that is not a 64-bit pointer")
     if cai.get("mask") is not None:
         raise ValueError("masked arrays (__cuda_array_interface__ 'mask') are not supported")
     if not isinstance(typestr, str) or len(typestr) < 3 or typestr[0] not in "<|=":
@@ -119,10 +145,14 @@ def parse_cuda_array_interface(cai: Mapping[str, Any], owner: object) -> ArrayVi
         item = ITEMSIZE[name]
         if len(byte_strides) != len(shape):
             raise ValueError(f"__cuda_array_interface__ has {len(shape)} dims but {len(byte_strides)} strides")
-        if any(int(s) % item for s in byte_strides):
-            raise ValueError(f"strides {tuple(byte_strides)} (bytes) are not a multiple of the item size {item}")
-        strides = tuple(int(s) // item for s in byte_strides)
-    return ArrayView(int(ptr or 0), shape, strides, name, owner)
+        try:
+            byte_strides = tuple(operator.index(s) for s in byte_strides)
+        except TypeError as exc:
+            raise ValueError(f"malformed __cuda_array_interface__ strides {tuple(byte_strides)!r}: {exc}") from None
+        if any(s % item for s in byte_strides):
+            raise ValueError(f"strides {byte_strides} (bytes) are not a multiple of the item size {item}")
+        strides = tuple(s // item for s in byte_strides)
+    return ArrayView(ptr, shape, strides, name, owner)
 
 
 def _cai_view(obj: Any) -> ArrayView:
@@ -317,6 +347,8 @@ _POINTER_BY_TYPE: dict[type, Callable[[Any], tuple[int, str]]] = {}
 
 def _pointer_via_view(obj: Any) -> tuple[int, str]:
     v = as_view(obj)
+    if not is_contiguous(v.shape, v.strides):
+        raise not_contiguous_error(v.shape, v.strides)
     return v.ptr, v.dtype
 
 
@@ -344,6 +376,6 @@ def as_view(obj: Any) -> ArrayView:
 
 
 __all__ = [
-    "ArrayView", "DLPackOwner", "as_view", "c_strides", "parse_cuda_array_interface", "parse_dlpack_capsule",
-    "pointer_of", "register_converter",
+    "ArrayView", "DLPackOwner", "as_view", "c_strides", "is_contiguous", "not_contiguous_error",
+    "parse_cuda_array_interface", "parse_dlpack_capsule", "pointer_of", "register_converter",
 ]

@@ -28,7 +28,7 @@ from typing import Any
 from tilejit.errors import CUDAError, LaunchError
 from tilejit.runtime.array import DeviceArray
 from tilejit.runtime.dtypes import ITEMSIZE, STRUCT_CHAR, float_to_bfloat16_bits
-from tilejit.runtime.interop import ArrayView, as_view
+from tilejit.runtime.interop import ArrayView, as_view, is_contiguous, not_contiguous_error
 from tilejit.runtime.stream import stream_handle
 
 _INT_RANGE: dict[str, tuple[int, int]] = {
@@ -146,6 +146,8 @@ class ParamKind:
             v = self._view(value, where)
             if self.dtype is not None and v.dtype != self.dtype:
                 raise LaunchError(f"{where}: expected {self.dtype} data, got an array of {v.dtype}")
+            if not is_contiguous(v.shape, v.strides):
+                raise LaunchError(f"{where}: {not_contiguous_error(v.shape, v.strides)}")
             return (v.ptr,)
         v = self._view(value, where)
         if v.dtype != self.dtype or len(v.shape) != self.ndim:
@@ -156,10 +158,23 @@ class ParamKind:
 
     @staticmethod
     def _view(value: Any, where: str) -> ArrayView:
+        """The view of an array argument, its fields checked to fit the parameter block's C types."""
         try:
-            return as_view(value)
+            v = as_view(value)
         except (TypeError, ValueError) as exc:
             raise LaunchError(f"{where}: {exc}") from None
+        ptr, shape, strides = v.ptr, v.shape, v.strides
+        if (
+            not (isinstance(ptr, int) and 0 <= ptr < 1 << 64)
+            or not all(isinstance(n, int) and 0 <= n < 1 << 63 for n in shape)
+            or not (isinstance(strides, tuple) and len(strides) == len(shape))
+            or not all(isinstance(s, int) and -(1 << 63) <= s < 1 << 63 for s in strides)
+        ):
+            raise LaunchError(
+                f"{where}: the array's address {ptr!r}, shape {shape!r} or strides {strides!r} do not describe "
+                "device memory (a 64-bit address, sizes >= 0 and one int64 stride per dimension)"
+            )
+        return v
 
     def _scalar(self, value: Any, where: str) -> Any:
         dtype = self.dtype
@@ -186,12 +201,18 @@ class ParamKind:
                 raise LaunchError(f"{where}: {v} is out of range for {dtype} [{lo}, {hi}]")
             return v
         # floating point
+        if _is_complex(value):
+            raise LaunchError(f"{where}: expected a real number for {dtype}, got {_type_name(value)} {value!r}")
         if not (isinstance(value, int | float) or hasattr(value, "__float__")):
-            raise LaunchError(f"{where}: expected a number for {dtype}, got {_type_name(value)}")
+            raise LaunchError(f"{where}: expected a number for {dtype}, got {_type_name(value)} {value!r}")
         try:
             f = float(value)
         except (TypeError, ValueError):
             raise LaunchError(f"{where}: expected a number for {dtype}, got {_type_name(value)} {value!r}") from None
+        except OverflowError:
+            text = repr(value)
+            text = text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} digits)"
+            raise LaunchError(f"{where}: {text} is out of range for {dtype}") from None
         try:
             if dtype == "bfloat16":
                 return float_to_bfloat16_bits(f)
@@ -199,6 +220,11 @@ class ParamKind:
         except OverflowError:
             raise LaunchError(f"{where}: {f!r} is out of range for {dtype}") from None
         return f
+
+
+def _is_complex(value: Any) -> bool:
+    """Python and numpy complex numbers: ``float()`` of a numpy one drops the imaginary part with only a warning."""
+    return isinstance(value, complex) or getattr(getattr(value, "dtype", None), "kind", "") == "c"
 
 
 def param_layout(kinds: Sequence[ParamKind]) -> tuple[str, tuple[int, ...], int]:
@@ -222,19 +248,29 @@ def param_layout(kinds: Sequence[ParamKind]) -> tuple[str, tuple[int, ...], int]
 
 
 def _grid3(grid: Any) -> tuple[int, int, int]:
-    """A grid as three ints, checked against the hardware limits."""
-    if isinstance(grid, int) and not isinstance(grid, bool):
-        dims: tuple[Any, ...] = (grid, 1, 1)
-    elif isinstance(grid, tuple | list) and 1 <= len(grid) <= 3:
-        dims = (*grid, *(1,) * (3 - len(grid)))
+    """A grid as three ints (any integer type, e.g. numpy's, but not bool), checked against the hardware limits."""
+    if isinstance(grid, tuple | list):
+        if not 1 <= len(grid) <= 3:
+            raise LaunchError(f"grid must be a positive int or a tuple of 1 to 3 positive ints, got {grid!r}")
+        dims: tuple[Any, ...] = (*grid, *(1,) * (3 - len(grid)))
     else:
-        raise LaunchError(f"grid must be a positive int or a tuple of 1 to 3 positive ints, got {grid!r}")
+        dims = (grid, 1, 1)
+    out = []
     for d, limit in zip(dims, _MAX_GRID):
-        if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= limit:
+        try:
+            n = -1 if isinstance(d, bool) or _is_bool(d) else operator.index(d)
+        except TypeError:
+            n = -1
+        if not 1 <= n <= limit:
             raise LaunchError(
                 f"grid must be a positive int or a tuple of 1 to 3 positive ints within {_MAX_GRID}, got {grid!r}"
             )
-    return dims  # type: ignore[return-value]
+        out.append(n)
+    return out[0], out[1], out[2]
+
+
+def _is_bool(value: Any) -> bool:
+    return _type_name(value) in ("numpy.bool_", "numpy.bool")
 
 
 def _block3(block: Any) -> tuple[int, int, int]:
@@ -329,7 +365,7 @@ class Launcher:
         for n, k in self.params:
             if not isinstance(k, ParamKind):
                 raise TypeError(f"parameter {n!r}: expected a ParamKind, got {type(k).__name__}")
-        self.block = _block3(tuple(block) if not isinstance(block, int) else block)
+        self.block = _block3(tuple(block) if isinstance(block, list) else block)
         if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, int) or shared_bytes < 0:
             raise ValueError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
         self.shared_bytes = shared_bytes
