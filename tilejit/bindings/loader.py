@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import glob
 import os
 import re
 import site
@@ -378,6 +377,8 @@ def cuda_home_dirs(names: Sequence[str]) -> list[Candidate]:
             subs = [os.path.join(root, "bin"), os.path.join(root, "bin", "x64")]
         else:
             subs = [os.path.join(root, "lib64"), os.path.join(root, "lib")]
+            import glob  # here, not at the top: it compiles regular expressions on import (warm launches)
+
             subs += sorted(glob.glob(os.path.join(root, "targets", "*", "lib")))
         out += [Candidate.folder(s, names, f"${var}") for s in subs]
     return out

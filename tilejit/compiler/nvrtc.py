@@ -210,7 +210,6 @@ def _check_no_nul(name: str, source: str, headers: Mapping[str, str], options: S
                 raise ValueError(f"{what} {v!r} contains a NUL byte")
 
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]*)"|(<))?', re.MULTILINE)
 _DISK_OPTIONS = ("-I", "--include-path", "-include", "--pre-include")
 
 
@@ -220,15 +219,25 @@ def _reads_disk_headers(source: str, headers: Mapping[str, str], options: Sequen
     looks up in the current folder. ``<x>`` names come from ``headers`` or NVRTC's built-ins."""
     if any(o.startswith(_DISK_OPTIONS) for o in options):
         return True
-    for text in (source, *headers.values()):
-        if "include" not in text:
-            continue
-        for m in _INCLUDE.finditer(text):
-            quoted, angle = m.group(1), m.group(2)
-            if angle is None and (quoted is None or quoted not in headers):
-                return True
-        if "__has_include" in text:
-            return True
+    return any(_includes_from_disk(text, headers) for text in (source, *headers.values()))
+
+
+def _includes_from_disk(text: str, headers: Mapping[str, str]) -> bool:
+    """Whether ``text`` has an ``#include`` that is not ``<name>`` or a ``"name"`` in ``headers``
+    (plain string scanning: a regular expression would cost a warm launch its compile)."""
+    if "__has_include" in text:
+        return True
+    at = text.find("include")
+    while at >= 0:
+        line_start = text.rfind("\n", 0, at) + 1
+        if text[line_start:at].replace(" ", "").replace("\t", "") == "#":  # a directive, not a word
+            end = text.find("\n", at)
+            rest = text[at + 7 : len(text) if end < 0 else end].lstrip(" \t")
+            if not rest.startswith("<"):
+                name = rest[1:].partition('"')[0] if rest.startswith('"') else None
+                if name is None or name not in headers:
+                    return True
+        at = text.find("include", at + 7)
     return False
 
 
