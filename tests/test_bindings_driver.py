@@ -215,13 +215,17 @@ def test_explicit_driver_path_is_the_only_place(monkeypatch: pytest.MonkeyPatch)
     assert "libcuda.so.1 (" not in text.replace("/nonexistent/custom/libcuda.so.1 (", "")
 
 
-def test_discovery_lists_every_place(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TILEJIT_CUDA_DRIVER", raising=False)
-    # Make the system loader find nothing, even on a machine with a driver.
+def _no_driver_anywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the system loader find nothing and no driver count as loaded, even on a machine with a driver."""
     monkeypatch.setattr(
         loader, "system_sonames", lambda names: [loader.Candidate.soname(f"tilejit-absent-{n}") for n in names]
     )
     monkeypatch.setattr(loader, "already_loaded", lambda pattern, origin="", needle="": [])
+
+
+def test_discovery_lists_every_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TILEJIT_CUDA_DRIVER", raising=False)
+    _no_driver_anywhere(monkeypatch)
     with pytest.raises(LibraryNotFoundError) as info:
         load_driver()
     text = str(info.value)
@@ -312,10 +316,7 @@ def test_setting_naming_no_regular_file_says_so(
 @pytest.mark.parametrize("value", ["", "   "], ids=["empty", "blank"])
 def test_empty_driver_setting_is_listed_as_ignored(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TILEJIT_CUDA_DRIVER", value)
-    monkeypatch.setattr(
-        loader, "system_sonames", lambda names: [loader.Candidate.soname(f"tilejit-absent-{n}") for n in names]
-    )
-    monkeypatch.setattr(loader, "already_loaded", lambda pattern, origin="", needle="": [])
+    _no_driver_anywhere(monkeypatch)
     with pytest.raises(LibraryNotFoundError) as info:
         load_driver()
     text = str(info.value)
