@@ -539,6 +539,26 @@ def test_fast_path_takes_only_what_the_checked_path_takes(fake: FakeDriver) -> N
                     launch(1, args)
 
 
+def test_a_closed_stream_is_a_launch_error_on_both_paths(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from tilejit.runtime import stream as stream_mod
+
+    monkeypatch.setattr(stream_mod, "initialized_driver",
+                        lambda: SimpleNamespace(cuStreamDestroy=lambda h: 0, check=lambda *a: None))
+    s = Stream._wrap(0x77)
+    s._owned = True
+    launcher = Launcher(fn(), [("n", ParamKind.scalar("int32"))], driver=fake)
+    launcher(1, (1,), s)
+    assert fake.config().stream == 0x77
+    s.close()
+    before = fake.calls()
+    for launch in (launcher.launch, launcher.launch_checked):
+        with pytest.raises(LaunchError, match=r"stream: <tilejit.Stream 0x0 \(closed\)> was closed"):
+            launch(1, (1,), s)
+    assert fake.calls() == before
+
+
 def test_raw_kernel_entry_hands_other_block_and_shared_types_to_the_checked_path(fake: FakeDriver) -> None:
     from tilejit.runtime import device as device_state
 

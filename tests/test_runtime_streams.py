@@ -26,6 +26,19 @@ class TorchLike:
     cuda_stream = 0x9ABC
 
 
+class ProtocolValue:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __cuda_stream__(self) -> object:
+        return self.value
+
+
+class TorchValue:
+    def __init__(self, handle: object) -> None:
+        self.cuda_stream = handle
+
+
 class BadProtocol:
     def __cuda_stream__(self) -> int:
         return 7
@@ -52,6 +65,13 @@ def test_foreign_streams() -> None:
         (1 << 64, ValueError, "64-bit address"),
         (object(), TypeError, r"expected a stream: .*got builtins.object"),
         (BadProtocol(), TypeError, r"must give \(version, handle\)"),
+        (ProtocolValue((0, -1)), ValueError, r"handle of ProtocolValue.__cuda_stream__: .*cannot be negative"),
+        (ProtocolValue((0, 1 << 70)), ValueError, r"handle of ProtocolValue.__cuda_stream__: .*64-bit address"),
+        (ProtocolValue((7, 0x10)), ValueError, r"gave protocol version 7; tilejit reads version 0"),
+        (ProtocolValue((0, 3.9)), TypeError, r"must be an int handle, got float 3.9"),
+        (ProtocolValue((0, "16")), TypeError, r"must be an int handle, got str '16'"),
+        (ProtocolValue((0, True)), TypeError, r"must be an int handle, got a bool"),
+        (TorchValue(-5), ValueError, r"TorchValue.cuda_stream: a stream handle cannot be negative"),
     ],
 )
 def test_bad_streams(obj: object, error: type[Exception], pattern: str) -> None:
@@ -70,6 +90,34 @@ def test_current_stream_round_trip() -> None:
     assert stream_handle(None) == 0
     set_current_stream(None)
     assert current_stream() is Stream.legacy()
+
+
+def test_a_closed_stream_is_refused_and_stops_being_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work on a closed stream would go to whatever its handle means next (a crash was seen): refused."""
+    from types import SimpleNamespace
+
+    from tilejit.runtime import stream as stream_mod
+
+    destroyed: list[int] = []
+    fake = SimpleNamespace(cuStreamDestroy=lambda h: destroyed.append(h.value) or 0,
+                           check=lambda status, name: None)
+    monkeypatch.setattr(stream_mod, "initialized_driver", lambda: fake)
+    s = Stream._wrap(0x5010)
+    s._owned = True  # as if Stream() had created it
+    previous = set_current_stream(s)
+    try:
+        assert stream_handle(None) == 0x5010
+        s.close()
+        assert destroyed == [0x5010]
+        assert current_stream() is Stream.legacy() and stream_handle(None) == 0
+        assert "closed" in repr(s)
+        for use in (lambda: stream_handle(s), s.synchronize, s.query, s.__cuda_stream__):
+            with pytest.raises(ValueError, match=r"was closed; use another stream"):
+                use()
+        s.close()  # twice is fine
+        assert destroyed == [0x5010]
+    finally:
+        set_current_stream(previous)
 
 
 def test_no_driver_means_zero_devices_and_a_clear_error(tmp_path: object) -> None:

@@ -137,7 +137,7 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
     lines += [
         "if stream is None: h = cur[0]",
         "elif stream.__class__ is int and 0 <= stream < 18446744073709551616: h = stream",
-        "elif stream.__class__ is Stream: h = stream.handle",
+        "elif stream.__class__ is Stream and not stream._closed: h = stream.handle",
         "else: h = stream_handle(stream)",
     ]
     if launcher._uses_ex:

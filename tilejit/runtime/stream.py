@@ -7,6 +7,7 @@ one torch and CuPy also use by default) until :func:`set_current_stream` names a
 from __future__ import annotations
 
 import ctypes
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +25,17 @@ _CUDA_ERROR_NOT_READY = 600
 
 class Stream:
     """A CUDA stream. ``Stream()`` creates a non-blocking stream on the current device, which
-    ``close()`` (or leaving a ``with`` block) destroys; wrapped foreign streams are never destroyed."""
+    ``close()`` (or leaving a ``with`` block) destroys; wrapped foreign streams are never destroyed.
+    A closed stream refuses further use (a launch on it would go to whatever the handle means next);
+    closing the current stream makes the legacy default stream current again."""
 
-    __slots__ = ("__weakref__", "_owned", "_owner", "device", "handle")
+    __slots__ = ("__weakref__", "_closed", "_owned", "_owner", "device", "handle")
 
     handle: int
     device: Device | None
     _owned: bool
     _owner: object
+    _closed: bool
 
     def __init__(self, device: Device | int | None = None, *, non_blocking: bool = True) -> None:
         dev = get_device() if device is None else Device(device)
@@ -44,6 +48,7 @@ class Stream:
         self.device = dev
         self._owned = True
         self._owner = None
+        self._closed = False
 
     @classmethod
     def _wrap(cls, handle: int, owner: object = None) -> Stream:
@@ -52,6 +57,7 @@ class Stream:
         s.device = None
         s._owned = False
         s._owner = owner
+        s._closed = False
         return s
 
     @classmethod
@@ -71,7 +77,7 @@ class Stream:
         return cls._wrap(stream_handle(obj), obj)
 
     def __repr__(self) -> str:
-        kind = "owned" if self._owned else "external"
+        kind = "closed" if self._closed else "owned" if self._owned else "external"
         return f"<tilejit.Stream {self.handle:#x} ({kind})>"
 
     def __eq__(self, other: object) -> bool:
@@ -81,17 +87,19 @@ class Stream:
         return hash(self.handle)
 
     def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.handle)
+        return (0, _handle_of_own(self))
 
     def synchronize(self) -> None:
         """Wait until all work queued on this stream has finished."""
+        h = ctypes.c_void_p(_handle_of_own(self))
         d = initialized_driver()
-        d.check(d.cuStreamSynchronize(ctypes.c_void_p(self.handle)), "cuStreamSynchronize")
+        d.check(d.cuStreamSynchronize(h), "cuStreamSynchronize")
 
     def query(self) -> bool:
         """True when all work queued on this stream has finished."""
+        h = ctypes.c_void_p(_handle_of_own(self))
         d = initialized_driver()
-        status = d.cuStreamQuery(ctypes.c_void_p(self.handle))
+        status = d.cuStreamQuery(h)
         if status == _CUDA_ERROR_NOT_READY:
             return False
         d.check(status, "cuStreamQuery")
@@ -99,8 +107,9 @@ class Stream:
 
     def wait(self, event: Event) -> None:
         """Make later work on this stream wait until ``event`` has completed."""
+        h = ctypes.c_void_p(_handle_of_own(self))
         d = initialized_driver()
-        d.check(d.cuStreamWaitEvent(ctypes.c_void_p(self.handle), ctypes.c_void_p(event.handle), 0),
+        d.check(d.cuStreamWaitEvent(h, ctypes.c_void_p(event.handle), 0),
                 "cuStreamWaitEvent")
 
     def record(self, event: Event | None = None) -> Event:
@@ -112,9 +121,12 @@ class Stream:
         return ev
 
     def close(self) -> None:
-        """Destroy the stream if tilejit created it (queued work still completes)."""
+        """Destroy the stream if tilejit created it (queued work still completes); later use of it is
+        an error. If it is the current stream, the legacy default stream becomes current."""
         if self._owned and self.handle:
-            handle, self.handle, self._owned = self.handle, 0, False
+            handle, self.handle, self._owned, self._closed = self.handle, 0, False, True
+            if _current[0] is self:
+                set_current_stream(None)
             d = initialized_driver()
             d.check(d.cuStreamDestroy(ctypes.c_void_p(handle)), "cuStreamDestroy")
 
@@ -159,6 +171,8 @@ def set_current_stream(stream: Any) -> Stream:
 
 
 def _handle_of_own(s: Stream) -> int:
+    if s._closed:
+        raise ValueError(f"{s!r} was closed; use another stream")
     return s.handle
 
 
@@ -170,20 +184,37 @@ def _handle_of_int(h: int) -> int:
     return h
 
 
+def _checked_handle(value: object, what: str) -> int:
+    """A handle another library gave (an int in 0..2**64-1), or a clear error naming where it came from."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int handle, got a bool")
+    try:
+        h = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{what} must be an int handle, got {type(value).__name__} {value!r}") from None
+    try:
+        return _handle_of_int(h)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
 def _handle_of_protocol(obj: Any) -> int:
     attr = obj.__cuda_stream__
     value = attr() if callable(attr) else attr
+    name = f"{type(obj).__name__}.__cuda_stream__"
     if not (isinstance(value, tuple) and len(value) == 2):
-        raise TypeError(f"{type(obj).__name__}.__cuda_stream__ must give (version, handle), got {value!r}")
-    return int(value[1])
+        raise TypeError(f"{name} must give (version, handle), got {value!r}")
+    if value[0] != 0:
+        raise ValueError(f"{name} gave protocol version {value[0]!r}; tilejit reads version 0")
+    return _checked_handle(value[1], f"the handle of {name}")
 
 
 def _handle_of_torch(obj: Any) -> int:
-    return int(obj.cuda_stream)
+    return _checked_handle(obj.cuda_stream, f"{type(obj).__name__}.cuda_stream")
 
 
 def _handle_of_cupy(obj: Any) -> int:
-    return int(obj.ptr)
+    return _checked_handle(obj.ptr, f"{type(obj).__name__}.ptr")
 
 
 _BY_TYPE: dict[type, Callable[[Any], int]] = {Stream: _handle_of_own, int: _handle_of_int}
