@@ -178,3 +178,75 @@ def test_c_strides_and_dtype_names() -> None:
     assert float_to_bfloat16_bits(1.01171875) == 0x3F82  # halfway: rounds to even (up)
     assert float_to_bfloat16_bits(-3.0) == 0xC040
     assert float_to_bfloat16_bits(float("nan")) & 0x7FC0 == 0x7FC0
+
+
+# --------------------------------------------------------------------------- per-object converters
+
+
+class SometimesOnGpu:
+    """One class for host and device arrays, as JAX's: ``__cuda_array_interface__`` raises
+    AttributeError on a host instance, whose ``__dlpack_device__`` says CPU."""
+
+    def __init__(self, ptr: int | None) -> None:
+        self.ptr = ptr
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        if self.ptr is None:
+            raise AttributeError("a CPU array has no __cuda_array_interface__")
+        return {"data": (self.ptr, False), "shape": (3,), "typestr": "<f4", "version": 3}
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        return np.zeros(3, np.float32)
+
+
+class SometimesOnGpuDLPack(SometimesOnGpu):
+    def __dlpack__(self, stream: Any = None) -> Any:
+        assert self.ptr is not None, "a host array is not exported"
+        self.producer = Producer(interop.KDL_CUDA, 2, 32, (3,), None, ptr=self.ptr)
+        return self.producer.__dlpack__(stream)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (interop.KDL_CPU, 0) if self.ptr is None else (interop.KDL_CUDA, 0)
+
+
+@pytest.mark.parametrize("base", [SometimesOnGpu, SometimesOnGpuDLPack])
+def test_converter_is_chosen_per_object_when_the_class_has_both(base: type[SometimesOnGpu]) -> None:
+    host = r"host \(CPU\) array \(.*GpuFirst\)"
+    gpu_first = type("GpuFirst", (base,), {})
+    assert as_view(gpu_first(0x7000)).ptr == 0x7000
+    for _ in range(2):  # the cached converter stays, and still refuses host instances clearly
+        with pytest.raises(interop.NotDeviceArrayError, match=host):
+            as_view(gpu_first(None))
+    assert as_view(gpu_first(0x7100)).ptr == 0x7100
+
+    cpu_first = type("CpuFirst", (base,), {})
+    with pytest.raises(interop.NotDeviceArrayError, match=r"host \(CPU\) array"):
+        as_view(cpu_first(None))
+    assert as_view(cpu_first(0x7200)).ptr == 0x7200
+    with pytest.raises(TypeError, match=r"host \(CPU\) array"):
+        as_view(cpu_first(None))
+
+
+def test_host_converter_is_cached_for_host_only_classes() -> None:
+    class HostOnly:
+        def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+            return np.zeros(2)
+
+    with pytest.raises(interop.NotDeviceArrayError, match=r"host \(CPU\) array"):
+        as_view(HostOnly())
+    assert HostOnly in interop._BY_TYPE
+    with pytest.raises(interop.NotDeviceArrayError, match="expected a device array"):
+        as_view(object())
+
+
+def test_cai_strides_that_are_not_a_sequence() -> None:
+    with pytest.raises(ValueError, match="malformed __cuda_array_interface__ strides 4"):
+        as_view(CAI(data=(0x7000, False), shape=(3,), typestr="<f4", strides=4))
+
+
+def test_dlpack_view_owner_knows_the_device() -> None:
+    p = Producer(interop.KDL_CUDA, 2, 32, (4,), None)
+    p.managed.dl_tensor.device.device_id = 1
+    v = as_view(p)
+    assert isinstance(v.owner, interop.DLPackOwner) and v.owner.device_id == 1

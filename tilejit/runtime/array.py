@@ -21,22 +21,36 @@ from tilejit.runtime.interop import (
     ArrayView,
     DLDevice,
     DLManagedTensor,
+    DLPackOwner,
     DLTensor,
+    NotDeviceArrayError,
     as_view,
     c_strides,
     is_contiguous,
     register_converter,
 )
-from tilejit.runtime.memory import DeviceBuffer
+from tilejit.runtime.memory import MAX_NBYTES, DeviceBuffer
 from tilejit.runtime.stream import stream_handle
 
 
+def _dim(d: Any) -> int:
+    n = -1 if isinstance(d, bool) else operator.index(d)
+    if n < 0:
+        raise ValueError(d)
+    return n
+
+
 def _shape_tuple(shape: int | Sequence[int]) -> tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
-            raise ValueError(f"shape must be non-negative ints, got {shape!r}")
-    return dims
+    """``shape`` as a tuple of ints; other ints (numpy's) are read through ``operator.index``."""
+    try:
+        if not isinstance(shape, tuple | list):
+            try:
+                return (_dim(shape),)
+            except TypeError:
+                pass  # not one int: a sequence of them
+        return tuple([_dim(d) for d in shape])  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise ValueError(f"shape must be non-negative ints, got {shape!r}") from None
 
 
 class DeviceArray:
@@ -65,9 +79,13 @@ class DeviceArray:
         shape_t = _shape_tuple(shape)
         dtname = dtype_name(dtype)
         item = ITEMSIZE[dtname]
+        nbytes = math.prod(shape_t) * item
+        if nbytes > MAX_NBYTES:
+            raise ValueError(f"shape {shape_t} of {dtname} is {nbytes} bytes, more than a 64-bit size can hold "
+                             "(at most 2**64 - 1 bytes)")
         owner: object
         if ptr is None:
-            buf = DeviceBuffer(math.prod(shape_t) * item, device)
+            buf = DeviceBuffer(nbytes, device)
             dev, address, owner = buf.device, buf.ptr, buf
             strides_t = tuple(s * item for s in c_strides(shape_t))
         else:
@@ -148,6 +166,8 @@ class DeviceArray:
                 offset += start * st if length else 0
                 shape.append(length)
                 strides.append(st * step)
+            elif isinstance(k, bool):  # numpy would add an axis (a mask); not supported
+                raise IndexError("only ints and slices index a DeviceArray, got bool")
             else:
                 try:
                     i = operator.index(k)
@@ -180,7 +200,7 @@ class DeviceArray:
             return np.empty(self.shape, dt)
         lo, hi = self._span()
         raw = np.empty(hi - lo, np.uint8)
-        _copy_dtoh(raw, self.ptr + lo, hi - lo, stream)
+        _copy_dtoh(self.device, raw, self.ptr + lo, hi - lo, stream)
         if self.is_c_contiguous:
             return raw.view(dt).reshape(self.shape)
         return np.ndarray(self.shape, dt, buffer=raw, offset=-lo, strides=self.strides).copy()
@@ -194,12 +214,14 @@ class DeviceArray:
         """Overwrite the contents from a host array of the same shape (cast to this dtype)."""
         import numpy as np
 
-        a = np.ascontiguousarray(np.asarray(src, dtype=self.dtype))
-        if a.shape != self.shape:
-            a = np.ascontiguousarray(np.broadcast_to(a, self.shape))
         if not self.is_c_contiguous:
             raise ValueError("copy_from_host needs a C-contiguous destination")
-        _copy_htod(self.ptr, a, stream)
+        # np.asarray keeps 0-d data 0-d (np.ascontiguousarray makes it 1-d), and gives native byte order.
+        a = np.asarray(src, dtype=self.dtype, order="C")
+        if a.shape != self.shape:
+            a = np.asarray(np.broadcast_to(a, self.shape), order="C")
+        if a.nbytes:
+            _copy_htod(self.device, self.ptr, a, stream)
 
     def fill(self, value: Any, *, stream: Any = None) -> DeviceArray:
         """Set every element to ``value``; returns self."""
@@ -210,12 +232,13 @@ class DeviceArray:
         if self.size == 0:
             return self
         one = np.asarray(value, dtype=self.dtype).reshape(1).view(np.uint8)
-        d = initialized_driver()
-        h = ctypes.c_void_p(stream_handle(stream))
         if np.all(one == one[0]):
+            self.device.context.ensure_current()
+            d = initialized_driver()
+            h = ctypes.c_void_p(stream_handle(stream))
             d.check(d.cuMemsetD8Async(self.ptr, int(one[0]), self.nbytes, h), "cuMemsetD8Async")
         else:
-            _copy_htod(self.ptr, np.full(self.shape, value, dtype=self.dtype), stream)
+            _copy_htod(self.device, self.ptr, np.full(self.shape, value, dtype=self.dtype), stream)
         return self
 
     def poison(self, *, stream: Any = None) -> DeviceArray:
@@ -223,6 +246,7 @@ class DeviceArray:
         if not self.is_c_contiguous:
             raise ValueError("poison needs a C-contiguous array")
         if self.nbytes:
+            self.device.context.ensure_current()
             d = initialized_driver()
             d.check(d.cuMemsetD8Async(self.ptr, 0xFF, self.nbytes, ctypes.c_void_p(stream_handle(stream))),
                     "cuMemsetD8Async")
@@ -251,13 +275,16 @@ class DeviceArray:
     def __dlpack__(
         self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
     ) -> Any:
-        """A DLPack ``dltensor`` capsule; the consumer's ``stream`` is made to wait for the current one."""
+        """A DLPack ``dltensor`` capsule; the consumer's ``stream`` is made to wait for the current one
+        (``None``, as the DLPack protocol says, means the legacy default stream; ``-1``: no ordering)."""
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"cannot export to device {dl_device}: the array is on {self.__dlpack_device__()}")
         if copy:
             raise BufferError("DeviceArray.__dlpack__ does not copy")
-        if stream is not None and stream != -1:
-            _order_streams(stream)
+        if stream is None:
+            stream = 1
+        if stream != -1:
+            _order_streams(stream, self.device)
         return _make_capsule(self)
 
 
@@ -288,23 +315,55 @@ def full(
 
 def asarray(obj: Any, dtype: Any = None, *, device: Device | int | None = None) -> DeviceArray:
     """A device array of ``obj``: a DeviceArray is returned as is; another library's device array is
-    wrapped without a copy (its dtype must match ``dtype`` if given); host data is copied."""
+    wrapped without a copy (its dtype must match ``dtype`` if given, and its device ``device``); host
+    data is copied. Nothing is copied between devices: a ``device`` other than the array's is an error."""
     if isinstance(obj, DeviceArray):
         if dtype is not None and dtype_name(dtype) != obj._dtname:
             raise TypeError(f"asarray: the array is {obj._dtname}, {dtype_name(dtype)} was asked for")
+        if device is not None:
+            _same_device(Device(device), obj.device.ordinal)
         return obj
     if not _is_host(obj):
         try:
             v = as_view(obj)
-        except TypeError:
-            v = None
+        except NotDeviceArrayError:
+            v = None  # host data (or not an array at all): copied from the host below
         if v is not None:
             if dtype is not None and dtype_name(dtype) != v.dtype:
                 raise TypeError(f"asarray: the device array is {v.dtype}, {dtype_name(dtype)} was asked for")
+            producer = _producer_device(v.owner)
+            dev: Device | int | None = device
+            if device is None:
+                dev = producer
+            elif producer is not None:
+                dev = _same_device(Device(device), producer)
             item = ITEMSIZE[v.dtype]
-            return DeviceArray(v.shape, v.dtype, device=device, strides=[s * item for s in v.strides], ptr=v.ptr,
+            return DeviceArray(v.shape, v.dtype, device=dev, strides=[s * item for s in v.strides], ptr=v.ptr,
                                base=v.owner)
     return from_numpy(obj, dtype, device=device)
+
+
+def _same_device(asked: Device, have: int) -> Device:
+    if asked.ordinal != have:
+        raise ValueError(f"asarray: the array is on device {have}, device {asked.ordinal} was asked for; "
+                         "tilejit does not copy arrays between devices")
+    return asked
+
+
+def _producer_device(owner: object) -> int | None:
+    """The device ordinal a foreign array's library reports (DLPack, torch, CuPy); None when unknown
+    (``__cuda_array_interface__`` has no device)."""
+    if isinstance(owner, DLPackOwner):
+        return owner.device_id
+    module = type(owner).__module__.split(".")[0]
+    try:
+        if module == "torch":
+            return int(owner.get_device())  # type: ignore[attr-defined]
+        if module == "cupy":
+            return int(owner.device.id)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return None
 
 
 def from_numpy(obj: Any, dtype: Any = None, *, device: Device | int | None = None) -> DeviceArray:
@@ -313,10 +372,12 @@ def from_numpy(obj: Any, dtype: Any = None, *, device: Device | int | None = Non
 
     a = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=numpy_dtype(dtype_name(dtype)))
     name = dtype_name(a.dtype)
-    a = np.ascontiguousarray(a)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))  # the device reads native (little-endian) values
+    a = np.asarray(a, order="C")  # keeps 0-d data 0-d, as np.ascontiguousarray does not
     out = DeviceArray(a.shape, name, device=device)
     if out.nbytes:
-        _copy_htod(out.ptr, a, None)
+        _copy_htod(out.device, out.ptr, a, None)
     return out
 
 
@@ -329,21 +390,23 @@ def _is_host(obj: Any) -> bool:
 # --------------------------------------------------------------------------- helpers
 
 
-def _copy_htod(dst: int, host: Any, stream: Any) -> None:
+def _copy_htod(device: Device, dst: int, host: Any, stream: Any) -> None:
+    device.context.ensure_current()
     d = initialized_driver()
     h = ctypes.c_void_p(stream_handle(stream))
     d.check(d.cuMemcpyHtoDAsync(dst, ctypes.c_void_p(host.ctypes.data), host.nbytes, h), "cuMemcpyHtoDAsync")
     d.check(d.cuStreamSynchronize(h), "cuStreamSynchronize")
 
 
-def _copy_dtoh(host: Any, src: int, nbytes: int, stream: Any) -> None:
+def _copy_dtoh(device: Device, host: Any, src: int, nbytes: int, stream: Any) -> None:
+    device.context.ensure_current()
     d = initialized_driver()
     h = ctypes.c_void_p(stream_handle(stream))
     d.check(d.cuMemcpyDtoHAsync(ctypes.c_void_p(host.ctypes.data), src, nbytes, h), "cuMemcpyDtoHAsync")
     d.check(d.cuStreamSynchronize(h), "cuStreamSynchronize")
 
 
-def _order_streams(consumer: int) -> None:
+def _order_streams(consumer: int, device: Device) -> None:
     """Make the consumer's stream wait for the work queued so far on the current stream."""
     from tilejit.runtime.event import Event
 
@@ -351,7 +414,7 @@ def _order_streams(consumer: int) -> None:
     consumer = int(consumer)
     if producer == consumer or (producer == 0 and consumer in (0, 1)):
         return
-    with Event(timing=False) as ev:
+    with Event(timing=False, device=device) as ev:
         ev.record(producer)
         d = initialized_driver()
         d.check(d.cuStreamWaitEvent(ctypes.c_void_p(consumer), ctypes.c_void_p(ev.handle), 0), "cuStreamWaitEvent")

@@ -61,9 +61,15 @@ def not_contiguous_error(shape: tuple[int, ...], strides: tuple[int, ...]) -> Va
     )
 
 
-def _host_error(obj: Any) -> TypeError:
+class NotDeviceArrayError(TypeError):
+    """``obj`` is not device memory: a host (CPU) array, or not an array at all. ``tilejit.asarray``
+    copies such objects from the host; any other error of :func:`as_view` means a device array was
+    refused (its dtype, layout, ...), and says why."""
+
+
+def _host_error(obj: Any) -> NotDeviceArrayError:
     cls = type(obj)
-    return TypeError(
+    return NotDeviceArrayError(
         f"a host (CPU) array ({cls.__module__}.{cls.__qualname__}) was passed where device memory is needed; "
         "copy it to the GPU first, e.g. tilejit.asarray(x) (or x.cuda() for a torch tensor)"
     )
@@ -143,12 +149,12 @@ def parse_cuda_array_interface(cai: Mapping[str, Any], owner: object) -> ArrayVi
         strides = c_strides(shape)
     else:
         item = ITEMSIZE[name]
-        if len(byte_strides) != len(shape):
-            raise ValueError(f"__cuda_array_interface__ has {len(shape)} dims but {len(byte_strides)} strides")
         try:
             byte_strides = tuple(operator.index(s) for s in byte_strides)
         except TypeError as exc:
-            raise ValueError(f"malformed __cuda_array_interface__ strides {tuple(byte_strides)!r}: {exc}") from None
+            raise ValueError(f"malformed __cuda_array_interface__ strides {byte_strides!r}: {exc}") from None
+        if len(byte_strides) != len(shape):
+            raise ValueError(f"__cuda_array_interface__ has {len(shape)} dims but {len(byte_strides)} strides")
         if any(s % item for s in byte_strides):
             raise ValueError(f"strides {byte_strides} (bytes) are not a multiple of the item size {item}")
         strides = tuple(s // item for s in byte_strides)
@@ -156,7 +162,16 @@ def parse_cuda_array_interface(cai: Mapping[str, Any], owner: object) -> ArrayVi
 
 
 def _cai_view(obj: Any) -> ArrayView:
-    return parse_cuda_array_interface(obj.__cuda_array_interface__, obj)
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        # A class whose instances have the attribute only on the GPU (JAX arrays): read this one
+        # afresh, without caching (a CPU instance gets the host-array error).
+        conv = _choose(obj.__class__, obj)
+        if conv is _cai_view:  # the attribute is there and then not: nothing else to try
+            raise
+        return conv(obj)
+    return parse_cuda_array_interface(cai, obj)
 
 
 # --------------------------------------------------------------------------- DLPack
@@ -229,14 +244,16 @@ _USED_VERSIONED = b"used_dltensor_versioned"
 
 
 class DLPackOwner:
-    """Holds a consumed DLPack tensor and calls its deleter when dropped (or on ``close()``)."""
+    """Holds a consumed DLPack tensor and calls its deleter when dropped (or on ``close()``).
+    ``device_id`` is the producer's device ordinal."""
 
-    __slots__ = ("_deleter", "_managed", "source")
+    __slots__ = ("_deleter", "_managed", "device_id", "source")
 
-    def __init__(self, managed: int, deleter: int, source: object) -> None:
+    def __init__(self, managed: int, deleter: int, source: object, device_id: int = 0) -> None:
         self._managed = managed
         self._deleter = deleter
         self.source = source
+        self.device_id = device_id
 
     def close(self) -> None:
         managed, self._managed = self._managed, 0
@@ -284,7 +301,7 @@ def parse_dlpack_capsule(capsule: object, source: object = None) -> ArrayView:
     strides = tuple(t.strides[i] for i in range(ndim)) if t.strides else c_strides(shape)
     ptr = (t.data or 0) + t.byte_offset
     _capsule_set_name(capsule, used)
-    owner = DLPackOwner(addr, managed.deleter or 0, source)
+    owner = DLPackOwner(addr, managed.deleter or 0, source, int(t.device.device_id))
     return ArrayView(ptr, shape, strides, name, owner)
 
 
@@ -320,6 +337,10 @@ def register_converter(cls: type, converter: Callable[[Any], ArrayView]) -> None
     _BY_TYPE[cls] = converter
 
 
+def _host_view(obj: Any) -> ArrayView:
+    raise _host_error(obj)
+
+
 def _choose(cls: type, obj: Any) -> Callable[[Any], ArrayView]:
     module = cls.__module__.split(".")[0]
     if module == "torch" and hasattr(obj, "data_ptr"):
@@ -331,12 +352,8 @@ def _choose(cls: type, obj: Any) -> Callable[[Any], ArrayView]:
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         return _dlpack_view
     if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
-
-        def host(o: Any) -> ArrayView:
-            raise _host_error(o)
-
-        return host
-    raise TypeError(
+        return _host_view
+    raise NotDeviceArrayError(
         "expected a device array (tilejit.DeviceArray, a torch/CuPy/JAX array, or any object with "
         f"__cuda_array_interface__ or __dlpack__), got {cls.__module__}.{cls.__qualname__}"
     )
@@ -371,11 +388,14 @@ def as_view(obj: Any) -> ArrayView:
     conv = _BY_TYPE.get(cls)
     if conv is None:
         conv = _choose(cls, obj)
-        _BY_TYPE[cls] = conv
+        # A host instance of a class that also has device instances (the class has a device protocol
+        # attribute, as JAX's does) must not decide for the class: choose afresh for each such object.
+        if conv is not _host_view or not (hasattr(cls, "__cuda_array_interface__") or hasattr(cls, "__dlpack__")):
+            _BY_TYPE[cls] = conv
     return conv(obj)
 
 
 __all__ = [
-    "ArrayView", "DLPackOwner", "as_view", "c_strides", "is_contiguous", "not_contiguous_error",
-    "parse_cuda_array_interface", "parse_dlpack_capsule", "pointer_of", "register_converter",
+    "ArrayView", "DLPackOwner", "NotDeviceArrayError", "as_view", "c_strides", "is_contiguous",
+    "not_contiguous_error", "parse_cuda_array_interface", "parse_dlpack_capsule", "pointer_of", "register_converter",
 ]

@@ -12,12 +12,18 @@ from typing import Any
 from tilejit.runtime.device import Device, get_device, initialized_driver
 from tilejit.runtime.stream import stream_handle
 
+#: The most bytes one allocation or copy can name: the driver takes sizes as 64-bit ``size_t``.
+MAX_NBYTES = (1 << 64) - 1
+
 
 def _host_address(buf: Any, *, writable: bool) -> tuple[int, int, Any]:
-    """(address, nbytes, keep-alive) of a C-contiguous host numpy array or buffer-protocol object."""
+    """(address, nbytes, keep-alive) of a C-contiguous host numpy array or buffer-protocol object.
+    A numpy source (``writable=False``) in non-native byte order is converted to native order."""
     import numpy as np
 
     if isinstance(buf, np.ndarray):
+        if not writable and not buf.dtype.isnative:
+            buf = buf.astype(buf.dtype.newbyteorder("="))  # the device reads native (little-endian) values
         arr, readonly = buf, not buf.flags.writeable
     else:
         try:
@@ -45,6 +51,8 @@ class DeviceBuffer:
     def __init__(self, nbytes: int, device: Device | int | None = None) -> None:
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
             raise ValueError(f"nbytes must be a non-negative int, got {nbytes!r}")
+        if nbytes > MAX_NBYTES:
+            raise ValueError(f"cannot allocate {nbytes} bytes: device sizes are 64-bit (at most 2**64 - 1 bytes)")
         dev = get_device() if device is None else Device(device)
         self.device = dev
         self.nbytes = nbytes
@@ -62,7 +70,13 @@ class DeviceBuffer:
     def _check_range(self, offset: int, nbytes: int) -> None:
         if self.ptr == 0 and self.nbytes:
             raise ValueError("the device buffer was closed")
-        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+        if offset < 0:
+            raise ValueError(f"offset {offset} is negative")
+        if offset > self.nbytes:
+            raise ValueError(f"offset {offset} is beyond the end of the {self.nbytes}-byte buffer")
+        if nbytes < 0:
+            raise ValueError(f"cannot copy a negative number of bytes ({nbytes})")
+        if offset + nbytes > self.nbytes:
             raise ValueError(f"range [{offset}, {offset + nbytes}) is outside the {self.nbytes}-byte buffer")
 
     def copy_from_host(self, src: Any, offset: int = 0, *, stream: Any = None) -> None:
@@ -70,6 +84,7 @@ class DeviceBuffer:
         addr, n, keep = _host_address(src, writable=False)
         self._check_range(offset, n)
         if n:
+            self.device.context.ensure_current()
             h = stream_handle(stream)
             d = initialized_driver()
             d.check(d.cuMemcpyHtoDAsync(self.ptr + offset, ctypes.c_void_p(addr), n, ctypes.c_void_p(h)),
@@ -79,19 +94,31 @@ class DeviceBuffer:
 
     def copy_to_host(self, dst: Any = None, offset: int = 0, nbytes: int | None = None, *, stream: Any = None) -> Any:
         """Copy into the writable host buffer ``dst`` (default: a new bytearray) after the current
-        stream's work has finished; returns ``dst``."""
+        stream's work has finished; returns ``dst`` (a numpy ``dst`` in non-native byte order gets
+        the values, byte-swapped)."""
+        import numpy as np
+
         if dst is None:
-            dst = bytearray(self.nbytes - offset if nbytes is None else nbytes)
+            count = self.nbytes - offset if nbytes is None else nbytes
+            self._check_range(offset, count)
+            dst = bytearray(count)
         addr, n, keep = _host_address(dst, writable=True)
+        swapped = isinstance(dst, np.ndarray) and not dst.dtype.isnative
+        if swapped:  # receive native values, then store them byte-swapped
+            keep = np.empty(dst.shape, dst.dtype.newbyteorder("="))
+            addr = int(keep.ctypes.data)
         if nbytes is not None and nbytes != n:
             raise ValueError(f"the destination holds {n} bytes, {nbytes} were asked for")
         self._check_range(offset, n)
         if n:
+            self.device.context.ensure_current()
             h = stream_handle(stream)
             d = initialized_driver()
             d.check(d.cuMemcpyDtoHAsync(ctypes.c_void_p(addr), self.ptr + offset, n, ctypes.c_void_p(h)),
                     "cuMemcpyDtoHAsync")
             d.check(d.cuStreamSynchronize(ctypes.c_void_p(h)), "cuStreamSynchronize")
+        if swapped:
+            dst[...] = keep
         del keep
         return dst
 
@@ -99,6 +126,7 @@ class DeviceBuffer:
         """Copy ``nbytes`` from device address ``src_ptr`` into this buffer (queued on the stream)."""
         self._check_range(offset, nbytes)
         if nbytes:
+            self.device.context.ensure_current()
             d = initialized_driver()
             d.check(d.cuMemcpyDtoDAsync(self.ptr + offset, src_ptr, nbytes, ctypes.c_void_p(stream_handle(stream))),
                     "cuMemcpyDtoDAsync")
@@ -110,6 +138,7 @@ class DeviceBuffer:
         n = self.nbytes - offset if nbytes is None else nbytes
         self._check_range(offset, n)
         if n:
+            self.device.context.ensure_current()
             d = initialized_driver()
             d.check(d.cuMemsetD8Async(self.ptr + offset, value, n, ctypes.c_void_p(stream_handle(stream))),
                     "cuMemsetD8Async")
@@ -136,4 +165,4 @@ class DeviceBuffer:
                 pass
 
 
-__all__ = ["DeviceBuffer"]
+__all__ = ["MAX_NBYTES", "DeviceBuffer"]

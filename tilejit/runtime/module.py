@@ -87,7 +87,7 @@ def check_ptx_version(ptx: bytes | str, driver_version: int) -> None:
     if have > limit:
         drv = f"{driver_version // 1000}.{driver_version % 1000 // 10}"
         need = min((k for k, v in PTX_ISA_BY_CUDA.items() if v >= have), default=None)
-        need_text = f"CUDA {need[0]}.{need[1]}" if need else "a newer CUDA"
+        need_text = f"CUDA {need[0]}.{need[1]}" if need else "newer CUDA"
         raise DriverVersionError(
             f"the PTX is ISA version {have[0]}.{have[1]} (from a {need_text} compiler), but the installed driver "
             f"supports CUDA {drv}, which loads PTX ISA up to {limit[0]}.{limit[1]}. Load a CUBIN instead "
