@@ -4,6 +4,7 @@ to CUBIN by NVRTC 13 (sm_80, sm_90) and by each installed CUDA major (sm_70 wher
 from __future__ import annotations
 
 import functools
+import keyword
 import re
 from typing import Any
 
@@ -84,12 +85,12 @@ def test_vector_add_text_and_abi() -> None:
     ck = gen(vector_add(float32, 1024), hints=HINTS)
     assert ck.name == "vector_add" and ck.num_threads == 256 and ck.shared_bytes == 0
     assert 'extern "C" __global__ void __launch_bounds__(256) vector_add(' in ck.source
-    assert "tj::Array<float, 1> x,\n    tj::Array<float, 1> y,\n    tj::Array<float, 1> out)" in ck.source
+    assert "tj::Array<float, 1> u_x,\n    tj::Array<float, 1> u_y,\n    tj::Array<float, 1> u_out)" in ck.source
     assert ck.params == (("x", ("array", "float32", 1)), ("y", ("array", "float32", 1)),
                          ("out", ("array", "float32", 1)))
     # 16-byte vectors with hints
     assert "tj::load<4, false, tj::Shape<1024>>" in ck.source
-    assert "tj::store<4, tj::Shape<1024>>(out" in ck.source
+    assert "tj::store<4, tj::Shape<1024>>(u_out" in ck.source
     plain = gen(vector_add(float32, 1024))
     assert "tj::load<0, false, tj::Shape<1024>>" in plain.source  # no hints: strided element accesses
     assert "#include <tilejit/tilejit.cuh>" in ck.source and set(ck.headers) == set(device_headers())
@@ -101,7 +102,7 @@ def test_scalar_params_and_names() -> None:
     t = b.load(b.p("x"), [b.bid()], (128,))
     b.store(b.p("out"), [b.bid()], t)
     ck = gen(b.ret())
-    assert "float a,\n    tj::i64 n,\n    bool flag,\n    tj::bf16 int_)" in ck.source
+    assert "float u_a,\n    tj::i64 u_n,\n    bool u_flag,\n    tj::bf16 u_int)" in ck.source
     assert ck.params[2:] == (("a", ("scalar", "float32")), ("n", ("scalar", "int64")),
                              ("flag", ("scalar", "bool")), ("int", ("scalar", "bfloat16")))
 
@@ -432,3 +433,187 @@ def test_headers_identity_follows_every_header(tmp_path: Any, monkeypatch: pytes
         now = backends.headers_identity()
         assert now != first
         first = now
+
+
+# ----------------------------------------------------------------------------- user names vs generated names
+def _header_identifiers() -> set[str]:
+    """Every identifier the device headers spell (macro parameters and bodies included)."""
+    return {w for text in device_headers().values() for w in re.findall(r"[A-Za-z_]\w*", text)}
+
+
+def _from_source(src: str, name: str) -> Any:
+    """Function ``name`` of a module made of ``src`` (written to a file, so the front end can read it)."""
+    import importlib.util
+    import tempfile
+    import zlib
+
+    folder = tempfile.mkdtemp(prefix="tj_names_")
+    path = f"{folder}/gen_{zlib.crc32(src.encode()):08x}.py"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("import tilejit as tj\n\n" + src)
+    spec = importlib.util.spec_from_file_location(f"gen_{zlib.crc32(src.encode()):08x}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, name)
+
+
+def _kernel_with_params(names: list[str]) -> Any:
+    """A kernel whose scalar float32 parameters ``names`` are all added to a loaded tile."""
+    args = ", ".join(names)
+    body = " + ".join(names)
+    return _from_source(f"def k(x, out, {args}):\n"
+                        f"    t = tj.load(x, index=(0,), shape=(16,))\n"
+                        f"    tj.store(out, index=(0,), tile=t + ({body}))\n", "k")
+
+
+def test_user_names_cannot_capture_or_be_captured() -> None:
+    from tilejit.backends.cuda.values import USER_PREFIXES, c_ident
+
+    # A scalar parameter `i` is the user's value, not the TJ_EACH element index.
+    @tj.kernel
+    def add_i(x, out, i):  # type: ignore[no-untyped-def]
+        t = tj.load(x, index=(0,), shape=(16,))
+        tj.store(out, index=(0,), tile=t + i)
+
+    art = tj.compile(add_i, (tj.float32[:], tj.float32[:], float), target="sm_90")
+    src = art.cuda_source()
+    assert "float u_i)" in src and re.search(r"TJ_EACH\(i, L\d+\) t\d+\.v\[i\] = .*\+ u_i\)", src)
+    assert art.cubin()
+
+    # A parameter `s` (cp.async prologue loop variable) and `k7_n` (K-loop temporary) in a tensor-core loop.
+    for pname in ("s", "k7_n"):
+        mm = tj.kernel(_from_source(
+            f"def mm(a, b, c, {pname}, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):\n"
+            "    pid_n = tj.bid(1)\n"
+            "    acc = tj.zeros((BM, BN), tj.float32)\n"
+            "    for k in range(tj.num_tiles(a, 1, (BM, BK))):\n"
+            f"        ta = tj.load(a, index=({pname}, k), shape=(BM, BK))\n"
+            "        tb = tj.load(b, index=(k, pid_n), shape=(BK, BN))\n"
+            "        acc = tj.mma(ta, tb, acc)\n"
+            f"    tj.store(c, index=({pname}, pid_n), tile=acc)\n", "mm"))
+        art = tj.compile(mm, (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1], int),
+                         constants={"BM": 128, "BN": 128, "BK": 32}, target="sm_80")
+        src = art.cuda_source()
+        assert "for (int s = 0;" in src  # the generated prologue still exists ...
+        assert f"(tj::i64)u_{pname} * 128" in src  # ... and the loads use the user's value
+        assert re.search(rf"cp_async_tile<[^>]*>\([^;]*\(tj::i64\)u_{pname} \* 128", src)
+        assert art.cubin()
+
+    # Locals named like generated names, and parameters named like every identifier of the device headers.
+    @tj.kernel
+    def locals_(x, out):  # type: ignore[no-untyped-def]
+        i = tj.load(x, index=(0,), shape=(16,))
+        s = i * 2.0
+        k7_n = s + i
+        tj_tid = k7_n + 1.0
+        tj.store(out, index=(0,), tile=tj_tid)
+
+    assert tj.compile(locals_, (tj.float32[:], tj.float32[:]), target="sm_90").cubin()
+    generated = {"i", "j", "s", "k7_n", "k7_smem", "t1", "v1", "c1", "L0", "tj_tid", "tj_smem", "threadIdx"}
+    names = sorted(n for n in _header_identifiers() | generated
+                   if n.isidentifier() and not keyword.iskeyword(n) and n not in ("x", "out", "tj"))
+    for n in names:
+        assert not c_ident(n).startswith(tuple(n2 for n2 in ("tj", "TJ")))
+        assert c_ident(n).startswith(USER_PREFIXES)
+    # Compile them in a few big batches: every one a float parameter added to the tile.
+    for chunk in (names[j:j + 150] for j in range(0, len(names), 150)):
+        k = tj.kernel(_kernel_with_params(chunk))
+        art = tj.compile(k, (tj.float32[:], tj.float32[:], *([float] * len(chunk))), target="sm_90")
+        src = art.cuda_source()
+        assert all(f"float u_{n}" in src for n in chunk)
+        assert art.ptx()
+
+
+@pytest.mark.parametrize("pname", [
+    "xor", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq", "xor_eq", "static_assert", "thread_local",
+    "wchar_t", "char16_t", "char32_t", "char8_t", "NULL", "nullptr", "threadIdx", "blockIdx", "blockDim", "gridDim",
+    "warpSize", "concept", "requires", "co_await", "co_yield", "co_return", "consteval", "constinit", "typeid",
+    "reinterpret_cast", "int", "half", "main", "é", "变量", "aé",
+])
+def test_param_names_that_are_cxx_words_or_non_ascii_compile(pname: str) -> None:
+    k = tj.kernel(_kernel_with_params([pname]))
+    art = tj.compile(k, (tj.float32[:], tj.float32[:], float), target="sm_90")
+    src = art.cuda_source()
+    assert src.isascii()
+    assert art.ptx()
+
+
+def test_mangled_names_stay_distinct() -> None:
+    from tilejit.backends.cuda.values import c_ident, kernel_symbol
+
+    names = ["int", "int_", "u_int", "_int", "é", "x_9ca", "u0_9ca", "0_9ca", "9ca", "aé", "a_bga", "a_é", "a__é"]
+    assert len({c_ident(n) for n in names}) == len(names)
+    assert all(c_ident(n).isascii() and c_ident(n).isidentifier() for n in names)
+
+    @tj.kernel
+    def collide(int, int_, out):  # type: ignore[no-untyped-def]
+        tj.store(out, index=(0,), tile=tj.load(int, index=(0,), shape=(16,)) + tj.load(int_, index=(0,), shape=(16,)))
+
+    assert tj.compile(collide, (tj.float32[:],) * 3, target="sm_90").ptx()
+    # Kernel symbols: plain names stay, unsafe ones are mangled into their own (tjk_) space.
+    assert kernel_symbol("vadd") == "vadd" and kernel_symbol("_copy_rows") == "_copy_rows"
+    for bad in ("xor", "threadIdx", "L0", "tj", "main", "é", "__x", "_X"):
+        assert kernel_symbol(bad).startswith("tjk_") and kernel_symbol(bad).isascii()
+
+
+# ----------------------------------------------------------------------------- float literals out of range
+F32_CASES = [
+    (1e-50, "0.0f"), (-1e-50, "-0.0f"), (3.4e39, "tj::inf_f()"), (-3.4e39, "(-tj::inf_f())"), (1e300, "tj::inf_f()"),
+    (1e-45, "__int_as_float(0x00000001)"), (0.1, "0.1f"), (100.0, "100.0f"), (float("nan"), "tj::nan_f()"),
+    (3.4028235e38, "3.402823466e+38f"),
+]
+
+
+@pytest.mark.parametrize(("value", "text"), F32_CASES)
+def test_float32_literals_round_like_numpy(value: float, text: str) -> None:
+    import numpy as np
+
+    assert tables.literal(value, float32) == text
+    if text.endswith("f") and not text.startswith("("):
+        assert np.float32(text[:-1]).tobytes() == np.float32(value).tobytes()
+
+
+def test_float_literals_other_dtypes() -> None:
+    assert tables.literal(1e39, bfloat16) == "tj::bf16::from_bits(0x7f80)"  # was an OverflowError
+    assert tables.literal(-1e300, bfloat16) == "tj::bf16::from_bits(0xff80)"
+    assert tables.literal(1e-50, bfloat16) == "tj::bf16::from_bits(0x0000)"
+    assert tables.literal(1e5, float16) == "tj::half::from_bits(0x7c00)"
+    assert tables.literal(-1e300, float16) == "tj::half::from_bits(0xfc00)"
+    assert tables.literal(5e-324, float64) == "__longlong_as_double(0x0000000000000001LL)"
+    assert tables.literal(1e-50, float64) == "1e-50" and tables.literal(1e300, float64) == "1e+300"
+    assert tables.literal(float("inf"), float64) == "tj::inf_d()"
+
+
+@tj.kernel
+def _literal_everywhere(x, idx, out, V: tj.Constant[float]):  # type: ignore[no-untyped-def]
+    t = tj.load(x, index=(0,), shape=(16,), padding=V)
+    i = tj.load(idx, index=(0,), shape=(16,))
+    g = tj.gather(x, i, padding=V)
+    f = tj.full((16,), V, x.dtype)
+    w = tj.where(t > f, V, t * V + g)
+    tj.atomic_add(out, i, w + V)
+    tj.store(out, index=(0,), tile=w * V)
+
+
+@pytest.mark.parametrize("value", [1e-50, -3.4e39, 1e39, 1e300, 5e-324, 1e-45, float("nan"), float("-inf")])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32", "float64"])
+def test_out_of_range_float_constants_compile(value: float, dt: str) -> None:
+    d = getattr(tj, dt)
+    art = tj.compile(_literal_everywhere, (d[:], tj.int32[:], d[:]), constants={"V": value}, target="sm_90")
+    src = art.cuda_source()
+    assert not re.search(r"\de[+-]?\d{3}f|e-50f|e\+39f", src)  # no out-of-range float32 literal text
+    assert art.ptx()
+
+
+@pytest.mark.parametrize("value", [1e-50, 3.4e39])
+def test_out_of_range_constant_in_mma_accumulator(value: float) -> None:
+    @tj.kernel
+    def mm(a, b, c, V: tj.Constant[float]):  # type: ignore[no-untyped-def]
+        acc = tj.full((64, 64), V, tj.float32)
+        acc = tj.mma(tj.load(a, index=(0, 0), shape=(64, 32)), tj.load(b, index=(0, 0), shape=(32, 64)), acc)
+        tj.store(c, index=(0, 0), tile=acc * V)
+
+    art = tj.compile(mm, (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1]), constants={"V": value},
+                     target="sm_90")
+    assert art.ptx()

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from tilejit.api.kernel import _Compiled
     from tilejit.runtime.launch import Launcher
 
-_ENTRY_VERSION = "3"
+_ENTRY_VERSION = "4"  # 4: user names in their own C++ namespace (entries of 3 may hold captured names)
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from tilejit.backends.cuda import reduce_lower as red
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.layouts import Layout, log2
 from tilejit.backends.cuda.plan import Plan
-from tilejit.backends.cuda.values import CV, c_ident
+from tilejit.backends.cuda.values import CV, USER_PREFIX, c_ident
 from tilejit.errors import CompileError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Block, Op, Value
@@ -46,6 +46,7 @@ class Lowering:
         self.lines.append("  " * self.depth + text)
 
     def fresh(self, prefix: str) -> str:
+        assert not prefix.startswith(USER_PREFIX), "generated names must stay out of the user namespace"
         self.count += 1
         return f"{prefix}{self.count}"
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
+from fractions import Fraction
 from typing import Any
 
 from tilejit.errors import CompileError
@@ -30,11 +32,50 @@ def compute_dtype(dt: DType) -> DType:
     return float32 if dt in (float16, bfloat16) else dt
 
 
+def _f32_bits(v: float) -> int:
+    """The float32 bit pattern of ``v`` rounded to nearest-even (beyond float32's range: +-inf)."""
+    try:
+        return int(struct.unpack("<I", struct.pack("<f", v))[0])
+    except OverflowError:
+        return 0xFF800000 if v < 0 else 0x7F800000
+
+
 def _bf16_bits(v: float) -> int:
-    u = struct.unpack("<I", struct.pack("<f", v))[0]
+    """bfloat16 bits of ``v`` as numpy/ml_dtypes round it: to float32 first, then to nearest-even."""
+    u = _f32_bits(v)
     if math.isnan(v):
         return (u >> 16) | 0x40
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _f32_text(y: float) -> str | None:
+    """A short decimal literal that NVRTC converts to exactly float32 ``y`` (finite, normal), else None."""
+    bits = _f32_bits(y)
+    if (bits & 0x7F800000) == 0:  # zero or subnormal: decimal literals of subnormals are "out of range"
+        return ("-0.0f" if bits >> 31 else "0.0f") if bits & 0x7FFFFFFF == 0 else None
+    exact = Fraction(y)
+    mag = bits & 0x7FFFFFFF
+    lo = Fraction(struct.unpack("<f", struct.pack("<I", (bits & 0x80000000) | (mag - 1)))[0])
+    hi_bits = mag + 1
+    hi = Fraction(struct.unpack("<f", struct.pack("<I", (bits & 0x80000000) | hi_bits))[0]) if hi_bits < 0x7F800000 \
+        else None
+    for digits in range(1, 18):
+        text = repr(float(f"{y:.{digits}g}"))  # same value (<= 15 digits survive float64); Python's spelling
+        d = Fraction(text)
+        # The literal converts (correctly rounded, decimal to float) to y iff it is strictly nearer y than both
+        # neighbours, whatever the tie rule.
+        if abs(d - exact) < abs(d - lo) and (hi is None or abs(d - exact) < abs(d - hi)):
+            if hi is None and abs(d) > abs(exact):
+                continue  # above FLT_MAX: some compilers reject it as out of range
+            return text + "f"
+    return None
+
+
+def _bits_literal(bits: int, dt: DType) -> str:
+    """A float32/float64 value by its bit pattern (inf, NaN, subnormals): always accepted by NVRTC."""
+    if dt == float32:
+        return f"__int_as_float({bits:#010x})"
+    return f"__longlong_as_double({bits:#018x}LL)"
 
 
 def literal(value: Any, dt: DType) -> str:
@@ -63,14 +104,19 @@ def literal(value: Any, dt: DType) -> str:
         return f"tj::half::from_bits({bits:#06x})"
     if dt == bfloat16:
         return f"tj::bf16::from_bits({_bf16_bits(f):#06x})"
-    suffix = "f" if dt == float32 else ""
     if math.isnan(f):
         return "tj::nan_f()" if dt == float32 else "tj::nan_d()"
+    if dt == float32:
+        bits = _f32_bits(f)  # numpy rounds the Python float to float32: 1e-50 -> 0, 1e39 -> inf
+        if (bits & 0x7FFFFFFF) == 0x7F800000:
+            return "(-tj::inf_f())" if bits >> 31 else "tj::inf_f()"
+        text = _f32_text(struct.unpack("<f", struct.pack("<I", bits))[0])
+        return text if text is not None else _bits_literal(bits, dt)
     if math.isinf(f):
-        s = "-" if f < 0 else ""
-        return f"({s}tj::inf_f())" if dt == float32 else f"({s}tj::inf_d())"
-    text = repr(f)
-    return f"{text}{suffix}" if dt == float32 else text
+        return "(-tj::inf_d())" if f < 0 else "tj::inf_d()"
+    if f != 0 and abs(f) < sys.float_info.min:  # subnormal double
+        return _bits_literal(struct.unpack("<Q", struct.pack("<d", f))[0], dt)
+    return repr(f)
 
 
 # ------------------------------------------------------------------ elementwise tables
