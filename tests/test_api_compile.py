@@ -192,3 +192,23 @@ def test_constants_of_equal_value_but_other_type_are_distinct_specializations() 
     compiled = [k._specialize(("fast", i), [view], [view], (c,)) for i, c in enumerate((1, 1.0, True))]
     assert len({id(c) for c in compiled}) == 3
     assert [type(c[0]) for c in seen] == [int, float, bool]
+
+
+@pytest.mark.parametrize("n, exc", [(1.5, TypeError), (True, TypeError), ("128", TypeError), (0, ValueError),
+                                    (48, ValueError), (2048, ValueError), (16, ValueError)])
+def test_num_threads_is_checked_at_decoration(n: object, exc: type[Exception]) -> None:
+    with pytest.raises(exc, match="num_threads"):
+        @tj.kernel(num_threads=n)
+        def k(x):
+            pass
+
+
+def test_signature_must_be_a_sequence_or_mapping() -> None:
+    with pytest.raises(TypeError, match="signature must be a tuple or list of parameter types"):
+        tj.compile(vadd, None, constants={"TILE": 16}, target="sm_90")  # type: ignore[arg-type]
+
+
+def test_array_parameter_annotated_constant_is_named() -> None:
+    with pytest.raises(TypeError, match=r"'TILE' is annotated tj\.Constant"):
+        tj.compile(vadd, {"x": tj.float32[:], "y": tj.float32[:], "out": tj.float32[:], "TILE": tj.float32[:]},
+                   target="sm_90")

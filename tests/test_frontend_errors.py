@@ -528,3 +528,115 @@ def k_local_before_assignment(x, out, n):
 def test_local_name_is_never_read_from_globals() -> None:
     check(k_local_before_assignment, "GLOBAL_SHADOWED + 1  # shadowed-use", "'GLOBAL_SHADOWED' is not defined on "
           "every path", x=F32_1, out=F32_1, n=I32)
+
+
+# ------------------------------------------------------------------------------- audit: user mistakes
+
+
+def k_int_of_text(x, out):
+    v = int("abc")  # int-of-text
+
+
+def k_huge_int(x, out):
+    t = tj.load(x, index=(0,), shape=(16,))
+    tj.store(out, index=(0,), tile=t + 10**400)  # huge-int
+
+
+def k_range_step0(x, out):
+    for i in tj.static_range(1, 10, 0):  # step-zero
+        pass
+
+
+def k_int_three_args(x, out):
+    v = int(1, 2, 3)  # int-three
+
+
+def k_huge_tile(x, out, T: tj.Constant[int]):
+    tj.store(out, index=(0,), tile=tj.load(x, index=(0,), shape=(T,)))  # huge-tile
+
+
+def k_huge_bcast(x, out):
+    a = tj.zeros((2048, 1), tj.float32)
+    b = tj.zeros((1, 1024), tj.float32)
+    c = a + b  # huge-bcast
+
+
+def k_bare_raise(x, out):
+    raise  # bare-raise
+
+
+def k_raise_class(x, out):
+    raise ValueError  # raise-class
+
+
+def k_keepdims_str(x, out):
+    t = tj.load(x, index=(0,), shape=(16,))
+    s = tj.sum(t, keepdims="yes")  # keepdims-str
+
+
+def k_carried_dims(x, out, n):
+    s = tj.zeros((16,), tj.float32)
+    for i in range(n):
+        s = x.shape  # carried-dims
+    tj.store(out, index=(0,), tile=s)
+
+
+def test_audit_user_mistakes_get_plain_located_messages() -> None:
+    for kernel, at, message, consts, types in [
+        (k_int_of_text, 'int("abc")', "int() of 'abc' is not a number", {}, {}),
+        (k_huge_int, "t + 10**400", "does not fit float32", {}, {}),
+        (k_range_step0, "tj.static_range(1, 10, 0)", "step must not be zero", {}, {}),
+        (k_int_three_args, "int(1, 2, 3)", "at most 2 arguments", {}, {}),
+        (k_huge_tile, "tj.load(x, index=(0,), shape=(T,))", "at most 1048576 (2**20) elements", {"T": 2**31}, {}),
+        (k_huge_bcast, "a + b  # huge-bcast", "at most 1048576 (2**20) elements", {}, {}),
+        (k_bare_raise, "raise  # bare-raise", "bare 'raise'", {}, {}),
+        (k_raise_class, "raise ValueError  #", "the kernel raised ValueError", {}, {}),
+        (k_keepdims_str, 'tj.sum(t, keepdims="yes")', "keepdims must be a compile-time True or False", {}, {}),
+        (k_carried_dims, "s = x.shape  # carried-dims", "is assigned x.shape here", {}, {"n": I32}),
+    ]:
+        err = check(kernel, at, message, consts, **({"x": F32_1, "out": F32_1} | types))
+        assert "internal error" not in str(err) and "ArrayDims" not in str(err)
+
+
+def k_const_int(x, out, TILE: tj.Constant[int]):
+    tj.store(out, index=(0,), tile=tj.load(x, index=(0,), shape=(TILE,)))
+
+
+@pytest.mark.parametrize("value", [16.0, "16", True, None])
+def test_constant_value_is_checked_against_its_annotation(value: object) -> None:
+    with pytest.raises(TileCompileError) as info:
+        translate(k_const_int, {"x": F32_1, "out": F32_1}, {"TILE": value})
+    msg = info.value.message
+    assert "'TILE'" in msg and "tj.Constant[int]" in msg and repr(value) in msg, msg
+    assert info.value.line == where("def k_const_int(")[0]
+
+
+def k_same_const_in_loop(x, out, n, BM: tj.Constant[int]):
+    shape = (BM,)
+    acc = tj.zeros(shape, tj.float32)
+    for i in range(n):
+        shape = (BM,)
+        acc += tj.load(x, index=(i,), shape=shape)
+    tj.store(out, index=(0,), tile=acc)
+
+
+def test_reassigning_an_equal_constant_in_a_runtime_loop_is_allowed() -> None:
+    translate(k_same_const_in_loop, {"x": F32_1, "out": F32_1, "n": I32}, {"BM": 16})
+
+
+def test_long_expressions_and_deep_helper_chains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    terms = " + ".join(["t"] * 800)
+    src = ("import tilejit as tj\n@tj.function\ndef f0(t):\n    return t + 1\n"
+           + "".join(f"@tj.function\ndef f{i}(t):\n    return f{i - 1}(t)\n" for i in range(1, 2000))
+           + "@tj.kernel\ndef long_sum(x, out):\n    t = tj.load(x, index=(0,), shape=(16,))\n"
+           + f"    tj.store(out, index=(0,), tile={terms})\n"
+           + "@tj.kernel\ndef deep(x, out):\n    t = tj.load(x, index=(0,), shape=(16,))\n"
+           + "    tj.store(out, index=(0,), tile=f1999(t))\n")
+    (tmp_path / "deep_kernels_mod.py").write_text(src, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import deep_kernels_mod as m  # type: ignore[import-not-found]
+
+    translate(m.long_sum, {"x": F32_1, "out": F32_1}, {})
+    with pytest.raises(TileCompileError) as info:
+        translate(m.deep, {"x": F32_1, "out": F32_1}, {})
+    assert "too deeply nested" in str(info.value) and info.value.filename == str(tmp_path / "deep_kernels_mod.py")

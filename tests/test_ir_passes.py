@@ -228,3 +228,45 @@ def test_pipeline_on_a_kernel() -> None:
     assert isinstance(producer, ops.BinaryOp) and producer.fn == "add"  # 24 + (a - b): a - b stays (run time)
     lhs = next(op for op in fn.body.ops if producer.x in op.results)
     assert isinstance(lhs, ops.ConstantOp) and lhs.value == 24 and lhs.result.type == TileType(tj.int64, (16,))
+
+
+@pytest.mark.parametrize("value, src, dst", [
+    (0.1, float16, float32), (70000.0, float16, float32), (-70000.0, float16, float32), (0.1, float32, "f64"),
+    (1e-8, float16, float32), (3.4e39, float32, "f64"), (2049.0, float16, int32), (1e-8, float16, bool_),
+    (0.1, bfloat16, float32),
+])
+def test_fold_cast_rounds_the_source_constant_to_its_dtype(value: float, src: DType, dst: object) -> None:
+    import numpy as np
+
+    from tilejit.language.ir.types import float64
+
+    d = float64 if dst == "f64" else dst
+    assert isinstance(d, DType)
+    got = folded(ops.CastOp, TileType(d), (value, TileType(src)))
+    with np.errstate(all="ignore"):
+        if src == bfloat16:
+            want = float(np.float32(0.10009765625))  # 0.1 rounded to bfloat16
+        else:
+            npsrc = {float16: np.float16, float32: np.float32}[src]
+            npdst = {float32: np.float32, float64: np.float64, int32: np.int32, bool_: np.bool_}[d]
+            want = np.array(value).astype(npsrc).astype(npdst).item()
+    assert got == want and type(got) is type(want)
+
+
+def test_front_end_constants_are_rounded_to_their_float_dtype() -> None:
+    import numpy as np
+
+    @tj.kernel
+    def k(out):
+        a = tj.full((16,), 0.1, tj.float16)
+        b = tj.full((16,), 70000.0, tj.float16)
+        c = tj.full((16,), 0.1, tj.float32)
+        tj.store(out, index=(0,), tile=a.astype(tj.float64))
+        tj.store(out, index=(1,), tile=b.astype(tj.float64))
+        tj.store(out, index=(2,), tile=c.astype(tj.float64))
+
+    fn = run_passes(translate(k, {"out": ArrayType(tj.float64, 1)}, {}))
+    values = [op.value for op in fn.body.ops if isinstance(op, ops.ConstantOp) and op.result.type.dtype == tj.float64]
+    with np.errstate(over="ignore"):
+        want = [float(np.float16(0.1)), float(np.float16(70000.0)), float(np.float32(0.1))]
+    assert values == want

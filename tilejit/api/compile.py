@@ -130,14 +130,33 @@ def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) 
     consts = set(constant_params(func))
     names = [p for p in signature_params(func) if p not in consts]
     if isinstance(signature, Mapping):
-        unknown = set(signature) - set(names)
+        unknown = [n for n in signature if n not in names]
         missing = [n for n in names if n not in signature]
         if unknown or missing:
-            raise TypeError(
-                f"{func.__name__}: signature names {sorted(unknown)} are not parameters; missing {missing}"
-            )
+            parts = []
+            const_named = [n for n in unknown if n in consts]
+            if const_named:
+                parts.append(
+                    ", ".join(f"'{n}'" for n in const_named)
+                    + (" is" if len(const_named) == 1 else " are")
+                    + " annotated tj.Constant[...]: give constants a value in constants=, not a type in the "
+                    "signature (remove the annotation from an array parameter)"
+                )
+            other = [n for n in unknown if n not in consts]
+            if other:
+                verb = "is not a parameter" if len(other) == 1 else "are not parameters"
+                parts.append(f"{', '.join(repr(n) for n in other)} {verb}")
+            if missing:
+                parts.append(f"missing the type of {', '.join(repr(n) for n in missing)}")
+            raise TypeError(f"{func.__name__}: signature: " + "; ".join(parts))
         pairs = [(n, signature[n]) for n in names]
     else:
+        if isinstance(signature, str | bytes) or not isinstance(signature, Sequence | tuple | list):
+            raise TypeError(
+                f"{func.__name__}: the signature must be a tuple or list of parameter types (one per non-constant "
+                f"parameter: {', '.join(names) or 'none'}), e.g. (tj.float32[:], int), or a dict by name; "
+                f"got {type(signature).__name__}"
+            )
         if len(signature) != len(names):
             raise TypeError(
                 f"{func.__name__} takes {len(names)} non-constant parameters ({', '.join(names)}), "

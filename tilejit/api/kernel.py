@@ -271,6 +271,18 @@ def _classify(name: str, a: Any) -> tuple[Any, Any]:
     return v, ((v.dtype, v.strides, v.ptr & 15) if v.__class__ is _AV else ("scalar", str(v.dtype)))
 
 
+def _check_num_threads(name: str, n: object) -> int:
+    """``@tj.kernel(num_threads=n)``: a power of two from 32 to 1024 (the CUDA block limit)."""
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"@tj.kernel(num_threads=...) of {name}: num_threads must be an int, got {n!r}")
+    v = n.__index__()
+    if not 32 <= v <= 1024 or v & (v - 1):
+        raise ValueError(
+            f"@tj.kernel(num_threads=...) of {name}: num_threads must be a power of two from 32 to 1024, got {v}"
+        )
+    return int(v)
+
+
 class Kernel:
     """A tile kernel. Launch with ``kernel[grid](args...)``; compile ahead with ``tj.compile``."""
 
@@ -281,6 +293,8 @@ class Kernel:
         self.__name__ = func.__name__
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
+        if num_threads is not None:
+            num_threads = _check_num_threads(func.__name__, num_threads)
         self.num_threads = num_threads
         self._params = signature_params(func)
         consts = set(constant_params(func))

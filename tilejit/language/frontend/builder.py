@@ -14,6 +14,7 @@ from tilejit.language.frontend.source import FrontendError
 from tilejit.language.frontend.values import Tile, describe, is_number
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import UNKNOWN_LOC, Block, Loc, Op, Value
+from tilejit.language.ir.passes import round_to_dtype
 from tilejit.language.ir.types import (
     ArrayType,
     DType,
@@ -34,6 +35,11 @@ def int_range(dtype: DType) -> tuple[int, int]:
     if dtype.kind == "u":
         return 0, (1 << dtype.bits) - 1
     return -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1
+
+
+#: the most elements one tile may have (each dimension included): tiles live in registers and
+#: local memory, and larger ones make NVRTC run for minutes or overflow its 32-bit indices
+MAX_TILE_ELEMENTS = 1 << 20
 
 
 def is_pow2(n: object) -> bool:
@@ -59,6 +65,14 @@ def check_shape(shape: object, what: str) -> tuple[int, ...]:
     if bad:
         raise FrontendError(f"{what} {shape} has a dimension that is not a power of two ({bad[0]}): tile "
                             "dimensions must be powers of two (pad with a larger tile and mask)")
+    size = 1
+    for s in shape:
+        size *= s
+    if size > MAX_TILE_ELEMENTS:
+        raise FrontendError(
+            f"{what} {shape} is too large: a tile holds at most {MAX_TILE_ELEMENTS} (2**20) elements, got {size} "
+            "(split the work over more blocks or a loop of smaller tiles)"
+        )
     return shape
 
 
@@ -73,6 +87,14 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
                 "shapes " + ", ".join(str(s) for s in shapes) + " cannot be broadcast together"
             )
         out.append(dims.pop() if dims else 1)
+    size = 1
+    for d in out:
+        size *= d
+    if size > MAX_TILE_ELEMENTS:
+        raise FrontendError(
+            "broadcasting shapes " + ", ".join(str(s) for s in shapes) + f" gives {tuple(out)}, too large: a tile "
+            f"holds at most {MAX_TILE_ELEMENTS} (2**20) elements"
+        )
     return tuple(out)
 
 
@@ -151,7 +173,13 @@ def const_value(value: object, dtype: DType) -> bool | int | float:
         if not lo <= int(value) <= hi:
             raise FrontendError(f"the constant {value} does not fit in {dtype.name} ({lo}..{hi})")
         return int(value)
-    return float(value)
+    try:
+        f = float(value)
+    except OverflowError:
+        text = str(value)
+        shown = text if len(text) <= 24 else f"{text[:6]}...{text[-3:]} ({len(text)} digits)"
+        raise FrontendError(f"the constant {shown} does not fit {dtype.name}") from None
+    return round_to_dtype(f, dtype)
 
 
 class Builder:

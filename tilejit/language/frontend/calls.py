@@ -141,7 +141,7 @@ def convert_number(value: object, dtype: DType) -> bool | int | float:
     if dtype.is_bool:
         return bool(value)
     if dtype.is_float:
-        return float(value)
+        return const_value(value, dtype)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise FrontendError(f"cannot convert {value} to {dtype.name}")
@@ -260,7 +260,12 @@ def _cdiv(tr: Translator, a: object, b: object) -> object:
 
 @builtin(tile.static_range)
 def _static_range(tr: Translator, args: tuple[object, ...]) -> object:
-    return range(*(const_int(a, "tj.static_range() argument") for a in args))
+    bounds = [const_int(a, "tj.static_range() argument") for a in args]
+    if not 1 <= len(bounds) <= 3:
+        raise FrontendError(f"tj.static_range() takes 1 to 3 arguments (stop or start, stop, step), got {len(bounds)}")
+    if len(bounds) == 3 and bounds[2] == 0:
+        raise FrontendError("tj.static_range() step must not be zero")
+    return range(*bounds)
 
 
 # ====================================================================== memory
@@ -416,6 +421,7 @@ def _arange(tr: Translator, n: object, dtype: object) -> object:
     size = const_int(n, "tj.arange() n")
     if not is_pow2(size):
         raise FrontendError(f"tj.arange() n must be a power of two, got {size}")
+    check_shape((size,), "tj.arange() shape")
     dt = to_dtype(dtype, "tj.arange() dtype")
     if dt.is_bool:
         raise FrontendError("tj.arange() dtype must be numeric, got bool")
@@ -595,6 +601,8 @@ def _axes(axis: object, ndim: int, fn: str) -> list[int] | None:
 
 def _reduce_impl(fn: str) -> Impl:
     def impl(tr: Translator, x: object, axis: object, keepdims: object) -> object:
+        if not isinstance(keepdims, bool):
+            raise FrontendError(f"tj.{fn}() keepdims must be a compile-time True or False, got {describe(keepdims)}")
         t = as_tile(tr, x, fn, "x")
         if fn in ("sum", "prod"):
             t = widen_for_sum(tr, t)
@@ -625,6 +633,8 @@ for _fn in ("sum", "max", "min", "prod"):
 
 def _argreduce_impl(fn: str) -> Impl:
     def impl(tr: Translator, x: object, axis: object, keepdims: object) -> object:
+        if not isinstance(keepdims, bool):
+            raise FrontendError(f"tj.{fn}() keepdims must be a compile-time True or False, got {describe(keepdims)}")
         t = as_tile(tr, x, fn, "x")
         ndim, shape = t.ndim, t.shape
         if axis is None:
@@ -850,7 +860,15 @@ def _py_int_float_bool(tr: Translator, kind: type, args: list[object]) -> object
         return tr.b.cast(t, {int: int32, float: float32, bool: bool_}[kind])
     if not all(is_const(a) for a in args):
         raise FrontendError(f"{kind.__name__}() works on compile-time values and scalars")
-    return normalize_const(kind(*args))
+    try:
+        return normalize_const(kind(*args))
+    except ValueError:
+        if len(args) >= 1 and isinstance(args[0], str | bytes):
+            base = f" in base {args[1]!r}" if len(args) == 2 else ""
+            raise FrontendError(f"{kind.__name__}() of {args[0]!r} is not a number{base}") from None
+        raise FrontendError(f"{kind.__name__}() of {', '.join(describe(a) for a in args)}: not a valid value") from None
+    except (TypeError, OverflowError, ZeroDivisionError) as exc:
+        raise FrontendError(f"{kind.__name__}(): {exc}") from None
 
 
 def _py_len(tr: Translator, v: object) -> object:

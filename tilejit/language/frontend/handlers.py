@@ -44,7 +44,7 @@ from tilejit.language.frontend.values import (
 )
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Value
-from tilejit.language.ir.types import TileType, bool_
+from tilejit.language.ir.types import DType, TileType, bool_
 
 N = TypeVar("N", bound=ast.AST)
 
@@ -94,6 +94,20 @@ def syntax_name(node: ast.AST) -> str:
     return SYNTAX_NAMES.get(type(node), type(node).__name__)
 
 
+def _same_const(a: object, b: object) -> bool:
+    """``a`` and ``b`` are the same compile-time value (same types, equal; tuples item by item)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, tuple | list):
+        assert isinstance(b, tuple | list)
+        return len(a) == len(b) and all(_same_const(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool | int | float | str | DType):
+        return bool(a == b)
+    return False
+
+
 class Translator:
     """Translates one kernel (and the helpers it calls, inlined) into the current IR block."""
 
@@ -113,6 +127,10 @@ class Translator:
         src = self.func.source
         if isinstance(exc, FrontendError):
             return src.error(exc.message, exc.node or node)
+        if isinstance(exc, RecursionError):
+            return src.error(
+                "expression too deeply nested: compiling it exceeded Python's recursion limit (split it into "
+                "several statements, or call fewer nested helper functions)", node)
         return src.error(f"internal error: {type(exc).__name__}: {exc}", node)
 
     def expr(self, node: ast.expr) -> object:
@@ -274,7 +292,7 @@ class Translator:
                 if name in loop.weak:
                     raise Retype(loop, name, TileType(common_default(v, t.dtype), t.shape)) from None
                 raise FrontendError(
-                    f"'{name}' is carried by the loop at line {line} with type {t}, but is assigned {v!r} here",
+                    f"'{name}' is carried by the loop at line {line} with type {t}, but is assigned {describe(v)} here",
                     self._where(name, loop),
                 ) from None
         raise FrontendError(
@@ -284,7 +302,7 @@ class Translator:
 
     def _check_watched(self, loop: LoopCtx, name: str, before: object) -> None:
         v = self.scope.values.get(name, _MISSING)
-        if v is before or (is_number(v) and type(v) is type(before) and v == before):
+        if _same_const(v, before):
             return
         line = self.func.source.position(loop.node)[0]
         if is_number(before):
@@ -787,8 +805,16 @@ def _assert(tr: Translator, node: ast.Assert) -> None:
 def _raise(tr: Translator, node: ast.Raise) -> None:
     if tr.runtime_depth > 0:
         raise FrontendError("raise is only supported on compile-time paths (not inside a run-time if or loop)")
-    exc = tr.expr(node.exc) if node.exc is not None else None
-    raise FrontendError(f"{type(exc).__name__ if isinstance(exc, BaseException) else 'error'}: {exc}")
+    if node.exc is None:
+        raise FrontendError("a bare 'raise' (re-raise) is not supported in tile code: raise an exception, "
+                            "e.g. raise ValueError(\"...\")")
+    exc = tr.expr(node.exc)
+    if isinstance(exc, type) and issubclass(exc, BaseException):
+        raise FrontendError(f"the kernel raised {exc.__name__}")
+    if isinstance(exc, BaseException):
+        raise FrontendError(f"the kernel raised {type(exc).__name__}: {exc}" if str(exc) else
+                            f"the kernel raised {type(exc).__name__}")
+    raise FrontendError(f"raise needs an exception, got {describe(exc)}")
 
 
 # ====================================================================== expressions

@@ -87,6 +87,20 @@ def _is_constant_annotation(ann: object, func: Callable[..., Any]) -> bool:
     return get_origin(ann) is Annotated and any(m is CONSTANT_MARKER for m in getattr(ann, "__metadata__", ()))
 
 
+def constant_type(func: Any, name: str) -> object:
+    """The type inside parameter ``name``'s ``tj.Constant[T]`` annotation (None when unknown)."""
+    func = unwrap(func)
+    ann = (getattr(func, "__annotations__", {}) or {}).get(name)
+    if isinstance(ann, str):
+        try:
+            ann = eval(ann, {**func.__globals__, **closure_of(func)})
+        except Exception:
+            return None
+    if get_origin(ann) is not Annotated:
+        return None
+    return getattr(ann, "__origin__", None)
+
+
 def constant_params(func: Any) -> list[str]:
     """The names of the parameters annotated ``tj.Constant[...]``, in order."""
     func = unwrap(func)
@@ -94,4 +108,4 @@ def constant_params(func: Any) -> list[str]:
     return [p for p in signature_params(func) if p in anns and _is_constant_annotation(anns[p], func)]
 
 
-__all__ = ["closure_of", "constant_params", "def_error", "signature_params", "unwrap"]
+__all__ = ["closure_of", "constant_params", "constant_type", "def_error", "signature_params", "unwrap"]

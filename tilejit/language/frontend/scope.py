@@ -102,21 +102,21 @@ class StaticContinue(ControlSignal):
 
 
 def assigned_names(stmts: list[ast.stmt]) -> list[str]:
-    """Names stored by ``stmts`` (assignments, loop targets...) in first-appearance order."""
-    seen: dict[str, None] = {}
+    """Names stored by ``stmts`` (assignments, loop targets...) in first-appearance order.
 
-    class _Visitor(ast.NodeVisitor):
-        def visit_Name(self, node: ast.Name) -> None:
+    An explicit stack, not recursion: a long expression (``a + b + ... ``) nests deeply."""
+    seen: dict[str, None] = {}
+    stack: list[ast.AST] = list(reversed(stmts))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Store):
                 seen.setdefault(node.id, None)
-
-        def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+            continue
+        if isinstance(node, ast.FunctionDef):
             seen.setdefault(node.name, None)
-
-        def visit_Lambda(self, node: ast.Lambda) -> None:
-            return
-
-    v = _Visitor()
-    for s in stmts:
-        v.visit(s)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
     return list(seen)

@@ -7,18 +7,41 @@ Python values, and the body is translated (helpers inlined) into one ``Function`
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from tilejit.language.frontend.builder import Builder
 from tilejit.language.frontend.handlers import Translator
-from tilejit.language.frontend.params import closure_of, constant_params, signature_params, unwrap
+from tilejit.language.frontend.params import closure_of, constant_params, constant_type, signature_params, unwrap
 from tilejit.language.frontend.scope import ControlSignal, FuncCtx, Scope, assigned_names
 from tilejit.language.frontend.source import get_source
 from tilejit.language.frontend.values import Array, Tile, normalize_const
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Value
 from tilejit.language.ir.types import ArrayType, TileType
+
+#: the recursion limit while a kernel is translated (nested expressions and helper calls recurse)
+_RECURSION_LIMIT = 6000
+
+
+def _check_constant(func: Callable[..., Any], src: Any, name: str, value: object) -> None:
+    """A located error when constant ``name``'s value does not match its ``tj.Constant[T]``."""
+    want = constant_type(func, name)
+    if not isinstance(want, type) or want is object:
+        return
+    if want is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif want is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, want)
+    if not ok:
+        raise src.error(
+            f"constant parameter '{name}' is annotated tj.Constant[{want.__name__}] but was given "
+            f"{value!r} ({type(value).__name__})",
+            src.tree,
+        )
 
 
 def translate(
@@ -58,7 +81,9 @@ def translate(
     names: list[str] = []
     for p in params:
         if p in consts:
-            scope.set(p, normalize_const(constants[p]), src.tree)
+            value = normalize_const(constants[p])
+            _check_constant(func, src, p, value)
+            scope.set(p, value, src.tree)
             continue
         t = arg_types[p]
         if isinstance(t, ArrayType):
@@ -81,10 +106,18 @@ def translate(
     ctx = FuncCtx(func.__name__, src, func.__globals__, closure_of(func), is_kernel=True,
                   local_names=frozenset(assigned_names(src.tree.body)))
     tr = Translator(builder, ctx, scope)
+    limit = sys.getrecursionlimit()
+    if limit < _RECURSION_LIMIT:
+        sys.setrecursionlimit(_RECURSION_LIMIT)  # long expressions (a + b + ...) nest deeply
     try:
         tr.body(src.tree.body)
     except ControlSignal as exc:
         raise src.error(f"internal error: {type(exc).__name__} escaped", src.tree) from exc
+    except RecursionError:
+        raise src.error("kernel too deeply nested: compiling it exceeded Python's recursion limit", src.tree) from None
+    finally:
+        if limit < _RECURSION_LIMIT:
+            sys.setrecursionlimit(limit)
     if body.terminator is None:
         body.append(ops.ReturnOp(loc=src.loc(src.tree)))
     return ops.Function(name or func.__name__, names, body, filename=src.filename)

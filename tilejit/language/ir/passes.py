@@ -81,6 +81,26 @@ def _round_bf16(x: float) -> float:
     return float(np.array(bits, dtype=np.uint32).view(np.float32))
 
 
+def round_to_dtype(value: float, dtype: DType) -> float:
+    """``value`` rounded to the nearest element of the float ``dtype`` as numpy's astype does
+    (bfloat16 as the GPU converts it; out of range becomes inf)."""
+    f = float(value)
+    if dtype.bits == 64 or math.isnan(f) or math.isinf(f):
+        return f
+    if dtype.short == "bf16":
+        with np.errstate(all="ignore"):
+            return _round_bf16(f)
+    with np.errstate(all="ignore"):
+        return float(np.array(f, dtype=np.float16 if dtype.bits == 16 else np.float32))
+
+
+def _const(value: object, dtype: DType) -> object:
+    """A ConstantOp's value as an element of ``dtype`` (floats rounded to it)."""
+    if dtype.is_float and isinstance(value, float | int) and not isinstance(value, bool):
+        return round_to_dtype(float(value), dtype)
+    return value
+
+
 def _arr(value: object, dtype: DType) -> np.ndarray:
     """A 0-d numpy array of ``value`` in ``dtype`` (bfloat16 held in float32)."""
     npdt = _NP.get(dtype.short, np.float32)
@@ -154,6 +174,8 @@ def _fold_compare(fn: str, a: object, b: object, dtype: DType) -> bool:
 
 
 def _fold_cast(v: object, src: DType, dst: DType) -> object:
+    if src.is_float:
+        v = round_to_dtype(float(v), src)  # type: ignore[arg-type]
     if dst.is_bool:
         return bool(v)
     if src.is_float and dst.is_int:
@@ -167,7 +189,7 @@ def _fold_cast(v: object, src: DType, dst: DType) -> object:
         return i
     if dst.is_int:
         return int(np.array(int(v), dtype=np.int64 if src.kind != "u" else np.uint64).astype(_NP[dst.short]))  # type: ignore[call-overload]
-    return _py(np.array(float(v), dtype=np.float64), dst)  # type: ignore[arg-type]
+    return round_to_dtype(float(v), dst)  # type: ignore[arg-type]
 
 
 def _fold(op: Op, consts: dict[Value, object]) -> object:
@@ -205,6 +227,11 @@ def fold_constants(fn: ops.Function) -> int:
             if forward:
                 op.replace_operands(forward)
             if isinstance(op, ops.ConstantOp):
+                rt = op.result.type
+                if isinstance(rt, TileType):
+                    value = _const(op.value, rt.dtype)
+                    if value != op.value or type(value) is not type(op.value):
+                        op.value = value
                 consts[op.result] = op.value
                 continue
             if isinstance(op, ops.SelectOp) and op.cond in consts:
@@ -340,4 +367,4 @@ def eliminate_dead(fn: ops.Function) -> int:
     return removed
 
 
-__all__ = ["eliminate_common", "eliminate_dead", "fold_constants", "run_passes"]
+__all__ = ["eliminate_common", "eliminate_dead", "fold_constants", "round_to_dtype", "run_passes"]
