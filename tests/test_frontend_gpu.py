@@ -256,3 +256,20 @@ def test_a_strided_array_after_a_one_element_one_gets_strided_code() -> None:
         out = tj.empty(n, "float32").poison()
         fe_scale[-(-n // 16)](x, out, TILE=16)
         np.testing.assert_array_equal(out.numpy(), a[::2] * np.float32(2.0))
+
+
+@tj.kernel
+def fe_add_scalar_named_i(x, out, i: float, s: int, TILE: tj.Constant[int]):
+    b = tj.bid(0)
+    tj.store(out, index=(b,), tile=tj.load(x, index=(b,), shape=(TILE,)) + i + s)
+
+
+@pytest.mark.gpu
+def test_parameters_named_like_generated_code_keep_their_values() -> None:
+    """Scalars named i and s once read the generated element index / loop counter instead (C++ name capture)."""
+    rng = np.random.default_rng()
+    n = 300
+    a = rng.standard_normal(n).astype(np.float32)
+    out = tj.empty(n, "float32").poison()
+    fe_add_scalar_named_i[-(-n // 128)](tj.asarray(a), out, 0.5, 3, TILE=128)
+    np.testing.assert_array_equal(out.numpy(), a + np.float32(0.5) + np.float32(3))
