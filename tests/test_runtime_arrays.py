@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_runtime_interop import SometimesOnGpu  # one class for host and device arrays, as JAX's
 
 from tilejit.errors import CUDAError
 from tilejit.runtime import context as context_state
@@ -325,30 +326,14 @@ def test_dlpack_export_with_stream_none_orders_after_the_current_stream(fake: Fa
 # --------------------------------------------------------------------------- 6. per-object converters
 
 
-class CpuOrGpu:
-    """One class for host and device arrays (as JAX's): ``__cuda_array_interface__`` only on the GPU."""
-
-    def __init__(self, ptr: int | None) -> None:
-        self.ptr = ptr
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        if self.ptr is None:
-            raise AttributeError("a CPU array has no __cuda_array_interface__")
-        return {"data": (self.ptr, False), "shape": (3,), "typestr": "<f4", "version": 3}
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
-        return np.arange(3, dtype=np.float32)
-
-
 def test_asarray_copies_host_instances_of_a_device_array_class(fake: FakeDriver) -> None:
     dev = zeros(3)
-    gpu_first = type("GpuFirst", (CpuOrGpu,), {})
+    gpu_first = type("GpuFirst", (SometimesOnGpu,), {})
     assert asarray(gpu_first(dev.ptr)).ptr == dev.ptr
     host = asarray(gpu_first(None))  # the class reads through __cuda_array_interface__: not this one
     assert host.ptr != dev.ptr
     np.testing.assert_array_equal(host.numpy(), [0, 1, 2])
-    cpu_first = type("CpuFirst", (CpuOrGpu,), {})
+    cpu_first = type("CpuFirst", (SometimesOnGpu,), {})
     np.testing.assert_array_equal(asarray(cpu_first(None)).numpy(), [0, 1, 2])
     assert asarray(cpu_first(dev.ptr)).ptr == dev.ptr
 
@@ -378,7 +363,7 @@ def test_asarray_keeps_the_producers_device(fake: FakeDriver) -> None:
     assert asarray(Foreign(on1), device=1).device.ordinal == 1
     with pytest.raises(ValueError, match=r"on device 1, device 0 was asked for; .*not copy arrays between devices"):
         asarray(Foreign(on1), device=0)
-    cai = CpuOrGpu(on1.ptr)  # no device in __cuda_array_interface__: the current one, or the one asked for
+    cai = SometimesOnGpu(on1.ptr)  # no device in __cuda_array_interface__: the current one, or the one asked for
     assert asarray(cai).device.ordinal == 0
     assert asarray(cai, device=1).device.ordinal == 1
 
@@ -397,7 +382,7 @@ def test_torch_and_cupy_owners_give_their_device() -> None:
     cupy_like = type("ndarray", (), {"__module__": "cupy._core.core", "device": type("D", (), {"id": 2})()})()
     assert _producer_device(torch_like) == 3
     assert _producer_device(cupy_like) == 2
-    assert _producer_device(CpuOrGpu(0x10)) is None
+    assert _producer_device(SometimesOnGpu(0x10)) is None
 
 
 # --------------------------------------------------------------------------- 8. messages
@@ -507,7 +492,7 @@ def test_gpu_sizes_and_converters() -> None:
     with pytest.raises(ValueError, match="more than a 64-bit size"):
         zeros((2**62 + 1,), "float32")
     dev = asarray(np.arange(3, dtype=np.float32))
-    cls = type("GpuFirstOnGpu", (CpuOrGpu,), {})
+    cls = type("GpuFirstOnGpu", (SometimesOnGpu,), {})
     np.testing.assert_array_equal(asarray(cls(dev.ptr)).numpy(), np.arange(3, dtype=np.float32))
     np.testing.assert_array_equal(asarray(cls(None)).numpy(), np.arange(3, dtype=np.float32))
     with pytest.raises(ValueError, match=r"device 1 was asked for|does not exist"):
