@@ -65,6 +65,7 @@ class DeviceArray:
     _dtname: str
     _base: object
     _view: ArrayView
+    _contiguous: bool  # C order (is_contiguous), computed once: pointer parameters read it every launch
 
     def __init__(
         self,
@@ -135,10 +136,7 @@ class DeviceArray:
 
     @property
     def is_c_contiguous(self) -> bool:
-        return self.size <= 1 or all(
-            s == c for s, c, n in zip(self.strides, (x * self.itemsize for x in c_strides(self.shape)), self.shape)
-            if n > 1
-        )
+        return self._contiguous
 
     def __len__(self) -> int:
         if not self.shape:

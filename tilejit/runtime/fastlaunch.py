@@ -71,13 +71,12 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
         "failed": launcher._failed, "AV": ArrayView, "DA": DeviceArray, "as_view": as_view, "Mismatch": _Mismatch,
     }
     n = len(launcher.params)
-    lines: list[str] = []
     # Only a tuple or list of the arguments, as the checked path accepts (a set would unpack in any order).
-    check_args = "if args.__class__ is not tuple and args.__class__ is not list: raise Mismatch()"
-    if n == 0:
-        lines.append("if (args.__class__ is not tuple and args.__class__ is not list) or args: raise Mismatch()")
-    else:
-        lines.append(", ".join(f"a{i}" for i in range(n)) + (", = args" if n == 1 else " = args"))
+    unpack = ", ".join(f"a{i}" for i in range(n)) + (", = args" if n == 1 else " = args")
+    lines: list[str] = [
+        "if args.__class__ is not tuple and args.__class__ is not list: raise Mismatch()",
+        unpack if n else "if args: raise Mismatch()",
+    ]
     values: list[str] = []
     bx, by, bz = launcher.block
     for i, (_, k) in enumerate(launcher.params):
@@ -123,10 +122,9 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
         # Arguments identical (``is``) to the last launch's, and immutable, are already in the
         # parameter block: skip converting and packing them again. The memo is cleared before
         # the block is rewritten, so a failed pack never leaves a stale match.
-        convert = lines[1:]
+        convert = lines[2:]
         lines = [
-            check_args,
-            lines[0],
+            *lines[:2],
             f"if not ({' and '.join(f'a{i} is m{i}' for i in range(n))}):",
             "    m0 = NO",
             *("    " + line for line in convert),

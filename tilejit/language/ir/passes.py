@@ -113,8 +113,7 @@ def _py(a: np.ndarray, dtype: DType) -> bool | int | float:
         return bool(a)
     if dtype.is_int:
         return int(a)
-    v = float(a.astype(_NP.get(dtype.short, np.float32)))
-    return _round_bf16(v) if dtype.short == "bf16" else v
+    return round_to_dtype(float(a), dtype)
 
 
 def _float_math(fn: str, x: np.ndarray, dtype: DType) -> np.ndarray:
