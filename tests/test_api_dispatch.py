@@ -143,6 +143,9 @@ def test_constants_by_keyword_and_annotated_scalars() -> None:
         (lambda x: with_const[1](np.zeros(16, np.float32), 3, TILE=16), r"parameter 'x'.*host \(CPU\) array"),
         (lambda x: with_const[1](x, "3", TILE=16), r"parameter 'b'"),
         (lambda x: with_const[0](x, 3, TILE=16), r"grid must be a positive int"),
+        (lambda x: with_const[2.0](x, 3, TILE=16), r"grid must be a positive int.*got 2.0"),
+        (lambda x: with_const[True](x, 3, TILE=16), r"grid must be a positive int.*got True"),
+        (lambda x: with_const[(1, 70000)](x, 3, TILE=16), r"grid must be a positive int.*65535"),
         (lambda x: scale[1](x, x, 1.0), r"missing arguments: n"),
         (lambda x: scale[1](x, x, object(), 1), r"parameter 'a'"),
     ],
@@ -339,3 +342,12 @@ def test_kernels_without_run_time_arguments() -> None:
         no_args[2]()
     with pytest.raises(LaunchError, match="takes 0 positional arguments"):
         nothing[3](1)
+
+
+def test_numpy_ints_are_grid_dimensions() -> None:
+    """The tile kernel's grid follows the launcher's rule: any integer type but bool (a tuple whose second
+    item is an integer is a 2-d grid, not a grid and a stream)."""
+    rec = Recorder(with_const)
+    with_const[np.int64(3)](view(), 3, TILE=16)
+    with_const[(2, np.int32(5))](view(), 3, TILE=16)
+    assert [(launch[1], launch[3]) for launch in rec.launches] == [((3, 1, 1), None), ((2, 5, 1), None)]

@@ -8,7 +8,6 @@ and device is one specialization, compiled once per process and cached on disk a
 from __future__ import annotations
 
 import functools
-import operator
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -102,23 +101,6 @@ def _scalar_annotations(func: Callable[..., Any], names: list[str]) -> dict[str,
         if isinstance(t, TileType):
             out[name] = t
     return out
-
-
-_MAX_GRID = (2**31 - 1, 65535, 65535)
-
-
-def _normalize_grid(grid: object) -> tuple[int, int, int]:
-    """A grid as three ints (any integer type but bool), within the hardware limits."""
-    dims = grid if isinstance(grid, tuple) else (grid,)
-    if 1 <= len(dims) <= 3:
-        try:
-            out = [-1 if isinstance(d, bool) else operator.index(d) for d in dims]
-        except TypeError:
-            out = [-1]
-        if all(1 <= d <= limit for d, limit in zip(out, _MAX_GRID)):
-            return (*out, *(1,) * (3 - len(out)))  # type: ignore[return-value]
-    raise LaunchError(f"grid must be a positive int or a tuple of 1 to 3 positive ints within {_MAX_GRID}, "
-                      f"got {grid!r}")
 
 
 def _source_bytes(func: Callable[..., Any]) -> bytes:
@@ -322,10 +304,12 @@ class Kernel:
 
     def _bind(self, item: object) -> Callable[..., None]:
         """The launch function for ``kernel[item]``; memoized, since grids repeat."""
-        if isinstance(item, tuple) and len(item) == 2 and not isinstance(item[1], int):
-            grid, stream = _normalize_grid(item[0]), item[1]
+        from tilejit.runtime.launch import _grid3  # the launcher's own grid rule (its module loads on launch)
+
+        if isinstance(item, tuple) and len(item) == 2 and not hasattr(item[1], "__index__"):  # (grid, stream)
+            grid, stream = _grid3(item[0]), item[1]
         else:
-            grid, stream = _normalize_grid(item), None
+            grid, stream = _grid3(item), None
         make = self._make
         if make is None:
             from tilejit.runtime import device as device_state
