@@ -557,6 +557,63 @@ def test_mangled_names_stay_distinct() -> None:
         assert kernel_symbol(bad).startswith("tjk_") and kernel_symbol(bad).isascii()
 
 
+def _names_in_headers(include_dirs: list[Any]) -> list[str]:
+    """Every identifier a CUDA header calls or defines as a macro (``name(`` or ``#define name``)."""
+    names: set[str] = set()
+    for inc in include_dirs:
+        for path in inc.rglob("*"):
+            if path.suffix in (".h", ".hpp") and path.is_file():
+                text = path.read_text(errors="replace")
+                names.update(re.findall(r"\b([A-Za-z_]\w*)\s*\(", text))
+                names.update(re.findall(r"#\s*define\s+([A-Za-z_]\w*)", text))
+    return sorted(n for n in names if n.isascii())
+
+
+def test_kernel_symbols_avoid_every_name_the_cuda_headers_declare(toolkit: Any) -> None:
+    """A tile kernel may be named ``norm``, ``max`` or ``printf``: its extern "C" symbol must not clash with
+    anything NVRTC's built-in CUDA headers declare. One program declares a kernel under ``kernel_symbol`` of
+    every identifier in this CUDA major's runtime headers, after tilejit's own headers; each failing line
+    names a clash to add to values._CUDA_DECLARED."""
+    from tilejit.backends.cuda.values import kernel_symbol
+    from tilejit.compiler.nvrtc import compile_cuda
+
+    names = _names_in_headers(sorted(toolkit.root.glob("nvidia/*/include")))
+    assert len(names) > 3000 and "cudaMalloc" in names
+    # The runtime wheels lack the math headers (crt/): names Python users reach for stand in for them.
+    import builtins
+    import math
+
+    names += [n for n in (*dir(math), *dir(builtins)) if n.isidentifier() and not n.startswith("_")]
+    symbols = sorted({kernel_symbol(n) for n in names})
+    decls = "".join(f'extern "C" __global__ void {s}(float* x) {{}}\n' for s in symbols)
+    src = "#include <tilejit/tilejit.cuh>\n" + decls
+    try:
+        compile_cuda(src, name="names.cu", headers=device_headers(), target="sm_80", output="ptx", cache=False,
+                     nvrtc=_nvrtc_at(str(toolkit.nvrtc)))
+    except CompileError as exc:
+        lines = sorted({int(m.group(1)) for m in re.finditer(r"^names\.cu\((\d+)\): error", exc.log, re.M)})
+        bad = [symbols[n - 2] if 2 <= n < len(symbols) + 2 else f"line {n}" for n in lines]
+        pytest.fail(f"CUDA {toolkit.major}: kernel symbols that do not compile (NVRTC may stop at the first few; "
+                    f"add them and rerun): {', '.join(bad)}")
+
+
+@pytest.mark.parametrize("name", ["norm", "max", "sin", "printf", "rsqrt", "cudaMalloc", "float4"])
+def test_a_kernel_named_like_a_cuda_function_compiles(name: str) -> None:
+    from tilejit.backends.cuda.values import kernel_symbol
+
+    k = tj.kernel(_kernel_named(name))
+    art = tj.compile(k, (tj.float32[:], tj.float32[:]), target="sm_90")
+    assert kernel_symbol(name) == "tjk_u_" + name
+    assert f" tjk_u_{name}(" in art.cuda_source()
+    assert art.cubin()[:4] == b"\x7fELF"
+
+
+def _kernel_named(name: str) -> Any:
+    """A copy kernel whose function is called ``name``."""
+    body = "    tj.store(out, index=(tj.bid(0),), tile=tj.load(x, index=(tj.bid(0),), shape=(64,)))\n"
+    return _from_source(f"def {name}(x, out):\n" + body, name)
+
+
 # ----------------------------------------------------------------------------- float literals out of range
 F32_CASES = [
     (1e-50, "0.0f"), (-1e-50, "-0.0f"), (3.4e39, "tj::inf_f()"), (-3.4e39, "(-tj::inf_f())"), (1e300, "tj::inf_f()"),

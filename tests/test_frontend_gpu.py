@@ -273,3 +273,21 @@ def test_parameters_named_like_generated_code_keep_their_values() -> None:
     out = tj.empty(n, "float32").poison()
     fe_add_scalar_named_i[-(-n // 128)](tj.asarray(a), out, 0.5, 3, TILE=128)
     np.testing.assert_array_equal(out.numpy(), a + np.float32(0.5) + np.float32(3))
+
+
+@tj.kernel
+def norm(x, out, TILE: tj.Constant[int]):  # the name of a CUDA math function
+    b = tj.bid(0)
+    t = tj.load(x, index=(b,), shape=(TILE,))
+    tj.store(out, index=(b,), tile=tj.sqrt(t * t))
+
+
+@pytest.mark.gpu
+def test_a_kernel_named_like_a_cuda_math_function_runs() -> None:
+    """``norm`` (declared by CUDA's math headers) compiles under a mangled symbol, loads and computes."""
+    rng = np.random.default_rng()
+    n = 1000
+    a = rng.standard_normal(n).astype(np.float32)
+    out = tj.empty(n, "float32").poison()
+    norm[-(-n // 256)](tj.asarray(a), out, TILE=256)
+    np.testing.assert_allclose(out.numpy(), np.abs(a), rtol=1e-6)

@@ -24,6 +24,33 @@ _KEYWORDS = frozenset((
     "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "dim3", "uint3", "int3",
 ))
 
+# Functions, macros and types that NVRTC's built-in CUDA headers declare at file scope in CUDA 11.8-13.x
+# (math functions, printf/malloc, vector types, stdarg macros...): an extern "C" kernel of the same name does
+# not compile ("more than one instance of overloaded function has C linkage"). Found by compiling a kernel
+# named after every identifier in each CUDA major's runtime headers; tests/test_backend_codegen.py repeats that
+# check, so a name a new CUDA adds fails a test. Names starting with cuda/CUDA/CU_/NV_ are avoided by prefix.
+_CUDA_DECLARED = frozenset((
+    "abs", "acos", "acosf", "acosh", "acoshf", "asin", "asinf", "asinh", "asinhf", "assert", "atan", "atan2",
+    "atan2f", "atanf", "atanh", "atanhf", "cbrt", "cbrtf", "ceil", "ceilf", "clock64", "copysign", "copysignf",
+    "cos", "cosf", "cosh", "coshf", "cospi", "cospif", "cyl_bessel_i0", "cyl_bessel_i0f", "cyl_bessel_i1",
+    "cyl_bessel_i1f", "erf", "erfc", "erfcf", "erfcinv", "erfcinvf", "erfcx", "erfcxf", "erff", "erfinv", "erfinvf",
+    "exp", "exp10", "exp10f", "exp2", "exp2f", "expf", "expm1", "expm1f", "fabs", "fabsf", "fdim", "fdimf",
+    "fdivide", "fdividef", "float2", "float4", "floor", "floorf", "fma", "fmaf", "fmax", "fmaxf", "fmin", "fminf",
+    "fmod", "fmodf", "free", "frexp", "frexpf", "hypot", "hypotf", "ilogb", "ilogbf", "int2", "int4", "j0", "j0f",
+    "j1", "j1f", "jn", "jnf", "labs", "ldexp", "ldexpf", "lgamma", "lgammaf", "llabs", "llmax", "llmin", "llrint",
+    "llrintf", "llround", "llroundf", "log", "log10", "log10f", "log1p", "log1pf", "log2", "log2f", "logb", "logbf",
+    "logf", "lrint", "lrintf", "lround", "lroundf", "malloc", "max", "min", "modf", "modff", "nan", "nanf",
+    "nearbyint", "nearbyintf", "nextafter", "nextafterf", "norm", "norm3d", "norm3df", "norm4d", "norm4df",
+    "normcdf", "normcdff", "normcdfinv", "normcdfinvf", "normf", "pow", "powf", "printf", "ptrdiff_t", "rcbrt",
+    "rcbrtf", "remainder", "remainderf", "remquo", "remquof", "rhypot", "rhypotf", "rint", "rintf", "rnorm",
+    "rnorm3d", "rnorm3df", "rnorm4d", "rnorm4df", "rnormf", "round", "roundf", "rsqrt", "rsqrtf", "scalbln",
+    "scalblnf", "scalbn", "scalbnf", "sin", "sincos", "sincosf", "sincospi", "sincospif", "sinf", "sinh", "sinhf",
+    "sinpi", "sinpif", "size_t", "sqrt", "sqrtf", "surface", "tan", "tanf", "tanh", "tanhf", "texture", "tgamma",
+    "tgammaf", "trunc", "truncf", "ullmax", "ullmin", "umax", "umin", "va_arg", "va_copy", "va_end", "va_start",
+    "y0", "y0f", "y1", "y1f", "yn", "ynf"
+))
+_CUDA_PREFIXES = ("cuda", "CUDA", "CU_", "NV_")
+
 # User names (kernel parameters, locals) live in their own namespace: an ASCII name is emitted as
 # "u_" + name, any other as "u0_" + its punycode spelling. Generated C++ (lower.py and the other
 # lowerings, the device headers' macros and helpers) never declares or uses a name starting with
@@ -44,9 +71,10 @@ def c_ident(name: str) -> str:
 
 def kernel_symbol(name: str) -> str:
     """The extern "C" symbol of a kernel: its own name when that is a safe C++ identifier, else mangled."""
-    reserved = name.startswith(("tj", "TJ", "__", *USER_PREFIXES)) or re.match(r"_[A-Z]", name)
+    reserved = name.startswith(("tj", "TJ", "__", *USER_PREFIXES, *_CUDA_PREFIXES)) or re.match(r"_[A-Z]", name)
     generated = re.fullmatch(r"[A-Za-z]+\d+(_\w*)?", name)
-    if name.isascii() and name.isidentifier() and name not in _KEYWORDS and not reserved and not generated:
+    declared = name in _KEYWORDS or name in _CUDA_DECLARED
+    if name.isascii() and name.isidentifier() and not declared and not reserved and not generated:
         return name
     return "tjk_" + c_ident(name)
 
