@@ -18,6 +18,7 @@ import gc
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -38,8 +39,9 @@ def measure(
 ) -> dict[str, list[float]]:
     """Microseconds per launch of each repeat (N launches, then one sync) for every case.
 
-    Repeats are interleaved across the cases (case A, B, C, then A, B, C again ...) so slow drifts of
-    the machine affect all of them alike; the garbage collector is off while timing.
+    Repeats are interleaved across the cases (each round runs every case once, in a shuffled order) so
+    slow drifts of the machine affect all of them alike and no case always follows the same one; the
+    garbage collector is off while timing.
     """
     for name, launch in list(cases.items()):
         try:
@@ -53,8 +55,11 @@ def measure(
     gc.collect()
     gc.disable()
     try:
+        order = list(cases.items())
+        shuffle = random.Random(0).shuffle
         for _ in range(repeats):
-            for name, launch in cases.items():
+            shuffle(order)
+            for name, launch in order:
                 t0 = time.perf_counter()
                 for _ in range(n):
                     launch()
@@ -196,6 +201,30 @@ def ctypes_case(x: Any) -> Callable[[], Any]:
     return launch
 
 
+def paired_ratio(case: list[float], peer: list[float], resamples: int = 2000) -> tuple[float, float, float, float]:
+    """(median, 95% interval low, high, share of rounds faster) of the per-round ratio case/peer.
+
+    Each round times every case once, back to back, so a round's ratio cancels what the machine did
+    in that round; the interval is a bootstrap of the median over rounds.
+    """
+    ratios = [c / p for c, p in zip(case, peer)]
+    rng = random.Random(1)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    faster = sum(r < 1.0 for r in ratios) / len(ratios)
+    return statistics.median(ratios), meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1], faster
+
+
+def print_paired(per_case: dict[str, list[float]], peer: str) -> None:
+    """The tilejit cases against ``peer``, round by round."""
+    print(f"\nPer-round ratio against {peer} (median over rounds, bootstrap 95% interval, rounds faster):\n")
+    print(f"| implementation | ratio to {peer} | 95% interval | rounds faster |")
+    print("| --- | ---: | --- | ---: |")
+    for name in sorted(per_case, key=lambda n: statistics.median(per_case[n])):
+        if name.startswith("tilejit"):
+            med, low, high, faster = paired_ratio(per_case[name], per_case[peer])
+            print(f"| {name} | {med:.3f}x | {low:.3f}-{high:.3f} | {faster:.0%} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500, help="launches per repeat")
@@ -263,6 +292,7 @@ def main() -> None:
         print(f"| {name} | {r['median_us']:.2f} | {r['min_us']:.2f} | {ratio} |")
     if best_peer:
         print(f"\nbest peer: {best_peer} ({best:.2f} µs)")
+        print_paired(per_case, best_peer)
     for name, why in skipped.items():
         print(f"skipped {name}: {why}")
 
