@@ -351,3 +351,43 @@ def test_numpy_ints_are_grid_dimensions() -> None:
     with_const[np.int64(3)](view(), 3, TILE=16)
     with_const[(2, np.int32(5))](view(), 3, TILE=16)
     assert [(launch[1], launch[3]) for launch in rec.launches] == [((3, 1, 1), None), ((2, 5, 1), None)]
+
+
+def _closure_kernel(scale: float, dt: Any) -> Kernel:
+    @tj.kernel
+    def k(x, out):
+        tj.store(out, index=(0,), tile=(tj.load(x, index=(0,), shape=(16,)) * scale).astype(dt))
+
+    return k
+
+
+def test_fingerprint_follows_closure_values_and_module_attributes(tmp_path: Any) -> None:
+    """Kernels from one factory share their source: the values they capture must still tell their
+    disk-cache entries apart (else the second kernel silently runs the first one's code)."""
+    import sys
+    import types
+
+    a, b = _closure_kernel(2.0, tj.float32), _closure_kernel(3.0, tj.float32)
+    assert _source_fingerprint(a.func) != _source_fingerprint(b.func)
+    assert _source_fingerprint(a.func) == _source_fingerprint(_closure_kernel(2.0, tj.float32).func)
+    assert _source_fingerprint(a.func) != _source_fingerprint(_closure_kernel(2.0, tj.float16).func)
+    assert _source_fingerprint(a.func) != _source_fingerprint(_closure_kernel(np.float32(2.5), tj.float32).func)
+
+    # a constant read through a module attribute (cfg.SCALE), and one inside a generator expression
+    cfg = types.ModuleType("tj_test_cfg")
+    cfg.SCALE = 2  # type: ignore[attr-defined]
+    path = tmp_path / "kmod2.py"
+    path.write_text("import tilejit as tj\nimport tj_test_cfg as cfg\nOFF = (1, 2)\n\n"
+                    "def k(x):\n    s = sum(o * 2 for o in OFF)\n    tj.store(x, index=(0,), tile=cfg.SCALE + s)\n")
+    sys.modules["tj_test_cfg"] = cfg
+    try:
+        namespace: dict[str, Any] = {}
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        base = _source_fingerprint(namespace["k"])
+        cfg.SCALE = 3  # type: ignore[attr-defined]
+        assert _source_fingerprint(namespace["k"]) != base
+        cfg.SCALE = 2  # type: ignore[attr-defined]
+        namespace["OFF"] = (1, 3)
+        assert _source_fingerprint(namespace["k"]) != base
+    finally:
+        del sys.modules["tj_test_cfg"]

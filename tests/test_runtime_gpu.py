@@ -512,3 +512,24 @@ def test_public_names() -> None:
     assert tj.DeviceArray is DeviceArray and tj.RawKernel is RawKernel
     assert isinstance(tj.asarray(np.ones(3)), DeviceArray)
     assert isinstance(tj.empty(3), DeviceArray)
+
+
+def _scaled_copy(scale: float) -> Any:
+    @tj.kernel
+    def scaled(x, out, TILE: tj.Constant[int]):
+        i = tj.bid(0)
+        tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) * scale)
+
+    return scaled
+
+
+def test_kernels_from_one_factory_keep_their_captured_values() -> None:
+    """Two kernels with one source but different closure values must not share a cached CUBIN."""
+    rng = np.random.default_rng()
+    n = 1000
+    x = rng.standard_normal(n).astype(np.float32)
+    dx = asarray(x)
+    for scale in (rng.uniform(1.5, 2.0), rng.uniform(3.0, 4.0)):
+        out = empty(n, "float32").poison()
+        _scaled_copy(float(scale))[tj.cdiv(n, 256)](dx, out, TILE=256)
+        np.testing.assert_allclose(out.numpy(), x * np.float32(scale), rtol=1e-6)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -123,9 +124,59 @@ def _source_bytes(func: Callable[..., Any]) -> bytes:
         return code.co_code
 
 
+def _code_names(code: Any) -> set[str]:
+    """The global and attribute names ``code`` reads, with those of the code objects nested in it
+    (comprehensions and generator expressions have code objects of their own)."""
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            names |= _code_names(c)
+    return names
+
+
+def _value_text(value: Any, names: set[str], seen: set[int], depth: int = 0) -> str | None:
+    """Deterministic text of a value a kernel may read at compile time (a constant, a tuple or list of
+    them, a ``@tj.function``/kernel by its own fingerprint, a module's or class's attributes that the
+    code names), or None for anything else (functions, arrays...), which cannot change the code."""
+    from tilejit.language.frontend.values import normalize_const
+    from tilejit.language.ir.types import DType
+
+    inner = getattr(value, "func", None)
+    if inner is not None and callable(inner) and hasattr(inner, "__code__"):
+        return "fn:" + _source_fingerprint(inner, seen)
+    if isinstance(value, type | types.ModuleType):
+        if depth >= 2:
+            return None
+        parts = []
+        for attr in sorted(names):
+            try:
+                item = getattr(value, attr)
+            except Exception:  # a missing name, or a module attribute that fails to load
+                continue
+            text = _value_text(item, names, seen, depth + 1)
+            if text is not None:
+                parts.append(f"{attr}={text}")
+        return "{" + ";".join(parts) + "}"
+    try:
+        v = normalize_const(value)
+    except Exception:
+        return None
+    if v is None or isinstance(v, bool | int | float | str):
+        return f"{type(v).__name__}:{v!r}"
+    if isinstance(v, DType):
+        return f"dtype:{v.name}"
+    if isinstance(v, tuple | list) and depth < 8:
+        items = [_value_text(x, names, seen, depth + 1) for x in v]
+        return type(v).__name__ + "(" + ",".join("?" if t is None else t for t in items) + ")"
+    return None
+
+
 def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) -> str:
-    """A hash of the kernel's source and of every global it names that can change the code."""
+    """A hash of the kernel's source and of every value it can read that can change the code: the
+    globals it names, its closure's variables (two kernels made by one factory share their source)
+    and the attributes it reads of modules and classes."""
     from tilejit.compiler.cache import sha256
+    from tilejit.language.frontend.params import closure_of
 
     seen = seen if seen is not None else set()
     if id(func) in seen:
@@ -133,14 +184,15 @@ def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) 
     seen.add(id(func))
     h = sha256()
     h.update(_source_bytes(func))
+    names = _code_names(func.__code__)
     g = getattr(func, "__globals__", {})
-    for name in sorted(set(func.__code__.co_names)):
-        value = g.get(name)
-        inner = getattr(value, "func", None)
-        if inner is not None and callable(inner) and hasattr(inner, "__code__"):
-            h.update(name.encode() + _source_fingerprint(inner, seen).encode())
-        elif isinstance(value, int | float | bool | str | tuple | type(None)):
-            h.update(f"{name}={value!r};".encode())
+    for where, env, keys in (("g", g, sorted(names)), ("c", closure_of(func), sorted(func.__code__.co_freevars))):
+        for name in keys:
+            if name not in env:
+                continue
+            text = _value_text(env[name], names, seen)
+            if text is not None:
+                h.update(f"{where}:{name}={text};".encode())
     return h.hexdigest()
 
 
