@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import tilejit as tj
+from tilejit.errors import CompileError
 from tilejit.runtime.interop import ArrayView
 
 
@@ -212,3 +213,52 @@ def test_array_parameter_annotated_constant_is_named() -> None:
     with pytest.raises(TypeError, match=r"'TILE' is annotated tj\.Constant"):
         tj.compile(vadd, {"x": tj.float32[:], "y": tj.float32[:], "out": tj.float32[:], "TILE": tj.float32[:]},
                    target="sm_90")
+
+
+@tj.kernel
+def _mm(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    i, j = tj.bid(0), tj.bid(1)
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(tj.num_tiles(a, 1, (BM, BK))):
+        acc = tj.mma(tj.load(a, index=(i, k), shape=(BM, BK)), tj.load(b, index=(k, j), shape=(BK, BN)), acc)
+    tj.store(c, index=(i, j), tile=acc)
+
+
+@tj.kernel
+def _mm_step(a, b, c, step, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    i, j = tj.bid(0), tj.bid(1)
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, tj.num_tiles(a, 1, (BM, BK)), step):
+        acc = tj.mma(tj.load(a, index=(i, k), shape=(BM, BK)), tj.load(b, index=(k, j), shape=(BK, BN)), acc)
+    tj.store(c, index=(i, j), tile=acc)
+
+
+MM_SIG = (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1])
+
+
+@pytest.mark.parametrize(("arch", "limit"), [("sm_80", 166912), ("sm_86", 101376), ("sm_89", 101376),
+                                             ("sm_90", 232448), ("sm_120", 101376)])
+@pytest.mark.parametrize("tiles", [(128, 128, 64), (256, 128, 64)])
+def test_pipelines_fit_the_targets_shared_memory(arch: str, limit: int, tiles: tuple[int, int, int]) -> None:
+    """A cp.async pipeline's stages must fit the target's shared memory per block (99 KiB on sm_86/89/120):
+    more makes the launch fail."""
+    bm, bn, bk = tiles
+    ck = tj.compile(_mm, MM_SIG, constants={"BM": bm, "BN": bn, "BK": bk}, target=arch).cuda_kernel()
+    assert ck.shared_bytes <= limit
+
+
+def test_shared_memory_beyond_the_target_is_a_compile_error() -> None:
+    # (128, 128) @ (128, 128) float32 tiles through shared memory: 135 KB, more than sm_75's 64 KiB
+    sig = (tj.float32[:, ::1], tj.float32[:, ::1], tj.float32[:, ::1])
+    with pytest.raises(CompileError, match="shared memory"):
+        tj.compile(_mm, sig, constants={"BM": 128, "BN": 128, "BK": 128}, target="sm_75").cuda_source()
+
+
+def test_pipelined_loop_with_a_run_time_step_never_divides_by_zero() -> None:
+    src = tj.compile(_mm_step, (*MM_SIG, tj.int32), constants={"BM": 64, "BN": 64, "BK": 32},
+                     target="sm_80").cuda_source()
+    assert "cp_async_tile" in src
+    line = next(ln for ln in src.splitlines() if "_n = " in ln and "tj::i64" in ln)
+    assert "_step > 0 ?" in line
+    assert "cp_async_tile" in tj.compile(_mm, MM_SIG, constants={"BM": 128, "BN": 128, "BK": 64},
+                                         target="sm_86").cuda_source()  # still pipelined, in fewer stages

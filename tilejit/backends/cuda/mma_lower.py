@@ -125,7 +125,8 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     stages, stage_elems = pipe.stages, pipe.stage_bytes // p.in_dtype.itemsize
     wgmma = p.path == "wgmma"
     lw.line(f"const tj::i64 {lo} = {lw.scalar(op.lower)}, {hi} = {lw.scalar(op.upper)}, {st} = {lw.scalar(op.step)};")
-    lw.line(f"const tj::i64 {nk} = {hi} > {lo} ? ({hi} - {lo} + {st} - 1) / {st} : 0;")
+    # a run-time step <= 0 runs no iterations (no division by zero)
+    lw.line(f"const tj::i64 {nk} = {hi} > {lo} && {st} > 0 ? ({hi} - {lo} - 1) / {st} + 1 : 0;")
     if wgmma:  # swizzled stages must start 1024-byte aligned
         lw.need_smem(stages * pipe.stage_bytes + 1024)
         lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj::align_smem<1024>(tj_smem));")

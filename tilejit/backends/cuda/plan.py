@@ -81,12 +81,25 @@ class MmaPlan:
         return (self.a_elems + self.k * self.ldb) * self.in_dtype.itemsize
 
 
-def pipeline_stages(stage_bytes: int) -> int:
-    """How many shared-memory stages a cp.async K loop keeps in flight (0: too big to pipeline)."""
+def max_shared_bytes(arch: int) -> int:
+    """The most dynamic shared memory one block may opt in to on sm_<arch> (the CUDA guide's
+    per-block limits: 227 KiB on sm_90/sm_100, 163 KiB on sm_80/87, 99 KiB on sm_86/89/120, ...)."""
+    table = {70: 96, 72: 96, 75: 64, 80: 163, 86: 99, 87: 163, 89: 99, 90: 227, 100: 227, 101: 227,
+             103: 227, 110: 227, 120: 99, 121: 99}
+    kib = table.get(arch)
+    if kib is None:  # an unlisted target: the smallest limit of its generation's neighbours
+        kib = 99 if arch >= 120 else 227 if arch > 90 else 48
+    return kib * 1024
+
+
+def pipeline_stages(stage_bytes: int, limit: int | None = None) -> int:
+    """How many shared-memory stages a cp.async K loop keeps in flight (0: too big to pipeline);
+    ``limit``: the target's shared memory per block, which every stage together must fit."""
+    cap = limit if limit is not None else 1 << 62
     for n in (4, 3, 2):
-        if n * stage_bytes <= (100 if n == 4 else 160) * 1024:
+        if n * stage_bytes <= min((100 if n == 4 else 160) * 1024, cap):
             return n
-    return 2 if 2 * stage_bytes <= 200 * 1024 else 0
+    return 2 if 2 * stage_bytes <= min(200 * 1024, cap) else 0
 
 
 def wgmma_stages(stage_bytes: int) -> int:
@@ -222,7 +235,7 @@ class Plan:
                 overlap = stages >= 3 and self._only_mma(loop, mma, loads)
                 return Pipeline(mma, loads[0], loads[1], stages, wg.smem_bytes, overlap)
         stage = p.smem_bytes
-        stages = pipeline_stages(stage)
+        stages = pipeline_stages(stage, max_shared_bytes(self.arch))
         if stages < 2:
             return None
         return Pipeline(mma, loads[0], loads[1], stages, stage)
