@@ -117,7 +117,7 @@ def test_softmax_reductions_are_block_reductions() -> None:
 def test_for_loop_with_carried_accumulator() -> None:
     ck = gen(row_sum(float32, 4, 256), hints=HINTS)
     src = ck.source
-    loop = re.search(r"for \(tj::i32 (v\d+) = 0; \1 < v\d+; \1 = \(tj::i32\)\(\1 \+ 1\)\) \{", src)
+    loop = re.search(r"for \(tj::i64 (w\d+) = 0; \1 < v\d+; \1 \+= 1\) \{\n\s+const tj::i32 v\d+ = \(tj::i32\)\1;", src)
     assert loop, src
     carried = re.search(r"tj::Tile<float, L\d> (c\d+);\n\s+TJ_EACH\(i, L\d\) \1\.v\[i\] = 0\.0f;", src)
     assert carried, src
@@ -674,3 +674,65 @@ def test_out_of_range_constant_in_mma_accumulator(value: float) -> None:
     art = tj.compile(mm, (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1]), constants={"V": value},
                      target="sm_90")
     assert art.ptx()
+
+
+# ----------------------------------------------------------------------------- numpy's integer and rounding rules
+
+
+@tj.kernel
+def _wrap_compare(x, out, TILE: tj.Constant[int]):
+    a = tj.load(x, index=(tj.bid(0),), shape=(TILE,))
+    tj.store(out, index=(tj.bid(0),), tile=(a + 1) > a)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_signed_overflow_wraps_and_is_not_assumed_away(dtype: str) -> None:
+    """numpy wraps x + 1 at the maximum, so (x + 1) > x is False there. With a plain C++ signed add
+    the compiler assumed no overflow and stored a constant True without even reading x."""
+    art = tj.compile(_wrap_compare, (BY_NAME[dtype][:], tj.bool_[:]), constants={"TILE": 128}, target="sm_90")
+    assert f"tj::wadd<{tables.ctype(BY_NAME[dtype])}>" in art.cuda_source()
+    ptx = art.ptx()
+    assert "ld.global" in ptx and "setp" in ptx
+
+
+def test_integer_arithmetic_renders_wrapping_helpers() -> None:
+    for dt in ("int8", "int16", "int32", "int64", "uint16", "uint32", "uint64"):
+        t = tables.ctype(BY_NAME[dt])
+        for fn, helper in (("add", "wadd"), ("sub", "wsub"), ("mul", "wmul")):
+            assert tables.table_entry(tables.BINARY, fn, BY_NAME[dt], "").format(x="a", y="b", t=t) == \
+                f"tj::{helper}<{t}>(a, b)"
+        assert tables.table_entry(tables.UNARY, "neg", BY_NAME[dt], "").format(x="a", t=t) == f"tj::wneg<{t}>(a)"
+    headers = device_headers()
+    math_h = next(v for k, v in headers.items() if k.endswith("math.cuh"))
+    assert "b == T(-1)) return wneg<T>(a)" in math_h  # MIN // -1 is defined
+    reduce_h = next(v for k, v in headers.items() if k.endswith("reduce.cuh"))
+    assert "wadd<T>(a, b)" in reduce_h and "wmul<T>(a, b)" in reduce_h and "wadd<A>(src[f]" in reduce_h
+
+
+@tj.kernel
+def _to_half(x, out, TILE: tj.Constant[int]):
+    a = tj.load(x, index=(tj.bid(0),), shape=(TILE,))
+    tj.store(out, index=(tj.bid(0),), tile=a.astype(tj.float16))
+
+
+def test_float64_to_float16_rounds_once() -> None:
+    """numpy rounds float64 to float16 once; through float it rounded twice (1 + 2**-11 + 2**-40 -> 1.0)."""
+    art = tj.compile(_to_half, (tj.float64[:], tj.float16[:]), constants={"TILE": 128}, target="sm_90")
+    assert "cvt_pair" not in art.cuda_source()
+    ptx = art.ptx()
+    assert "cvt.rn.f16.f64" in ptx and "cvt.rn.f32.f64" not in ptx
+
+
+def test_for_loops_count_in_64_bits_and_stop_on_a_non_positive_run_time_step() -> None:
+    k = tj.kernel(_from_source(
+        "def count(out, lo: int, hi: int, step: int):\n"
+        "    c = 0\n"
+        "    for _ in range(lo, hi, step):\n"
+        "        c += 1\n"
+        "    for _ in range(lo, hi):\n"
+        "        c += 1\n"
+        "    tj.store(out, index=(0,), tile=tj.full((1,), c, tj.int32))\n", "count"))
+    src = tj.compile(k, (tj.int32[:], int, int, int), target="sm_90").cuda_source()
+    loops = [line.strip() for line in src.splitlines() if line.strip().startswith("for (")]
+    assert len(loops) == 2 and all(line.startswith("for (tj::i64 ") for line in loops), loops
+    assert "> 0;" in loops[0] and "> 0;" not in loops[1]  # the constant step 1 needs no guard

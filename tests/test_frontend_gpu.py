@@ -291,3 +291,24 @@ def test_a_kernel_named_like_a_cuda_math_function_runs() -> None:
     out = tj.empty(n, "float32").poison()
     norm[-(-n // 256)](tj.asarray(a), out, TILE=256)
     np.testing.assert_allclose(out.numpy(), np.abs(a), rtol=1e-6)
+
+
+@tj.kernel
+def fe_count_range(out, lo: int, hi: int, step: int):
+    count = 0
+    for _ in range(lo, hi, step):
+        count += 1
+        if count > 5:  # a counter that wrapped past 2**31-1 would loop forever; stop and let the test see it
+            break
+    tj.store(out, index=(0,), tile=tj.full((1,), count, tj.int32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("lo", "hi", "step"), [(2**31 - 10, 2**31 - 1, 2**30), (0, 2**31 - 1, 2**30), (5, 9, 0),
+                                                (5, 9, -1), (0, 7, 2)])
+def test_range_loops_stop_like_python_near_the_int32_limit(lo: int, hi: int, step: int) -> None:
+    """int32 loop bounds: the counter must not wrap past 2**31-1 and start over; a step <= 0 runs nothing."""
+    out = tj.empty(1, "int32").poison()
+    fe_count_range[1](out, lo, hi, step)
+    expected = min(len(range(lo, hi, step)), 6) if step else 0
+    assert int(out.numpy()[0]) == expected

@@ -354,3 +354,75 @@ def test_types_and_targets_pickle_and_copy() -> None:
             assert back == v and repr(back) == repr(v)
     assert pickle.loads(pickle.dumps(tj.bfloat16)) is tj.bfloat16
     assert pickle.loads(pickle.dumps(tj.float16[:, ::1])).contiguous is True
+
+
+# ---------------------------------------------------------------------------------------------- numpy edge rules
+
+
+def k_bool_ops(x, y, n, DT: tj.Constant[object]):
+    a = tj.load(x, index=(0,), shape=(16,)) > 0
+    b = tj.load(x, index=(0,), shape=(16,)) < 1
+    if DT == "add":
+        r = a + b
+    elif DT == "mul":
+        r = a * b
+    elif DT == "floordiv":
+        r = a // b
+    elif DT == "mod":
+        r = a % b
+    elif DT == "pow":
+        r = a**b
+    else:
+        r = a - b
+
+
+@pytest.mark.parametrize(("op", "want"), [("add", bool_), ("mul", bool_), ("floordiv", int8), ("mod", int8),
+                                          ("pow", int8)])
+def test_bool_arithmetic_types_follow_numpy(op: str, want: DType) -> None:
+    """numpy: bool + bool and bool * bool are bool (or / and); //, % and ** give int8. They gave int32
+    (True + True == 2)."""
+    fn = translate(k_bool_ops, {"x": ArrayType(float32, 1), "y": ArrayType(float32, 2), "n": scalar(int32)},
+                   {"DT": op})
+    verify(fn)
+    r = producer(fn)
+    assert r.results[0].type == TileType(want, (16,))
+
+
+def test_bool_subtract_is_an_error() -> None:
+    with pytest.raises(tj.TileCompileError, match="not defined for bool"):
+        translate(k_bool_ops, {"x": ArrayType(float32, 1), "y": ArrayType(float32, 2), "n": scalar(int32)},
+                  {"DT": "sub"})
+
+
+def k_cmp_u64(x, y, n, DT: tj.Constant[object]):
+    a = tj.load(x, index=(0,), shape=(16,))
+    b = tj.load(y, index=(0, 0), shape=(1, 16)).astype(tj.uint64)
+    if DT == "lt":
+        r = a < b
+    else:
+        r = b <= a
+
+
+@pytest.mark.parametrize("op", ["lt", "le"])
+@pytest.mark.parametrize("dtype", [int8, int32, int64])
+def test_signed_vs_uint64_compares_exactly(op: str, dtype: DType) -> None:
+    """numpy compares int64 with uint64 exactly; promotion gave float64 (2**53 + 1 == 2**53)."""
+    fn = translate(k_cmp_u64, {"x": ArrayType(dtype, 1), "y": ArrayType(dtype, 2), "n": scalar(int32)}, {"DT": op})
+    verify(fn)
+    for o in fn.body.walk():
+        for res in o.results:
+            assert isinstance(res.type, TileType) and not res.type.dtype.is_float, o
+    assert producer(fn).results[0].type == TileType(bool_, (1, 16))
+
+
+def k_floor_ceil(x, y, n, DT: tj.Constant[object]):
+    a = tj.load(x, index=(0,), shape=(16,))
+    r = tj.floor(a) + tj.ceil(a)
+
+
+@pytest.mark.parametrize("dtype", [bool_, int8, int32, int64, uint8, uint32])
+def test_floor_ceil_keep_integer_dtypes(dtype: DType) -> None:
+    """numpy 2: floor/ceil of integers keep the dtype; they went through float32 (16777217 -> 16777216)."""
+    fn = lower(k_floor_ceil, dtype)
+    assert not any(isinstance(o, ops.CastOp) for o in fn.body.walk())
+    assert typeof(k_floor_ceil, dtype) == TileType(dtype, (16,))  # bool + bool stays bool

@@ -270,3 +270,17 @@ def test_front_end_constants_are_rounded_to_their_float_dtype() -> None:
     with np.errstate(over="ignore"):
         want = [float(np.float16(0.1)), float(np.float16(70000.0)), float(np.float32(0.1))]
     assert values == want
+
+
+@pytest.mark.parametrize("value, src", [
+    (2**60 + 2**36 + 1, tj.int64), (-(2**60) - 2**36 - 1, tj.int64), (2**63 + 2**39 + 1, tj.uint64),
+    (2**62 + 2**38 + 1, tj.int64),
+])
+def test_fold_int_to_float32_rounds_once(value: int, src: DType) -> None:
+    """int64 -> float32 folds to numpy's (and the GPU's) one rounding; through a Python float the
+    value rounded twice (2**60 + 2**36 + 1 gave 2**60, numpy gives 2**60 + 2**37)."""
+    import numpy as np
+
+    got = folded(ops.CastOp, TileType(float32), (value, TileType(src)))
+    want = float(np.array(value, dtype=np.int64 if src == tj.int64 else np.uint64).astype(np.float32))
+    assert got == want

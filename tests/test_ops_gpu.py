@@ -647,3 +647,123 @@ def test_launch_errors() -> None:
         scalar_params[1](x, x, 1.0, TILE=128)
     with pytest.raises(tj.LaunchError, match="grid"):
         scalar_params[0](x, x, 1.0, 1, True, TILE=128)
+
+
+# --------------------------------------------------------------------------- numpy's edge rules (audit)
+
+
+def _edge_ints(dtype: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    info = np.iinfo(dtype)
+    edges = np.array([info.min, info.min + 1, -1 if info.min else 1, 0, 1, 2, info.max - 1, info.max], dtype=object)
+    a = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    a[: len(edges)] = edges.astype(dtype)
+    return a
+
+
+@tj.kernel
+def int_edges(x, y, out, OP: tj.Constant[str], TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(x, index=(i,), shape=(TILE,))
+    b = tj.load(y, index=(i,), shape=(TILE,))
+    if OP == "add":
+        r = a + b
+    elif OP == "sub":
+        r = a - b
+    elif OP == "mul":
+        r = a * b
+    elif OP == "neg":
+        r = -a
+    elif OP == "abs":
+        r = tj.abs(a)
+    elif OP == "floordiv":
+        r = a // b
+    elif OP == "mod":
+        r = a % b
+    elif OP == "inc_gt":
+        r = tj.where((a + 1) > a, 1, 0)
+    else:
+        r = tj.floor(a) + tj.ceil(a) - a
+    tj.store(out, index=(i,), tile=r)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "neg", "abs", "floordiv", "mod", "inc_gt", "floor_ceil"])
+@pytest.mark.parametrize("dtype", INTS)
+def test_integer_wraparound_and_division_edges(dtype: str, op: str, rng: np.random.Generator) -> None:
+    n, tile = 1000, 256
+    x = _edge_ints(dtype, n, rng)
+    y = np.roll(_edge_ints(dtype, n, rng), 3)
+    if op in ("floordiv", "mod"):
+        y[:16] = np.array([-1, 0, -1, 0, -1, 0, -1, 0] * 2, dtype=object).astype(dtype)
+    with np.errstate(all="ignore"):
+        want = {
+            "add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y, "neg": lambda: -x,
+            "abs": lambda: np.abs(x), "floordiv": lambda: np.floor_divide(x, y), "mod": lambda: np.mod(x, y),
+            "inc_gt": lambda: ((x + np.ones_like(x)) > x).astype(dtype),
+            "floor_ceil": lambda: x + x - x,
+        }[op]()
+    out = dev(poison((n,), dtype))
+    int_edges[tj.cdiv(n, tile)](dev(x), dev(y), out, OP=op, TILE=tile)
+    np.testing.assert_array_equal(out.numpy(), np.asarray(want).astype(dtype))
+
+
+@tj.kernel
+def bool_arith(x, y, out_or, out_and, out_div, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(x, index=(i,), shape=(TILE,))
+    b = tj.load(y, index=(i,), shape=(TILE,))
+    tj.store(out_or, index=(i,), tile=a + b)
+    tj.store(out_and, index=(i,), tile=a * b)
+    tj.store(out_div, index=(i,), tile=a // b)
+
+
+def test_bool_arithmetic_like_numpy(rng: np.random.Generator) -> None:
+    n, tile = 1000, 256
+    x, y = rng.integers(0, 2, n).astype(bool), rng.integers(0, 2, n).astype(bool)
+    x[:4], y[:4] = [True, True, False, False], [True, False, True, False]
+    outs = [dev(poison((n,), "int32")) for _ in range(3)]
+    bool_arith[tj.cdiv(n, tile)](dev(x), dev(y), *outs, TILE=tile)
+    with np.errstate(all="ignore"):
+        wants = [x + y, x * y, x // y]
+    for got, want in zip(outs, wants):
+        np.testing.assert_array_equal(got.numpy(), want.astype(np.int32))  # stored as numpy assigns
+
+
+@tj.kernel
+def cmp_i64_u64(x, y, lt, eq, ge, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(x, index=(i,), shape=(TILE,))
+    b = tj.load(y, index=(i,), shape=(TILE,))
+    tj.store(lt, index=(i,), tile=a < b)
+    tj.store(eq, index=(i,), tile=b == a)
+    tj.store(ge, index=(i,), tile=b >= a)
+
+
+def test_int64_uint64_compare_exactly(rng: np.random.Generator) -> None:
+    n, tile = 1000, 256
+    x = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)
+    y = x.astype(np.uint64)
+    y[::3] += rng.integers(0, 3, len(y[::3])).astype(np.uint64)
+    x[:6] = [2**53 + 1, 2**53, -1, 2**63 - 1, -(2**63), 0]
+    y[:6] = np.array([2**53, 2**53 + 1, 2**64 - 1, 2**63, 0, 0], dtype=np.uint64)
+    outs = [dev(poison((n,), "bool")) for _ in range(3)]
+    cmp_i64_u64[tj.cdiv(n, tile)](dev(x), dev(y), *outs, TILE=tile)
+    for got, want in zip(outs, [x < y, y == x, y >= x]):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+@tj.kernel
+def f64_to_f16(x, out, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)).astype(tj.float16))
+
+
+def test_float64_to_float16_rounds_once(rng: np.random.Generator) -> None:
+    n, tile = 1024, 256
+    # just above a float16 midpoint that float32 cannot see: rounding through float32 goes to even
+    k = rng.integers(0, 1024, n)
+    e = rng.integers(-14, 15, n).astype(np.float64)
+    x = (1 + (k + 0.5) / 1024 + 2.0**-40) * 2.0**e * np.where(rng.integers(0, 2, n) == 1, 1, -1)
+    x[:6] = [1 + 2**-11 + 2**-40, 65520.0, 65519.99, np.inf, -0.0, 2.0**-25 + 2.0**-60]
+    out = dev(poison((n,), "float16"))
+    f64_to_f16[tj.cdiv(n, tile)](dev(x), out, TILE=tile)
+    np.testing.assert_array_equal(out.numpy().view(np.uint16), x.astype(np.float16).view(np.uint16))

@@ -14,9 +14,15 @@ Semantics follow numpy unless noted:
   that float dtype (``float32 + int32 -> float32``, as in torch and Triton); a float number with an
   integer or bool tile gives ``float32``; and ``/`` on integers gives ``float32``.
 - Float math (``exp``, ``sqrt``, ``sin``...) on integer or bool tiles computes in ``float32``;
-  ``abs``, ``maximum`` and ``minimum`` keep integer dtypes.
+  ``abs``, ``maximum`` and ``minimum`` keep integer dtypes, and ``floor``/``ceil`` of an integer or
+  bool tile return it unchanged (numpy 2).
+- Integer ``+ - * ** <<`` and unary ``-`` wrap around as in numpy; integer ``//`` and ``%`` by zero
+  give 0 (numpy warns and gives 0); ``bool + bool`` and ``bool * bool`` are logical or/and (bool),
+  ``bool - bool`` is an error, and ``//``, ``%``, ``**`` of bools give ``int8``, as in numpy.
 - ``sum``/``prod``/``cumsum`` of bool or integers narrower than 32 bits return ``int32`` (or
   ``uint32`` for unsigned); floats keep their dtype (16-bit floats accumulate in float32).
+- A run-time loop ``for i in range(lo, hi, step)`` counts up: a constant step must be positive (a
+  ``TileCompileError`` otherwise), and a run-time step of 0 or below runs no iterations.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from tilejit.backends.cuda.values import CV, USER_PREFIX, c_ident
 from tilejit.errors import CompileError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Block, Op, Value
-from tilejit.language.ir.types import ArrayType, DType, TileType, bfloat16, float16, int32, int64
+from tilejit.language.ir.types import ArrayType, DType, TileType, bfloat16, float16, float64, int32, int64
 
 
 class Lowering:
@@ -39,6 +39,7 @@ class Lowering:
         self.if_vars: list[tuple[list[str], list[Value]]] = []
         self.staged: dict[int, tuple[str, str, bool]] = {}  # mma → (A stage, B stage, overlapped)
         self.decls: list[str] = []  # file-scope C++ the kernel needs (e.g. wgmma specializations)
+        self.constants: dict[Value, object] = {}  # values of ConstantOp results
 
     # ------------------------------------------------------------------ helpers
 
@@ -153,6 +154,7 @@ class Lowering:
         t = op.result.type
         assert isinstance(t, TileType)
         self.vals[op.result] = CV("scalar" if t.is_scalar else "const", tables.literal(op.value, t.dtype), t.dtype)
+        self.constants[op.result] = op.value
 
     def op_ArangeOp(self, op: O.ArangeOp) -> None:
         self.vals[op.result] = CV("arange", "", self._dtype(op.result))
@@ -184,6 +186,8 @@ class Lowering:
         layout = self.plan.layout_of(res)
         lname = self.lname(layout)
         packed = isinstance(op, O.UnaryOp | O.BinaryOp | O.CastOp) and layout.elems % 2 == 0
+        if isinstance(op, O.CastOp) and self._dtype(op.x) == float64 and t.dtype == float16:
+            packed = False  # float64 -> float16 rounds once (tj::cast), not through float as pairs do
         if packed and t.dtype in (float16, bfloat16):
             # compute in float, then convert element pairs with one packed cvt each
             expr = self.render(op, lambda v: self.elem(v, layout), compute=True)
@@ -211,17 +215,18 @@ class Lowering:
         if isinstance(op, O.UnaryOp):
             dt = self._dtype(op.x)
             fmt = tables.table_entry(tables.UNARY, op.fn, dt, "unary function")
-            return f"tj::cast<{out}>({fmt.format(x=self._in_compute(dt)(g(op.x)))})"
+            t = tables.ctype(tables.compute_dtype(dt))
+            return f"tj::cast<{out}>({fmt.format(x=self._in_compute(dt)(g(op.x)), t=t)})"
         if isinstance(op, O.BinaryOp):
             dt = self._dtype(op.x)
             if self._dtype(op.y) != dt:
                 raise CompileError(f"binary '{op.fn}' operands differ in dtype: {dt.name} and {self._dtype(op.y).name}")
             fmt = tables.table_entry(tables.BINARY, op.fn, dt, "binary function")
             if dt.is_int and op.fn in ("floordiv", "mod", "pow", "maximum", "minimum", "lshift", "rshift"):
-                return f"tj::cast<{out}>({fmt.format(x=g(op.x), y=g(op.y))})"
+                return f"tj::cast<{out}>({fmt.format(x=g(op.x), y=g(op.y), t=tables.ctype(dt))})"
             conv = self._in_compute(dt)
             ct = tables.ctype(tables.compute_dtype(dt))
-            return f"tj::cast<{out}>(({ct})({fmt.format(x=conv(g(op.x)), y=conv(g(op.y)))}))"
+            return f"tj::cast<{out}>(({ct})({fmt.format(x=conv(g(op.x)), y=conv(g(op.y)), t=ct)}))"
         if isinstance(op, O.CompareOp):
             sym = tables.COMPARE.get(op.fn)
             if sym is None:
@@ -444,10 +449,14 @@ class Lowering:
         else:
             self.line("#pragma unroll 1")
         ct = tables.ctype(ivt.dtype)
-        self.line(
-            f"for ({ct} {ivn} = {self.scalar(op.lower)}; {ivn} < {self.scalar(op.upper)}; "
-            f"{ivn} = ({ct})({ivn} + {self.scalar(op.step)})) {{"
-        )
+        lo, hi, step = self.scalar(op.lower), self.scalar(op.upper), self.scalar(op.step)
+        wn = self.fresh("w")
+        # The counter is 64-bit, so `counter + step` cannot wrap past the int32 limit and loop again (Python's
+        # range stops); a run-time step <= 0 runs no iterations instead of never ending.
+        known = self.constants.get(op.step)
+        positive = "" if isinstance(known, int) and known > 0 else f" && ({step}) > 0"
+        self.line(f"for (tj::i64 {wn} = {lo}; {wn} < {hi}{positive}; {wn} += {step}) {{")
+        self.line(f"  const {ct} {ivn} = ({ct}){wn};")
         self.loop_vars.append((names, carried))
         self.nested(op.body)
         self.loop_vars.pop()

@@ -1,7 +1,8 @@
 """Per-dtype C++ facts and the op → C++ expression tables the code generator renders from.
 
 Elementwise ops compute in ``compute_type`` (float for 16-bit floats) and convert the result back
-with ``tj::cast``; each table entry is a format string over the operand expressions.
+with ``tj::cast``; each table entry is a format string over the operand expressions ``{x}``, ``{y}``
+and ``{t}``, the C++ compute type of the operands.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def literal(value: Any, dt: DType) -> str:
 # Kinds: 'f' float, 'i' signed int, 'u' unsigned int, 'b' bool. A missing kind is unsupported.
 
 UNARY: dict[str, dict[str, str]] = {
-    "neg": {"f": "-{x}", "i": "-{x}", "u": "-{x}"},
+    "neg": {"f": "-{x}", "i": "tj::wneg<{t}>({x})", "u": "tj::wneg<{t}>({x})"},
     "not": {"b": "!{x}", "i": "({x} == 0)", "u": "({x} == 0)", "f": "({x} == 0)"},
     "invert": {"b": "!{x}", "i": "~{x}", "u": "~{x}"},
     "abs": {"f": "tj::abs({x})", "i": "tj::abs({x})", "u": "{x}", "b": "{x}"},
@@ -134,9 +135,10 @@ UNARY: dict[str, dict[str, str]] = {
 }
 
 BINARY: dict[str, dict[str, str]] = {
-    "add": {k: "{x} + {y}" for k in "fiu"} | {"b": "({x} || {y})"},
-    "sub": {k: "{x} - {y}" for k in "fiu"} | {"b": "({x} != {y})"},
-    "mul": {k: "{x} * {y}" for k in "fiu"} | {"b": "({x} && {y})"},
+    # integers wrap as in numpy (computed unsigned: signed overflow is undefined behaviour in C++)
+    "add": {"f": "{x} + {y}", "i": "tj::wadd<{t}>({x}, {y})", "u": "tj::wadd<{t}>({x}, {y})", "b": "({x} || {y})"},
+    "sub": {"f": "{x} - {y}", "i": "tj::wsub<{t}>({x}, {y})", "u": "tj::wsub<{t}>({x}, {y})", "b": "({x} != {y})"},
+    "mul": {"f": "{x} * {y}", "i": "tj::wmul<{t}>({x}, {y})", "u": "tj::wmul<{t}>({x}, {y})", "b": "({x} && {y})"},
     "truediv": {"f": "tj::truediv({x}, {y})"},
     "floordiv": {k: "tj::floordiv({x}, {y})" for k in "fiub"},
     "mod": {k: "tj::mod({x}, {y})" for k in "fiub"},

@@ -21,9 +21,11 @@ from tilejit.language.ir.types import (
     TileType,
     bool_,
     float32,
+    int8,
     int32,
     int64,
     promote,
+    uint64,
 )
 
 OpT = TypeVar("OpT", bound=Op)
@@ -309,17 +311,40 @@ class Builder:
         elif fn in ("lshift", "rshift"):
             if not dtype.is_int:
                 raise FrontendError(f"operator {sym} needs integer operands, got {dtype.name}")
-        elif fn in ("add", "sub", "mul", "floordiv", "mod", "pow") and dtype.is_bool:
-            dtype = int32
+        elif dtype.is_bool and fn == "sub":
+            raise FrontendError(
+                f"operator {sym} is not defined for bool tiles (as in numpy); use ^ or != for xor"
+            )
+        elif dtype.is_bool and fn in ("floordiv", "mod", "pow"):
+            dtype = int8  # numpy: bool // bool, bool % bool and bool ** bool are int8
+        # bool + bool and bool * bool stay bool (logical or / and), as in numpy
         x, y = self.unify([a, b], dtype)
         return self.tile(ops.BinaryOp, x.type, fn=fn, x=x.value, y=y.value)
 
     def compare(self, fn: str, a: object, b: object) -> Tile:
+        if isinstance(a, Tile) and isinstance(b, Tile) and {a.dtype.kind, b.dtype.kind} == {"i", "u"} \
+                and uint64 in (a.dtype, b.dtype):
+            return self._compare_signed_u64(fn, a, b)
         x, y = self.unify([a, b])
         return self.tile(ops.CompareOp, x.type.with_dtype(bool_), fn=fn, x=x.value, y=y.value)
 
+    def _compare_signed_u64(self, fn: str, a: Tile, b: Tile) -> Tile:
+        """A signed integer tile against a uint64 one, exactly as numpy compares them (promotion
+        would compare in float64, where 2**53 + 1 == 2**53): a negative signed value is below every
+        uint64; otherwise both compare as uint64."""
+        signed_left = a.dtype.kind == "i"
+        s = self.cast(a if signed_left else b, int64)
+        neg = self.compare("lt", s, 0)
+        su = self.cast(s, uint64)
+        x, y = self.unify([su, b] if signed_left else [a, su], uint64)
+        c = self.tile(ops.CompareOp, x.type.with_dtype(bool_), fn=fn, x=x.value, y=y.value)
+        true_if_neg = ("lt", "le", "ne") if signed_left else ("gt", "ge", "ne")
+        if fn in true_if_neg:
+            return self.binary("or", neg, c)
+        return self.binary("and", self.unary("not", neg), c)
+
     def unary(self, fn: str, a: object) -> Tile:
-        """``fn(a)``: float math on int/bool tiles computes in float32; abs/neg keep ints."""
+        """``fn(a)``: float math on int/bool tiles computes in float32; abs/neg/floor/ceil keep ints."""
         t = self.as_tile(a)
         if fn == "neg":
             if t.dtype.is_bool:
@@ -334,6 +359,8 @@ class Builder:
         elif fn == "abs":
             if t.dtype.is_bool or t.dtype.kind == "u":
                 return t
+        elif fn in ("floor", "ceil") and not t.dtype.is_float:
+            return t  # numpy 2: integers and bools are their own floor and ceiling (no float32 rounding)
         elif not t.dtype.is_float:
             t = self.cast(t, float32)
         return self.tile(ops.UnaryOp, t.type, fn=fn, x=t.value)

@@ -188,6 +188,11 @@ def _fold_cast(v: object, src: DType, dst: DType) -> object:
         return i
     if dst.is_int:
         return int(np.array(int(v), dtype=np.int64 if src.kind != "u" else np.uint64).astype(_NP[dst.short]))  # type: ignore[call-overload]
+    if src.is_int and dst.bits < 64:
+        # one rounding, integer to float32, as the GPU (and numpy) convert: through a Python float
+        # it rounded twice (2**60 + 2**36 + 1 became 2**60 instead of 2**60 + 2**37)
+        f32 = np.array(int(v), dtype=np.int64 if src.kind != "u" else np.uint64).astype(np.float32)  # type: ignore[call-overload]
+        return round_to_dtype(float(f32), dst)
     return round_to_dtype(float(v), dst)  # type: ignore[arg-type]
 
 

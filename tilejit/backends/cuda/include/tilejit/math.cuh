@@ -43,6 +43,15 @@ template <> struct Cvt<half, bf16> {
 template <> struct Cvt<bf16, half> {
   __device__ __forceinline__ static bf16 f(half x) { return bf16(static_cast<float>(x)); }
 };
+// double to half in one rounding, as numpy's astype: through float it rounded twice
+// (1 + 2**-11 + 2**-40 gave 1.0 instead of 1.0009765625).
+template <> struct Cvt<half, double> {
+  __device__ __forceinline__ static half f(double x) {
+    half h;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h.bits) : "d"(x));
+    return h;
+  }
+};
 template <> struct Cvt<bool, bool> {
   __device__ __forceinline__ static bool f(bool x) { return x; }
 };
@@ -85,7 +94,35 @@ __device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); 
 __device__ __forceinline__ i32 clamp_i32(i64 x) {
   return x > 2147483647LL ? 2147483647 : (x < -2147483647LL - 1 ? -2147483647 - 1 : (i32)x);
 }
-template <class T> __device__ __forceinline__ T abs(T x) { return x < T(0) ? T(-x) : x; }
+// Wrapping integer arithmetic, as numpy's: computed in an unsigned type at least as wide as int,
+// so neither signed overflow nor the promotion of 16-bit operands to int is undefined behaviour
+// (the compiler would otherwise assume none happens: (x + 1) > x folded to true). Floats unchanged.
+template <class T> struct WrapT { typedef T type; };
+template <> struct WrapT<i8> { typedef unsigned int type; };
+template <> struct WrapT<i16> { typedef unsigned int type; };
+template <> struct WrapT<i32> { typedef unsigned int type; };
+template <> struct WrapT<i64> { typedef unsigned long long type; };
+template <> struct WrapT<u8> { typedef unsigned int type; };
+template <> struct WrapT<u16> { typedef unsigned int type; };
+template <> struct WrapT<u32> { typedef unsigned int type; };
+template <> struct WrapT<u64> { typedef unsigned long long type; };
+template <class T> __device__ __forceinline__ T wadd(T a, T b) {
+  typedef typename WrapT<T>::type U;
+  return T(U(a) + U(b));
+}
+template <class T> __device__ __forceinline__ T wsub(T a, T b) {
+  typedef typename WrapT<T>::type U;
+  return T(U(a) - U(b));
+}
+template <class T> __device__ __forceinline__ T wmul(T a, T b) {
+  typedef typename WrapT<T>::type U;
+  return T(U(a) * U(b));
+}
+template <class T> __device__ __forceinline__ T wneg(T a) {
+  typedef typename WrapT<T>::type U;
+  return T(U(0) - U(a));
+}
+template <class T> __device__ __forceinline__ T abs(T x) { return x < T(0) ? wneg<T>(x) : x; }
 __device__ __forceinline__ float abs(float x) { return ::fabsf(x); }
 __device__ __forceinline__ double abs(double x) { return ::fabs(x); }
 __device__ __forceinline__ bool abs(bool x) { return x; }
@@ -97,12 +134,13 @@ TJ_UABS(u8) TJ_UABS(u16) TJ_UABS(u32) TJ_UABS(u64)
 template <class T> struct IsSigned { static constexpr bool value = T(-1) < T(0); };
 template <class T> __device__ __forceinline__ T floordiv(T a, T b) {
   if (b == T(0)) return T(0);
+  if (IsSigned<T>::value && b == T(-1)) return wneg<T>(a);  // MIN // -1 wraps to MIN (C++: undefined)
   T q = T(a / b);
   if (IsSigned<T>::value && (a % b != T(0)) && ((a < T(0)) != (b < T(0)))) q = T(q - T(1));
   return q;
 }
 template <class T> __device__ __forceinline__ T mod(T a, T b) {
-  if (b == T(0)) return T(0);
+  if (b == T(0) || (IsSigned<T>::value && b == T(-1))) return T(0);  // MIN % -1 is undefined in C++
   T r = T(a % b);
   if (IsSigned<T>::value && r != T(0) && ((r < T(0)) != (b < T(0)))) r = T(r + b);
   return r;
@@ -153,8 +191,8 @@ template <class T> __device__ __forceinline__ T ipow(T a, T b) {
   }
   T r = T(1);
   while (b != T(0)) {
-    if (b & T(1)) r = T(r * a);
-    a = T(a * a);
+    if (b & T(1)) r = wmul<T>(r, a);
+    a = wmul<T>(a, a);
     b = T(b >> 1);
   }
   return r;
@@ -202,7 +240,7 @@ __device__ __forceinline__ void cvt_pair(bf16& lo, bf16& hi, float a, float b) {
 
 // Shifts by >= the bit width give 0 (or -1 for an arithmetic right shift of a negative number).
 template <class T> __device__ __forceinline__ T lshift(T a, T b) {
-  return (b < T(0) || (u64)b >= sizeof(T) * 8) ? T(0) : T(a << b);
+  return (b < T(0) || (u64)b >= sizeof(T) * 8) ? T(0) : T(typename WrapT<T>::type(a) << b);
 }
 template <class T> __device__ __forceinline__ T rshift(T a, T b) {
   if (b < T(0) || (u64)b >= sizeof(T) * 8) return (a < T(0)) ? T(-1) : T(0);

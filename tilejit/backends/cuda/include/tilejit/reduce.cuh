@@ -12,10 +12,10 @@
 namespace tj {
 
 struct SumOp {
-  template <class T> __device__ __forceinline__ static T apply(T a, T b) { return T(a + b); }
+  template <class T> __device__ __forceinline__ static T apply(T a, T b) { return wadd<T>(a, b); }
 };
 struct ProdOp {
-  template <class T> __device__ __forceinline__ static T apply(T a, T b) { return T(a * b); }
+  template <class T> __device__ __forceinline__ static T apply(T a, T b) { return wmul<T>(a, b); }
 };
 struct MaxOp {
   template <class T> __device__ __forceinline__ static T apply(T a, T b) { return maximum(a, b); }
@@ -175,7 +175,7 @@ __device__ __forceinline__ void scan_sum(Tile<A, L>& t, void* scratch) {
     TJ_EACH(i, L) {
       const int f = L::flat(tid, i);
       const int r = (f >> LO) & ((1 << (HI - LO)) - 1);
-      t.v[i] = r >= d ? A(src[f] + src[f - (d << LO)]) : src[f];
+      t.v[i] = r >= d ? wadd<A>(src[f], src[f - (d << LO)]) : src[f];
     }
     if (L::owner(tid)) {
       TJ_EACH(i, L) dst[L::flat(tid, i)] = t.v[i];
