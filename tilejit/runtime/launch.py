@@ -44,6 +44,7 @@ _CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
 # and numAttrs at 48 stay NULL/0.
 _CONFIG = struct.Struct("=7I4xQ")
 _CONFIG_SIZE = 56
+_EXTRA = struct.Struct("=6Q")  # the driver's ``extra`` array (5 pointers) and the size_t its 4th points at
 #: Launches of a kernel that take the checked path before its fast path is generated: generating
 #: costs about a millisecond (a compile()); the checked path costs some microseconds a launch more.
 CHECKED_LAUNCHES = 16
@@ -308,21 +309,30 @@ def _launch_proto(ex: bool) -> Any:
     )
 
 
+def _raw(n: int) -> tuple[bytearray, int]:
+    """``n`` zero bytes the driver reads by address, and that address (16-byte aligned by Python's
+    allocator; a bytearray's bytes move only when it is resized, which nothing here does)."""
+    buf = bytearray(n)
+    return buf, ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
 class _Buffers:
     """One set of launch buffers: the parameter block, the two ways of handing it to the driver
     (``extra`` = {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}, or ``kernelParams`` = one pointer
     per parameter into the block), and the launch configuration."""
 
     def __init__(self, size: int, offsets: Sequence[int], block: tuple[int, int, int], shared: int) -> None:
-        self.params = ctypes.create_string_buffer(max(size, 1))
-        base = ctypes.addressof(self.params)
-        self.size = ctypes.c_size_t(size)
-        self.extra = (ctypes.c_void_p * 5)(1, base, 2, ctypes.addressof(self.size), 0)
-        self.extra_addr = ctypes.addressof(self.extra) if size else 0
-        self.pointers = (ctypes.c_void_p * max(len(offsets), 1))(*(base + off for off in offsets))
-        self.pointers_addr = ctypes.addressof(self.pointers) if offsets else 0
-        self.config = ctypes.create_string_buffer(_CONFIG_SIZE)
-        self.config_addr = ctypes.addressof(self.config)
+        # bytearrays filled with struct, not ctypes buffers: create_string_buffer makes a ctypes array type
+        # per new size (~15 us each), which a process's first launch would pay four times over.
+        self.params, base = _raw(max(size, 1))
+        # extra = {BUFFER_POINTER, base, BUFFER_SIZE, &size, END}, then the size_t it points at.
+        self.extra, extra = _raw(_EXTRA.size)
+        self.extra_addr = extra if size else 0
+        _EXTRA.pack_into(self.extra, 0, 1, base, 2, extra + 40, 0, size)
+        self.pointers, pointers = _raw(8 * max(len(offsets), 1))
+        self.pointers_addr = pointers if offsets else 0
+        struct.pack_into(f"={len(offsets)}Q", self.pointers, 0, *(base + off for off in offsets))
+        self.config, self.config_addr = _raw(_CONFIG_SIZE)
         _CONFIG.pack_into(self.config, 0, 1, 1, 1, *block, shared, 0)
 
     def kernel_params_and_extra(self, mode: str) -> tuple[int, int]:
