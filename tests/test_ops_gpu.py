@@ -693,7 +693,8 @@ def test_integer_wraparound_and_division_edges(dtype: str, op: str, rng: np.rand
     x = _edge_ints(dtype, n, rng)
     y = np.roll(_edge_ints(dtype, n, rng), 3)
     if op in ("floordiv", "mod"):
-        y[:16] = np.array([-1, 0, -1, 0, -1, 0, -1, 0] * 2, dtype=object).astype(dtype)
+        minus_one = -1 if np.issubdtype(np.dtype(dtype), np.signedinteger) else np.iinfo(dtype).max
+        y[:16] = np.array([minus_one, 0] * 8, dtype=object).astype(dtype)
     with np.errstate(all="ignore"):
         want = {
             "add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y, "neg": lambda: -x,

@@ -20,7 +20,14 @@ Semantics follow numpy unless noted:
   give 0 (numpy warns and gives 0); ``bool + bool`` and ``bool * bool`` are logical or/and (bool),
   ``bool - bool`` is an error, and ``//``, ``%``, ``**`` of bools give ``int8``, as in numpy.
 - ``sum``/``prod``/``cumsum`` of bool or integers narrower than 32 bits return ``int32`` (or
-  ``uint32`` for unsigned); floats keep their dtype (16-bit floats accumulate in float32).
+  ``uint32`` for unsigned), and of 32-bit integers stay 32-bit and wrap (numpy: 64-bit); floats keep
+  their dtype (16-bit floats accumulate in float32).
+- Float math is CUDA's math library (``exp``, ``log``, ``sin``... within the CUDA Math API's 1-4 ulp
+  bounds for float32, so results can differ from numpy's in the last bits); float32 ``/`` is within
+  2 ulp (PTX ``div.full.f32``, GPU compilers' default), float64 ``/`` is exact. Float to integer
+  casts of NaN, infinities and out-of-range values are undefined in numpy; here they saturate to the
+  32- or 64-bit range (NaN gives 0) and 8- and 16-bit results keep the low bits of that. The sign of
+  a zero that ``maximum``/``minimum``/``max``/``min`` pick between ``-0.0`` and ``0.0`` is unspecified.
 - A run-time loop ``for i in range(lo, hi, step)`` counts up: a constant step must be positive (a
   ``TileCompileError`` otherwise), and a run-time step of 0 or below runs no iterations.
 """
