@@ -391,3 +391,26 @@ def test_fingerprint_follows_closure_values_and_module_attributes(tmp_path: Any)
         assert _source_fingerprint(namespace["k"]) != base
     finally:
         del sys.modules["tj_test_cfg"]
+
+
+def test_fingerprinting_a_kernel_loads_no_front_end(tmp_path: Any) -> None:
+    """A warm launch fingerprints the kernel: that must not import the front end (a few ms per process)."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "fp_kernel.py").write_text(
+        "import numpy as np\nimport tilejit as tj\nK = (np.int32(3), 2.5)\n\n\n@tj.kernel\n"
+        "def k(x, TILE: tj.Constant[int]):\n    tj.store(x, index=(0,), tile=tj.full((TILE,), K[0], tj.float32))\n"
+    )
+    child = (
+        "import json, sys\nsys.path.insert(0, sys.argv[1])\nimport fp_kernel\nbefore = set(sys.modules)\n"
+        "from tilejit.api.kernel import _source_fingerprint\n_source_fingerprint(fp_kernel.k.func)\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    front_end = {m for m in loaded if m.startswith("tilejit.language.frontend.")} - {"tilejit.language.frontend.params"}
+    assert not front_end
+    assert not loaded & {"tilejit.language.ir.core", "dataclasses"}

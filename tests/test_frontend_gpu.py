@@ -240,7 +240,8 @@ def test_warm_first_launch_in_a_new_process_skips_the_compiler(tmp_path: Path) -
     assert {"tilejit.compiler.nvrtc", "tilejit.language.ir.ops"} <= set(cold["imported"])  # the check can fail
     assert cold["nvrtc_loaded"]
     heavy = {"tilejit.compiler.nvrtc", "tilejit.bindings.nvrtc", "tilejit.backends.cuda", "tilejit.backends.cuda.abi",
-             "tilejit.backends.cuda.codegen", "tilejit.language.frontend.translate", "tilejit.language.ir.ops"}
+             "tilejit.backends.cuda.codegen", "tilejit.language.frontend.translate", "tilejit.language.ir.ops",
+             "tilejit.language.frontend.values", "tilejit.language.ir.core"}
     assert sorted(heavy & set(warm["imported"])) == []
     assert warm["nvrtc_loaded"] is False
 

@@ -138,8 +138,7 @@ def _value_text(value: Any, names: set[str], seen: set[int], depth: int = 0) -> 
     """Deterministic text of a value a kernel may read at compile time (a constant, a tuple or list of
     them, a ``@tj.function``/kernel by its own fingerprint, a module's or class's attributes that the
     code names), or None for anything else (functions, arrays...), which cannot change the code."""
-    from tilejit.language.frontend.values import normalize_const
-    from tilejit.language.ir.types import DType
+    from tilejit.language.ir.types import DType, normalize_const
 
     inner = getattr(value, "func", None)
     if inner is not None and callable(inner) and hasattr(inner, "__code__"):

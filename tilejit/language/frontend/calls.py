@@ -35,7 +35,6 @@ from tilejit.language.frontend.values import (
     describe,
     is_const,
     is_number,
-    normalize_const,
 )
 from tilejit.language.ir import ops
 from tilejit.language.ir.types import (
@@ -49,6 +48,7 @@ from tilejit.language.ir.types import (
     float64,
     int8,
     int32,
+    normalize_const,
     uint8,
     uint32,
 )

@@ -40,11 +40,10 @@ from tilejit.language.frontend.values import (
     describe,
     is_const,
     is_number,
-    normalize_const,
 )
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Value
-from tilejit.language.ir.types import DType, TileType, bool_
+from tilejit.language.ir.types import DType, TileType, bool_, normalize_const
 
 N = TypeVar("N", bound=ast.AST)
 

@@ -16,10 +16,10 @@ from tilejit.language.frontend.handlers import Translator
 from tilejit.language.frontend.params import closure_of, constant_params, constant_type, signature_params, unwrap
 from tilejit.language.frontend.scope import ControlSignal, FuncCtx, Scope, assigned_names
 from tilejit.language.frontend.source import get_source
-from tilejit.language.frontend.values import Array, Tile, normalize_const
+from tilejit.language.frontend.values import Array, Tile
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Value
-from tilejit.language.ir.types import ArrayType, TileType
+from tilejit.language.ir.types import ArrayType, TileType, normalize_const
 
 #: the recursion limit while a kernel is translated (nested expressions and helper calls recurse)
 _RECURSION_LIMIT = 6000

@@ -8,9 +8,7 @@ mix both; it is constant only when all its items are.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
-from typing import Any
 
 from tilejit.language.ir.core import Value
 from tilejit.language.ir.types import ArrayType, DType, TileType
@@ -113,25 +111,6 @@ def is_const(v: object) -> bool:
 def is_number(v: object) -> bool:
     """A Python bool, int or float constant (a *weak* scalar in promotion)."""
     return isinstance(v, bool | int | float)
-
-
-def normalize_const(v: Any) -> Any:
-    """numpy scalars become Python scalars; tuples and lists are normalized item by item."""
-    if isinstance(v, bool | int | float | str | DType) or v is None:
-        return v
-    if isinstance(v, tuple):
-        return tuple(normalize_const(x) for x in v)
-    if isinstance(v, list):
-        return [normalize_const(x) for x in v]
-    if type(v).__module__ == "numpy" and getattr(v, "shape", None) == () and hasattr(v, "item"):
-        item = v.item()
-        if isinstance(item, bool | int | float):
-            return item
-    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-        return int(v)
-    if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral):
-        return float(v)
-    return v
 
 
 def describe(v: object) -> str:

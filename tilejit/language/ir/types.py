@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numbers
+from typing import Any
+
 from tilejit.records import Record
 
 # The types are Records, not dataclasses: defining a kernel imports this module, and ``dataclasses``
@@ -222,3 +225,23 @@ Type = TileType | ArrayType
 def scalar(dtype: DType) -> TileType:
     """The 0-d tile type of ``dtype``."""
     return TileType(dtype, ())
+
+
+def normalize_const(v: Any) -> Any:
+    """numpy scalars become Python scalars; tuples and lists are normalized item by item (constants a
+    kernel reads; here, not in the front end, so a warm launch can fingerprint them without loading it)."""
+    if isinstance(v, bool | int | float | str | DType) or v is None:
+        return v
+    if isinstance(v, tuple):
+        return tuple(normalize_const(x) for x in v)
+    if isinstance(v, list):
+        return [normalize_const(x) for x in v]
+    if type(v).__module__ == "numpy" and getattr(v, "shape", None) == () and hasattr(v, "item"):
+        item = v.item()
+        if isinstance(item, bool | int | float):
+            return item
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return int(v)
+    if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral):
+        return float(v)
+    return v
