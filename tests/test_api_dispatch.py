@@ -414,3 +414,16 @@ def test_fingerprinting_a_kernel_loads_no_front_end(tmp_path: Any) -> None:
     front_end = {m for m in loaded if m.startswith("tilejit.language.frontend.")} - {"tilejit.language.frontend.params"}
     assert not front_end
     assert not loaded & {"tilejit.language.ir.core", "dataclasses"}
+
+
+def test_an_address_not_aligned_to_the_element_size_is_refused_before_any_launch() -> None:
+    """A float32 view at an odd address would stop the kernel with a misaligned-address fault (and a broken
+    context); the key holds the address's low bits, so the refusal also holds after an aligned launch."""
+    rec = Recorder(with_const)
+    launch = with_const[1]
+    launch(view(ptr=4096), 3, TILE=16)
+    for ptr in (4097, 4098, 4096 + 2):
+        with pytest.raises(LaunchError, match=r"argument 'x' starts at 0x100[12], which is not a multiple of 4"):
+            launch(view(ptr=ptr), 3, TILE=16)
+    launch(view("int8", ptr=4097), 3, TILE=16)  # one-byte elements are aligned anywhere
+    assert len(rec.launches) == 2

@@ -500,6 +500,12 @@ class Kernel:
                 arg_types[name] = self._annotated.get(name) or scalar_type_of(name, a)
             else:
                 dtype, ndim, unit, aligned = array_key(v.dtype, v.shape, v.strides, v.ptr)
+                if v.ptr % dtype.itemsize:  # the fast key holds ptr & 15, so every such address comes here
+                    raise LaunchError(
+                        f"{self.__name__}(): argument '{name}' starts at {v.ptr:#x}, which is not a multiple of "
+                        f"{dtype.itemsize}: {dtype.name} elements must be {dtype.itemsize}-byte aligned on the GPU "
+                        "(a view into a byte buffer at an odd offset? copy it first)"
+                    )
                 arg_types[name] = ArrayType(dtype, ndim)
                 hints[name] = ArrayHint(unit_stride=unit, aligned16=aligned)
         return arg_types, hints
