@@ -276,7 +276,12 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         "else:",
         f"    try: {p}h = {p}stream_handle({p}stream)",
         f"    except (TypeError, ValueError): return {p}c.launcher({p}grid, {p}views, {p}stream)  # it explains",
-        f"{p}o[0]({p}grid, {p}views, {p}h)",
+        # A failed launch may leave the private launcher's buffers holding this call (its stream, when only
+        # that differed from the memo's): the memo must not make a later call relaunch them.
+        f"try: {p}o[0]({p}grid, {p}views, {p}h)",
+        "except BaseException:",
+        f"    {p}memo = {p}EMPTY",
+        "    raise",
         f"{p}memo = ({keep}{p}dev, {p}c, {p}views, {p}o[1] if {p}ident() == {p}o[2] else None, {p}o[2], {p}h)",
     ]
     make_params = ", ".join(p + name for name in _MAKE_PARAMS)

@@ -192,7 +192,11 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
     exec(_compiled(src, f"<tilejit launcher {launcher.name}>", launcher.compile_code), namespace)
     launch: Callable[..., None] = namespace["make"](**env)
     launch.buffers = bufs  # type: ignore[attr-defined]  # the driver reads them by address: keep them alive
-    launch.now = env["launch_now"]  # type: ignore[attr-defined]
+    launch.now = now = env["launch_now"]  # type: ignore[attr-defined]
+    if now is not None:
+        # ``now`` holds only the buffers' addresses, and callers keep it apart from ``launch`` (the tile
+        # dispatch remembers it after another thread may have dropped this function): it keeps them alive too.
+        now.buffers = bufs
     return launch
 
 

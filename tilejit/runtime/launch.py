@@ -316,6 +316,20 @@ def _raw(n: int) -> tuple[bytearray, int]:
     return buf, ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
+_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_shared_lock = threading.Lock()
+
+
+def _allow_shared(function: Any, nbytes: int) -> None:
+    """Let ``function`` launch with ``nbytes`` of dynamic shared memory. The limit is the function's, shared
+    by its launchers of every size (other threads' too): raise it, never lower it under a larger one."""
+    with _shared_lock:
+        attribute = getattr(function, "attribute", None)
+        if attribute is not None and attribute(_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) >= nbytes:
+            return
+        function.set_max_dynamic_shared(nbytes)
+
+
 class _Buffers:
     """One set of launch buffers: the parameter block, the two ways of handing it to the driver
     (``extra`` = {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}, or ``kernelParams`` = one pointer
@@ -380,7 +394,7 @@ class Launcher:
             raise ValueError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
         self.shared_bytes = shared_bytes
         if shared_bytes > 48 * 1024 and hasattr(function, "set_max_dynamic_shared"):
-            function.set_max_dynamic_shared(shared_bytes)
+            _allow_shared(function, shared_bytes)
         self.format, self.offsets, self.size = param_layout([k for _, k in self.params])
         self._struct = struct.Struct(self.format)
         if driver is None:
