@@ -221,3 +221,55 @@ def test_threads_launch_the_same_kernels_with_their_own_arguments_grids_streams_
     assert set(got) == set(expected)
     for me, launches in expected.items():
         assert got[me] == launches
+
+
+def test_another_thread_gets_a_generated_launcher_of_its_own_after_its_checked_launches() -> None:
+    """The generated functions' buffers are the creating thread's; another thread used to take the checked
+    path on every launch (~20x slower). It now takes it CHECKED_LAUNCHES times, then launches through a
+    function with buffers of its own, and every launch still carries that thread's own arguments."""
+    from tilejit.runtime.launch import MAX_THREAD_LAUNCHERS
+
+    drv = PyDriver()
+    launcher = Launcher(SimpleNamespace(name="k", handle=1), PARAMS, block=32, driver=drv.ns)
+    launch = launcher.launch
+    launch(1, (view(0x1000), 1))  # the creating thread
+    checked = collections.Counter[int]()
+    real_checked = launcher.launch_checked
+
+    def counting(grid: Any, args: Any, stream: Any = None, retry: bool = True) -> None:
+        checked[threading.get_ident()] += 1
+        real_checked(grid, args, stream, retry)
+
+    launcher.launch_checked = counting  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+    together = threading.Barrier(4)  # all alive at once: thread ids are not reused among them
+
+    def worker(k: int) -> None:
+        try:
+            together.wait(10)
+            for i in range(CHECKED_LAUNCHES + 40):
+                launch((k + 1, 1, 1), (view(0x1000 * (k + 2)), 100 * k + i))
+            together.wait(10)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors
+    tids = {t.ident for t in threads}
+    assert set(checked) == tids and all(checked[t] == CHECKED_LAUNCHES for t in tids)  # then generated ones
+    assert set(launcher._thread_launches) == tids and len(tids) <= MAX_THREAD_LAUNCHERS
+    by_thread = collections.defaultdict(list)
+    for tid, grid, _, _, _, params in drv.records[1:]:
+        by_thread[tid].append((grid, params))
+    for k, t in enumerate(threads):
+        want = [((k + 1, 1, 1), pack([view(0x1000 * (k + 2)), 100 * k + i])) for i in range(CHECKED_LAUNCHES + 40)]
+        assert by_thread[t.ident] == want

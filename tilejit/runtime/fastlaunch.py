@@ -47,10 +47,14 @@ def _compiled(src: str, filename: str, compile_code: Callable[[str, str], Any] |
     return compile(src, filename, "exec") if compile_code is None else compile_code(src, filename)
 
 
-def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] | None = None) -> Callable[..., None]:
+def generate(
+    launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] | None = None, owner: int | None = None
+) -> Callable[..., None]:
     """The launch function of ``launcher``: ``(grid, args, stream=None)``, or with ``raw`` = (block, shared,
     device, fallback) RawKernel's ``(grid, block, args, stream=None, shared_mem=0)``. A ``stream`` may be a
-    raw ``CUstream`` handle (an int), for callers that read the handle themselves.
+    raw ``CUstream`` handle (an int), for callers that read the handle themselves. ``owner`` is the thread
+    whose calls use its buffers (default: the launcher's creator); calls from others go to
+    ``launcher.launch_other_thread``.
 
     Functions of the same signature share one compiled code object; each has buffers of its own. Its
     ``now`` attribute launches exactly what its buffers hold (``cuLaunchKernelEx`` only, else None): the
@@ -67,7 +71,8 @@ def generate(launcher: Launcher, raw: tuple[Any, int, Any, Callable[..., None]] 
         "launch_now": _ex_now(launcher._address, bufs.config_addr, launcher._handle, kparams, extra)
         if launcher._uses_ex else None,
         "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
-        "owner": launcher._owner_thread, "slow": launcher.launch_checked, "explain": launcher._explain,
+        "owner": launcher._owner_thread if owner is None else owner, "slow": launcher.launch_other_thread,
+        "explain": launcher._explain,
         "failed": launcher._failed, "AV": ArrayView, "DA": DeviceArray, "as_view": as_view, "Mismatch": _Mismatch,
     }
     n = len(launcher.params)

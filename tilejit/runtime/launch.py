@@ -48,6 +48,8 @@ _EXTRA = struct.Struct("=6Q")  # the driver's ``extra`` array (5 pointers) and t
 #: Launches of a kernel that take the checked path before its fast path is generated: generating
 #: costs about a millisecond (a compile()); the checked path costs some microseconds a launch more.
 CHECKED_LAUNCHES = 16
+#: Threads besides a launcher's creator that get generated launch functions of their own.
+MAX_THREAD_LAUNCHERS = 64
 
 
 def _type_name(value: Any) -> str:
@@ -364,8 +366,9 @@ class Launcher:
     through ``extra``, "pointers" through ``kernelParams`` (same speed; both kept for drivers that
     differ). ``driver`` is for tests (default: the CUDA driver). ``compile_code(src, filename)`` makes
     the code of the generated functions (default ``compile()``; callers above the runtime pass one that
-    keeps it in the disk cache). Threads other than the creating one launch through a slower path with
-    their own buffers, so concurrent launches never share them.
+    keeps it in the disk cache). The generated functions' buffers belong to the creating thread; another
+    thread's launches take the checked path a few times, then a generated function of its own, so
+    concurrent launches never share buffers.
     """
 
     def __init__(
@@ -408,6 +411,9 @@ class Launcher:
         self._call = _launch_proto(ex is not None)(self._address)
         self._handle = int(function.handle)
         self._owner_thread = threading.get_ident()
+        # Other threads' generated functions (buffers of their own) and their checked launches so far.
+        self._thread_launches: dict[int, Callable[..., None]] = {}
+        self._thread_checked: dict[int, int] = {}
         self.source = ""  # the generated ``launch`` function's source, once it is made
 
     @functools.cached_property
@@ -448,10 +454,30 @@ class Launcher:
         """The thread whose launches use the generated functions' buffers; others take fresh ones."""
         return self._owner_thread
 
-    def _generate(self, raw: tuple[Any, int, Any, Callable[..., None]] | None = None) -> Callable[..., None]:
+    def _generate(
+        self, raw: tuple[Any, int, Any, Callable[..., None]] | None = None, owner: int | None = None
+    ) -> Callable[..., None]:
         from tilejit.runtime.fastlaunch import generate  # not needed until a kernel's fast path is made
 
-        return generate(self, raw)
+        return generate(self, raw, self._owner_thread if owner is None else owner)
+
+    def launch_other_thread(self, grid: Any, args: Sequence[Any], stream: Any = None) -> None:
+        """A launch from a thread that does not own the generated functions' buffers: its first
+        ``CHECKED_LAUNCHES`` take the checked path, then it gets a generated function (and buffers) of its
+        own, for up to ``MAX_THREAD_LAUNCHERS`` threads (a thread id reused after a thread ends reuses
+        that function, which no live thread shares)."""
+        tid = threading.get_ident()
+        launch = self._thread_launches.get(tid)
+        if launch is None:
+            done = self._thread_checked.get(tid, 0)
+            if done < CHECKED_LAUNCHES or len(self._thread_launches) >= MAX_THREAD_LAUNCHERS:
+                if done < CHECKED_LAUNCHES:
+                    self._thread_checked[tid] = done + 1
+                self.launch_checked(grid, args, stream)
+                return
+            launch = self._thread_launches[tid] = self._generate(owner=tid)
+            self._thread_checked.pop(tid, None)
+        launch(grid, args, stream)
 
     def _where(self, i: int) -> str:
         name, kind = self.params[i]
@@ -544,4 +570,4 @@ class Launcher:
         raise CUDAError("cuLaunchKernel", status, f"error {status}", "launch failed", detail)
 
 
-__all__ = ["CHECKED_LAUNCHES", "IMMUTABLE_ARGS", "Launcher", "ParamKind", "param_layout"]
+__all__ = ["CHECKED_LAUNCHES", "IMMUTABLE_ARGS", "MAX_THREAD_LAUNCHERS", "Launcher", "ParamKind", "param_layout"]
