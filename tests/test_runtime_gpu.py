@@ -533,3 +533,60 @@ def test_kernels_from_one_factory_keep_their_captured_values() -> None:
         out = empty(n, "float32").poison()
         _scaled_copy(float(scale))[tj.cdiv(n, 256)](dx, out, TILE=256)
         np.testing.assert_allclose(out.numpy(), x * np.float32(scale), rtol=1e-6)
+
+
+@tj.kernel
+def threads_acc(x, out, a, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    t = tj.load(out, index=(i,), shape=(TILE,)) + tj.load(x, index=(i,), shape=(TILE,)) * a
+    tj.store(out, index=(i,), tile=t)
+
+
+THREADS_ACC_SRC = r"""
+extern "C" __global__ void threads_acc_raw(const float* x, float* out, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] += x[i] * a;
+}
+"""
+
+
+def test_threads_launch_one_tile_kernel_and_one_raw_kernel_with_their_own_arguments() -> None:
+    """Six threads share a tile kernel and a RawKernel, each with its own arrays, scalars, grid and stream,
+    past the checked launches into their own generated launchers; every accumulated output is exact."""
+    raw = RawKernel(THREADS_ACC_SRC, "threads_acc_raw")
+    iters, tile = 3 * CHECKED_LAUNCHES + 10, 128
+    rng = np.random.default_rng()
+    barrier = threading.Barrier(6)
+    results: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            n = (k + 1) * tile - k  # a partial last tile
+            x = rng.integers(-4, 5, n).astype(np.float32)
+            dx, out_tile, out_raw = asarray(x), zeros(n, "float32"), zeros(n, "float32")
+            a = float(k + 1)
+            stream = Stream()  # non-blocking: not ordered after the copies above, so wait for them
+            get_device().synchronize()
+            launch = threads_acc[tj.cdiv(n, tile), stream]
+            barrier.wait(30)
+            for _ in range(iters):
+                launch(dx, out_tile, a, TILE=tile)
+                raw(tj.cdiv(n, 64), 64, (dx, out_raw, a, n), stream=stream)
+            stream.synchronize()
+            results[k] = (x, out_tile.numpy(), out_raw.numpy(), a)
+            stream.close()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for k, (x, got_tile, got_raw, a) in results.items():
+        want = x * np.float32(a * iters)  # small integers: exact in float32
+        np.testing.assert_array_equal(got_tile, want, err_msg=f"tile kernel, thread {k}")
+        np.testing.assert_array_equal(got_raw, want, err_msg=f"RawKernel, thread {k}")
+    assert len(results) == 6
