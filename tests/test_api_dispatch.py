@@ -271,8 +271,6 @@ def test_mutable_foreign_arrays_are_read_on_every_call() -> None:
 
 def test_threads_never_mix_remembered_arguments() -> None:
     """Launches from several threads at once each reach the launcher with their own views."""
-    import sys
-    import threading
 
     rec = Recorder(scale)
     launch = scale[1]
@@ -286,16 +284,9 @@ def test_threads_never_mix_remembered_arguments() -> None:
         for _ in range(2000):
             launch(*args)
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible
-    try:
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+    from test_threads import run_threads
+
+    run_threads(worker, 4)
     for _, _, views, _ in rec.launches:
         i = views[3]
         if views[:3] != [arrays[i], arrays[(i + 1) % 4], scales[i]]:

@@ -94,6 +94,21 @@ def pack(args: list[Any]) -> bytes:
     return Launcher(SimpleNamespace(name="tile", handle=1), PARAMS, block=32, driver=PyDriver().ns).pack(args)
 
 
+def run_threads(worker: Any, n: int) -> list[threading.Thread]:
+    """``worker(i)`` in ``n`` threads at once, switching between them as often as Python allows."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    return threads
+
+
 def test_a_fused_relaunch_survives_another_thread_replacing_the_private_launcher(driver: PyDriver) -> None:
     """The dispatch remembers the private launcher's ``now``; another thread that made a private launcher of
     its own at the same time replaces the first one in ``owns`` and drops it. ``now`` must keep the buffers it
@@ -204,16 +219,7 @@ def test_threads_launch_the_same_kernels_with_their_own_arguments_grids_streams_
         except BaseException as exc:
             errors.append(exc)
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+    run_threads(worker, 6)
     assert not errors, errors
     got: dict[int, list[Any]] = collections.defaultdict(list)
     for rec in driver.records:
@@ -253,16 +259,7 @@ def test_another_thread_gets_a_generated_launcher_of_its_own_after_its_checked_l
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+    threads = run_threads(worker, 4)
     assert not errors, errors
     tids = {t.ident for t in threads}
     assert set(checked) == tids and all(checked[t] == CHECKED_LAUNCHES for t in tids)  # then generated ones
