@@ -215,14 +215,6 @@ def test_array_parameter_annotated_constant_is_named() -> None:
                    target="sm_90")
 
 
-@tj.kernel
-def _mm(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
-    i, j = tj.bid(0), tj.bid(1)
-    acc = tj.zeros((BM, BN), tj.float32)
-    for k in range(tj.num_tiles(a, 1, (BM, BK))):
-        acc = tj.mma(tj.load(a, index=(i, k), shape=(BM, BK)), tj.load(b, index=(k, j), shape=(BK, BN)), acc)
-    tj.store(c, index=(i, j), tile=acc)
-
 
 @tj.kernel
 def _mm_step(a, b, c, step, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
@@ -236,6 +228,12 @@ def _mm_step(a, b, c, step, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.C
 MM_SIG = (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1])
 
 
+def _matmul() -> Any:
+    from test_frontend_kernels import matmul  # the example kernel
+
+    return matmul
+
+
 @pytest.mark.parametrize(("arch", "limit"), [("sm_80", 166912), ("sm_86", 101376), ("sm_89", 101376),
                                              ("sm_90", 232448), ("sm_120", 101376)])
 @pytest.mark.parametrize("tiles", [(128, 128, 64), (256, 128, 64)])
@@ -243,7 +241,7 @@ def test_pipelines_fit_the_targets_shared_memory(arch: str, limit: int, tiles: t
     """A cp.async pipeline's stages must fit the target's shared memory per block (99 KiB on sm_86/89/120):
     more makes the launch fail."""
     bm, bn, bk = tiles
-    ck = tj.compile(_mm, MM_SIG, constants={"BM": bm, "BN": bn, "BK": bk}, target=arch).cuda_kernel()
+    ck = tj.compile(_matmul(), MM_SIG, constants={"BM": bm, "BN": bn, "BK": bk}, target=arch).cuda_kernel()
     assert ck.shared_bytes <= limit
 
 
@@ -251,7 +249,7 @@ def test_shared_memory_beyond_the_target_is_a_compile_error() -> None:
     # (128, 128) @ (128, 128) float32 tiles through shared memory: 135 KB, more than sm_75's 64 KiB
     sig = (tj.float32[:, ::1], tj.float32[:, ::1], tj.float32[:, ::1])
     with pytest.raises(CompileError, match="shared memory"):
-        tj.compile(_mm, sig, constants={"BM": 128, "BN": 128, "BK": 128}, target="sm_75").cuda_source()
+        tj.compile(_matmul(), sig, constants={"BM": 128, "BN": 128, "BK": 128}, target="sm_75").cuda_source()
 
 
 def test_pipelined_loop_with_a_run_time_step_never_divides_by_zero() -> None:
@@ -260,5 +258,5 @@ def test_pipelined_loop_with_a_run_time_step_never_divides_by_zero() -> None:
     assert "cp_async_tile" in src
     line = next(ln for ln in src.splitlines() if "_n = " in ln and "tj::i64" in ln)
     assert "_step > 0 ?" in line
-    assert "cp_async_tile" in tj.compile(_mm, MM_SIG, constants={"BM": 128, "BN": 128, "BK": 64},
+    assert "cp_async_tile" in tj.compile(_matmul(), MM_SIG, constants={"BM": 128, "BN": 128, "BK": 64},
                                          target="sm_86").cuda_source()  # still pipelined, in fewer stages
