@@ -11,6 +11,7 @@ import textwrap
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Toolkit
@@ -152,6 +153,27 @@ def test_damaged_entry_is_a_miss_and_removed(tmp_path: Path, damage: str) -> Non
     assert not path.exists()
     c.put(key, {"code": b"x" * 1000, "meta": "m"})
     assert c.get(key) == {"code": b"x" * 1000, "meta": "m"}
+
+
+def test_damaged_entry_replaced_while_read_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that finds a damaged entry must not remove the good one another writer renamed over it
+    between the read and the removal."""
+    c = DiskCache(tmp_path)
+    key = cache_key("k")
+    good = {"code": b"g" * 500, "meta": "good"}
+    Path(c.path_of(key)).parent.mkdir(parents=True, exist_ok=True)
+    Path(c.path_of(key)).write_bytes(b"damaged")
+    decode = cache_mod._decode
+
+    def decode_then_writer_replaces(blob: bytes, k: str) -> Any:
+        result = decode(blob, k)
+        DiskCache(tmp_path).put(key, good)  # the other writer's atomic rename lands here
+        return result
+
+    monkeypatch.setattr(cache_mod, "_decode", decode_then_writer_replaces)
+    assert c.get(key) is None  # what this reader read was damaged: a miss
+    monkeypatch.setattr(cache_mod, "_decode", decode)
+    assert c.get(key) == good
 
 
 def test_size_bound_evicts_least_recently_used(tmp_path: Path) -> None:

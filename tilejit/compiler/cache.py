@@ -110,11 +110,11 @@ class DiskCache:
         try:
             with open(path, "rb") as f:
                 blob = f.read()
+                entry = _decode(blob, key)
+                if entry is None:
+                    _remove_if_same(path, os.fstat(f.fileno()))
+                    return None
         except OSError:
-            return None
-        entry = _decode(blob, key)
-        if entry is None:
-            _remove(path)
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # mark as recently used for LRU eviction
@@ -311,6 +311,17 @@ def _older_than(item: os.DirEntry[str], now: float, seconds: float) -> bool:
         return now - item.stat().st_mtime > seconds
     except OSError:
         return False
+
+
+def _remove_if_same(path: str, read: os.stat_result) -> None:
+    """Remove the damaged file at ``path`` unless another writer has replaced it since it was read (a
+    good entry renamed over it stays)."""
+    with contextlib.suppress(OSError):
+        now = os.stat(path)
+        if (now.st_ino, now.st_dev, now.st_size, now.st_mtime_ns) == (
+            read.st_ino, read.st_dev, read.st_size, read.st_mtime_ns
+        ):
+            os.unlink(path)
 
 
 def _remove(path: str) -> bool:
