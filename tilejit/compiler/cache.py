@@ -29,16 +29,15 @@ from typing import Any
 
 from tilejit import config
 
-if "hashlib" in sys.modules:  # already loaded (numpy and torch import it): free to use
+try:  # CPython's own sha256 (the same digests as hashlib's) without loading OpenSSL, unless hashlib is loaded
+    if "hashlib" in sys.modules:  # numpy.random and torch import it: nothing to pay
+        raise ImportError
+    if sys.version_info >= (3, 12):
+        from _sha2 import sha256
+    else:
+        from _sha256 import sha256
+except ImportError:
     from hashlib import sha256
-else:
-    try:  # CPython's own sha256: the same digests as hashlib's, without loading OpenSSL
-        if sys.version_info >= (3, 12):
-            from _sha2 import sha256
-        else:
-            from _sha256 import sha256
-    except ImportError:  # a build without the built-in hashes
-        from hashlib import sha256
 
 MAGIC = b"TJCACHE\0"
 FORMAT_VERSION = 2
