@@ -62,11 +62,11 @@ def cases() -> dict[str, Callable[[], Any]]:
     if libc.geteuid() != 0:
         sys.exit("run as root: the stand-in driver call (geteuid) must return 0, the CUDA success status")
     driver = SimpleNamespace(cuLaunchKernelEx=libc.geteuid, check=None)
-    device_state._current = _StandInDevice()  # type: ignore[assignment]
+    device = device_state.thread_state().device[0] = _StandInDevice()  # type: ignore[assignment]
     function = SimpleNamespace(name="empty", handle=0xF00D)
     launcher = Launcher(function, [("x", ParamKind.pointer("float32"))], 32, driver=driver)
     launch = launcher.launch
-    entry = launcher.entry(32, 0, device_state._current, lambda *a: sys.exit("entry fell back"))
+    entry = launcher.entry(32, 0, device, lambda *a: sys.exit("entry fell back"))
     kernel = RawKernel('extern "C" __global__ void empty(float* x) {}', "empty")
     kernel._use(entry)
     args = (0x1000,)

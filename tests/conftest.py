@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +84,23 @@ def toolkit(request: pytest.FixtureRequest) -> Toolkit:
     if request.param is None:
         pytest.skip("no CUDA toolkits in TILEJIT_TEST_CUDA_ROOTS or .ci-cache/")
     return next(tk for tk in toolkits() if tk.major == request.param)
+
+
+@pytest.fixture
+def use_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Any], Any]]:
+    """``use_device(dev)`` makes ``dev`` (a stand-in device; None: none chosen yet) the calling thread's
+    current device for the test, and, unless None, the device that threads which choose none start from
+    (no driver asked). The thread's cell keeps its identity, since generated launch code binds it."""
+    from tilejit.runtime import device as device_state
+
+    cell = device_state.thread_state().device
+    old = cell[0]
+
+    def use(device: Any) -> Any:
+        cell[0] = device
+        if device is not None:
+            monkeypatch.setattr(device_state, "_device_of_this_thread", lambda: device)
+        return device
+
+    yield use
+    cell[0] = old

@@ -4,6 +4,7 @@ cause. ``_build`` is replaced by a recorder, so nothing compiles and no GPU is n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,6 @@ import tilejit as tj
 from tilejit.api.kernel import Kernel, _Compiled, _dispatch_source, _source_fingerprint
 from tilejit.api.signature import scalar_type_of
 from tilejit.errors import LaunchError
-from tilejit.runtime import device as device_state
 from tilejit.runtime.interop import ArrayView
 from tilejit.runtime.stream import Stream
 
@@ -55,10 +55,9 @@ FAKE_DEVICE = FakeDevice()
 
 
 @pytest.fixture(autouse=True)
-def current_device(monkeypatch: pytest.MonkeyPatch) -> Any:
+def current_device(use_device: Callable[[Any], Any]) -> Any:
     """A stand-in current device: the dispatch keys specializations by it, and no driver is needed."""
-    monkeypatch.setattr(device_state, "_current", FAKE_DEVICE)
-    return FAKE_DEVICE
+    return use_device(FAKE_DEVICE)
 
 
 def view(dtype: str = "float32", shape: tuple[int, ...] = (16,), strides: tuple[int, ...] = (1,),

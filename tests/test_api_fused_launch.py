@@ -6,6 +6,7 @@ configuration), so every launch is checked for exactly what a kernel would recei
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,7 +18,6 @@ import tilejit as tj
 from tilejit.api.kernel import Kernel, _Compiled
 from tilejit.api.loader import loaded
 from tilejit.errors import CUDAError, LaunchError
-from tilejit.runtime import device as device_state
 from tilejit.runtime.interop import ArrayView
 from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
 from tilejit.runtime.stream import Stream, set_current_stream
@@ -71,10 +71,8 @@ class Built:
 
 
 @pytest.fixture(autouse=True)
-def current_device(monkeypatch: pytest.MonkeyPatch) -> Any:
-    dev = FakeDevice()
-    monkeypatch.setattr(device_state, "_current", dev)
-    return dev
+def current_device(use_device: Callable[[Any], Any]) -> Any:
+    return use_device(FakeDevice())
 
 
 def view(ptr: int, n: int = 16) -> ArrayView:
@@ -203,13 +201,13 @@ def test_other_threads_launch_their_own_arguments(fake: FakeDriver) -> None:
 
 
 def test_a_device_switch_takes_the_other_devices_specialization(fake: FakeDriver,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                use_device: Callable[[Any], Any]) -> None:
     built = Built(axpy, fake)
     x, out = view(0x1000), view(0x2000)
     launch = axpy[1]
     warm(launch, [x, out, 2.0, 16])
     launch(x, out, 2.0, 16)
     assert len(built.compiled) == 1
-    monkeypatch.setattr(device_state, "_current", FakeDevice())
+    use_device(FakeDevice())
     launch(x, out, 2.0, 16)
     assert len(built.compiled) == 2  # compiled (here: built) again for the new device

@@ -158,12 +158,12 @@ class FakeDriver:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeDriver]:
+def fake(monkeypatch: pytest.MonkeyPatch, use_device: Callable[[Any], Any]) -> Iterator[FakeDriver]:
     """The runtime talks to a fresh FakeDriver with two devices (no device chosen, no context current)."""
     d = FakeDriver()
     monkeypatch.setattr(device_state, "_driver", d)
     monkeypatch.setattr(device_state, "_devices", {})
-    monkeypatch.setattr(device_state, "_current", None)
+    use_device(None)
     monkeypatch.setattr(context_state, "_primary", {})
     yield d
     gc.collect()  # free the test's buffers while the fake driver is still the driver

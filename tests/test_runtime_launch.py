@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -307,7 +308,7 @@ def test_raw_kernel_entry_checks_block_shared_and_device(fake: FakeDriver) -> No
 
     launcher = Launcher(fn(), MIXED, block=(32, 2, 1), shared_bytes=64, driver=fake)
     redirected: list[tuple[Any, ...]] = []
-    entry = launcher.entry((32, 2), 64, device_state._current, lambda *a: redirected.append(a))
+    entry = launcher.entry((32, 2), 64, device_state.thread_state().device[0], lambda *a: redirected.append(a))
     before = fake.calls()
     entry(3, (32, 2), MIXED_ARGS, shared_mem=64)
     entry(3, (32, 2), MIXED_ARGS, None, 64)
@@ -564,7 +565,7 @@ def test_raw_kernel_entry_hands_other_block_and_shared_types_to_the_checked_path
 
     launcher = Launcher(fn(), [("n", ParamKind.scalar("int32"))], block=32, driver=fake)
     redirected: list[tuple[Any, ...]] = []
-    entry = launcher.entry(32, 0, device_state._current, lambda *a: redirected.append(a))
+    entry = launcher.entry(32, 0, device_state.thread_state().device[0], lambda *a: redirected.append(a))
     entry(1, 32, (1,))
     entry(1, 32.0, (1,))
     entry(1, 32, (1,), None, 0.0)
@@ -682,28 +683,22 @@ def test_mutable_array_objects_are_read_every_launch(fake: FakeDriver) -> None:
     assert fake.params() == struct.pack("=Q", 0x2000)
 
 
-def test_generated_functions_of_one_launcher_keep_separate_buffers(fake: FakeDriver) -> None:
+def test_generated_functions_of_one_launcher_keep_separate_buffers(fake: FakeDriver,
+                                                                   use_device: Callable[[Any], Any]) -> None:
     """RawKernel's entry and ``launcher.launch`` are two generated functions of one Launcher: interleaved,
     each launch still carries its own arguments, grid and stream (neither trusts the other's memo)."""
-    import tilejit.runtime.device as device_state
-
     launcher = Launcher(fn(), [("a", ParamKind.pointer("float32")), ("n", ParamKind.scalar("int32"))], block=32,
                         driver=fake)
-    dev = object()
-    old = device_state._current
-    device_state._current = dev  # type: ignore[assignment]
-    try:
-        entry = launcher.entry(32, 0, dev, lambda *a: pytest.fail("fell back"))
-        a, b = (0x1000, 1), (0x2000, 2)
-        for call, args, grid, want in [(entry, a, 3, a), (launcher.launch, b, 4, b), (entry, a, 3, a),
-                                       (launcher.launch, b, 4, b), (entry, a, 5, a)]:
-            if call is entry:
-                entry(grid, 32, args)
-            else:
-                call(grid, args)
-            assert fake.params() == struct.pack("=Qi", *want) and fake.config().gx == grid
-    finally:
-        device_state._current = old
+    dev = use_device(object())
+    entry = launcher.entry(32, 0, dev, lambda *a: pytest.fail("fell back"))
+    a, b = (0x1000, 1), (0x2000, 2)
+    for call, args, grid, want in [(entry, a, 3, a), (launcher.launch, b, 4, b), (entry, a, 3, a),
+                                   (launcher.launch, b, 4, b), (entry, a, 5, a)]:
+        if call is entry:
+            entry(grid, 32, args)
+        else:
+            call(grid, args)
+        assert fake.params() == struct.pack("=Qi", *want) and fake.config().gx == grid
 
 
 def test_raw_kernel_calls_its_entry_directly() -> None:

@@ -1,6 +1,7 @@
 """CPU tests of launches from several threads at once: tile kernels and RawKernels against a stand-in
 ``cuLaunchKernelEx`` (a ctypes callback) that reads the configuration and parameter block at the addresses
-it is handed, so each launch is checked for exactly what a kernel would have received, and from which thread."""
+it is handed, so each launch is checked for exactly what a kernel would have received, and from which thread.
+Each thread has its own current device and stream, as in the CUDA runtime."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import ctypes
 import struct
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,10 +19,11 @@ import pytest
 import tilejit as tj
 from tilejit.api.loader import loaded
 from tilejit.errors import CUDAError
+from tilejit.runtime import context as context_state
 from tilejit.runtime import device as device_state
 from tilejit.runtime.interop import ArrayView
 from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
-from tilejit.runtime.stream import Stream, set_current_stream
+from tilejit.runtime.stream import Stream, current_stream, set_current_stream, stream_handle
 
 _PROTO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _CONFIG = struct.Struct("=7I4xQ")
@@ -31,11 +33,12 @@ Record = tuple[int, tuple[int, int, int], tuple[int, int, int], int, int, "bytes
 
 class PyDriver:
     """``cuLaunchKernelEx`` as a Python callback: each launch's (thread, grid, block, shared bytes, stream,
-    parameter block) as read from memory; ``hook(record)`` runs in the launching thread, ``status(record)``
-    says what the launch returns."""
+    parameter block) as read from memory, and (thread, function handle, stream) in ``launches``;
+    ``hook(record)`` runs in the launching thread, ``status(record)`` says what the launch returns."""
 
     def __init__(self) -> None:
         self.records: list[Record] = []
+        self.launches: list[tuple[int, int, int]] = []
         self.lock = threading.Lock()
         self.hook: Any = None
         self.status: Any = None
@@ -54,6 +57,7 @@ class PyDriver:
         rec: Record = (threading.get_ident(), (gx, gy, gz), (bx, by, bz), shared, stream, params)
         with self.lock:
             self.records.append(rec)
+            self.launches.append((rec[0], function, stream))
         if self.hook is not None:
             self.hook(rec)
         return 0 if self.status is None else int(self.status(rec))
@@ -73,9 +77,9 @@ def tile(x, n):
 
 
 @pytest.fixture
-def driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[PyDriver]:
+def driver(monkeypatch: pytest.MonkeyPatch, use_device: Callable[[Any], Any]) -> Iterator[PyDriver]:
     drv = PyDriver()
-    monkeypatch.setattr(device_state, "_current", object.__new__(StandInDevice))
+    use_device(object.__new__(StandInDevice))
     monkeypatch.setattr(device_state, "initialized_driver", lambda: drv.ns)
     tile._build = lambda *a: loaded(  # type: ignore[method-assign]
         Launcher(SimpleNamespace(name="tile", handle=1), PARAMS, block=32, driver=drv.ns), None, None)
@@ -109,41 +113,23 @@ def run_threads(worker: Any, n: int) -> list[threading.Thread]:
     return threads
 
 
-def test_a_fused_relaunch_survives_another_thread_replacing_the_private_launcher(driver: PyDriver) -> None:
-    """The dispatch remembers the private launcher's ``now``; another thread that made a private launcher of
-    its own at the same time replaces the first one in ``owns`` and drops it. ``now`` must keep the buffers it
-    relaunches alive (they were freed: the relaunch read freed memory)."""
+def test_another_threads_calls_of_one_kernel_grid_leave_the_fused_relaunch_intact(driver: PyDriver) -> None:
+    """Another thread calling the same ``kernel[grid]`` goes on to a launch function of its own (its own memo
+    and private launchers): the first thread's fused relaunch still delivers exactly its own arguments,
+    through buffers that stay alive while the other thread's come and go."""
     launch = tile[1]
     x, y = view(0x1000), view(0x2000)
-    for _ in range(CHECKED_LAUNCHES):  # the shared launcher is generated; no private one yet
+    for _ in range(CHECKED_LAUNCHES + 3):  # generated shared launcher, then a private one and the fused memo
         launch(x, 7)
-    base = next(iter(tile._specs.values())).base
-    make_own = base.own_launch
-    other_inside, main_in_driver, other_done = threading.Event(), threading.Event(), threading.Event()
 
-    def own_launch() -> Any:  # the other thread's private launcher is stored after the main thread's
-        made = make_own()
-        if threading.current_thread().name == "other":
-            other_inside.set()
-            main_in_driver.wait(10)
-        return made
+    def other() -> None:
+        for _ in range(CHECKED_LAUNCHES + 3):
+            launch(y, 9)
 
-    base.own_launch = own_launch
-    pause = [False]
-
-    def hook(rec: Record) -> None:  # the main thread's launch waits for the other thread to finish
-        if pause[0] and threading.current_thread() is threading.main_thread():
-            pause[0] = False
-            main_in_driver.set()
-            other_done.wait(10)
-
-    driver.hook = hook
-    other = threading.Thread(target=lambda: (launch(y, 9), other_done.set()), name="other")
-    other.start()
-    assert other_inside.wait(10)
-    pause[0] = True
-    launch(x, 7)  # makes a private launcher, launches x; the other thread then replaces that launcher
-    other.join()
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert [r[5] for r in driver.records if r[0] == t.ident] == [pack([y, 9])] * (CHECKED_LAUNCHES + 3)
     junk = [bytearray(b"\xff" * 56) for _ in range(2000)]  # reuse freed memory, as a busy program would
     launch(x, 7)  # the fused relaunch
     del junk
@@ -270,3 +256,284 @@ def test_another_thread_gets_a_generated_launcher_of_its_own_after_its_checked_l
     for k, t in enumerate(threads):
         want = [((k + 1, 1, 1), pack([view(0x1000 * (k + 2)), 100 * k + i])) for i in range(CHECKED_LAUNCHES + 40)]
         assert by_thread[t.ident] == want
+
+
+# --------------------------------------------------------------------------- per-thread device and stream
+
+
+def in_thread(fn: Any) -> Any:
+    """``fn()`` on a new thread; its result, or its exception raised here."""
+    out: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            out.append((True, fn()))
+        except BaseException as exc:  # handed back to the test
+            out.append((False, exc))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+def test_each_thread_launches_on_its_own_current_stream(driver: PyDriver) -> None:
+    """Two threads set different current streams, then launch at once past the checked launches: a tile
+    kernel (one ``kernel[grid]`` made here, one by a thread), a RawKernel, a Launcher made here and one of
+    their own. Every launch goes to the launching thread's stream; this thread's stays the legacy one."""
+    raw = tj.RawKernel('extern "C" __global__ void r(float* x, int n) {}', "r")
+    raw._functions[0] = SimpleNamespace(name="r", handle=2)
+    shared = Launcher(SimpleNamespace(name="k", handle=3), PARAMS, block=32, driver=driver.ns)
+    launch = tile[1]
+    streams = [0x5100, 0x5200]
+    together = threading.Barrier(2)
+    errors: list[BaseException] = []
+    rounds = CHECKED_LAUNCHES + 20
+
+    def worker(i: int) -> None:
+        try:
+            set_current_stream(Stream._wrap(streams[i]) if i else streams[i])
+            together.wait(10)  # both streams are set before either thread launches
+            own = Launcher(SimpleNamespace(name="k", handle=4), PARAMS, block=32, driver=driver.ns)
+            x = view(0x1000 * (i + 1))
+            for it in range(rounds):
+                launch(x, it)
+                tile[2](x, it)
+                raw(1, 32, (x.ptr, it))
+                shared(1, (x, it))
+                own(1, (x, it))
+            assert current_stream().handle == stream_handle(None) == streams[i]
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = run_threads(worker, 2)
+    assert not errors, errors
+    for i, t in enumerate(threads):
+        mine = [(function, stream) for tid, function, stream in driver.launches if tid == t.ident]
+        assert len(mine) == 5 * rounds
+        assert {stream for _, stream in mine} == {streams[i]}
+        assert {function for function, _ in mine} == {1, 2, 3, 4}
+    assert current_stream() is Stream.legacy() and stream_handle(None) == 0
+    launch(view(0x1000), 1)
+    raw(1, 32, (0x1000, 1))
+    shared(1, (view(0x1000), 1))
+    assert [stream for _, _, stream in driver.launches[-3:]] == [0, 0, 0]
+
+
+class TwoDevices(PyDriver):
+    """PyDriver plus what choosing a device asks of the driver: two devices, a primary context each (handle
+    0xC000 + ordinal) and the current context per thread, as the driver keeps it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+        self.ns = SimpleNamespace(
+            cuLaunchKernelEx=self.entry, check=self.check, cuInit=lambda flags: 0,
+            cuDeviceGetCount=self.device_count, cuDeviceGet=self.device_get,
+            cuDevicePrimaryCtxRetain=self.retain, cuCtxSetCurrent=self.set_context,
+            cuCtxGetCurrent=self.get_context, cuCtxGetDevice=self.context_device,
+        )
+
+    def context(self) -> int:
+        """The context current on the calling thread, 0 for none."""
+        return int(getattr(self.local, "ctx", 0))
+
+    @staticmethod
+    def check(status: int, function: str, detail: str = "") -> None:
+        if status:
+            raise CUDAError(function, status, "CUDA_ERROR_FAKE", "fake driver", detail)
+
+    def device_count(self, out: Any) -> int:
+        out._obj.value = 2
+        return 0
+
+    def device_get(self, out: Any, ordinal: int) -> int:
+        out._obj.value = ordinal
+        return 0
+
+    def retain(self, out: Any, dev: int) -> int:
+        out._obj.value = 0xC000 + dev
+        return 0
+
+    def set_context(self, ctx: ctypes.c_void_p) -> int:
+        self.local.ctx = ctx.value or 0
+        return 0
+
+    def get_context(self, out: Any) -> int:
+        out._obj.value = self.context() or None
+        return 0
+
+    def context_device(self, out: Any) -> int:
+        if not self.context():
+            return 201
+        out._obj.value = self.context() - 0xC000
+        return 0
+
+
+@pytest.fixture
+def two_devices(monkeypatch: pytest.MonkeyPatch, use_device: Callable[[Any], Any]) -> Iterator[TwoDevices]:
+    """The runtime on a TwoDevices driver, no device chosen; the tile kernel's specialization for device i
+    launches function 0x100 + i."""
+    drv = TwoDevices()
+    monkeypatch.setattr(device_state, "_driver", drv.ns)
+    monkeypatch.setattr(device_state, "_devices", {})
+    use_device(None)
+    monkeypatch.setattr(context_state, "_primary", {})
+
+    def build(arg_types: Any, hints: Any, consts: Any, device: Any) -> Any:
+        function = SimpleNamespace(name="tile", handle=0x100 + device.ordinal)
+        return loaded(Launcher(function, PARAMS, block=32, driver=drv.ns), None, None)
+
+    tile._build = build  # type: ignore[method-assign]
+    for memo in (tile._specs, tile._fast, tile._bound):
+        memo.clear()
+    yield drv
+    del tile._build
+
+
+def test_each_thread_launches_on_its_own_current_device(two_devices: TwoDevices) -> None:
+    """One thread per device sets it current and launches a tile kernel (a specialization per device) and a
+    RawKernel (a function per device) past the checked launches, both threads at once: every launch runs the
+    function of the launching thread's device. A thread that sets none gets the device of the context
+    current on it, else device 0 with its context made current; the main thread's device is not changed."""
+    drv = two_devices
+    raw = tj.RawKernel('extern "C" __global__ void r(float* x, int n) {}', "r")
+    raw._functions.update({i: SimpleNamespace(name="r", handle=0x200 + i) for i in (0, 1)})
+    launch = tile[1]
+    together = threading.Barrier(2)
+    errors: list[BaseException] = []
+    seen: dict[int, tuple[int, int]] = {}
+    rounds = CHECKED_LAUNCHES + 20
+
+    def worker(i: int) -> None:
+        try:
+            device_state.Device(i).set_current()
+            together.wait(10)  # both devices are set before either thread launches
+            x = view(0x1000 * (i + 1))
+            for it in range(rounds):
+                launch(x, it)
+                tile[2](x, it)
+                raw(1, 32, (x.ptr, it))
+            seen[i] = (device_state.get_device().ordinal, drv.context())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = run_threads(worker, 2)
+    assert not errors, errors
+    for i, t in enumerate(threads):
+        functions = [function for tid, function, _ in drv.launches if tid == t.ident]
+        assert len(functions) == 3 * rounds
+        assert set(functions) == {0x100 + i, 0x200 + i}
+        assert seen[i] == (i, 0xC000 + i)
+    assert in_thread(lambda: (device_state.get_device().ordinal, drv.context())) == (0, 0xC000)
+
+    def under_another_library() -> int:  # e.g. torch made device 1's context current on this thread
+        device_state.Device(1).context.make_current()
+        return device_state.get_device().ordinal
+
+    assert in_thread(under_another_library) == 1
+    assert device_state.thread_state().device[0] is None  # this thread never chose one
+
+
+def test_closing_a_stream_makes_every_thread_that_had_it_current_use_the_legacy_stream(
+        driver: PyDriver, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tilejit.runtime import stream as stream_mod
+
+    monkeypatch.setattr(stream_mod, "initialized_driver",
+                        lambda: SimpleNamespace(cuStreamDestroy=lambda h: 0, check=lambda *a: None))
+    s = Stream._wrap(0x77)
+    s._owned = True
+    other = Stream._wrap(0x88)
+    started, closed = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def uses(stream: Stream) -> None:
+        set_current_stream(stream)
+        started.set()
+        closed.wait(10)
+        seen.append(stream_handle(None))
+
+    for stream in (s, other):
+        t = threading.Thread(target=uses, args=(stream,))
+        t.start()
+        assert started.wait(10)
+        started.clear()
+        set_current_stream(s)
+        s.close()
+        closed.set()
+        t.join()
+        closed.clear()
+        assert current_stream() is Stream.legacy()
+        s = Stream._wrap(0x77)
+        s._owned = True
+    assert seen == [0, 0x88]
+
+
+def test_a_thread_that_reuses_an_ended_threads_id_starts_from_the_defaults(
+        driver: PyDriver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread ids are reused once a thread ends. A new thread of an ended one's id starts from the default
+    stream and device, also in the launch functions generated for the old one (bound to the id's cells),
+    which then follow what the new thread sets. Both threads get one id here, whatever the system reuses."""
+    real = threading.get_ident
+    fake_ids: dict[int, int] = {}
+    monkeypatch.setattr(threading, "get_ident", lambda: fake_ids.get(real(), real()))
+    monkeypatch.setattr(tile, "_make", None)  # the dispatch binds get_ident when first made
+    reused = 0x4242
+    launcher = Launcher(SimpleNamespace(name="k", handle=3), PARAMS, block=32, driver=driver.ns)
+    raw = tj.RawKernel('extern "C" __global__ void r(float* x, int n) {}', "r")
+    raw._functions.update({0: SimpleNamespace(name="r", handle=2), 1: SimpleNamespace(name="r", handle=2)})
+    launch = tile[1]
+    x = view(0x1000)
+    special = object.__new__(StandInDevice)
+    special.ordinal = 1
+    special._context = SimpleNamespace(make_current=lambda: None)  # type: ignore[assignment]
+
+    def launch_all() -> list[int]:
+        """One launch of each kind, past their checked launches; the streams they went to."""
+        before = len(driver.launches)
+        launch(x, 1)
+        raw(1, 32, (x.ptr, 1))
+        launcher(1, (x, 1))
+        return [stream for _, _, stream in driver.launches[before:]]
+
+    def as_reused(fn: Any) -> Any:
+        def run() -> Any:
+            fake_ids[real()] = reused
+            try:
+                return fn()
+            finally:
+                del fake_ids[real()]  # threading's own bookkeeping ends the thread under its real id
+
+        return in_thread(run)
+
+    def first() -> None:
+        set_current_stream(0xA1)
+        special.set_current()
+        for _ in range(CHECKED_LAUNCHES + 2):
+            launch_all()
+        assert launch_all() == [0xA1] * 3
+
+    as_reused(first)
+    assert driver.launches[-1][0] == reused
+
+    def second() -> tuple[list[int], list[int], Any, Any]:
+        default = launch_all()  # before anything touches this thread's state
+        state = current_stream(), device_state.get_device()
+        set_current_stream(0xB2)
+        return default, launch_all(), *state
+
+    default, after, stream, device = as_reused(second)
+    assert default == [0, 0, 0] and after == [0xB2] * 3
+    assert stream is Stream.legacy() and device is not special
+    assert device_state.state_of(reused).handle[0] == 0  # reset again when the thread ended
+
+    # An ended thread whose cells were never reset (no thread-exit cleanup ran: e.g. after a fork): a new
+    # thread of its id still starts from the defaults.
+    device_state.state_of(reused).handle[0] = 0xDEAD
+    device_state.state_of(reused).stream[0] = Stream._wrap(0xDEAD)
+    device_state.state_of(reused).device[0] = special
+    assert as_reused(lambda: (stream_handle(None), current_stream(), device_state.get_device())) == (
+        0, Stream.legacy(), device_state.get_device())

@@ -1,8 +1,9 @@
 """``@tj.kernel``: a tile kernel that specializes, compiles (with a disk cache) and launches itself.
 
-``kernel[grid](*args, **constants)`` launches on the current stream; ``kernel[grid, stream](...)``
-on a given one. Each distinct combination of argument dtypes/ranks/layout facts, constant values
-and device is one specialization, compiled once per process and cached on disk across processes.
+``kernel[grid](*args, **constants)`` launches on the calling thread's current device and stream;
+``kernel[grid, stream](...)`` on a given stream. Each distinct combination of argument
+dtypes/ranks/layout facts, constant values and device is one specialization, compiled once per
+process and cached on disk across processes.
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ class _Compiled:
 
 
 _OWNS_LIMIT = 64
+_THREADS_LIMIT = 256  # other threads' launch functions one kernel[grid] keeps
 
 
-def _own_launch(compiled: _Compiled, owns: dict[_Compiled, Any]) -> tuple[Callable[..., None], Any, int] | None:
-    """(launch function, its ``now``, its thread) private to one ``kernel[grid]``, or None to use the
-    shared one: on this ``kernel[grid]``'s first use of ``compiled``, or while ``compiled`` is on its
-    checked launches. A ``kernel[grid]`` called once never pays for a launcher of its own."""
+def _own_launch(compiled: _Compiled, owns: dict[_Compiled, Any], owner: int) -> tuple[Callable[..., None], Any] | None:
+    """(launch function, its ``now``) private to the ``kernel[grid]`` function of the thread ``owner``, or None
+    to use the shared one: on its first use of ``compiled``, or while ``compiled`` is on its checked launches.
+    A ``kernel[grid]`` called once never pays for a launcher of its own."""
     if compiled not in owns:
         if len(owns) >= _OWNS_LIMIT:
             owns.clear()
@@ -54,8 +56,8 @@ def _own_launch(compiled: _Compiled, owns: dict[_Compiled, Any]) -> tuple[Callab
     base = compiled.base
     if base is None or not base.generated:
         return None
-    launch = base.own_launch()
-    entry = (launch, launch.now, base.owner_thread)  # type: ignore[attr-defined]
+    launch = base.own_launch() if owner == base.owner_thread else base.thread_launch(owner)
+    entry = (launch, launch.now)  # type: ignore[attr-defined]
     owns[compiled] = entry
     return entry
 
@@ -196,28 +198,32 @@ def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) 
 
 
 def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: Sequence[str]) -> str:
-    """Source of ``make(...)``, which returns the launch function of one ``kernel[grid]``.
+    """Source of ``make(...)``, which returns the launch function of one ``kernel[grid]`` for one thread.
 
     The function takes the kernel's own parameters (run-time ones positional or keyword, constants
-    keyword-only), so a call builds no ``*args`` tuple or ``**kw`` dict. It remembers its last call:
-    when the same immutable arguments come again on the same device, thread and stream, it relaunches
-    what its private launcher's buffers already hold with one ctypes call. Otherwise it classifies each
-    argument inline (own arrays, views, Python scalars, then the array converter ``as_view`` found for
-    its type; a type seen for the first time, or an error, through ``classify``), maps the
-    fast key to a specialization and launches through that. A call with arguments missing or extra
-    positional ones goes to ``Kernel._launch_given``, which checks it and raises.
+    keyword-only), so a call builds no ``*args`` tuple or ``**kw`` dict. It belongs to one thread, whose
+    current device and stream it reads from that thread's cells, bound once; another thread's call goes
+    on to that thread's own function (made on its first call), so each function's memo, private
+    launchers and cells are one thread's. It remembers its last call: when the same immutable arguments
+    come again on the same device and stream, it relaunches what its private launcher's buffers already
+    hold with one ctypes call. Otherwise it classifies each argument inline (own arrays, views, Python
+    scalars, then the array converter ``as_view`` found for its type; a type seen for the first time, or
+    an error, through ``classify``), maps the fast key to a specialization and launches through that. A
+    call with arguments missing or extra positional ones goes to ``Kernel._launch_given``, which checks
+    it and raises.
     """
     names = [*args, *constants]
     p = "_tj_"  # every generated name starts with a prefix that no parameter does
     while any(name.startswith(p) for name in names):
         p = "_" + p
     k = len(names)
-    dev, comp, views_at, now_at, owner_at, handle_at = range(k, k + 6)
+    dev, comp, views_at, now_at, handle_at = range(k, k + 5)
     miss = f"{p}MISSING"
     params = [f"{a}={miss}" for a in args] + [f"*{p}more"] + [f"{c}={miss}" for c in constants]
     values = "(" + "".join(f"{name}, " for name in names) + ")"
+    forward = ", ".join([*args, f"*{p}more", *(f"{c}={c}" for c in constants)])
     hit = [f"{name} is {p}m[{i}]" for i, name in enumerate(names)]
-    hit += [f"{p}DS._current is {p}m[{dev}]", f"not {p}more"]
+    hit += [f"{p}DEV[0] is {p}m[{dev}]", f"not {p}more"]
     given = " or ".join([f"{p}more", *(f"{name} is {miss}" for name in names)])
     keep = "".join(f"{a} if {a}.__class__ in {p}KEEP else {p}NOKEEP, " for a in args)
     keep += "".join(f"{c} if {c}.__class__ in {p}KEEP_CONST else {p}NOKEEP, " for c in constants)
@@ -241,12 +247,17 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     view_tuple = "(" + "".join(f"{p}v{i}, " for i in range(len(args))) + ")"
     run_list = "[" + ", ".join(args) + "]"
     const_tuple = "(" + "".join(f"{c}, " for c in constants) + ")"
-    handle = f"{p}cur[0] if {p}stream is None else {p}stream_handle({p}stream)"
+    handle = f"{p}CUR[0] if {p}stream is None else {p}stream_handle({p}stream)"
     body = [
+        f"{p}t = {p}ident()",
+        f"if {p}t != {p}owner:  # another thread: its own function, with its own cells and memo",
+        f"    {p}f = {p}threads.get({p}t)",
+        f"    if {p}f is None: {p}f = {p}for_thread({p}threads, {p}t, {p}grid, {p}stream)",
+        f"    return {p}f({forward})",
         f"{p}m = {p}memo",
         f"if {' and '.join(hit)}:",
         f"    {p}now = {p}m[{now_at}]",
-        f"    if {p}now is not None and {p}ident() == {p}m[{owner_at}] and ({handle}) == {p}m[{handle_at}]:",
+        f"    if {p}now is not None and ({handle}) == {p}m[{handle_at}]:",
         f"        {p}status = {p}now()",
         f"        if {p}status:",
         f"            {p}memo = {p}EMPTY",
@@ -256,7 +267,8 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         "else:",
         f"    {p}memo = {p}EMPTY  # the private launcher's buffers may be rewritten below",
         f"    if {given}: return {p}slow({p}grid, {p}stream, {p}more, {values})",
-        f"    {p}dev = {p}DS._current",
+        f"    {p}dev = {p}DEV[0]",
+        f"    if {p}dev is None: {p}dev = {p}get_device()  # the thread's first device: chosen now",
         *("    " + line for line in classify),
         f"    {p}key = {fast_key}",
         "    try:",
@@ -267,12 +279,12 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         f"        return {p}slow({p}grid, {p}stream, {p}more, {values})",
         f"    {p}views = {view_tuple}",
         f"{p}o = {p}owns.get({p}c)",
-        f"if {p}o is None: {p}o = {p}own_of({p}c, {p}owns)",
+        f"if {p}o is None: {p}o = {p}own_of({p}c, {p}owns, {p}owner)",
         f"if {p}o is None:  # the specialization's shared launcher (checked first, then generated)",
         f"    {p}c.launcher({p}grid, {p}views, {p}stream)",
-        f"    {p}memo = ({keep}{p}dev, {p}c, {p}views, None, 0, 0)",
+        f"    {p}memo = ({keep}{p}dev, {p}c, {p}views, None, 0)",
         "    return",
-        f"if {p}stream is None: {p}h = {p}cur[0]",
+        f"if {p}stream is None: {p}h = {p}CUR[0]",
         "else:",
         f"    try: {p}h = {p}stream_handle({p}stream)",
         f"    except (TypeError, ValueError): return {p}c.launcher({p}grid, {p}views, {p}stream)  # it explains",
@@ -282,14 +294,15 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         "except BaseException:",
         f"    {p}memo = {p}EMPTY",
         "    raise",
-        f"{p}memo = ({keep}{p}dev, {p}c, {p}views, {p}o[1] if {p}ident() == {p}o[2] else None, {p}o[2], {p}h)",
+        f"{p}memo = ({keep}{p}dev, {p}c, {p}views, {p}o[1], {p}h)",
     ]
     make_params = ", ".join(p + name for name in _MAKE_PARAMS)
     return (
         f"def make({make_params}):\n"
-        f"    {p}EMPTY = ({p}NOKEEP,) * {k + 1} + (None, None, None, 0, 0)\n"
+        f"    {p}EMPTY = ({p}NOKEEP,) * {k + 1} + (None, None, None, 0)\n"
         f"    {p}memo = {p}EMPTY\n"
         f"    {p}owns = {{}}\n"
+        f"    {p}threads = {{}}\n"
         f"    def launch({', '.join(params)}):\n"
         f"        nonlocal {p}memo\n"
         + "".join(f"        {line}\n" for line in body)
@@ -298,9 +311,12 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     )
 
 
-#: The parameters of a generated ``make``, in order (each with the source's name prefix).
-_MAKE_PARAMS = ("fast", "specialize", "slow", "classify", "own_of", "fail", "DA", "AV", "VIEW", "MISSING",
-                "NOKEEP", "KEEP", "KEEP_CONST", "DS", "cur", "ident", "stream_handle", "NAME", "grid", "stream")
+#: The parameters of a generated ``make``, in order (each with the source's name prefix): those of every
+#: ``kernel[grid]``, then those of one (its thread's id and current device and stream handle cells, grid, stream).
+_MAKE_PARAMS = ("fast", "specialize", "slow", "classify", "own_of", "fail", "for_thread", "DA", "AV", "VIEW",
+                "MISSING", "NOKEEP", "KEEP", "KEEP_CONST", "get_device", "ident", "stream_handle", "NAME",
+                "owner", "DEV", "CUR", "grid", "stream")
+_PER_FUNCTION = 5  # owner ... stream
 
 
 def _classify(name: str, a: Any) -> tuple[Any, Any]:
@@ -359,19 +375,33 @@ class Kernel:
         return bound
 
     def _bind(self, item: object) -> Callable[..., None]:
-        """The launch function for ``kernel[item]``; memoized, since grids repeat."""
+        """The launch function for ``kernel[item]``, made for the calling thread (another thread's calls of it
+        go on to functions of their own); memoized, since grids repeat."""
         from tilejit.runtime.launch import _grid3  # the launcher's own grid rule (its module loads on launch)
 
         if isinstance(item, tuple) and len(item) == 2 and not hasattr(item[1], "__index__"):  # (grid, stream)
             grid, stream = _grid3(item[0]), item[1]
         else:
             grid, stream = _grid3(item), None
+        bound = self._make_launch(threading.get_ident(), grid, stream)
+        try:
+            if len(self._bound) >= _MEMO_LIMIT:
+                self._bound.clear()
+            self._bound[item] = bound
+        except TypeError:  # an unhashable stream object: no memo
+            pass
+        return bound
+
+    def _make_launch(self, thread: int, grid: tuple[int, int, int], stream: Any) -> Callable[..., None]:
+        """A launch function of ``kernel[grid, stream]`` for the calling thread ``thread``, bound to its state."""
+        from tilejit.runtime.device import thread_state
+
         make = self._make
         if make is None:
-            from tilejit.runtime import device as device_state
             from tilejit.runtime.array import DeviceArray
+            from tilejit.runtime.device import get_device
             from tilejit.runtime.launch import IMMUTABLE_ARGS
-            from tilejit.runtime.stream import _current_handle, stream_handle
+            from tilejit.runtime.stream import stream_handle
 
             src = _dispatch_source(self._args, self._constants, list(self._annotated))
             namespace: dict[str, Any] = {}
@@ -380,21 +410,25 @@ class Kernel:
             exec(cached_compile(src, f"<tilejit dispatch {self.__name__}>"), namespace)
             env = {
                 "fast": self._fast, "specialize": self._specialize, "slow": self._launch_given,
-                "classify": _classify, "own_of": _own_launch, "fail": _fail, "DA": DeviceArray, "AV": _AV,
-                "VIEW": _VIEW_BY_TYPE, "MISSING": _MISSING, "NOKEEP": _NOKEEP, "KEEP": IMMUTABLE_ARGS,
-                "KEEP_CONST": _KEEP_CONST,
-                "DS": device_state, "cur": _current_handle, "ident": threading.get_ident,
-                "stream_handle": stream_handle, "NAME": self.__name__,
+                "classify": _classify, "own_of": _own_launch, "fail": _fail, "for_thread": self._for_thread,
+                "DA": DeviceArray, "AV": _AV, "VIEW": _VIEW_BY_TYPE, "MISSING": _MISSING, "NOKEEP": _NOKEEP,
+                "KEEP": IMMUTABLE_ARGS, "KEEP_CONST": _KEEP_CONST, "get_device": get_device,
+                "ident": threading.get_ident, "stream_handle": stream_handle, "NAME": self.__name__,
             }
-            make = self._make = functools.partial(namespace["make"], *(env[n] for n in _MAKE_PARAMS[:-2]))
-        bound = make(grid, stream)
-        try:
-            if len(self._bound) >= _MEMO_LIMIT:
-                self._bound.clear()
-            self._bound[item] = bound
-        except TypeError:  # an unhashable stream object: no memo
-            pass
-        return bound
+            make = self._make = functools.partial(
+                namespace["make"], *(env[n] for n in _MAKE_PARAMS[:-_PER_FUNCTION]))
+        state = thread_state()
+        return make(thread, state.device, state.handle, grid, stream)
+
+    def _for_thread(self, threads: dict[int, Callable[..., None]], thread: int, grid: tuple[int, int, int],
+                    stream: Any) -> Callable[..., None]:
+        """The calling thread's launch function of a ``kernel[grid, stream]`` another thread made, kept in
+        that function's ``threads``."""
+        launch = self._make_launch(thread, grid, stream)
+        if len(threads) >= _THREADS_LIMIT:
+            threads.clear()
+        threads[thread] = launch
+        return launch
 
     # ------------------------------------------------------------------ launching
 
@@ -442,13 +476,13 @@ class Kernel:
 
     def _launch(self, grid: tuple[int, int, int], stream: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The checked launch: every argument checked and classified, no remembered state."""
-        from tilejit.runtime import device as device_state
+        from tilejit.runtime.device import get_device
 
         run_args, consts = self._split(args, kwargs)
         # The fast key uses raw facts (dtype, strides, pointer alignment); _specialize maps it to the
         # canonical specialization, so an unseen stride pattern costs a dict insert, not a compile.
         # Constants are keyed with their type: 1, 1.0 and True compare equal but compile differently.
-        key: list[Any] = [device_state._current, tuple([(c.__class__, c) for c in consts])]
+        key: list[Any] = [get_device(), tuple([(c.__class__, c) for c in consts])]
         views: list[Any] = []
         annotated = self._annotated
         for name, a in zip(self._args, run_args):
@@ -477,10 +511,6 @@ class Kernel:
     ) -> _Compiled:
         """The specialization for a launch whose fast key (device first) is new, compiled if need be."""
         device = fast_key[0]
-        if device is None:  # no device chosen yet in this process: the current one
-            from tilejit.runtime.device import get_device
-
-            device = get_device()
         arg_types, hints = self._types_of(run_args, views)
         typed = tuple((c.__class__, c) for c in consts)
         key = (device, typed, tuple(arg_types.values()), tuple(sorted(hints.items())))

@@ -382,22 +382,48 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         ) -> None:
             """Launch ``grid`` blocks of ``block`` threads on ``args`` (on ``stream``, default: the current one)."""
 
-    def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0) -> None:
+    def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0,
+                    *, resolve: bool = False) -> None:
+        """What ``kernel(...)`` runs until an entry is generated, and what an entry hands back a call it does not
+        take (another thread's, or another device, block or shared size). Entries read one thread's current
+        device and stream: ``kernel(...)`` runs those of the first thread that had one made; another thread's
+        calls come here and go on to its last entry, which hands back (``resolve``) what it does not take."""
+        tid = threading.get_ident()
+        if not resolve:
+            last = self.__dict__.get("_last_entries")
+            entry = None if last is None else last.get(tid)
+            if entry is not None:
+                entry(grid, block, args, stream, shared_mem)
+                return
         dev = _device_state.get_device()
         block_key = tuple(block) if isinstance(block, list) else block
         key = (dev.ordinal, block_key, shared_mem)
-        entry = self._entries.get(key)
-        if entry is None:
-            launcher = self.launcher(block_key, shared_mem, dev)
-            # The first launches take the checked path: a kernel launched a few times never pays for
-            # generating (compiling) its fast path.
-            calls = self._checked_calls.get(key, 0)
-            if calls < CHECKED_LAUNCHES:
-                self._checked_calls[key] = calls + 1
-                launcher.launch_checked(grid, args, stream)
-                return
-            entry = self._entries[key] = launcher.entry(block_key, shared_mem, dev, self._first_call)
-        self._use(entry)
+        launcher = self._launchers.get(key) or self.launcher(block_key, shared_mem, dev)
+        # The first launches take the checked path: a kernel launched a few times never pays for
+        # generating (compiling) its fast path.
+        calls = self._checked_calls.get(key, 0)
+        if calls < CHECKED_LAUNCHES and key not in self._entries:
+            self._checked_calls[key] = calls + 1
+            launcher.launch_checked(grid, args, stream)
+            return
+        if self.func is self._checked_entry or getattr(self.func, "owner", None) == tid:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = launcher.entry(block_key, shared_mem, dev, self._first_call, tid)
+            self._use(entry)
+        else:
+            from tilejit.runtime.launch import MAX_THREAD_LAUNCHERS
+
+            mine: dict[Any, Callable[..., None]] = self.__dict__.setdefault("_thread_entries", {})
+            last = self.__dict__.setdefault("_last_entries", {})
+            entry = mine.get((tid, key))
+            if entry is None:
+                if len(mine) >= 4 * MAX_THREAD_LAUNCHERS:
+                    mine.clear()
+                    last.clear()
+                entry = mine[tid, key] = launcher.entry(
+                    block_key, shared_mem, dev, functools.partial(self._first_call, resolve=True), tid)
+            last[tid] = entry
         entry(grid, block_key, args, stream, shared_mem)
 
     def _use(self, entry: Callable[..., None]) -> None:

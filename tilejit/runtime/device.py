@@ -1,8 +1,13 @@
-"""CUDA devices: how many there are, what each one is, and which one tilejit uses now.
+"""CUDA devices: how many there are, what each one is, and which one each thread uses now.
 
 ``cuInit`` runs here, once, the first time anything asks for the driver through
 :func:`initialized_driver`; until then nothing is loaded. :func:`device_count` never raises, so
 code (and the test suite's ``gpu`` marker) can ask "is there a GPU?" on any machine.
+
+The current device and the current stream are per thread, as in the CUDA runtime (the driver's current
+context already is): each thread's are kept in a :class:`ThreadState` of one-element lists, which
+generated launch code binds for the one thread it runs on, so a launch reads them without a
+thread-local lookup.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tilejit.bindings.driver import Driver
     from tilejit.runtime.context import Context
+    from tilejit.runtime.stream import Stream
 
 # Device attribute numbers (CUdevice_attribute in cuda.h; stable across CUDA 11-13).
 ATTR_MAX_THREADS_PER_BLOCK = 1
@@ -27,7 +33,6 @@ ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 _lock = threading.RLock()
 _driver: Driver | None = None
 _devices: dict[int, Device] = {}
-_current: Device | None = None
 
 
 def initialized_driver() -> Driver:
@@ -185,10 +190,10 @@ class Device:
         return ctx
 
     def set_current(self) -> Device:
-        """Make this device the one tilejit allocates and launches on, and its context current here."""
-        global _current
+        """Make this device the one tilejit allocates and launches on in the calling thread, and its
+        context current on it. Other threads keep theirs."""
         self.context.make_current()
-        _current = self
+        thread_state().device[0] = self
         return self
 
     def synchronize(self) -> None:
@@ -200,31 +205,33 @@ class Device:
 
 
 def get_device(ordinal: int | None = None) -> Device:
-    """``Device(ordinal)``, or with no ordinal the current device.
+    """``Device(ordinal)``, or with no ordinal the calling thread's current device.
 
-    The current device is the last one given to ``Device.set_current()``; before that, the device of
-    the CUDA context current on this thread (e.g. set by torch), else device 0. Its context is made
-    current when it is first chosen.
+    A thread's current device is the last one it gave to ``Device.set_current()``; before that, the
+    device of the CUDA context current on the thread (e.g. set by torch), else device 0. Its context
+    is made current on the thread when it is first chosen.
     """
-    global _current
     if ordinal is not None:
         return Device(ordinal)
-    dev = _current
-    if dev is not None:
-        return dev
-    with _lock:
-        if _current is None:
-            d = initialized_driver()
-            ctx = ctypes.c_void_p(None)
-            ordinal_now = 0
-            if d.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 and ctx.value:
-                out = ctypes.c_int(0)
-                if d.cuCtxGetDevice(ctypes.byref(out)) == 0:
-                    ordinal_now = _ordinal_of_handle(int(out.value))
-            dev = Device(ordinal_now)
-            dev.context.ensure_current()
-            _current = dev
-        return _current
+    cell = thread_state().device
+    dev = cell[0]
+    if dev is None:
+        dev = cell[0] = _device_of_this_thread()
+    return dev
+
+
+def _device_of_this_thread() -> Device:
+    """The device of the context current on this thread (device 0 if none), its context made current."""
+    d = initialized_driver()
+    ctx = ctypes.c_void_p(None)
+    ordinal = 0
+    if d.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 and ctx.value:
+        out = ctypes.c_int(0)
+        if d.cuCtxGetDevice(ctypes.byref(out)) == 0:
+            ordinal = _ordinal_of_handle(int(out.value))
+    dev = Device(ordinal)
+    dev.context.ensure_current()
+    return dev
 
 
 def _ordinal_of_handle(handle: int) -> int:
@@ -233,6 +240,77 @@ def _ordinal_of_handle(handle: int) -> int:
         if Device(i).handle == handle:
             return i
     return 0
+
+
+# ------------------------------------------------------------------ per-thread state
+
+
+class ThreadState:
+    """One thread's current device and stream: one-element lists (cells) that the thread's generated
+    launch functions bind once and read on every launch. ``stream[0]`` None means the legacy default
+    stream; ``handle[0]`` is the current stream's raw handle, what a launch reads."""
+
+    __slots__ = ("device", "handle", "stream")
+
+    def __init__(self) -> None:
+        self.device: list[Device | None] = [None]
+        self.stream: list[Stream | None] = [None]
+        self.handle: list[int] = [0]
+
+    def reset(self) -> None:
+        """Back to the defaults, in place: the cells stay the ones already bound."""
+        self.device[0] = None
+        self.stream[0] = None
+        self.handle[0] = 0
+
+
+class _ResetAtExit:
+    """Kept in the thread-local data, which Python drops when the thread ends: resets the thread's cells
+    then, before the thread's id can be reused, so a new thread of that id starts from the defaults even
+    in functions generated for the old one that it calls before anything else."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: ThreadState) -> None:
+        self.state = state
+
+    def __del__(self) -> None:
+        self.state.reset()
+
+
+_states: dict[int, ThreadState] = {}
+_local = threading.local()
+
+
+def state_of(thread_id: int) -> ThreadState:
+    """The state cells of the thread ``thread_id`` (from any thread, for code generated for that one).
+    A thread id is reused after its thread ends; the new thread gets the same cells, reset."""
+    st = _states.get(thread_id)
+    if st is None:
+        with _lock:
+            st = _states.setdefault(thread_id, ThreadState())
+    return st
+
+
+def thread_state() -> ThreadState:
+    """The calling thread's state cells; the first call on a thread resets them (an ended thread of the
+    same id may have left its own in them)."""
+    try:
+        return _local.state  # type: ignore[no-any-return]
+    except AttributeError:
+        pass
+    st = state_of(threading.get_ident())
+    st.reset()
+    _local.state = st
+    _local.reset_at_exit = _ResetAtExit(st)
+    return st
+
+
+def all_states() -> list[ThreadState]:
+    """Every thread's state cells (e.g. to forget a stream that is closed)."""
+    with _lock:
+        return list(_states.values())
+
 
 
 __all__ = ["Device", "device_count", "get_device", "initialized_driver"]

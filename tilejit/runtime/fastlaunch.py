@@ -11,9 +11,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tilejit.runtime.array import DeviceArray
+from tilejit.runtime.device import state_of
 from tilejit.runtime.interop import ArrayView, as_view, pointer_of
 from tilejit.runtime.launch import _CONFIG, IMMUTABLE_ARGS, _Buffers, _grid3
-from tilejit.runtime.stream import Stream, _current_handle, stream_handle
+from tilejit.runtime.stream import Stream, stream_handle
 
 if TYPE_CHECKING:
     from tilejit.runtime.launch import Launcher
@@ -53,8 +54,9 @@ def generate(
     """The launch function of ``launcher``: ``(grid, args, stream=None)``, or with ``raw`` = (block, shared,
     device, fallback) RawKernel's ``(grid, block, args, stream=None, shared_mem=0)``. A ``stream`` may be a
     raw ``CUstream`` handle (an int), for callers that read the handle themselves. ``owner`` is the thread
-    whose calls use its buffers (default: the launcher's creator); calls from others go to
-    ``launcher.launch_other_thread``.
+    whose calls use its buffers (default: the launcher's creator), and whose current stream (and device,
+    for ``raw``) it reads: calls from others go to ``launcher.launch_other_thread`` (with ``raw``, to its
+    fallback).
 
     Functions of the same signature share one compiled code object; each has buffers of its own. Its
     ``now`` attribute launches exactly what its buffers hold (``cuLaunchKernelEx`` only, else None): the
@@ -64,14 +66,18 @@ def generate(
     # and stream) describes exactly what its buffers hold.
     bufs = _Buffers(launcher.size, launcher.offsets, launcher.block, launcher.shared_bytes)
     kparams, extra = bufs.kernel_params_and_extra(launcher.param_passing)
+    if owner is None:
+        owner = launcher._owner_thread
+    # The owner's own cells: only its calls get past the owner check, so no launch reads the thread's state.
+    state = state_of(owner)
     env: dict[str, Any] = {
         "pack": launcher._struct.pack_into, "buf": bufs.params, "cfgpack": _CONFIG.pack_into,
-        "cfg": bufs.config, "call": launcher._call, "fh": launcher._handle, "cur": _current_handle,
+        "cfg": bufs.config, "call": launcher._call, "fh": launcher._handle, "cur": state.handle,
         "kparams": kparams, "extra": extra,
         "launch_now": _ex_now(launcher._address, bufs.config_addr, launcher._handle, kparams, extra)
         if launcher._uses_ex else None,
         "Stream": Stream, "stream_handle": stream_handle, "grid3": _grid3, "ident": threading.get_ident,
-        "owner": launcher._owner_thread if owner is None else owner, "slow": launcher.launch_other_thread,
+        "owner": owner, "slow": launcher.launch_other_thread,
         "explain": launcher._explain,
         "failed": launcher._failed, "AV": ArrayView, "DA": DeviceArray, "as_view": as_view, "Mismatch": _Mismatch,
     }
@@ -160,28 +166,30 @@ def generate(
                 "extra or None)")
     body = "\n".join("            " + line for line in lines)
     if raw is None:
-        head = "    def launch(grid, args, stream=None):\n"
+        head = (
+            "    def launch(grid, args, stream=None):\n"
+            "        if ident() != owner:\n"
+            "            return slow(grid, args, stream)\n"
+        )
     else:
-        from tilejit.runtime import device as device_state
-
-        env.update(B=raw[0], S=raw[1], D=raw[2], fallback=raw[3], devstate=device_state)
+        # Another thread's call, or one for another block, shared size or device, goes to the fallback:
+        # the device it compares is the owner's, so the owner check comes with it.
+        env.update(B=raw[0], S=raw[1], D=raw[2], fallback=raw[3], dev=state.device)
         head = (
             "    def launch(grid, block, args, stream=None, shared_mem=0):\n"
             "        if ((block is not B and (block.__class__ is not B.__class__ or block != B))\n"
             "                or (shared_mem is not S and (shared_mem.__class__ is not int or shared_mem != S))\n"
-            "                or devstate._current is not D):\n"
+            "                or dev[0] is not D or ident() != owner):\n"
             "            return fallback(grid, block, args, stream, shared_mem)\n"
         )
-    state = [f"m{i}" for i in range(n)] + (["lg", "lh"] if launcher._uses_ex else [])
+    memo = [f"m{i}" for i in range(n)] + (["lg", "lh"] if launcher._uses_ex else [])
     memo_init = "".join(f"    m{i} = NO\n" for i in range(n)) + ("    lg, lh = None, -1\n" if launcher._uses_ex else "")
-    nonlocal_line = f"        nonlocal {', '.join(state)}\n" if state else ""
+    nonlocal_line = f"        nonlocal {', '.join(memo)}\n" if memo else ""
     src = (
         f"def make({', '.join(env)}):\n"
         f"{memo_init}"
         f"{head}"
         f"{nonlocal_line}"
-        "        if ident() != owner:\n"
-        "            return slow(grid, args, stream)\n"
         "        try:\n"
         f"{body}\n"
         "        except Exception as exc:\n"
@@ -197,6 +205,7 @@ def generate(
     exec(_compiled(src, f"<tilejit launcher {launcher.name}>", launcher.compile_code), namespace)
     launch: Callable[..., None] = namespace["make"](**env)
     launch.buffers = bufs  # type: ignore[attr-defined]  # the driver reads them by address: keep them alive
+    launch.owner = owner  # type: ignore[attr-defined]  # the thread whose calls it takes
     launch.now = now = env["launch_now"]  # type: ignore[attr-defined]
     if now is not None:
         # ``now`` holds only the buffers' addresses, and callers keep it apart from ``launch`` (the tile

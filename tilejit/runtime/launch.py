@@ -362,13 +362,14 @@ class Launcher:
     ``function`` is a loaded kernel (:class:`tilejit.runtime.module.Function`, or anything with
     ``.handle`` and ``.name``); ``params`` its parameters in order as (name, ParamKind). Call
     ``launcher(grid, args, stream=None)`` (or ``launcher.launch``, the same function); ``stream``
-    None means the current stream. ``param_passing`` "buffer" hands the driver the packed block
-    through ``extra``, "pointers" through ``kernelParams`` (same speed; both kept for drivers that
-    differ). ``driver`` is for tests (default: the CUDA driver). ``compile_code(src, filename)`` makes
-    the code of the generated functions (default ``compile()``; callers above the runtime pass one that
-    keeps it in the disk cache). The generated functions' buffers belong to the creating thread; another
-    thread's launches take the checked path a few times, then a generated function of its own, so
-    concurrent launches never share buffers.
+    None means the calling thread's current stream. ``param_passing`` "buffer" hands the driver the
+    packed block through ``extra``, "pointers" through ``kernelParams`` (same speed; both kept for
+    drivers that differ). ``driver`` is for tests (default: the CUDA driver). ``compile_code(src,
+    filename)`` makes the code of the generated functions (default ``compile()``; callers above the
+    runtime pass one that keeps it in the disk cache). The generated functions' buffers, and the current
+    stream they read, are the creating thread's; another thread's launches take the checked path a few
+    times, then a generated function of its own, so concurrent launches never share buffers and each
+    reads its own thread's current stream.
     """
 
     def __init__(
@@ -432,17 +433,24 @@ class Launcher:
 
     # ------------------------------------------------------------------ code generation
 
-    def entry(self, block_key: Any, shared_key: int, device: Any, fallback: Callable[..., None]) -> Callable[..., None]:
+    def entry(self, block_key: Any, shared_key: int, device: Any, fallback: Callable[..., None],
+              thread: int | None = None) -> Callable[..., None]:
         """A launch function with RawKernel's signature ``(grid, block, args, stream=None, shared_mem=0)``
         that launches directly while ``block``, ``shared_mem`` and the current device are ``block_key``,
-        ``shared_key`` and ``device``, and otherwise hands the call to ``fallback``."""
-        return self._generate((block_key, shared_key, device, fallback))
+        ``shared_key`` and ``device`` and the caller is ``thread`` (default: the launcher's), and otherwise
+        hands the call to ``fallback``. It reads that thread's current device and stream."""
+        return self._generate((block_key, shared_key, device, fallback), thread)
 
     def own_launch(self) -> Callable[..., None]:
         """Another launch function like ``launch`` (the same code, no compile), with buffers of its own.
         Its ``now()`` relaunches exactly its last launch (None without ``cuLaunchKernelEx``), for a caller
         that knows the arguments, grid and stream (pass it as a raw handle) are unchanged."""
         return self._generate()
+
+    def thread_launch(self, thread: int) -> Callable[..., None]:
+        """Like :meth:`own_launch`, for calls from ``thread`` instead of the launcher's thread (its ``now()``
+        relaunches that thread's last launch through it)."""
+        return self._generate(owner=thread)
 
     @property
     def generated(self) -> bool:

@@ -1,17 +1,19 @@
 """CUDA streams: tilejit's own, and any other library's (``__cuda_stream__``, torch, CuPy, int).
 
-A launch given no stream goes to the *current stream*: the legacy default stream (handle 0, the
-one torch and CuPy also use by default) until :func:`set_current_stream` names another.
+A launch given no stream goes to the calling thread's *current stream*: the legacy default stream
+(handle 0, the one torch and CuPy also use by default) until :func:`set_current_stream` names another
+on that thread.
 """
 
 from __future__ import annotations
 
 import ctypes
 import operator
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tilejit.runtime.device import Device, get_device, initialized_driver
+from tilejit.runtime.device import Device, all_states, get_device, initialized_driver, thread_state
 
 if TYPE_CHECKING:
     from tilejit.runtime.event import Event
@@ -27,7 +29,7 @@ class Stream:
     """A CUDA stream. ``Stream()`` creates a non-blocking stream on the current device, which
     ``close()`` (or leaving a ``with`` block) destroys; wrapped foreign streams are never destroyed.
     A closed stream refuses further use (a launch on it would go to whatever the handle means next);
-    closing the current stream makes the legacy default stream current again."""
+    every thread whose current stream it was goes back to the legacy default stream."""
 
     __slots__ = ("__weakref__", "_closed", "_owned", "_owner", "device", "handle")
 
@@ -122,11 +124,15 @@ class Stream:
 
     def close(self) -> None:
         """Destroy the stream if tilejit created it (queued work still completes); later use of it is
-        an error. If it is the current stream, the legacy default stream becomes current."""
+        an error. Threads whose current stream it is go back to the legacy default stream."""
         if self._owned and self.handle:
             handle, self.handle, self._owned, self._closed = self.handle, 0, False, True
-            if _current[0] is self:
-                set_current_stream(None)
+            states = all_states()
+            with _lock:
+                for st in states:
+                    if st.stream[0] is self:
+                        st.stream[0] = None
+                        st.handle[0] = 0
             d = initialized_driver()
             d.check(d.cuStreamDestroy(ctypes.c_void_p(handle)), "cuStreamDestroy")
 
@@ -145,26 +151,31 @@ class Stream:
 
 
 _LEGACY = Stream._wrap(0)
-#: The current stream and its handle; launch code reads ``_current_handle[0]`` directly.
-_current: list[Stream] = [_LEGACY]
-_current_handle: list[int] = [0]
+# Orders writes of a thread's current stream with ``Stream.close`` resetting it from another thread
+# (reentrant: a stream's ``__del__`` may close it while this thread holds the lock). Nothing else is
+# locked while it is held.
+_lock = threading.RLock()
 
 
 def current_stream() -> Stream:
-    """The stream launches use when given none."""
-    return _current[0]
+    """The stream the calling thread's launches use when given none."""
+    s = thread_state().stream[0]
+    return _LEGACY if s is None else s
 
 
 def set_current_stream(stream: Any) -> Stream:
-    """Make ``stream`` (anything :meth:`Stream.from_external` accepts; None = legacy default) current.
+    """Make ``stream`` (anything :meth:`Stream.from_external` accepts; None = legacy default) the calling
+    thread's current stream; other threads keep theirs (launch code reads the thread's ``handle[0]``).
 
     Returns the previous current stream, so callers can restore it.
     """
-    previous = _current[0]
-    s = _LEGACY if stream is None else Stream.from_external(stream)
-    _current[0] = s
-    _current_handle[0] = s.handle
-    return previous
+    s = None if stream is None else Stream.from_external(stream)
+    st = thread_state()
+    with _lock:
+        previous = st.stream[0]
+        st.stream[0] = s
+        st.handle[0] = 0 if s is None else s.handle
+    return _LEGACY if previous is None else previous
 
 
 # ------------------------------------------------------------------ handle of any stream object
@@ -240,9 +251,9 @@ def _converter(cls: type, obj: Any) -> Callable[[Any], int]:
 
 
 def stream_handle(stream: Any) -> int:
-    """The raw ``CUstream`` handle of ``stream``; None means the current stream."""
+    """The raw ``CUstream`` handle of ``stream``; None means the calling thread's current stream."""
     if stream is None:
-        return _current_handle[0]
+        return thread_state().handle[0]
     cls = type(stream)
     conv = _BY_TYPE.get(cls)
     if conv is None:
