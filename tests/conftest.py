@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,22 @@ def has_gpu() -> bool:
         return device_count() > 0
     except Exception:
         return False
+
+
+_TEST_CACHE: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every test (and every process a test starts) caches in a temporary folder, never the user's cache;
+    tests that need a cache of their own set TILEJIT_CACHE_DIR themselves."""
+    global _TEST_CACHE
+    _TEST_CACHE = tempfile.mkdtemp(prefix="tilejit-test-cache-")
+    os.environ["TILEJIT_CACHE_DIR"] = _TEST_CACHE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _TEST_CACHE is not None:
+        shutil.rmtree(_TEST_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -561,3 +561,13 @@ def test_generated_code_skips_the_cache_when_caching_is_off(tmp_path: Path, monk
     monkeypatch.setenv("TILEJIT_CACHE", "0")
     cached_compile("x = 1\n", "<tilejit launcher t>")
     assert not (tmp_path / "cache").exists() or os.listdir(tmp_path / "cache") == []
+
+
+def test_the_suite_never_caches_in_the_users_folder() -> None:
+    """conftest points the whole run (and its subprocesses) at a temporary cache folder."""
+    import tempfile
+
+    directory = default_cache().directory
+    assert directory != user_cache_dir()
+    assert os.path.commonpath([os.path.realpath(directory), os.path.realpath(tempfile.gettempdir())]) == \
+        os.path.realpath(tempfile.gettempdir())
