@@ -86,7 +86,7 @@ def test_put_get_round_trip(tmp_path: Path) -> None:
     got = c.get(key)
     assert got == {"code": b"\x00\x01binary\xff", "ptx": b"text", "names": {"f<int>": "_Z1fIiEvv"}, "n": 3}
     assert [p.name for p in entries(tmp_path / "c")] == [key + ".tjc"]
-    assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".tilejit-tmp-")]
 
 
 def test_keys_are_validated(tmp_path: Path) -> None:
@@ -150,7 +150,8 @@ def test_damaged_entry_is_a_miss_and_removed(tmp_path: Path, damage: str) -> Non
         blob[8] = 99  # format version field
     path.write_bytes(bytes(blob))
     assert c.get(key) is None
-    assert not path.exists()
+    # removed when its header proves it is tilejit's; an empty file proves nothing and is left (put replaces it)
+    assert path.exists() == (damage == "empty")
     c.put(key, {"code": b"x" * 1000, "meta": "m"})
     assert c.get(key) == {"code": b"x" * 1000, "meta": "m"}
 
@@ -216,11 +217,11 @@ def test_info_and_clear(tmp_path: Path) -> None:
     assert c.info() == {"dir": str(tmp_path / "c"), "entries": 0, "bytes": 0, "max_bytes": 12345}
     for i in range(3):
         c.put(cache_key(str(i)), {"code": b"z" * 100})
-    stale = tmp_path / "c" / ".tmp-stray"
+    stale = tmp_path / "c" / ".tilejit-tmp-1-2-3"  # left by a writer that died
     stale.write_bytes(b"partial")
     old = time.time() - 3600
     os.utime(stale, (old, old))
-    in_progress = tmp_path / "c" / ".tmp-123-456-789"  # another process's write, still going on
+    in_progress = tmp_path / "c" / ".tilejit-tmp-123-456-789"  # another process's write, still going on
     in_progress.write_bytes(b"partial")
     info = c.info()
     assert info["entries"] == 3
@@ -291,7 +292,7 @@ def test_unwritable_reason_reports_a_failed_write(tmp_path: Path, monkeypatch: p
 
 def test_stale_temp_files_are_swept(tmp_path: Path) -> None:
     tmp_path.mkdir(exist_ok=True)
-    stale, fresh = tmp_path / ".tmp-1-2-3", tmp_path / ".tmp-4-5-6"
+    stale, fresh = tmp_path / ".tilejit-tmp-1-2-3", tmp_path / ".tilejit-tmp-4-5-6"
     stale.write_bytes(b"x")
     fresh.write_bytes(b"x")
     os.utime(stale, (1_000_000, 1_000_000))
@@ -321,7 +322,166 @@ def test_write_failure_degrades_with_one_warning(tmp_path: Path, monkeypatch: py
     assert "No space left on device" in str(cache_warnings[0].message)
     assert str(tmp_path) in str(cache_warnings[0].message)
     assert entries(tmp_path) == []
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tilejit-tmp-")]
+
+
+def _foreign_files(folder: Path) -> dict[str, bytes]:
+    """Files another program keeps in a shared cache folder, some named like entries or temp files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {
+        "report.tjc": b"someone's report",
+        "0123456789abcdef0123456789abcdef.tjc": b"not an entry, though named like one" * 100,
+        ".tmp-123-456-789": b"another program's temp file",
+        ".tilejit-tmp-not-ours": b"not a name tilejit makes",
+        "notes.txt": b"notes",
+    }
+    old = time.time() - 3600
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+        os.utime(folder / name, (old, old))
+    return files
+
+
+def test_clear_removes_only_what_is_provably_ours(tmp_path: Path) -> None:
+    """`cache clear` in a shared folder removed other programs' files (report.tjc, an hour-old .tmp-...)."""
+    folder = tmp_path / "shared"
+    foreign = _foreign_files(folder)
+    (folder / ("ab" * 16 + ".tjc")).mkdir()  # a folder named like an entry
+    c = DiskCache(folder, max_bytes=1 << 20)
+    for i in range(3):
+        c.put(cache_key(str(i)), {"code": b"z" * 100})
+    assert c.info()["entries"] == 3
+    assert c.clear() == 3
+    left = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    assert left == foreign
+    assert (folder / ("ab" * 16 + ".tjc")).is_dir()
+
+
+def test_eviction_removes_only_what_is_provably_ours(tmp_path: Path) -> None:
+    folder = tmp_path / "shared"
+    foreign = _foreign_files(folder)
+    big = folder / ("cd" * 16 + ".tjc")  # named like an entry, larger than the whole bound, not ours
+    big.write_bytes(b"\0" * 50_000)
+    os.utime(big, (1_000_000, 1_000_000))  # the least recently used of all
+    bound = 20_000
+    c = DiskCache(folder, max_bytes=bound)
+    for i in range(40):
+        c.put(cache_key(str(i)), {"code": os.urandom(900)})
+    assert big.stat().st_size == 50_000
+    assert {n: (folder / n).read_bytes() for n in foreign} == foreign
+    ours = [p for p in entries(folder) if p != big and p.name not in foreign]
+    assert ours and sum(p.stat().st_size for p in ours) <= bound
+    assert c.get(cache_key("39")) is not None  # the newest entry survived: foreign bytes did not count
+
+
+def test_a_fifo_in_place_of_an_entry_is_a_miss_not_a_hang(tmp_path: Path) -> None:
+    """A FIFO named like an entry blocked get() forever (open() waits for a writer); now a miss, and put replaces it."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from tilejit.compiler.cache import DiskCache, cache_key
+        c = DiskCache(sys.argv[1])
+        key = cache_key("k")
+        os.mkfifo(c.path_of(key))
+        assert c.get(key) is None
+        assert c.info()["entries"] == 0 and c.clear() == 0
+        assert os.path.exists(c.path_of(key))
+        c.put(key, {"code": b"x"})
+        assert c.get(key) == {"code": b"x"}
+        print("ok")
+        """
+    )
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("cache.get blocked on a FIFO")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_entries_larger_than_the_bound_are_not_read(tmp_path: Path) -> None:
+    """An 8 GB sparse file in place of an entry was read whole (MemoryError); now its size is checked first."""
+    import tracemalloc
+
+    c = DiskCache(tmp_path, max_bytes=1 << 20)
+    key = cache_key("k")
+    with open(c.path_of(key), "wb") as f:
+        f.truncate(64 << 20)  # sparse: 64 MiB of nothing on disk
+    tracemalloc.start()
+    try:
+        assert c.get(key) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"read {peak} bytes of an entry larger than the bound"
+    assert os.path.getsize(c.path_of(key)) == 64 << 20  # not ours: left alone
+    # a good entry written under a larger bound is a miss under a smaller one, and is not removed
+    DiskCache(tmp_path / "big", max_bytes=1 << 20).put(key, {"code": b"y" * 5000})
+    assert DiskCache(tmp_path / "big", max_bytes=1000).get(key) is None
+    assert DiskCache(tmp_path / "big", max_bytes=1 << 20).get(key) == {"code": b"y" * 5000}
+
+
+def test_symbolic_links_in_the_folder_are_not_followed(tmp_path: Path) -> None:
+    folder, elsewhere = tmp_path / "c", tmp_path / "elsewhere"
+    theirs = DiskCache(elsewhere)
+    key = cache_key("k")
+    theirs.put(key, {"code": b"theirs"})
+    folder.mkdir()
+    c = DiskCache(folder, max_bytes=1 << 20)
+    os.symlink(theirs.path_of(key), c.path_of(key))
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo")
+        os.symlink(tmp_path / "fifo", c.path_of(cache_key("fifo")))
+    before = os.stat(theirs.path_of(key)).st_mtime_ns
+    assert c.get(key) is None
+    assert c.get(cache_key("fifo")) is None
+    assert c.info()["entries"] == 0
+    assert c.clear() == 0
+    assert os.path.islink(c.path_of(key))
+    assert os.stat(theirs.path_of(key)).st_mtime_ns == before  # not touched through the link
+    assert theirs.get(key) == {"code": b"theirs"}
+    c.put(key, {"code": b"ours"})  # the link is replaced by an entry (the name is the entry's), its target is not
+    assert not os.path.islink(c.path_of(key)) and c.get(key) == {"code": b"ours"}
+    assert theirs.get(key) == {"code": b"theirs"}
+
+
+def test_a_folder_in_place_of_an_entry_is_one_bad_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder named like an entry turned caching off for every kernel ("cannot write to <dir>") while
+    `cache info` said "on"; now only that entry is skipped, with a warning naming it and why."""
+    monkeypatch.setattr(cache_mod, "_warned", False)
+    monkeypatch.setattr(cache_mod, "_warned_entries", set())
+    c = DiskCache(tmp_path, max_bytes=1 << 20)
+    bad = cache_key("bad")
+    os.makedirs(c.path_of(bad))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            c.put(bad, {"code": b"b"})
+        for i in range(3):
+            c.put(cache_key(str(i)), {"code": b"c"})
+    messages = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    assert messages == [f"tilejit disk cache: cannot store the entry {c.path_of(bad)} (a folder is in its place); "
+                        "other entries are still cached"]
+    assert c.get(bad) is None
+    assert [c.get(cache_key(str(i))) for i in range(3)] == [{"code": b"c"}] * 3
+    assert c.unwritable_reason() is None
+    assert os.path.isdir(c.path_of(bad))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tilejit-tmp-")]
+
+
+def test_any_str_makes_a_key_and_an_entry(tmp_path: Path) -> None:
+    """A lone surrogate in source crashed the cache (UnicodeEncodeError in cache_key)."""
+    keys = {cache_key(s) for s in ("\ud800", "\udc80", "\ud800\udc00", "\U00010000", "", "a")}
+    assert len(keys) == 6
+    assert cache_key("ab\ud800") == cache_key("ab\ud800")
+    import hashlib  # valid text keeps the keys it had (UTF-8)
+
+    data = "é".encode()
+    assert cache_key("é") == hashlib.sha256(b"s" + len(data).to_bytes(8, "little") + data).hexdigest()
+    c = DiskCache(tmp_path)
+    c.put(cache_key("\udcff"), {"code": b"x", "src": "bad \udcff text"})
+    assert c.get(cache_key("\udcff")) == {"code": b"x", "src": "bad \udcff text"}
 
 
 # ---------------------------------------------------------------- compile_cuda through the cache
@@ -497,7 +657,7 @@ def test_concurrent_processes_leave_one_good_entry(toolkit: Toolkit, tmp_path: P
     assert all(r["elf"] == [True] for r in results)
     assert len({tuple(r["sizes"]) for r in results}) == 1  # type: ignore[arg-type]
     (entry,) = entries(shared)
-    assert not [p for p in shared.iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in shared.iterdir() if p.name.startswith(".tilejit-tmp-")]
     key = entry.name.removesuffix(".tjc")
     got = DiskCache(shared).get(key)
     assert got is not None and got["code"][:4] == b"\x7fELF"

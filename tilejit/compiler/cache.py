@@ -10,8 +10,14 @@ to load); sha256 comes from CPython's built-in module.
 
 A truncated or corrupted file is detected, treated as a miss and removed. Concurrent writers of one
 key each replace the file whole, leaving one good entry. A folder that cannot be written turns
-caching off for the process with one warning. Size is bounded; least recently used entries (by
-mtime, touched on every hit) are evicted first. Reading an entry loads no CUDA library.
+caching off for the process with one warning; an entry that cannot be replaced (a folder in its
+place) is warned about once and skipped. Size is bounded; least recently used entries (by mtime,
+touched on every hit) are evicted first. Reading an entry loads no CUDA library.
+
+The folder may be shared with other files: only regular files named ``<hex key>.tjc`` that start
+with ``MAGIC``, and temp files named ``.tilejit-tmp-<pid>-<thread>-<ns>``, are ever removed. An
+entry is opened without following a symbolic link and without blocking (a FIFO in its place), and
+read only if it is a regular file no larger than the size bound.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import marshal
 import os
+import stat
 import struct
 import sys
 import threading
@@ -45,23 +52,31 @@ SUFFIX = ".tjc"
 _HEAD = struct.Struct("<8sII")
 _DIGEST = 32
 _HEX = frozenset("0123456789abcdef")
-_TMP_PREFIX = ".tmp-"
+_TMP_PREFIX = ".tilejit-tmp-"  # + "<pid>-<thread id>-<monotonic ns>", all decimal
 _STALE_TMP_SECONDS = 600.0
 _EVICT_TO = 0.9  # evict down to this fraction of max_bytes, so the next puts do not evict again at once
 
+# Opening an entry neither follows a symbolic link nor waits for a FIFO's writer.
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+
 _warned = False
+_warned_entries: set[str] = set()
 _warn_lock = threading.Lock()
 
 
 class CacheWarning(UserWarning):
-    """The disk cache could not be written (read-only or full folder); tilejit keeps working without it."""
+    """The disk cache (or one entry of it) could not be written; tilejit keeps working without it."""
 
 
 def cache_key(*parts: bytes | str) -> str:
-    """A sha256 hex key over ``parts``; each part is length-prefixed, so ("ab", "c") and ("a", "bc") differ."""
+    """A sha256 hex key over ``parts``; each part is length-prefixed, so ("ab", "c") and ("a", "bc") differ.
+
+    Any str is accepted: a lone surrogate is encoded as UTF-8 would encode its code point (no valid text
+    encodes so), so it neither fails nor collides with another string."""
     h = sha256()
     for part in parts:
-        data = part.encode("utf-8") if isinstance(part, str) else bytes(part)
+        data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else bytes(part)
         h.update(b"s" if isinstance(part, str) else b"b")
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
@@ -107,20 +122,35 @@ class DiskCache:
         return os.path.join(self.directory, key + SUFFIX)
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The entry stored under ``key``, or None on a miss; a damaged entry is removed and is a miss."""
+        """The entry stored under ``key``, or None on a miss; a damaged entry of ours is removed and is a miss.
+
+        Anything but a regular file no larger than ``max_bytes`` (a folder, FIFO, symbolic link, a huge
+        sparse file) is a miss, read not at all, and left where it is."""
         path = self.path_of(key)
         try:
-            with open(path, "rb") as f:
-                blob = f.read()
-                entry = _decode(blob, key)
-                if entry is None:
-                    _remove_if_same(path, os.fstat(f.fileno()))
-                    return None
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return None
+            fd = os.open(path, _READ_FLAGS)
         except OSError:
             return None
-        with contextlib.suppress(OSError):
-            os.utime(path)  # mark as recently used for LRU eviction
-        return entry
+        try:
+            st = os.fstat(fd)  # the file opened, which may have been replaced since the lstat
+            if not stat.S_ISREG(st.st_mode) or st.st_size > self.max_bytes:
+                return None
+            blob = _read(fd, st.st_size)
+            entry = _decode(blob, key)
+            if entry is None:
+                if blob.startswith(MAGIC):  # ours, damaged; anything else is left alone
+                    _remove_if_same(path, st)
+                return None
+            with contextlib.suppress(OSError, NotImplementedError):
+                # Mark as recently used for LRU eviction: the file read, not whatever the name holds now.
+                os.utime(fd if os.utime in os.supports_fd else path)
+            return entry
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
         """Store ``entry`` under ``key``: ``bytes`` values go to the payload, the rest must be plain data."""
@@ -128,7 +158,7 @@ class DiskCache:
         blob = _encode(key, entry)
         if not self._writable or len(blob) > self.max_bytes:
             return
-        tmp = os.path.join(self.directory, f"{_TMP_PREFIX}{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}")
+        tmp = os.path.join(self.directory, _tmp_name())
         try:
             os.makedirs(self.directory, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
@@ -138,17 +168,22 @@ class DiskCache:
                     view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
-            try:
-                os.replace(tmp, path)
-            except PermissionError:
-                if not os.path.exists(path):
-                    raise
-                _remove(tmp)  # Windows: another process has the entry open; it holds the same bytes
-                return
-        except OSError as exc:
+        except OSError as exc:  # the folder cannot take files: no entry would be stored
             _remove(tmp)
             self._writable = False
             _warn_once(f"tilejit disk cache disabled for this process: cannot write to {self.directory} ({exc})")
+            return
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            _remove(tmp)
+            if isinstance(exc, PermissionError) and sys.platform == "win32" and os.path.isfile(path):
+                return  # another process has the entry open; it holds the same bytes
+            if os.path.lexists(path):  # something that cannot be replaced (a folder) holds this entry's name
+                _warn_entry(path, exc)
+            else:
+                self._writable = False
+                _warn_once(f"tilejit disk cache disabled for this process: cannot write to {self.directory} ({exc})")
             return
         with self._lock:
             if self._approx_bytes is None:
@@ -162,13 +197,16 @@ class DiskCache:
         """Remove every entry (and temp files left by dead writers); returns how many entries were removed,
         or raises ``OSError`` naming how many could not be.
 
-        A recent temp file may be another process's write in progress, so it is left for that process
-        to rename (its entry then outlives the clear, as if written just after it)."""
+        Only files that are provably tilejit's are removed (see the module docstring); other files in the
+        folder stay. A recent temp file may be another process's write in progress, so it is left for that
+        process to rename (its entry then outlives the clear, as if written just after it)."""
         removed = 0
         stuck: list[OSError] = []
         now = time.time()
         for item in self._scan():
-            if item.name.endswith(SUFFIX):
+            if _is_entry_name(item.name):
+                if not _is_ours(item.path):
+                    continue
                 try:
                     os.unlink(item.path)
                     removed += 1
@@ -176,7 +214,7 @@ class DiskCache:
                     pass
                 except OSError as exc:
                     stuck.append(exc)
-            elif item.name.startswith(_TMP_PREFIX) and _older_than(item, now, _STALE_TMP_SECONDS):
+            elif _is_our_tmp(item.name) and _older_than(item, now, _STALE_TMP_SECONDS):
                 _remove(item.path)
         with self._lock:
             self._approx_bytes = None
@@ -200,7 +238,7 @@ class DiskCache:
             return f"{folder} is not a folder"
         if folder != self.directory:  # the cache folder would be created here: can it be?
             return None if os.access(folder, os.W_OK | os.X_OK) else f"cannot create a folder in {folder}"
-        probe = os.path.join(folder, f"{_TMP_PREFIX}probe-{os.getpid()}-{time.monotonic_ns()}")
+        probe = os.path.join(folder, _tmp_name())
         try:
             os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         except OSError as exc:
@@ -209,13 +247,13 @@ class DiskCache:
         return None
 
     def info(self) -> dict[str, Any]:
-        """``{"dir", "entries", "bytes", "max_bytes"}`` of the folder as it is now."""
+        """``{"dir", "entries", "bytes", "max_bytes"}`` of the folder as it is now (tilejit's entries only)."""
         entries = 0
         total = 0
         for item in self._scan():
-            if item.name.endswith(SUFFIX):
+            if _is_entry_name(item.name) and _is_ours(item.path):
                 try:
-                    total += item.stat().st_size
+                    total += item.stat(follow_symlinks=False).st_size
                 except OSError:
                     continue
                 entries += 1
@@ -229,17 +267,19 @@ class DiskCache:
             return []
 
     def _scan_and_evict(self) -> int:
-        """Sum entry sizes; if over the bound, remove least recently used entries. Returns the size left."""
+        """Sum entry sizes; if over the bound, remove least recently used entries. Returns the size left.
+
+        Only files proven ours are removed; a file with an entry's name that is not ours leaves the sum."""
         now = time.time()
         files: list[tuple[float, int, str]] = []
         for item in self._scan():
             try:
-                st = item.stat()
+                st = item.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if item.name.endswith(SUFFIX):
+            if _is_entry_name(item.name):
                 files.append((st.st_mtime, st.st_size, item.path))
-            elif item.name.startswith(_TMP_PREFIX) and now - st.st_mtime > _STALE_TMP_SECONDS:
+            elif _is_our_tmp(item.name) and now - st.st_mtime > _STALE_TMP_SECONDS:
                 _remove(item.path)  # left by a process that died mid-write
         total = sum(size for _, size, _ in files)
         if total <= self.max_bytes:
@@ -248,7 +288,7 @@ class DiskCache:
         for _, size, path in sorted(files):
             if total <= goal:
                 break
-            if _remove(path):
+            if not _is_ours(path) or _remove(path):
                 total -= size
         return total
 
@@ -308,9 +348,55 @@ def _decode(blob: bytes, key: str) -> dict[str, Any] | None:
     return entry
 
 
+def _read(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes of ``fd`` (fewer if the file is shorter)."""
+    chunks: list[bytes] = []
+    while size > 0:
+        chunk = os.read(fd, size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _tmp_name() -> str:
+    """A temp file name no other writer (process or thread) uses, and that ``_is_our_tmp`` recognizes."""
+    return f"{_TMP_PREFIX}{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+
+
+def _is_our_tmp(name: str) -> bool:
+    """Whether ``name`` is exactly a name ``_tmp_name`` makes (other files in the folder are never removed)."""
+    if not name.startswith(_TMP_PREFIX):
+        return False
+    parts = name[len(_TMP_PREFIX) :].split("-")
+    return len(parts) == 3 and all(p.isascii() and p.isdigit() for p in parts)
+
+
+def _is_entry_name(name: str) -> bool:
+    """Whether ``name`` is an entry's file name, ``<16-128 lowercase hex digits>.tjc``."""
+    stem = name[: -len(SUFFIX)]
+    return name.endswith(SUFFIX) and 16 <= len(stem) <= 128 and _HEX.issuperset(stem)
+
+
+def _is_ours(path: str) -> bool:
+    """Whether ``path`` is a regular file (not a link) that starts with ``MAGIC``, as every entry written does:
+    the proof needed before removing it from a folder that may hold other files."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _older_than(item: os.DirEntry[str], now: float, seconds: float) -> bool:
     try:
-        return now - item.stat().st_mtime > seconds
+        return now - item.stat(follow_symlinks=False).st_mtime > seconds
     except OSError:
         return False
 
@@ -319,7 +405,7 @@ def _remove_if_same(path: str, read: os.stat_result) -> None:
     """Remove the damaged file at ``path`` unless another writer has replaced it since it was read (a
     good entry renamed over it stays)."""
     with contextlib.suppress(OSError):
-        now = os.stat(path)
+        now = os.lstat(path)
         if (now.st_ino, now.st_dev, now.st_size, now.st_mtime_ns) == (
             read.st_ino, read.st_dev, read.st_size, read.st_mtime_ns
         ):
@@ -341,6 +427,17 @@ def _warn_once(message: str) -> None:
             return
         _warned = True
     warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+def _warn_entry(path: str, exc: OSError) -> None:
+    """Warn, once per entry and process, that the entry at ``path`` cannot be stored; caching stays on."""
+    with _warn_lock:
+        if path in _warned_entries:
+            return
+        _warned_entries.add(path)
+    what = "a folder is in its place" if os.path.isdir(path) else exc.strerror or str(exc)
+    warnings.warn(f"tilejit disk cache: cannot store the entry {path} ({what}); other entries are still cached",
+                  CacheWarning, stacklevel=4)
 
 
 _defaults: dict[tuple[str | None, int], DiskCache] = {}
