@@ -563,6 +563,47 @@ def test_headers_from_the_current_folder_are_not_cached(
     assert compile_cuda(source, target="sm_80", nvrtc=lib, cache=True).from_cache is True
 
 
+@pytest.mark.parametrize(
+    "spelling", ['#\\\ninclude "val.h"', '#inc\\\nlude "val.h"', '%:include "val.h"', '#/**/include "val.h"',
+                 '/* a\n */ # /* b\n */ include "val.h"'],
+    ids=["splice_after_hash", "splice_in_word", "digraph", "comment_between", "comments_over_lines"],
+)
+def test_disk_headers_in_any_spelling_are_not_cached(
+    toolkit: Toolkit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    """These spellings slipped past the disk-header check: after the header changed, the stale result came
+    from the cache."""
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    monkeypatch.chdir(tmp_path)
+    source = spelling + '\nextern "C" __global__ void k(int* a) { a[0] = VAL; }\n'
+    for value in (111, 222):
+        (tmp_path / "val.h").write_text(f"#define VAL {value}\n")
+        prog = compile_cuda(source, target="sm_80", output="ptx", nvrtc=lib)
+        assert prog.from_cache is False
+        assert f", {value};" in prog.ptx
+    assert entries(tmp_path / "cache") == []
+
+
+@pytest.mark.parametrize(
+    "text", ['// #include "val.h"', '/*\n#include "val.h"\n*/', 'const char* s = "#include \\"val.h\\"";',
+             'const char* s = R"(\n#include "val.h"\n)";'],
+    ids=["line_comment", "block_comment", "string", "raw_string"],
+)
+def test_includes_that_are_no_directives_stay_cacheable(
+    toolkit: Toolkit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "val.h").write_text("#error not read\n")
+    source = text + '\nextern "C" __global__ void k(int* a) { a[0] = 5; }\n'
+    assert compile_cuda(source, target="sm_80", output="ptx", nvrtc=lib).from_cache is False
+    assert compile_cuda(source, target="sm_80", output="ptx", nvrtc=lib).from_cache is True
+
+
 def test_an_entry_with_wrong_field_types_is_a_miss(toolkit: Toolkit, tmp_path: Path) -> None:
     """An entry that passes its checksum but lacks what a hit needs (another version wrote it) is recompiled."""
     from tilejit.bindings.nvrtc import load_nvrtc

@@ -285,3 +285,134 @@ def test_compiling_keeps_the_thread_locale(lib: NVRTC) -> None:
     with pytest.raises(CompileError):
         compile_cuda("__global__ void k() { oops }", target="sm_80", nvrtc=lib, cache=False)
     assert locale.getpreferredencoding(False) == before
+
+
+# ---------------------------------------------------------------- which sources may be cached
+
+# (source text, whether it may read a header from disk, whether only trigraphs make it so). "disk.h" is
+# on disk only; "mem.h" and "a/*b" are in the header map. Each verdict was checked against NVRTC 11-13
+# (test_include_scan_never_misses_what_nvrtc_reads checks it again).
+INCLUDE_CASES: dict[str, tuple[str, bool, bool]] = {
+    "plain": ('#include "disk.h"\n', True, False),
+    "splice_after_hash": ('#\\\ninclude "disk.h"\n', True, False),
+    "splice_in_word": ('#inc\\\nlude "disk.h"\n', True, False),
+    "splice_crlf": ('#inc\\\r\nlude "disk.h"\r\n', True, False),
+    "backslash_space_is_no_splice": ('#inc\\  \nlude "disk.h"\n', False, False),
+    "digraph": ('%:include "disk.h"\n', True, False),
+    "comment_between": ('#/**/include "disk.h"\n', True, False),
+    "comment_before": ('/* x */ #include "disk.h"\n', True, False),
+    "comment_over_lines_before": ('/* x \n */ #include "disk.h"\n', True, False),
+    "comment_over_lines_between": ('# /*\n */ include "disk.h"\n', True, False),
+    "comment_in_operand": ('#include /* c */ "disk.h"\n', True, False),
+    "trigraph": ('??=include "disk.h"\n', True, True),
+    "trigraph_splice": ('#inc??/\nlude "disk.h"\n', True, True),
+    "carriage_return_ends_no_line": ('// c\r#include "disk.h"\n', False, False),
+    "carriage_return_is_blank": ('#\rinclude "disk.h"\n', True, False),
+    "form_feed_and_vertical_tab": ('\f#\vinclude "disk.h"\n', True, False),
+    "include_next": ('#include_next "disk.h"\n', True, False),
+    "macro": ('#define H "disk.h"\n#include H\n', True, False),
+    "has_include": ('#if __has_include("disk.h")\n#endif\n', True, False),
+    "angle": ("#include <disk.h>\n", False, False),
+    "in_memory": ('#include /* c */ "mem.h" // x\n', False, False),
+    "in_memory_angle_with_comment_inside": ('#include <a/*b>\n#include "disk.h"\n//*/\n', True, False),
+    "line_comment": ('// #include "disk.h"\n', False, False),
+    "line_comment_continued": ('// comment \\\n#include "disk.h"\n', False, False),
+    "block_comment": ('/*\n#include "disk.h"\n*/\n', False, False),
+    "string": ('const char* s = "#include \\"disk.h\\"";\n', False, False),
+    "comment_opener_in_string": ('const char* s = "/*";\n#include "disk.h"\nconst char* t = "*/";\n', True, False),
+    "comment_opener_in_chars": ("char c = '/', d = '*'; /* real\n*/\n#include \"disk.h\"\n", True, False),
+    "quote_in_char": ("const char c = '\"'; /*\n#include \"disk.h\"\n*/\n", False, False),
+    "escaped_quote": ('const char* s = "\\"/*";\n#include "disk.h"\n', True, False),
+    "escaped_backslash": ('const char* s = "\\\\"; /*\n#include "disk.h"\n*/\n', False, False),
+    "digit_separator": ("const int z = 1'000; /* \n#include \"disk.h\"\n */\n", False, False),
+    "raw_string": ('const char* s = R"(\n#include "disk.h"\n)";\n', False, False),
+    "raw_string_delimited": ('const char* s = u8R"x(\n)"\n#include "disk.h"\n)x";\n', False, False),
+    "has_include_in_comment_string_raw": ('// __has_include\nconst char* s = "__has_include", *r = R"(\n'
+                                          '__has_include\n)";\n', False, False),
+    "other_identifiers": ("int my_include = 1; // include\n#define INCLUDE_DIR include\n", False, False),
+}
+
+
+@pytest.mark.parametrize("case", list(INCLUDE_CASES))
+def test_include_scan_reads_like_the_preprocessor(case: str) -> None:
+    """A disk header spelled `#\\`+newline+`include`, `%:include` or `#/**/include` slipped past the scan and
+    a changed header was served stale from the cache; an include in a comment or literal reads nothing."""
+    from tilejit.compiler.nvrtc import _reads_disk_headers
+
+    text, reads, only_with_trigraphs = INCLUDE_CASES[case]
+    headers = {"mem.h": "", "a/*b": ""}
+    assert _reads_disk_headers(text, headers, ["-std=c++14"]) is reads
+    assert _reads_disk_headers(text, headers, ()) is (reads and not only_with_trigraphs)
+    assert _reads_disk_headers(SIMPLE, {"mem.h": "", "h.h": text}, ["-std=c++14"]) is reads  # headers too
+
+
+def test_include_scan_never_misses_what_nvrtc_reads(
+    lib: NVRTC, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tilejit.compiler.nvrtc import _reads_disk_headers
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "disk.h").write_text("#error READ_FROM_DISK\n")
+    headers = {"mem.h": "\n", "a/*b": "\n"}
+    for case, (text, reads, only_with_trigraphs) in INCLUDE_CASES.items():
+        for options in ((), ("-std=c++14",)):
+            try:
+                compile_cuda(text + SIMPLE, target="sm_80", output="ptx", headers=headers, options=options, nvrtc=lib,
+                             cache=False)
+                read = False
+            except CompileError as exc:
+                read = "READ_FROM_DISK" in str(exc)
+            if read:
+                assert _reads_disk_headers(text, headers, options), (case, options)
+            if not reads:
+                assert not read, (case, options)
+            if only_with_trigraphs:
+                assert read == bool(options), (case, options)
+
+
+def test_include_scan_is_plain_string_search_for_common_sources() -> None:
+    """A warm launch pays no regular expression compile for the scan (common sources end at plain search)."""
+    import re
+
+    from tilejit.compiler.nvrtc import _reads_disk_headers
+
+    common = ["#include <cuda_fp16.h>\n" + SIMPLE, '#include "mem.h"\n#define M(a) \\\n  (a)\n' + ADD, ADD]
+    re.purge()
+    compile_calls = []
+    real_compile = re._compile
+
+    def spy(*args: object) -> object:
+        compile_calls.append(args)
+        return real_compile(*args)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(re, "_compile", spy)
+        assert [_reads_disk_headers(s, {"mem.h": ""}, ()) for s in common] == [False, False, False]
+    assert compile_calls == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"source": SIMPLE + "// caf\udce9\n"}, "source 'kernel.cu' contains a lone surrogate '\\udce9' (line 2)"),
+        ({"headers": {"a.h": "\n\n\ud800"}}, "header 'a.h' contains a lone surrogate '\\ud800' (line 3)"),
+        ({"options": ["-DX=\udc80"]}, "option '-DX=\\udc80' contains a lone surrogate '\\udc80' (line 1)"),
+        ({"name_expressions": ["f\udc80"]}, "name expression 'f\\udc80' contains a lone surrogate"),
+        ({"name": "k\udc80.cu"}, "name contains a lone surrogate '\\udc80'"),
+    ],
+)
+def test_lone_surrogates_are_refused(kwargs: dict[str, object], text: str) -> None:
+    """A lone surrogate (text decoded with surrogateescape) crashed with UnicodeEncodeError in the cache key."""
+    source = kwargs.pop("source", SIMPLE)
+    with pytest.raises(ValueError) as info:
+        compile_cuda(source, target="sm_80", **kwargs)  # type: ignore[arg-type]
+    assert text in str(info.value)
+    assert "UTF-8" in str(info.value)
+
+
+def test_raw_kernel_with_a_lone_surrogate_is_refused() -> None:
+    import tilejit as tj
+
+    kernel = tj.RawKernel('extern "C" __global__ void k(float* x) { /* \udcff */ }\n', "k")
+    with pytest.raises(ValueError, match=r"source 'k\.cu' contains a lone surrogate '\\udcff' \(line 1\)"):
+        kernel.compile("sm_80")

@@ -95,7 +95,7 @@ def compile_cuda(
     header_map = _check_headers(headers)
     user_options = _check_strings("options", options)
     exprs = _check_strings("name_expressions", name_expressions)
-    _check_no_nul(name, source, header_map, user_options, exprs)
+    _check_text(name, source, header_map, user_options, exprs)
     for opt in user_options:
         if re.match(r"^(-arch|--gpu-architecture|-dlto|--dlink-time-opt)\b", opt):
             raise ValueError(f"option {opt!r}: choose the architecture with target= and LTO-IR with output='ltoir'")
@@ -195,19 +195,37 @@ def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
-def _check_no_nul(name: str, source: str, headers: Mapping[str, str], options: Sequence[str],
-                  exprs: Sequence[str]) -> None:
-    """NVRTC takes C strings: a NUL byte would silently end the text there."""
+def _check_text(name: str, source: str, headers: Mapping[str, str], options: Sequence[str],
+                exprs: Sequence[str]) -> None:
+    """NVRTC takes C strings of UTF-8: a NUL byte would silently end the text there, and a lone surrogate
+    (text decoded with errors="surrogateescape") has no UTF-8 encoding."""
     texts = [(f"source {name!r}", source), *((f"header {h!r}", t) for h, t in headers.items())]
     for what, text in texts:
         at = text.find("\0")
         if at >= 0:
             line = text.count("\n", 0, at) + 1
             raise ValueError(f"{what} contains a NUL byte (line {line}); NVRTC would stop reading there")
+        _check_encodable(what, text)
     for what, values in (("header name", headers), ("option", options), ("name expression", exprs)):
         for v in values:
             if "\0" in v:
                 raise ValueError(f"{what} {v!r} contains a NUL byte")
+            _check_encodable(f"{what} {v!r}", v)
+    _check_encodable("name", name)
+
+
+def _check_encodable(what: str, text: str) -> None:
+    """A ValueError naming ``what`` and the line of a lone surrogate in ``text`` (ASCII text costs nothing)."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        raise ValueError(
+            f"{what} contains a lone surrogate {text[exc.start]!r} (line {line}), which is not text NVRTC can "
+            "read (UTF-8); was it decoded with errors='surrogateescape'?"
+        ) from None
 
 
 _DISK_OPTIONS = ("-I", "--include-path", "-include", "--pre-include")
@@ -219,26 +237,248 @@ def _reads_disk_headers(source: str, headers: Mapping[str, str], options: Sequen
     looks up in the current folder. ``<x>`` names come from ``headers`` or NVRTC's built-ins."""
     if any(o.startswith(_DISK_OPTIONS) for o in options):
         return True
-    return any(_includes_from_disk(text, headers) for text in (source, *headers.values()))
+    trigraphs = _trigraphs_possible(options)
+    return any(_includes_from_disk(text, headers, trigraphs) for text in (source, *headers.values()))
 
 
-def _includes_from_disk(text: str, headers: Mapping[str, str]) -> bool:
-    """Whether ``text`` has an ``#include`` that is not ``<name>`` or a ``"name"`` in ``headers``
-    (plain string scanning: a regular expression would cost a warm launch its compile)."""
-    if "__has_include" in text:
-        return True
+# Directives that read a file; searching for "include" finds them and __has_include. NVRTC 11-13 know
+# no #import or #embed (an unrecognized directive fails the compile, so nothing is cached).
+_FILE_DIRECTIVES = frozenset({"include", "include_next"})
+_HAS_INCLUDE = frozenset({"__has_include", "__has_include_next"})
+_WS = " \t\f\v\r"  # whitespace within a line, as NVRTC reads it ("\r" alone ends no line)
+_IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_RAW_PREFIXES = frozenset({"R", "u8R", "uR", "UR", "LR"})
+_RAW_DELIM_BAD = frozenset(' ()\\\t\v\f\r\n"')
+_TRIGRAPHS = (("??=", "#"), ("??/", "\\"), ("??'", "^"), ("??(", "["), ("??)", "]"), ("??!", "|"), ("??<", "{"),
+              ("??>", "}"), ("??-", "~"))
+_NO_TRIGRAPH_STDS = frozenset({"c++17", "c++20"})
+
+
+def _trigraphs_possible(options: Sequence[str]) -> bool:
+    """Whether ``options`` may turn trigraphs on: NVRTC reads them under ``-std=c++14`` and older, not
+    under the ``-std=c++17`` tilejit passes unless told otherwise."""
+    for i, opt in enumerate(options):
+        if opt.startswith(("-std", "--std")):
+            value = opt.partition("=")[2] or (options[i + 1] if i + 1 < len(options) else "")
+            if value not in _NO_TRIGRAPH_STDS:
+                return True
+    return False
+
+
+def _includes_from_disk(text: str, headers: Mapping[str, str], trigraphs: bool = False) -> bool:
+    """Whether ``text`` has a directive that may read a file NVRTC finds on disk: an ``#include`` that is
+    not ``<name>`` or a ``"name"`` in ``headers`` (one spelled by a macro included), ``#include_next``,
+    or ``__has_include``.
+
+    Read after the preprocessor's own rules: line splices, ``%:`` for ``#``, comments (a block comment
+    may join lines; ``#/**/include`` is a directive), string and raw string literals (no directive
+    inside), and, if ``trigraphs`` may be on, trigraphs. Most texts are settled by plain substring
+    search (no regular expression: a warm launch would pay its compile); a full scan runs only when a
+    possible directive is not plainly harmless."""
+    if trigraphs and "??" in text and _reads_disk(_splice(_trigraphs(text)), headers):
+        return True  # the reading without trigraphs must be safe as well
+    if "\\\n" in text or ("\r" in text and "\\\r" in text):
+        text = _splice(text)
+    return _reads_disk(text, headers)
+
+
+def _reads_disk(text: str, headers: Mapping[str, str]) -> bool:
+    """``_includes_from_disk`` of spliced ``text``: a quick look at each "include", then, if one may be a
+    directive that reads from disk, the same look at the text without comments and raw strings."""
+    return _any_unsafe(text, headers, exact=False) and _any_unsafe(_without_comments(text), headers, exact=True)
+
+
+def _any_unsafe(text: str, headers: Mapping[str, str], *, exact: bool) -> bool:
+    """Whether an "include" of ``text`` may be a directive (or ``__has_include``) that reads from disk.
+
+    Not ``exact``: comments may still be in ``text``, so one with a comment before it on its line
+    counts as unsafe (the full scan decides). ``exact``: comments are gone; literals may remain."""
     at = text.find("include")
     while at >= 0:
-        line_start = text.rfind("\n", 0, at) + 1
-        if text[line_start:at].replace(" ", "").replace("\t", "") == "#":  # a directive, not a word
-            end = text.find("\n", at)
-            rest = text[at + 7 : len(text) if end < 0 else end].lstrip(" \t")
-            if not rest.startswith("<"):
-                name = rest[1:].partition('"')[0] if rest.startswith('"') else None
-                if name is None or name not in headers:
-                    return True
+        if not _safe_at(text, at, headers, exact):
+            return True
         at = text.find("include", at + 7)
     return False
+
+
+def _safe_at(text: str, at: int, headers: Mapping[str, str], exact: bool) -> bool:
+    """Whether the "include" at ``at`` plainly reads nothing from disk (see ``_any_unsafe``)."""
+    start = at
+    while start > 0 and text[start - 1] in _IDENT:
+        start -= 1
+    end = at
+    while end < len(text) and text[end] in _IDENT:
+        end += 1
+    word = text[start:end]
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    if line_end < 0:
+        line_end = len(text)
+    if word in _HAS_INCLUDE:  # unsafe unless inside a literal (known only once comments are gone)
+        return exact and not any(h in _without_comments(text[line_start:line_end], True) for h in _HAS_INCLUDE)
+    if start != at or word not in _FILE_DIRECTIVES:
+        return True  # part of another identifier
+    prefix = text[line_start:start]
+    if not exact and ("/*" in prefix or "*/" in prefix):
+        return False  # a comment before it (or one joining lines) may make it a directive
+    lead = prefix.lstrip(_WS)
+    if lead.startswith("#"):
+        between = lead[1:]
+    elif lead.startswith("%:"):
+        between = lead[2:]
+    else:
+        return True  # not the first token after # of a line: no directive
+    if between.strip(_WS):
+        return True  # in another directive (#define X include)
+    if word != "include":
+        return False  # include_next
+    rest = text[end:line_end].lstrip(_WS)
+    if rest.startswith("<"):
+        return True
+    if rest.startswith('"'):
+        name, closed, _ = rest[1:].partition('"')
+        return bool(closed) and name in headers
+    return False  # a macro names the header
+
+
+def _trigraphs(text: str) -> str:
+    """``text`` with trigraphs replaced (none of the replacements makes a new one)."""
+    for tri, char in _TRIGRAPHS:
+        text = text.replace(tri, char)
+    return text
+
+
+def _splice(text: str) -> str:
+    """``text`` with line splices (a backslash ending a line) removed, in one pass as the preprocessor does."""
+    if "\r" not in text:
+        return "".join(text.split("\\\n"))  # faster than str.replace
+    lines = text.split("\n")
+    out = []
+    for line in lines[:-1]:
+        if line.endswith("\\"):
+            out.append(line[:-1])
+        elif line.endswith("\\\r"):
+            out.append(line[:-2])
+        else:
+            out.append(line + "\n")
+    out.append(lines[-1])
+    return "".join(out)
+
+
+def _without_comments(text: str, blank_literals: bool = False) -> str:
+    """Spliced ``text`` with each comment replaced by a space, as the preprocessor does (so a block comment
+    over several lines joins them), and each raw string literal emptied (its lines are no directives).
+    ``blank_literals`` empties ordinary string and character literals as well."""
+    out: list[str] = []
+    n = len(text)
+    start = i = 0
+    next_at = [text.find("/"), text.find('"'), text.find("'")]
+    while True:
+        for k, ch in enumerate('/"\''):
+            if 0 <= next_at[k] < i:
+                next_at[k] = text.find(ch, i)
+        live = [at for at in next_at if at >= 0]
+        if not live:
+            break
+        j = min(live)
+        c = text[j]
+        if c == "/":
+            two = text[j : j + 2]
+            if two not in ("/*", "//"):
+                i = j + 1
+            elif _in_header_name(out, text[start:j]):  # #include <a/*b.h> names a header, starts no comment
+                close = text.find(">", j, _line_end(text, j))
+                i = _line_end(text, j) if close < 0 else close + 1
+            else:
+                out += [text[start:j], " "]
+                if two == "/*":
+                    close = text.find("*/", j + 2)
+                    i = n if close < 0 else close + 2
+                else:
+                    i = _line_end(text, j)
+                start = i
+        elif c == '"' and (raw_end := _raw_string_end(text, j)) is not None:
+            out += [text[start:j], '"()"']
+            start = i = raw_end
+        elif c == "'" and _digit_separator(text, j):
+            i = j + 1
+        else:
+            i = _literal_end(text, j)
+            if blank_literals:
+                out += [text[start : j + 1], c]
+                start = i
+    out.append(text[start:])
+    return "".join(out)
+
+
+def _line_end(text: str, at: int) -> int:
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
+
+
+def _literal_end(text: str, at: int) -> int:
+    """Index after the string or character literal opening at ``at`` (its line's end if unterminated)."""
+    quote = text[at]
+    eol = _line_end(text, at)
+    k = at + 1
+    while True:
+        close = text.find(quote, k, eol)
+        if close < 0:
+            return eol
+        b = close - 1
+        while text[b] == "\\":
+            b -= 1
+        if (close - 1 - b) % 2 == 0:  # not escaped
+            return close + 1
+        k = close + 1
+
+
+def _raw_string_end(text: str, at: int) -> int | None:
+    """Index after the raw string literal whose ``"`` is at ``at`` (None if it opens none)."""
+    start = at
+    while start > 0 and text[start - 1] in _IDENT:
+        start -= 1
+    if text[start:at] not in _RAW_PREFIXES:
+        return None
+    paren = text.find("(", at + 1, at + 18)
+    if paren < 0 or not _RAW_DELIM_BAD.isdisjoint(text[at + 1 : paren]):
+        return None
+    closing = ")" + text[at + 1 : paren] + '"'
+    end = text.find(closing, paren + 1)
+    return len(text) if end < 0 else end + len(closing)
+
+
+def _digit_separator(text: str, at: int) -> bool:
+    """Whether the ``'`` at ``at`` separates digits of a number (``1'000``) rather than opening a literal."""
+    start = at
+    while start > 0 and (text[start - 1] in _IDENT or text[start - 1] in ".'"):
+        start -= 1
+    first = text[start : start + 2]
+    return at > start and (first[:1] in "0123456789" or (first[:1] == "." and first[1:] in "0123456789"))
+
+
+def _in_header_name(out: list[str], pending: str) -> bool:
+    """Whether the text so far (``out`` and then ``pending``) ends inside the ``<...>`` of an include line."""
+    parts = [pending]
+    for chunk in reversed(out):
+        if "\n" in parts[-1]:
+            break
+        parts.append(chunk)
+    line = "".join(reversed(parts))
+    lead = line[line.rfind("\n") + 1 :].lstrip(_WS)
+    if lead.startswith("#"):
+        lead = lead[1:].lstrip(_WS)
+    elif lead.startswith("%:"):
+        lead = lead[2:].lstrip(_WS)
+    else:
+        return False
+    word = lead
+    for k, ch in enumerate(lead):
+        if ch not in _IDENT:
+            word = lead[:k]
+            break
+    rest = lead[len(word) :].lstrip(_WS)
+    return word in _FILE_DIRECTIVES and rest.startswith("<") and ">" not in rest
 
 
 def _entry_ok(entry: dict[str, object], output: str) -> bool:
