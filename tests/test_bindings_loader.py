@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import Toolkit
 
 from tilejit.bindings import loader, nvjitlink
 from tilejit.bindings.loader import Candidate, find_and_load, find_file
@@ -54,8 +55,7 @@ def test_every_failure_is_listed_in_order(tmp_path: Path, libm_path: str) -> Non
     assert whys[1] == (f"{tmp_path / 'missing.so'} ($TILEJIT_X)", "file does not exist")
     assert whys[2] == (f"{tmp_path / 'nofolder'} (pip wheel)", "folder does not exist")
     assert whys[3] == (f"{tmp_path / 'empty'} (conda)", "none of libx.so.1, libx.so.2 there")
-    assert whys[4][0] == f"{bogus} (explicit)" and whys[4][1].startswith("dlopen failed: ")
-    assert "libbogus.so.1" in whys[4][1]  # the dlerror text
+    assert whys[4] == (f"{bogus} (explicit)", "not a shared library (no ELF header)")  # checked before dlopen
     assert whys[5] == (f"{libm_path} (explicit)", "wrong version: 1.0")
     assert whys[6][0] == "libtilejit-absent.so.7 (system loader)" and "dlopen failed" in whys[6][1]
     assert len(whys) == 7
@@ -183,6 +183,136 @@ def test_preload_global_matches_exact_names(tmp_path: Path, libm_path: str) -> N
     loaded = loader.preload_global(str(tmp_path), r"libnvrtc-builtins\.so\.\d+\.\d+")
     assert loaded == [str(tmp_path / "libnvrtc-builtins.so.99.1")]
     assert str(tmp_path / "libnvrtc-builtins.so.99.1") in loader.loaded_libraries()
+
+
+# ----------------------------------------------------------------------------- damaged library files
+
+
+def _truncated(src: str | Path, dest: Path, size: int) -> Path:
+    with open(src, "rb") as f:
+        dest.write_bytes(f.read(size))
+    return dest
+
+
+@linux_only
+def test_library_file_problem_finds_damaged_files(tmp_path: Path, libm_path: str) -> None:
+    """dlopen maps a truncated library as it is, and the process dies of SIGBUS: files are checked first."""
+    size = os.path.getsize(libm_path)
+    assert loader.library_file_problem(libm_path) is None
+    for cut in (0, 3, 40, 64, 1000, size // 2, size - 1):
+        why = loader.library_file_problem(str(_truncated(libm_path, tmp_path / f"libm-{cut}.so", cut)))
+        assert why is not None and why.startswith("damaged library"), (cut, why)
+    table_end, first_end = _program_header_ends(libm_path)
+    assert loader.library_file_problem(str(_truncated(libm_path, tmp_path / "libm-200.so", table_end - 1))) == (
+        f"damaged library (truncated?): its program headers end at byte {table_end}, past the file's end "
+        f"({table_end - 1} bytes)"
+    )
+    assert loader.library_file_problem(str(_truncated(libm_path, tmp_path / "libm-1000.so", table_end))) == (
+        f"damaged library (truncated?): program header 0 reaches byte {first_end}, past the file's end "
+        f"({table_end} bytes)"
+    )
+    data = bytearray(Path(libm_path).read_bytes())
+    data[4] = 1  # ELFCLASS32
+    (tmp_path / "lib32.so").write_bytes(data)
+    assert loader.library_file_problem(str(tmp_path / "lib32.so")) == "a 32-bit library; this Python is 64-bit"
+    data[4], data[5] = 2, 2  # big-endian
+    (tmp_path / "libbe.so").write_bytes(data)
+    assert loader.library_file_problem(str(tmp_path / "libbe.so")) == "a library of the other byte order than this " \
+        "machine's"
+    (tmp_path / "script.so").write_text("GROUP ( /lib/libc.so.6 )\n")
+    assert loader.library_file_problem(str(tmp_path / "script.so")) == "not a shared library (no ELF header)"
+    os.mkfifo(tmp_path / "fifo.so")
+    assert loader.library_file_problem(str(tmp_path / "fifo.so")) == "not a regular file"  # and no hang
+
+
+def _program_header_ends(path: str) -> tuple[int, int]:
+    """Where an ELF64 file's program header table ends, and where its first entry's file span ends (read
+    here with struct, independently of the loader)."""
+    import struct
+
+    data = Path(path).read_bytes()
+    (phoff,) = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    _, _, offset, _, _, filesz, _, _ = struct.unpack_from("<IIQQQQQQ", data, phoff)
+    return phoff + phentsize * phnum, int(offset + filesz)
+
+
+def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh Python (a crash there is a return code, not the end of this test run)."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+@linux_only
+def test_a_damaged_candidate_is_an_attempt_and_discovery_goes_on(tmp_path: Path, libm_path: str) -> None:
+    bad = _truncated(libm_path, tmp_path / "libm-cut.so.6", os.path.getsize(libm_path) // 2)
+    folder = tmp_path / "ldpath"
+    folder.mkdir()
+    _truncated(libm_path, folder / "libtilejit-cut.so.1", 5000)
+    r = _run(
+        f"""
+        from tilejit.bindings.loader import Candidate, find_and_load
+        from tilejit.errors import LibraryNotFoundError
+        lib, path = find_and_load("X", [Candidate.file({str(bad)!r}, "explicit"), Candidate.file({libm_path!r}, "x")],
+                                  "hint")
+        print("loaded", path)
+        try:
+            find_and_load("X", [Candidate.file({str(bad)!r}, "explicit"), Candidate.soname("libtilejit-cut.so.1")],
+                          "hint")
+        except LibraryNotFoundError as exc:
+            print(exc)
+        """,
+        env={"LD_LIBRARY_PATH": str(folder)},
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"loaded {libm_path}"
+    assert lines[2].startswith(f"  - {bad} (explicit): damaged library (truncated?): program header ")
+    assert lines[3].startswith(f"  - libtilejit-cut.so.1 (system loader): {folder / 'libtilejit-cut.so.1'} (found "
+                               "through LD_LIBRARY_PATH): damaged library (truncated?)")
+
+
+@linux_only
+def test_a_truncated_nvrtc_is_a_clean_error(toolkit: Toolkit, tmp_path: Path) -> None:
+    """A truncated NVRTC made compiles (and doctor) die of SIGBUS."""
+    for cut in (5000, 10_000_000):
+        bad = _truncated(toolkit.nvrtc, tmp_path / toolkit.nvrtc.name, cut)
+        r = _run(
+            """
+            import sys
+            from tilejit.compiler.nvrtc import compile_cuda
+            from tilejit.errors import LibraryNotFoundError
+            try:
+                compile_cuda('__global__ void k() {}', target="sm_80", cache=False)
+            except LibraryNotFoundError as exc:
+                sys.exit(str(exc))
+            """,
+            env={"TILEJIT_NVRTC": str(bad)},
+        )
+        assert r.returncode == 1, (cut, r.returncode, r.stderr)
+        assert f"  - {bad} ($TILEJIT_NVRTC): damaged library (truncated?): program header " in r.stderr
+        assert "Traceback" not in r.stderr
+
+
+@linux_only
+def test_a_truncated_nvrtc_builtins_is_a_clean_error(toolkit: Toolkit, tmp_path: Path) -> None:
+    """NVRTC loads libnvrtc-builtins from its own folder: a truncated one crashed the load."""
+    (builtins,) = toolkit.nvrtc.parent.glob("libnvrtc-builtins.so.*.*")
+    (tmp_path / toolkit.nvrtc.name).symlink_to(toolkit.nvrtc)
+    cut = _truncated(builtins, tmp_path / builtins.name, 3_000_000)
+    r = _run(
+        f"""
+        import sys
+        from tilejit.bindings.nvrtc import load_nvrtc
+        from tilejit.errors import LibraryNotFoundError
+        try:
+            load_nvrtc({str(tmp_path / toolkit.nvrtc.name)!r})
+        except LibraryNotFoundError as exc:
+            sys.exit(str(exc))
+        """
+    )
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert f"a library it needs is damaged: {cut}: damaged library (truncated?)" in r.stderr
 
 
 # ----------------------------------------------------------------------------- nvJitLink
@@ -324,7 +454,7 @@ def test_bare_file_name_setting_names_the_file_in_the_current_folder(
     assert loader.toolkit_identity(loader.NVRTC_LIBRARY).startswith(f"{tmp_path.resolve() / 'libnvrtc.so.12'}|5|")
     with pytest.raises(LibraryNotFoundError) as info:  # the file named, not a system NVRTC of that name
         find_and_load("NVRTC", [cand], "hint")
-    assert str(tmp_path / "libnvrtc.so.12") in str(info.value) and "dlopen failed" in str(info.value)
+    assert f"{tmp_path / 'libnvrtc.so.12'} ($TILEJIT_NVRTC): not a shared library" in str(info.value)
     monkeypatch.setenv("TILEJIT_NVJITLINK", "libnvJitLink.so.13")  # not in this folder
     with pytest.raises(LibraryNotFoundError) as info:
         nvjitlink.load_nvjitlink("libnvJitLink.so.13")

@@ -15,6 +15,7 @@ import os
 import re
 import site
 import stat
+import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -88,6 +89,100 @@ def _not_a_file(cand: Candidate, path: str) -> str:
     return "file does not exist"
 
 
+class DamagedLibraryError(OSError):
+    """A library file that must not be dlopened: it is not a complete shared library of this process's kind."""
+
+
+_ELF_CLASS = 2 if struct.calcsize("P") == 8 else 1
+_ELF_DATA = 1 if sys.byteorder == "little" else 2
+_ELF_CHECKED = not IS_WINDOWS and sys.platform != "darwin"  # Linux and the BSDs load ELF files
+_PT_LOAD, _PT_DYNAMIC, _SHT_NOBITS = 1, 2, 8
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def library_file_problem(path: str) -> str | None:
+    """Why the file at ``path`` cannot be loaded safely (None if it may be): an ELF shared library of this
+    process's class and byte order whose headers, segments and sections all lie within the file.
+
+    dlopen maps a truncated library as it is and the process dies of SIGBUS on touching what is missing,
+    so this runs first. Elsewhere than ELF platforms, None (the system loader judges alone)."""
+    if not _ELF_CHECKED:
+        return None
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        return f"cannot read the file: {exc.strerror or exc}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        return _elf_problem(fd, st.st_size)
+    except OSError as exc:
+        return f"cannot read the file: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+
+
+def _elf_problem(fd: int, size: int) -> str | None:
+    """``library_file_problem`` of the open file ``fd`` of ``size`` bytes."""
+    if size == 0:
+        return "damaged library: the file is empty"
+    head = os.pread(fd, 64, 0)
+    if head[:4] != b"\x7fELF":
+        if len(head) < 4 and b"\x7fELF".startswith(head):
+            return f"damaged library: the ELF header is cut short ({size} bytes)"
+        return "not a shared library (no ELF header)"
+    bits = {1: 32, 2: 64}
+    if len(head) < 6 or head[4] not in bits or head[5] not in (1, 2):
+        return f"damaged library: the ELF header is cut short ({size} bytes)"
+    if head[4] != _ELF_CLASS:
+        return f"a {bits[head[4]]}-bit library; this Python is {bits[_ELF_CLASS]}-bit"
+    if head[5] != _ELF_DATA:
+        return "a library of the other byte order than this machine's"
+    order = "<" if _ELF_DATA == 1 else ">"
+    word = "Q" if _ELF_CLASS == 2 else "I"
+    header = struct.Struct(f"{order}16xHHI{word}{word}{word}IHHHHHH")
+    if len(head) < header.size:
+        return f"damaged library: the ELF header is cut short ({size} bytes)"
+    _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = header.unpack_from(head)
+    if _ELF_CLASS == 2:  # (layout, index of the type, offset and size fields)
+        phdr, shdr = (struct.Struct(f"{order}IIQQQQQQ"), (0, 2, 5)), (struct.Struct(f"{order}IIQQQQIIQQ"), (1, 4, 5))
+    else:
+        phdr, shdr = (struct.Struct(f"{order}IIIIIIII"), (0, 1, 4)), (struct.Struct(f"{order}IIIIIIIIII"), (1, 4, 5))
+    why = _table_problem(fd, size, "program header", phoff, phnum, phentsize, *phdr,
+                         lambda kind: kind in (_PT_LOAD, _PT_DYNAMIC))
+    if why is None and shoff:
+        why = _table_problem(fd, size, "section header", shoff, max(shnum, 1), shentsize, *shdr,
+                             lambda kind: kind != _SHT_NOBITS)
+    return why
+
+
+def _table_problem(fd: int, size: int, what: str, offset: int, count: int, entsize: int, entry: struct.Struct,
+                   fields: tuple[int, int, int], in_file: Callable[[int], bool]) -> str | None:
+    """Whether an ELF header table (program or section headers) and the file spans of its entries whose
+    type passes ``in_file`` lie within the file's ``size`` bytes."""
+    end = offset + count * entsize
+    if entsize < entry.size or end > size:
+        return f"damaged library (truncated?): its {what}s end at byte {end}, past the file's end ({size} bytes)"
+    table = os.pread(fd, count * entsize, offset)
+    if len(table) < count * entsize:
+        return f"damaged library (truncated?): cannot read its {what}s"
+    type_at, offset_at, size_at = fields
+    for k in range(count):
+        values = entry.unpack_from(table, k * entsize)
+        reach = values[offset_at] + values[size_at]
+        if in_file(values[type_at]) and reach > size:
+            return f"damaged library (truncated?): {what} {k} reaches byte {reach}, past the file's end ({size} bytes)"
+    return None
+
+
+def _check_file(path: str) -> None:
+    """Raise ``DamagedLibraryError`` naming ``path`` if ``library_file_problem`` finds one."""
+    why = library_file_problem(path)
+    if why is not None:
+        raise DamagedLibraryError(f"{path}: {why}")
+
+
 def dlopen(path: str, mode: int = RTLD_LOCAL) -> ctypes.CDLL:
     """ctypes.CDLL with the mode tilejit wants (RTLD_NOW so missing symbols fail here, not at first call)."""
     if IS_WINDOWS:
@@ -117,10 +212,17 @@ def find_and_load(
             if key in tried:
                 return None
             tried.add(key)
+        why = library_file_problem(path) if cand.kind != "soname" else _soname_problem(path)
+        if why is not None:
+            attempts.append(Attempt(display, why))
+            return None
         try:
             if before_load is not None and cand.kind != "soname":
                 before_load(path)
             lib = dlopen(path)
+        except DamagedLibraryError as exc:  # a companion library before_load found damaged
+            attempts.append(Attempt(display, f"a library it needs is damaged: {exc}"))
+            return None
         except OSError as exc:
             attempts.append(Attempt(display, f"dlopen failed: {exc}"))
             return None
@@ -162,6 +264,19 @@ def find_and_load(
         else:
             raise ValueError(f"unknown candidate kind {cand.kind!r}")
     raise LibraryNotFoundError(library, attempts, hint)
+
+
+def _soname_problem(soname: str) -> str | None:
+    """``library_file_problem`` of the file the system loader would take first for a bare ``soname``, where
+    that is cheap to know: a file of that name in an ``LD_LIBRARY_PATH`` folder."""
+    if not IS_LINUX:
+        return None
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        path = os.path.join(d, soname)
+        if d and os.path.isfile(path):
+            why = library_file_problem(path)
+            return None if why is None else f"{path} (found through LD_LIBRARY_PATH): {why}"
+    return None
 
 
 def find_file(candidates: Iterable[Candidate]) -> tuple[str | None, list[Attempt]]:
@@ -528,7 +643,9 @@ def preload_global(folder: str, pattern: str) -> list[str]:
     """dlopen with RTLD_GLOBAL every file in ``folder`` whose name fully matches ``pattern``; return their paths.
 
     Lets a library that dlopens a companion by soname (NVRTC → libnvrtc-builtins) find the copy shipped
-    next to it. Failures are ignored here: the library reports them itself when it needs the companion.
+    next to it. Failures to load are ignored here: the library reports them itself when it needs the
+    companion. A damaged file (see ``library_file_problem``) raises ``DamagedLibraryError``: the library
+    would load it itself later and crash.
     """
     rx = re.compile(pattern)
     loaded: list[str] = []
@@ -539,6 +656,7 @@ def preload_global(folder: str, pattern: str) -> list[str]:
     for name in entries:
         if rx.fullmatch(name):
             path = os.path.join(folder, name)
+            _check_file(path)
             try:
                 dlopen(path, RTLD_GLOBAL)
                 loaded.append(path)
