@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -106,6 +107,46 @@ def test_doctor_without_nvrtc_lists_places_tried(tmp_path: Path) -> None:
     assert 'pip install "tilejit[cu13]"' in nvrtc_section
     assert r.returncode == 1
     assert r.stdout.strip().splitlines()[-1].startswith("Summary: no NVRTC, so nothing can be compiled here")
+
+
+def test_doctor_with_a_truncated_nvrtc(toolkit: Toolkit, tmp_path: Path) -> None:
+    """A truncated NVRTC made doctor die of SIGBUS; now it lists the file and why it was not loaded."""
+    bad = tmp_path / toolkit.nvrtc.name
+    with open(toolkit.nvrtc, "rb") as f:
+        bad.write_bytes(f.read(10_000_000))
+    r = tilejit("doctor", env={"TILEJIT_NVRTC": str(bad), "TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stdout + r.stderr
+    nvrtc_section = r.stdout.split("NVRTC (compiler)\n")[1].split("\n\n")[0]
+    assert nvrtc_section.startswith("  not found:\n")
+    assert f"      - {bad} ($TILEJIT_NVRTC): damaged library (truncated?): program header " in nvrtc_section
+    assert "\nDisk cache\n" in r.stdout
+    assert r.stdout.strip().splitlines()[-1].startswith("Summary: no NVRTC")
+
+
+def test_doctor_reports_a_crashing_probe_and_goes_on(tmp_path: Path) -> None:
+    """A library that crashes its loader (a signal) is reported by name; doctor goes on to the other sections."""
+    if not hasattr(os, "fork"):
+        pytest.skip("probes run in a child process only where there is fork")
+    code = textwrap.dedent(
+        """
+        import os, signal, sys
+        import tilejit.bindings.nvrtc
+        tilejit.bindings.nvrtc.nvrtc = lambda: os.kill(os.getpid(), signal.SIGBUS)
+        from tilejit.cli.main import main
+        sys.exit(main(["doctor"]))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
+    env.update({"TILEJIT_CACHE_DIR": str(tmp_path / "c"), "PYTHONIOENCODING": "utf-8", "PYTHONPATH": str(ROOT)})
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, encoding="utf-8", timeout=300)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stdout + r.stderr
+    nvrtc_section = r.stdout.split("NVRTC (compiler)\n")[1].split("\n\n")[0]
+    assert nvrtc_section == f"  not found:\n    probing NVRTC crashed (signal {int(signal.SIGBUS)}, SIGBUS)"
+    assert "\nnvJitLink (LTO linker, optional)\n" in r.stdout and "\nCUDA driver\n" in r.stdout
+    assert f"{tmp_path / 'c'}: 0 entries" in r.stdout
+    assert r.stdout.strip().splitlines()[-1].startswith("Summary: no NVRTC")
 
 
 def test_compile_writes_each_output(toolkit: Toolkit, project: Path) -> None:

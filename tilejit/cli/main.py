@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tilejit.errors import TilejitError
 
@@ -65,69 +65,85 @@ def _run_doctor(args: argparse.Namespace) -> int:
     if settings:
         print("settings: " + ", ".join(f"{k}={v}" for k, v in settings), file=out)
 
-    archs: list[int] = []
-    nvrtc_version = ""
-    print("\nNVRTC (compiler)", file=out)
-    try:
+    def probe_nvrtc() -> dict[str, Any]:
         from tilejit.bindings.nvrtc import nvrtc
+        from tilejit.compiler.targets import format_targets
 
         lib = nvrtc()
         archs = lib.supported_archs()
-        nvrtc_version = ".".join(map(str, lib.version))
-        from tilejit.compiler.targets import format_targets
+        return {"path": lib.path, "version": ".".join(map(str, lib.version)), "archs": archs,
+                "targets": format_targets(archs)}
 
-        print(f"  found: {lib.path}", file=out)
-        print(f"  version: {nvrtc_version}", file=out)
-        print(f"  targets: {format_targets(archs)}", file=out)
-    except (TilejitError, OSError) as exc:
-        print("  not found:", file=out)
-        print(_indent(str(exc)), file=out)
-
-    print("\nnvJitLink (LTO linker, optional)", file=out)
-    try:
+    def probe_nvjitlink() -> dict[str, Any]:
         from tilejit.bindings.nvjitlink import nvjitlink
 
         jl = nvjitlink()
-        print(f"  found: {jl.path}", file=out)
-        print(f"  version: {'.'.join(map(str, jl.version))}", file=out)
-    except (TilejitError, OSError, ImportError) as exc:
-        print("  not found:", file=out)
-        print(_indent(str(exc)), file=out)
+        return {"path": jl.path, "version": ".".join(map(str, jl.version))}
 
-    print("\nCUDA driver", file=out)
-    driver_ok = False
-    try:
+    def probe_driver() -> dict[str, Any]:
         from tilejit.bindings.driver import driver, format_version
 
         drv = driver()
-        driver_ok = True
-        print(f"  found: {drv.path}", file=out)
-        print(f"  version: CUDA {format_version(drv.version)}", file=out)
-    except (TilejitError, OSError, ImportError) as exc:
+        return {"path": drv.path, "version": f"CUDA {format_version(drv.version)}"}
+
+    def probe_gpus() -> dict[str, Any]:
+        from tilejit.runtime.device import Device, device_count, initialized_driver
+
+        initialized_driver()
+        gpus = []
+        for i in range(device_count()):
+            dev = Device(i)
+            major, minor = dev.compute_capability
+            gpus.append({"line": f"{i}: {dev.name}, compute capability {major}.{minor} ({dev.arch}), "
+                                 f"{dev.multiprocessor_count} SMs, {_bytes(dev.total_memory)}", "arch": dev.arch})
+        return {"gpus": gpus}
+
+    archs: list[int] = []
+    nvrtc_version = ""
+    print("\nNVRTC (compiler)", file=out)
+    found = _probe("NVRTC", probe_nvrtc)
+    if "error" in found:
         print("  not found:", file=out)
-        print(_indent(str(exc)), file=out)
+        print(_indent(str(found["error"])), file=out)
+    else:
+        archs = list(found["archs"])
+        nvrtc_version = str(found["version"])
+        print(f"  found: {found['path']}", file=out)
+        print(f"  version: {nvrtc_version}", file=out)
+        print(f"  targets: {found['targets']}", file=out)
+
+    print("\nnvJitLink (LTO linker, optional)", file=out)
+    found = _probe("nvJitLink", probe_nvjitlink)
+    if "error" in found:
+        print("  not found:", file=out)
+        print(_indent(str(found["error"])), file=out)
+    else:
+        print(f"  found: {found['path']}", file=out)
+        print(f"  version: {found['version']}", file=out)
+
+    print("\nCUDA driver", file=out)
+    found = _probe("the CUDA driver", probe_driver)
+    driver_ok = "error" not in found
+    if driver_ok:
+        print(f"  found: {found['path']}", file=out)
+        print(f"  version: {found['version']}", file=out)
+    else:
+        print("  not found:", file=out)
+        print(_indent(str(found["error"])), file=out)
 
     gpus: list[str] = []
     print("\nGPUs", file=out)
     if driver_ok:
-        try:
-            from tilejit.runtime.device import Device, device_count, initialized_driver
-
-            initialized_driver()
-            for i in range(device_count()):
-                dev = Device(i)
-                major, minor = dev.compute_capability
-                gpus.append(dev.arch)
-                print(
-                    f"  {i}: {dev.name}, compute capability {major}.{minor} ({dev.arch}), "
-                    f"{dev.multiprocessor_count} SMs, {_bytes(dev.total_memory)}",
-                    file=out,
-                )
+        found = _probe("the GPUs", probe_gpus)
+        if "error" in found:
+            print("  none: the driver could not be initialized:", file=out)
+            print(_indent(str(found["error"])), file=out)
+        else:
+            for gpu in found["gpus"]:
+                gpus.append(gpu["arch"])
+                print(f"  {gpu['line']}", file=out)
             if not gpus:
                 print("  none: the driver reports no CUDA device", file=out)
-        except (TilejitError, OSError, ImportError) as exc:
-            print("  none: the driver could not be initialized:", file=out)
-            print(_indent(str(exc)), file=out)
     else:
         print("  none: no CUDA driver", file=out)
 
@@ -160,6 +176,50 @@ def _run_doctor(args: argparse.Namespace) -> int:
     print(f"Summary: ready: {len(gpus)} GPU(s) ({', '.join(sorted(set(gpus)))}); kernels compile and run here, "
           f"and you can compile for any of {span}.", file=out)
     return 0
+
+
+def _probe(label: str, probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``probe()`` (which loads CUDA libraries) run in a forked child process where there is fork, so that a
+    library that crashes its loader (a damaged file: SIGBUS) is reported, not the end of doctor. Returns
+    probe's plain-data dict, or ``{"error": why}`` for an expected failure or a crash."""
+
+    def run() -> dict[str, Any]:
+        try:
+            return probe()
+        except (TilejitError, OSError, ImportError) as exc:
+            return {"error": str(exc)}
+        except Exception as exc:  # doctor reports, never dies of, what it probes
+            return {"error": f"probing {label} failed: {type(exc).__name__}: {exc}"}
+
+    if not hasattr(os, "fork"):
+        return run()
+    import json
+    import signal
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, then leave without running the parent's exit code
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
+                json.dump(run(), pipe)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, encoding="utf-8") as pipe:
+        reply = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        name = signal.Signals(number).name if number in signal.valid_signals() else "unknown"
+        return {"error": f"probing {label} crashed (signal {number}, {name})"}
+    try:
+        result = json.loads(reply)
+    except ValueError:
+        return {"error": f"probing {label} failed (exit status {os.waitstatus_to_exitcode(status)})"}
+    return result if isinstance(result, dict) else {"error": f"probing {label} failed"}
 
 
 # ---------------------------------------------------------------- compile
@@ -317,7 +377,7 @@ def _compile_python_file(args: argparse.Namespace) -> int:
         found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel))
         raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
     signature = [_parse_param_type(t) for t in _split_signature(args.signature)]
-    constants: dict[str, object] = {}
+    constants: dict[str, Any] = {}
     for item in args.constant:
         name, eq, value = item.partition("=")
         if not eq:
