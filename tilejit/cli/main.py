@@ -377,7 +377,7 @@ def _compile_python_file(args: argparse.Namespace) -> int:
         found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel))
         raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
     signature = [_parse_param_type(t) for t in _split_signature(args.signature)]
-    constants: dict[str, Any] = {}
+    constants: dict[str, object] = {}
     for item in args.constant:
         name, eq, value = item.partition("=")
         if not eq:
