@@ -55,7 +55,8 @@ def test_every_failure_is_listed_in_order(tmp_path: Path, libm_path: str) -> Non
     assert whys[1] == (f"{tmp_path / 'missing.so'} ($TILEJIT_X)", "file does not exist")
     assert whys[2] == (f"{tmp_path / 'nofolder'} (pip wheel)", "folder does not exist")
     assert whys[3] == (f"{tmp_path / 'empty'} (conda)", "none of libx.so.1, libx.so.2 there")
-    assert whys[4] == (f"{bogus} (explicit)", "not a shared library (no ELF header)")  # checked before dlopen
+    assert whys[4][0] == f"{bogus} (explicit)" and whys[4][1].startswith("dlopen failed: ")
+    assert "libbogus.so.1" in whys[4][1]  # the dlerror text
     assert whys[5] == (f"{libm_path} (explicit)", "wrong version: 1.0")
     assert whys[6][0] == "libtilejit-absent.so.7 (system loader)" and "dlopen failed" in whys[6][1]
     assert len(whys) == 7
@@ -199,28 +200,29 @@ def test_library_file_problem_finds_damaged_files(tmp_path: Path, libm_path: str
     """dlopen maps a truncated library as it is, and the process dies of SIGBUS: files are checked first."""
     size = os.path.getsize(libm_path)
     assert loader.library_file_problem(libm_path) is None
-    for cut in (0, 3, 40, 64, 1000, size // 2, size - 1):
+    for cut in (64, 1000, size // 2, size - 1):
         why = loader.library_file_problem(str(_truncated(libm_path, tmp_path / f"libm-{cut}.so", cut)))
-        assert why is not None and why.startswith("damaged library"), (cut, why)
+        assert why is not None and why.startswith("damaged library (truncated?): "), (cut, why)
     table_end, first_end = _program_header_ends(libm_path)
-    assert loader.library_file_problem(str(_truncated(libm_path, tmp_path / "libm-200.so", table_end - 1))) == (
+    assert loader.library_file_problem(str(_truncated(libm_path, tmp_path / "libm-a.so", table_end - 1))) == (
         f"damaged library (truncated?): its program headers end at byte {table_end}, past the file's end "
         f"({table_end - 1} bytes)"
     )
-    assert loader.library_file_problem(str(_truncated(libm_path, tmp_path / "libm-1000.so", table_end))) == (
+    assert loader.library_file_problem(str(_truncated(libm_path, tmp_path / "libm-b.so", table_end))) == (
         f"damaged library (truncated?): program header 0 reaches byte {first_end}, past the file's end "
         f"({table_end} bytes)"
     )
+    # What dlopen reads rather than maps, it refuses itself (with its own message): no check needed.
     data = bytearray(Path(libm_path).read_bytes())
     data[4] = 1  # ELFCLASS32
     (tmp_path / "lib32.so").write_bytes(data)
-    assert loader.library_file_problem(str(tmp_path / "lib32.so")) == "a 32-bit library; this Python is 64-bit"
-    data[4], data[5] = 2, 2  # big-endian
-    (tmp_path / "libbe.so").write_bytes(data)
-    assert loader.library_file_problem(str(tmp_path / "libbe.so")) == "a library of the other byte order than this " \
-        "machine's"
     (tmp_path / "script.so").write_text("GROUP ( /lib/libc.so.6 )\n")
-    assert loader.library_file_problem(str(tmp_path / "script.so")) == "not a shared library (no ELF header)"
+    for name in ("lib32.so", "script.so", "libm-0.so", "libm-3.so", "libm-40.so"):
+        if name.startswith("libm-"):
+            _truncated(libm_path, tmp_path / name, int(name[5:-3]))
+        assert loader.library_file_problem(str(tmp_path / name)) is None, name
+        with pytest.raises(OSError):
+            loader.dlopen(str(tmp_path / name))
     os.mkfifo(tmp_path / "fifo.so")
     assert loader.library_file_problem(str(tmp_path / "fifo.so")) == "not a regular file"  # and no hang
 
@@ -454,7 +456,7 @@ def test_bare_file_name_setting_names_the_file_in_the_current_folder(
     assert loader.toolkit_identity(loader.NVRTC_LIBRARY).startswith(f"{tmp_path.resolve() / 'libnvrtc.so.12'}|5|")
     with pytest.raises(LibraryNotFoundError) as info:  # the file named, not a system NVRTC of that name
         find_and_load("NVRTC", [cand], "hint")
-    assert f"{tmp_path / 'libnvrtc.so.12'} ($TILEJIT_NVRTC): not a shared library" in str(info.value)
+    assert str(tmp_path / "libnvrtc.so.12") in str(info.value) and "dlopen failed" in str(info.value)
     monkeypatch.setenv("TILEJIT_NVJITLINK", "libnvJitLink.so.13")  # not in this folder
     with pytest.raises(LibraryNotFoundError) as info:
         nvjitlink.load_nvjitlink("libnvJitLink.so.13")

@@ -101,11 +101,13 @@ _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXE
 
 
 def library_file_problem(path: str) -> str | None:
-    """Why the file at ``path`` cannot be loaded safely (None if it may be): an ELF shared library of this
-    process's class and byte order whose headers, segments and sections all lie within the file.
+    """Why dlopen of the file at ``path`` could crash the process (None if it cannot): an ELF file of this
+    process's class and byte order whose header tables, or the file spans of its loadable segments and its
+    sections, reach past the end of the file (truncated).
 
-    dlopen maps a truncated library as it is and the process dies of SIGBUS on touching what is missing,
-    so this runs first. Elsewhere than ELF platforms, None (the system loader judges alone)."""
+    dlopen maps such a file as it is, and the process dies of SIGBUS on touching what is missing, so this
+    runs first. Anything else (not ELF, another class, a header cut short) dlopen reads, not maps, and
+    refuses with its own message; elsewhere than ELF platforms this says None."""
     if not _ELF_CHECKED:
         return None
     try:
@@ -125,25 +127,14 @@ def library_file_problem(path: str) -> str | None:
 
 def _elf_problem(fd: int, size: int) -> str | None:
     """``library_file_problem`` of the open file ``fd`` of ``size`` bytes."""
-    if size == 0:
-        return "damaged library: the file is empty"
     head = os.pread(fd, 64, 0)
-    if head[:4] != b"\x7fELF":
-        if len(head) < 4 and b"\x7fELF".startswith(head):
-            return f"damaged library: the ELF header is cut short ({size} bytes)"
-        return "not a shared library (no ELF header)"
-    bits = {1: 32, 2: 64}
-    if len(head) < 6 or head[4] not in bits or head[5] not in (1, 2):
-        return f"damaged library: the ELF header is cut short ({size} bytes)"
-    if head[4] != _ELF_CLASS:
-        return f"a {bits[head[4]]}-bit library; this Python is {bits[_ELF_CLASS]}-bit"
-    if head[5] != _ELF_DATA:
-        return "a library of the other byte order than this machine's"
+    if head[:4] != b"\x7fELF" or len(head) < 6 or head[4] != _ELF_CLASS or head[5] != _ELF_DATA:
+        return None
     order = "<" if _ELF_DATA == 1 else ">"
     word = "Q" if _ELF_CLASS == 2 else "I"
     header = struct.Struct(f"{order}16xHHI{word}{word}{word}IHHHHHH")
     if len(head) < header.size:
-        return f"damaged library: the ELF header is cut short ({size} bytes)"
+        return None
     _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = header.unpack_from(head)
     if _ELF_CLASS == 2:  # (layout, index of the type, offset and size fields)
         phdr, shdr = (struct.Struct(f"{order}IIQQQQQQ"), (0, 2, 5)), (struct.Struct(f"{order}IIQQQQIIQQ"), (1, 4, 5))
