@@ -758,3 +758,28 @@ def test_closed_stdout_ends_quietly(tmp_path: Path) -> None:
     proc.stdout.close()  # before the command prints anything: it starts in far more than this takes
     err = proc.stderr.read().decode()
     assert (proc.wait(timeout=300), err) == (141, "")
+
+
+def test_ctrl_c_stops_parallel_builds_at_once(toolkit: Toolkit, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) during builds in worker processes
+    exits 130 at once, with no traceback from any process, though a worker is busy for a minute."""
+    import time
+
+    busy_worker = (
+        "import multiprocessing, os, signal, time\n"
+        "if multiprocessing.parent_process() is not None:  # a build process, not the command\n"
+        "    os.killpg(os.getpgid(0), signal.SIGINT)\n"
+        "    time.sleep(60)\n"
+    )
+    kernels = _tile_project(tmp_path, busy_worker)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
+    env.update({"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    start = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "tilejit", "compile", str(kernels), "--kernel", "scale", "--signature",
+         "float32[:],float32[:],float32", "-C", "TILE=256", "--arch", "sm_80,sm_90", "-j", "2",
+         "-o", str(tmp_path / "out")],
+        env=env, capture_output=True, text=True, timeout=120, start_new_session=True,
+    )
+    assert (r.returncode, r.stderr) == (130, ""), r.stderr
+    assert time.monotonic() - start < 30

@@ -549,7 +549,9 @@ class _TileBuild:
         from tilejit.api.signature import parse_signature
         from tilejit.compiler.nvrtc import compile_cuda_ptx_and_cubin
 
-        kernel = _load_python_file(Path(self.path))[self.kernel]
+        kernel = _load_python_file(Path(self.path)).get(self.kernel)
+        if not isinstance(kernel, tj.Kernel):  # the file made it in this process, but not in a worker
+            raise _Failure(f"{self.path}, run again to build {self.target}, has no @tj.kernel named {self.kernel!r}")
         art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target)
         data: dict[str, bytes] = {}
         if "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both
@@ -578,11 +580,29 @@ def _build(job: _CudaBuild | _TileBuild) -> _Built:
         return _Built(job.target, error=str(exc), usage=True)
 
 
-def _ignore_interrupts() -> None:
-    """Worker processes leave Ctrl-C to the parent, which stops the builds (else each prints a traceback)."""
+def _end_on_interrupt() -> None:
+    """A worker process ends at once on Ctrl-C (which a terminal sends to the parent and every worker), even
+    inside an NVRTC call and with no traceback; the parent drops the builds not yet run and exits 130."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """Ignore Ctrl-C in this block, and so in the processes it starts: a Python interpreter interrupted while it
+    starts prints a traceback (an ignored SIGINT stays ignored through exec; ``_end_on_interrupt`` ends that)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if before is None else before)
 
 
 def _cpu_count() -> int:
@@ -659,16 +679,16 @@ def _results(jobs: Sequence[_CudaBuild | _TileBuild], workers: int) -> Iterator[
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_interrupts)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_end_on_interrupt)
     try:
-        futures = {pool.submit(_build, job): job for job in jobs}
+        with _interrupts_ignored():  # the workers start now (at submit), ignoring Ctrl-C until they are ready
+            futures = {pool.submit(_build, job): job for job in jobs}
         for future in as_completed(futures):
             try:
                 yield future.result()
             except BrokenProcessPool as exc:
                 yield _Built(futures[future].target, error=f"its build process died ({exc})")
-    except BaseException:
-        # Ctrl-C, or the caller stopped: builds not started are dropped; those running finish, unwritten.
+    except BaseException:  # Ctrl-C, or the caller stopped: builds not started are dropped
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
