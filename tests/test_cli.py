@@ -783,3 +783,9 @@ def test_ctrl_c_stops_parallel_builds_at_once(toolkit: Toolkit, tmp_path: Path) 
     )
     assert (r.returncode, r.stderr) == (130, ""), r.stderr
     assert time.monotonic() - start < 30
+
+
+def test_compile_py_missing_file(tmp_path: Path) -> None:
+    r = tilejit("compile", str(tmp_path / "nope.py"), "--kernel", "k", "--signature", "float32[:]", "--arch", "sm_80")
+    assert (r.returncode, r.stderr.strip()) == (2, f"tilejit compile: error: cannot read {tmp_path / 'nope.py'}: "
+                                                   "no such file")

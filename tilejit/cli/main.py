@@ -235,7 +235,11 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
         "--arch", default=None,
         help="target(s), comma-separated, e.g. sm_90 or sm_80,sm_90a (default: this GPU, else $TILEJIT_ARCH)",
     )
-    p.add_argument("--emit", default="cubin", help="outputs, comma-separated from ptx, cubin, ltoir (default: cubin)")
+    p.add_argument(
+        "--emit", default="cubin",
+        help="outputs, comma-separated: for CUDA C++ from ptx, cubin, ltoir; for Python files from ir, cuda, ptx, "
+             "cubin (default: cubin)",
+    )
     p.add_argument("-o", "--output-dir", type=Path, default=None, help="folder for outputs (default: next to FILE)")
     p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
                    help="CUDA C++ files: add an include folder")
