@@ -2,6 +2,7 @@
 
 Each subcommand is a ``(configure, run)`` pair in ``COMMANDS``, so new ones plug in without touching ``main``.
 Expected failures (compile errors, bad targets, missing libraries) print a message and exit 1; no traceback.
+``compile`` builds several targets at once in spawned worker processes, each failure reported with its target.
 """
 
 from __future__ import annotations
