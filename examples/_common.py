@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
 import tilejit as tj
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(
+    description: str, extra: Callable[[argparse.ArgumentParser], object] | None = None
+) -> argparse.Namespace:
+    """The options every example takes, plus those ``extra`` adds."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--arch", default="sm_90", help="target to compile for when no GPU is present")
     p.add_argument("--compile-only", action="store_true", help="compile for --arch even if a GPU is present")
     p.add_argument("--show", choices=["ir", "cuda", "ptx"], help="print one compiled form")
+    if extra is not None:
+        extra(p)
     return p.parse_args()
 
 

@@ -1,4 +1,4 @@
-"""Matrix multiply: f16/bf16 tiles in, f32 accumulate on tensor cores, one output tile per block."""
+"""Matrix multiply: f16 or bf16 tiles in (--dtype), f32 accumulate on tensor cores, one output tile per block."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import numpy as np
 from _common import check, compile_only, parse_args, should_run
 
 import tilejit as tj
+
+DTYPES = {"float16": tj.float16, "bfloat16": tj.bfloat16}
 
 
 @tj.kernel
@@ -19,20 +21,37 @@ def matmul(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[
     tj.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
 
+def random_input(rng: np.random.Generator, shape: tuple[int, int], dtype: str) -> tuple[np.ndarray, tj.DeviceArray]:
+    """Random values of ``dtype``: (their exact values as float64, a device array of them). numpy has no
+    bfloat16, so a bfloat16 array is uploaded as its 16-bit patterns: float32's upper half, rounded to nearest even."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    if dtype == "float16":
+        h = x.astype(np.float16)
+        return h.astype(np.float64), tj.asarray(h)
+    bits = x.view(np.uint32)
+    upper = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    exact = (upper.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    raw = tj.asarray(upper)
+    return exact, tj.DeviceArray(shape, "bfloat16", ptr=raw.ptr, base=raw)
+
+
 def main() -> None:
-    args = parse_args(__doc__)
+    args = parse_args(__doc__, lambda p: p.add_argument(
+        "--dtype", choices=sorted(DTYPES), default="float16", help="the input matrices' dtype (default: float16)"
+    ))
+    dtype = DTYPES[args.dtype]
     consts = {"BM": 128, "BN": 128, "BK": 32}
     if not should_run(args):
         # [:, ::1]: contiguous, 16-byte-aligned rows, as the arrays below are: the fast path
-        compile_only(args, matmul, (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1]), consts)
+        compile_only(args, matmul, (dtype[:, ::1], dtype[:, ::1], tj.float32[:, ::1]), consts)
         return
     m, n, k = 1000, 1100, 700
     rng = np.random.default_rng()
-    a, b = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16)
+    (a, da), (b, db) = random_input(rng, (m, k), args.dtype), random_input(rng, (k, n), args.dtype)
     dc = tj.asarray(np.full((m, n), np.nan, np.float32))
     grid = (tj.cdiv(m, consts["BM"]), tj.cdiv(n, consts["BN"]))
-    matmul[grid](tj.asarray(a), tj.asarray(b), dc, **consts)
-    check("matmul f16", dc.numpy(), a.astype(np.float64) @ b.astype(np.float64), 1e-3)
+    matmul[grid](da, db, dc, **consts)
+    check(f"matmul {args.dtype}", dc.numpy(), a @ b, 1e-3)
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def test_doctor_reports_a_crashing_probe_and_goes_on(tmp_path: Path) -> None:
     assert "Traceback" not in r.stdout + r.stderr
     nvrtc_section = r.stdout.split("NVRTC (compiler)\n")[1].split("\n\n")[0]
     assert nvrtc_section == f"  not found:\n    probing NVRTC crashed (signal {int(signal.SIGBUS)}, SIGBUS)"
-    assert "\nnvJitLink (LTO linker, optional)\n" in r.stdout and "\nCUDA driver\n" in r.stdout
+    assert "\nnvJitLink (LTO linker): " in r.stdout and "\nCUDA driver\n" in r.stdout
     assert f"{tmp_path / 'c'}: 0 entries" in r.stdout
     assert r.stdout.strip().splitlines()[-1].startswith("Summary: no NVRTC")
 
@@ -335,3 +335,498 @@ def test_console_script_entry_point() -> None:
     from tilejit.cli.main import main
 
     assert ep.load() is main
+
+
+# ---------------------------------------------------------------- issue 16: signatures, imports, flags, builds
+
+TILE_FILE = """import tilejit as tj
+
+@tj.kernel
+def scale(x, out, s, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) * s)
+"""
+
+
+def _tile_project(tmp_path: Path, extra: str = "") -> Path:
+    (tmp_path / "kernels.py").write_text(TILE_FILE + extra)
+    return tmp_path / "kernels.py"
+
+
+def _outputs(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("", ()),
+        ("  ", ()),
+        ("float32[:]", (("float32", 1, False),)),
+        ("f16[:,::1], float16[:,:],float32[ : , : ]", (("float16", 2, True), ("float16", 2, False),
+                                                        ("float32", 2, False))),
+        ("bool[:], i64[:,:,::1]", (("bool", 1, False), ("int64", 3, True))),
+        ("int, float, bool, u8, bf16", ("int32", "float32", "bool", "uint8", "bfloat16")),
+    ],
+)
+def test_parse_signature_accepts(text: str, want: tuple[object, ...]) -> None:
+    from tilejit.api.signature import parse_signature
+    from tilejit.language.ir.types import ArrayType, TileType
+
+    got = parse_signature(text)
+    assert len(got) == len(want)
+    for t, w in zip(got, want):
+        if isinstance(w, tuple):
+            assert isinstance(t, ArrayType)
+            assert (t.dtype.name, t.ndim, t.contiguous) == w
+        else:
+            assert isinstance(t, TileType) and t.shape == () and t.dtype.name == w
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "message"),
+    [
+        ("float32[:],float32[", 19, "expected ':' or '::1' for a dimension, found the end"),
+        ("float32[:],float32", None, None),  # fine: the second parameter is a scalar, as written
+        ("float32[:,:", 11, "expected ',' or ']' to close the '[' at column 7, found the end"),
+        ("float32[]", 8, "expected ':' or '::1' for a dimension, found ']'"),
+        ("float32[::2]", 10, "only ::1 (unit inner stride) may follow '::'"),
+        ("float32[::1,:]", 8, "::1 is allowed only as the last dimension"),
+        ("float32[:,::10]", 13, "expected ',' or ']' to close the '[' at column 7, found '0'"),
+        ("float32[1]", 8, "expected ':' or '::1' for a dimension, found '1'"),
+        ("float33[:,:],int32", 0, "unknown type 'float33[:,:]'"),
+        ("int32,Float32", 6, "unknown type 'Float32'"),
+        ("float32 int32", 8, "expected ',' or the end after 'float32', found 'i'"),
+        ("float32[:]x", 10, "expected ',' or the end after 'float32[:]', found 'x'"),
+        (",int32", 0, "expected a parameter type, found ','"),
+        ("int32,,f32", 6, "expected a parameter type, found ','"),
+        ("int32, ", 7, "expected a parameter type after ',', found the end"),
+        ("int[:]", 3, "'int' is a Python scalar type and takes no dimensions; an array needs a dtype, e.g. int32[:]"),
+        ("f32[:],\tf64[", 12, "expected ':' or '::1' for a dimension, found the end"),
+    ],
+)
+def test_parse_signature_rejects_with_the_column(text: str, column: int | None, message: str | None) -> None:
+    from tilejit.api.signature import parse_signature
+
+    if column is None:
+        assert len(parse_signature(text)) == 2
+        return
+    with pytest.raises(ValueError) as info:
+        parse_signature(text)
+    first, shown, caret = str(info.value).split("\n")
+    assert first.startswith(f"column {column}: {message}")
+    assert shown == "  " + text.replace("\t", " ")
+    assert caret == "  " + " " * column + "^"
+
+
+def test_parse_signature_wants_text() -> None:
+    from tilejit.api.signature import parse_signature
+
+    with pytest.raises(TypeError, match="signature text must be str, got list"):
+        parse_signature(["float32[:]"])  # type: ignore[arg-type]
+
+
+def test_compile_py_refuses_a_malformed_signature(tmp_path: Path) -> None:
+    """Issue 16: 'float32[:],float32[' made the second parameter a float32 scalar and compiled."""
+    kernels = _tile_project(tmp_path)
+    r = tilejit("compile", str(kernels), "--kernel", "scale", "--signature", "float32[:],float32[:],float32[",
+                "-C", "TILE=256", "--arch", "sm_80", "--emit", "cuda", "-o", str(tmp_path / "out"),
+                env={"TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert (r.returncode, "Traceback" in r.stderr) == (2, False), r.stderr
+    assert r.stderr.splitlines() == [
+        "tilejit compile: error: --signature: column 30: expected ':' or '::1' for a dimension, found the end; "
+        "write arrays as dtype[:] (rank 1) or dtype[:,:] (rank 2), with ::1 last for unit inner stride and "
+        "16-byte-aligned rows (e.g. f16[:,::1])",
+        "  float32[:],float32[:],float32[",
+        "                                ^",
+    ]
+    assert _outputs(tmp_path / "out") == []
+
+
+def test_compile_py_a_scalar_is_a_scalar(tmp_path: Path) -> None:
+    kernels = _tile_project(tmp_path)
+    r = tilejit("compile", str(kernels), "--kernel", "scale", "--signature", "float32[:], float32[:], float32",
+                "-C", "TILE=256", "--arch", "sm_80", "--emit", "ir", "-o", str(tmp_path / "out"),
+                env={"TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stderr
+    ir = (tmp_path / "out" / "kernels.scale.sm_80.ir").read_text()
+    assert "array<f32, 1>" in ir and "s: f32" in ir, ir[:400]
+
+
+@pytest.mark.parametrize(
+    ("body", "lines"),
+    [
+        ("import sys\nsys.exit(0)\n", [
+            "tilejit compile: error: {file} called sys.exit(0) while being imported, so nothing was compiled; a "
+            'script that compiles must keep its own work under `if __name__ == "__main__":`',
+            "  at {file}:8 in <module>: sys.exit(0)",
+        ]),
+        ("import sys\nsys.exit('no GPU')\n", [
+            "tilejit compile: error: {file} called sys.exit('no GPU') while being imported, so nothing was "
+            'compiled; a script that compiles must keep its own work under `if __name__ == "__main__":`',
+            "  at {file}:8 in <module>: sys.exit('no GPU')",
+        ]),
+        ("import json\ndef setup():\n    return json.loads('{')\nsetup()\n", [
+            "tilejit compile: error: cannot import {file}: JSONDecodeError: Expecting property name enclosed in "
+            "double quotes: line 1 column 2 (char 1)",
+            "  at {json}:{line} in raw_decode: {code}",
+            "  called from {file}:9 in setup: return json.loads('{{')",
+        ]),
+        ("x = (1,\n", [
+            "tilejit compile: error: cannot import {file}: SyntaxError: '(' was never closed",
+            "  at {file}:7",
+            "    x = (1,",
+            "        ^",
+        ]),
+    ],
+)
+def test_compile_py_reports_a_failed_import(tmp_path: Path, body: str, lines: list[str]) -> None:
+    """Issue 16: a file calling sys.exit(0) at import made `tilejit compile` exit 0 having written nothing."""
+    import json.decoder
+    import traceback
+
+    kernels = _tile_project(tmp_path, body)
+    r = tilejit("compile", str(kernels), "--kernel", "scale", "--signature", "float32[:],float32[:],float32",
+                "-C", "TILE=256", "--arch", "sm_80", "-o", str(tmp_path / "out"),
+                env={"TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert (r.returncode, "Traceback" in r.stderr) == (1, False), r.stderr
+    fields = {"file": str(kernels), "json": json.decoder.__file__}
+    if "json" in body:
+        try:
+            json.loads("{")
+        except ValueError as exc:
+            last = traceback.extract_tb(exc.__traceback__)[-1]
+            fields.update(line=str(last.lineno), code=(last.line or "").strip())
+    assert r.stderr.splitlines() == [line.format(**fields) for line in lines]
+    assert _outputs(tmp_path / "out") == []
+
+
+def test_compile_py_interrupted_at_import_exits_130(tmp_path: Path) -> None:
+    kernels = _tile_project(tmp_path, "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")
+    r = tilejit("compile", str(kernels), "--kernel", "scale", "--signature", "float32[:],float32[:],float32",
+                "-C", "TILE=256", "--arch", "sm_80", "-o", str(tmp_path / "out"))
+    assert (r.returncode, r.stdout, r.stderr) == (130, "", "")
+
+
+@pytest.mark.parametrize(
+    ("flag", "why"),
+    [
+        (["-I", "inc"], "-I applies to CUDA C++ files only, and {file} is not one: a tile kernel's CUDA C++ is "
+                        "generated, with tilejit's headers built in"),
+        (["-D", "X=1"], "-D applies to CUDA C++ files only, and {file} is not one: a tile kernel takes "
+                        "compile-time values as tj.Constant parameters (-C NAME=VALUE)"),
+        (["--name-expr", "scale"], "--name-expr applies to CUDA C++ files only, and {file} is not one: a tile "
+                                   "kernel is named by --kernel and has no C++ template to instantiate"),
+        (["--nvrtc-option=--use_fast_math"], "-X/--nvrtc-option applies to CUDA C++ files only, and {file} is not one: "
+                                    "tile kernels compile with the NVRTC options tilejit chooses for them"),
+        (["-X-G"], "-X/--nvrtc-option applies to CUDA C++ files only"),
+    ],
+)
+def test_compile_py_refuses_cuda_options(tmp_path: Path, flag: list[str], why: str) -> None:
+    """Issue 16: -I, -D, --name-expr and -X were silently ignored for .py files."""
+    kernels = _tile_project(tmp_path)
+    r = tilejit("compile", str(kernels), "--kernel", "scale", "--signature", "float32[:],float32[:],float32",
+                "-C", "TILE=256", "--arch", "sm_80", "-o", str(tmp_path / "out"), *flag,
+                env={"TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert (r.returncode, "Traceback" in r.stderr) == (2, False), r.stderr
+    assert r.stderr.startswith("tilejit compile: error: " + why.format(file=kernels)), r.stderr
+    assert _outputs(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize(
+    ("flag", "why"),
+    [
+        (["--kernel", "scale"], "--kernel applies to Python files only, and {file} is not one: NVRTC compiles "
+                                "every kernel of a CUDA C++ file (--name-expr names template instances)"),
+        (["--signature", ""], "--signature applies to Python files only, and {file} is not one: a CUDA C++ "
+                              "kernel's parameter types are in its source"),
+        (["-C", "N=1"], "-C applies to Python files only, and {file} is not one: define CUDA C++ macros with "
+                        "-D NAME=VALUE"),
+    ],
+)
+def test_compile_cu_refuses_python_options(project: Path, flag: list[str], why: str) -> None:
+    r = tilejit("compile", str(project / "scale.cu"), "--arch", "sm_80", "-o", str(project / "out"), *flag)
+    assert (r.returncode, "Traceback" in r.stderr) == (2, False), r.stderr
+    assert r.stderr.strip() == "tilejit compile: error: " + why.format(file=project / "scale.cu")
+
+
+def _counting_nvrtc(toolkit: Toolkit, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """Make ``toolkit``'s NVRTC the one compile_cuda uses in this process; returns the options of each compile."""
+    import ctypes
+
+    from tilejit.bindings.nvrtc import load_nvrtc
+    from tilejit.compiler import nvrtc as nvrtc_module
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    real = lib.nvrtcCompileProgram
+    calls: list[tuple[str, ...]] = []
+
+    def compile_program(prog: object, n: int, opts: ctypes.Array[ctypes.c_char_p]) -> int:
+        calls.append(tuple((opts[i] or b"").decode() for i in range(n)))
+        return int(real(prog, n, opts))
+
+    monkeypatch.setattr(lib, "nvrtcCompileProgram", compile_program)
+    monkeypatch.setattr(nvrtc_module, "_default_nvrtc", lambda: lib)
+    return calls
+
+
+def test_compile_ptx_and_cubin_from_one_nvrtc_run(toolkit: Toolkit, project: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16: `--emit ptx,cubin` ran NVRTC twice per target."""
+    from tilejit.cli.main import main
+
+    calls = _counting_nvrtc(toolkit, monkeypatch)
+    out = project / "out"
+    rc = main(["compile", str(project / "scale.cu"), "--arch", "sm_80", "--emit", "cubin,ptx", "-o", str(out),
+               "-I", str(project / "inc"), "-D", "OFFSET=2", "--name-expr", "scale<float>"])
+    assert rc == 0
+    assert len(calls) == 1 and "-arch=sm_80" in calls[0], calls
+    assert _outputs(out) == ["scale.sm_80.cubin", "scale.sm_80.ptx"]
+    ptx = (out / "scale.sm_80.ptx").read_text()
+    assert ".target sm_80" in ptx and "_Z5scaleIfEvPT_i" in ptx
+    assert (out / "scale.sm_80.cubin").read_bytes()[:4] == b"\x7fELF"
+
+
+def test_compile_py_ptx_and_cubin_from_one_nvrtc_run(toolkit: Toolkit, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tilejit.cli.main import main
+
+    monkeypatch.setenv("TILEJIT_CACHE", "0")
+    calls = _counting_nvrtc(toolkit, monkeypatch)
+    kernels = _tile_project(tmp_path)
+    out = tmp_path / "out"
+    rc = main(["compile", str(kernels), "--kernel", "scale", "--signature", "float32[:],float32[:],float32",
+               "-C", "TILE=256", "--arch", "sm_80", "--emit", "ptx,cubin,cuda", "-o", str(out)])
+    assert rc == 0
+    assert len(calls) == 1 and "-arch=sm_80" in calls[0], calls
+    assert _outputs(out) == ["kernels.scale.sm_80.cu", "kernels.scale.sm_80.cubin", "kernels.scale.sm_80.ptx"]
+    assert ".target sm_80" in (out / "kernels.scale.sm_80.ptx").read_text()
+
+
+@pytest.mark.parametrize("options", [(), ("-lineinfo",), ("--use_fast_math", "-DX=2")])
+def test_ptx_and_cubin_of_one_run_are_those_of_two(toolkit: Toolkit, options: tuple[str, ...]) -> None:
+    """The PTX of a compile for sm_XX is byte for byte the PTX of a compile for compute_XX, for every major."""
+    from tilejit.bindings.nvrtc import load_nvrtc
+    from tilejit.compiler.nvrtc import compile_cuda, compile_cuda_ptx_and_cubin
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    source = KERNEL.replace('#include "scale.h"\n#include "local.cuh"\n', "#define SCALE 3\n#define OFFSET X\n")
+    source = source.replace("+ local_bias()", "+ __expf((float)x[0])")
+    targets = ["sm_75", "sm_80", "sm_90"] + (["sm_90a"] if lib.version >= (12, 0) else [])
+    for target in targets:
+        kw = {"target": target, "options": ("-DX=1", *options), "name_expressions": ("scale<float>",), "nvrtc": lib}
+        ptx, cubin = compile_cuda_ptx_and_cubin(source, **kw)  # type: ignore[arg-type]
+        want_ptx = compile_cuda(source, output="ptx", cache=False, **kw)  # type: ignore[arg-type]
+        want_cubin = compile_cuda(source, output="cubin", cache=False, **kw)  # type: ignore[arg-type]
+        assert (ptx.kind, cubin.kind) == ("ptx", "cubin")
+        assert ptx.code == want_ptx.code, target
+        assert cubin.code == want_cubin.code, target
+        assert ptx.lowered_names == cubin.lowered_names == want_ptx.lowered_names
+        assert ptx.target == cubin.target == want_cubin.target
+
+
+def test_ptx_and_cubin_errors_are_compile_cudas(toolkit: Toolkit) -> None:
+    from tilejit.bindings.nvrtc import load_nvrtc
+    from tilejit.compiler.nvrtc import compile_cuda_ptx_and_cubin
+    from tilejit.errors import CompileError, TargetError
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    with pytest.raises(CompileError, match=r"could not compile bad\.cu for sm_80"):
+        compile_cuda_ptx_and_cubin("__global__ void k() { oops }", name="bad.cu", target="sm_80", nvrtc=lib)
+    with pytest.raises(TargetError, match="sm_990 is not supported"):
+        compile_cuda_ptx_and_cubin("__global__ void k() {}", target="sm_990", nvrtc=lib)
+    with pytest.raises(ValueError, match="choose the architecture with target="):
+        compile_cuda_ptx_and_cubin("__global__ void k() {}", target="sm_80", options=["-arch=sm_90"], nvrtc=lib)
+
+
+def test_compile_many_targets_in_processes_with_a_failure(toolkit: Toolkit, tmp_path: Path) -> None:
+    """Issue 16: targets built one at a time; now in processes, and a failing one stops none of the others."""
+    log = tmp_path / "imports.log"
+    record_pid = f"import os\nwith open({str(log)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+    kernels = _tile_project(tmp_path, record_pid)
+    r = tilejit("compile", str(kernels), "--kernel", "scale", "--signature", "float32[:],float32[:],float32",
+                "-C", "TILE=256", "--arch", "sm_990,sm_80,sm_90,sm_80", "--emit", "ptx,cubin", "-j", "2",
+                "-o", str(tmp_path / "out"),
+                env={"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert (r.returncode, "Traceback" in r.stderr) == (1, False), r.stderr
+    assert _outputs(tmp_path / "out") == [f"kernels.scale.sm_{a}.{e}" for a in (80, 90) for e in ("cubin", "ptx")]
+    errors = r.stderr.strip().splitlines()
+    assert errors[0].startswith("tilejit compile: error: sm_990: sm_990 is not supported by NVRTC"), errors
+    assert errors[-1] == "tilejit compile: error: 1 of 3 builds failed (sm_990); the others' outputs were written"
+    assert "%|" not in r.stderr  # stderr is not a terminal: no progress bar unless asked for
+    pids = log.read_text().split()
+    assert len(set(pids)) >= 2, pids  # this process imported the file, and so did a worker process
+
+
+def test_compile_cu_many_targets_progress_bar(toolkit: Toolkit, project: Path) -> None:
+    archs = [a for a in ("sm_75", "sm_80", "sm_86", "sm_90") if int(a[3:]) in _supported(toolkit)]
+    r = tilejit("compile", str(project / "scale.cu"), "--arch", ",".join(archs), "--emit", "cubin", "--progress",
+                "-o", str(project / "out"), "-I", str(project / "inc"), "-D", "OFFSET=2",
+                env={"TILEJIT_NVRTC": str(toolkit.nvrtc)})
+    assert (r.returncode, "Traceback" in r.stderr) == (0, False), r.stderr
+    assert _outputs(project / "out") == [f"scale.{a}.cubin" for a in archs]
+    assert "compiling scale.cu: 100%|" in r.stderr and f"{len(archs)}/{len(archs)}" in r.stderr, r.stderr
+    assert sorted(ln for ln in r.stdout.splitlines()) == sorted(
+        f"wrote {project / 'out' / f'scale.{a}.cubin'} ({_size(project / 'out' / f'scale.{a}.cubin')})" for a in archs
+    )
+    r = tilejit("compile", str(project / "scale.cu"), "--arch", ",".join(archs), "--no-progress", "-j", "1",
+                "-o", str(project / "out2"), "-I", str(project / "inc"), "-D", "OFFSET=2",
+                env={"TILEJIT_NVRTC": str(toolkit.nvrtc)})
+    assert (r.returncode, r.stderr) == (0, "")
+    written = [ln.split()[1] for ln in r.stdout.splitlines()]
+    assert written == [str(project / "out2" / f"scale.{a}.cubin") for a in archs]  # -j 1: in order
+
+
+def _supported(toolkit: Toolkit) -> list[int]:
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    return list(load_nvrtc(str(toolkit.nvrtc)).supported_archs())
+
+
+def _size(path: Path) -> str:
+    from tilejit.cli.main import _bytes
+
+    return _bytes(path.stat().st_size)
+
+
+@pytest.mark.parametrize(("args", "text"), [(["-j", "0"], "expected a positive number of builds at once, got '0'"),
+                                            (["-j", "many"], "expected a positive number of builds at once")])
+def test_compile_bad_job_count(project: Path, args: list[str], text: str) -> None:
+    r = tilejit("compile", str(project / "scale.cu"), "--arch", "sm_80", *args)
+    assert (r.returncode, "Traceback" in r.stderr) == (2, False)
+    assert text in r.stderr
+
+
+def test_messages_count_in_words(tmp_path: Path) -> None:
+    """Issue 16: `cache clear` printed 'removed 1 entries'."""
+    folder = tmp_path / "c"
+    DiskCache(folder).put(cache_key("one"), {"code": b"x"})
+    env = {"TILEJIT_CACHE_DIR": str(folder)}
+    r = tilejit("doctor", env=env)
+    assert f"  {folder}: 1 entry, " in r.stdout, r.stdout
+    r = tilejit("cache", "clear", env=env)
+    assert (r.returncode, r.stdout.strip()) == (0, f"removed 1 entry from {folder}")
+    r = tilejit("cache", "clear", env=env)
+    assert (r.returncode, r.stdout.strip()) == (0, f"removed 0 entries from {folder}")
+
+
+def _nvjitlink_of(toolkit: Toolkit) -> Path | None:
+    found = sorted(toolkit.root.glob(f"nvidia/*/lib/libnvJitLink.so.{toolkit.major}"))
+    return found[0] if found else None
+
+
+def test_doctor_reports_nvjitlink_in_one_line(toolkit: Toolkit, tmp_path: Path) -> None:
+    """Issue 16: a missing nvJitLink, which nothing uses, took a 10-line 'not found' block."""
+    env = {"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path / "c"),
+           "TILEJIT_NVJITLINK": str(tmp_path / "libnvJitLink.so.12")}
+    r = tilejit("doctor", env=env)
+    assert r.returncode == 0, r.stderr
+    section = r.stdout.split("\n\nnvJitLink")[1].split("\n\n")[0]
+    assert "nvJitLink" + section == "nvJitLink (LTO linker): not found (optional: nothing in tilejit uses it yet)"
+    library = _nvjitlink_of(toolkit)
+    if library is None:
+        return
+    from tilejit.bindings.nvjitlink import load_nvjitlink
+
+    version = ".".join(map(str, load_nvjitlink(str(library)).version))
+    r = tilejit("doctor", env={**env, "TILEJIT_NVJITLINK": str(library)})
+    section = r.stdout.split("\n\nnvJitLink")[1].split("\n\n")[0]
+    assert "nvJitLink" + section == (
+        f"nvJitLink (LTO linker): {version} at {library} (optional: nothing in tilejit uses it yet)"
+    )
+
+
+def _doctor_targets(toolkit: Toolkit, tmp_path: Path) -> dict[str, str]:
+    r = tilejit("doctor", env={"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stderr
+    nvrtc = r.stdout.split("NVRTC (compiler)\n")[1].split("\n\n")[0]
+    return dict(ln.strip().split(": ", 1) for ln in nvrtc.splitlines())
+
+
+def test_doctor_lists_arch_specific_and_family_targets(toolkit: Toolkit, tmp_path: Path) -> None:
+    """Issue 16: doctor listed no arch-specific targets, though sm_90a and sm_100a compile. Each one it lists
+    compiles, and each 'a'/'f' spelling of a supported architecture that it leaves out does not."""
+    from tilejit.bindings.nvrtc import load_nvrtc
+    from tilejit.compiler.nvrtc import compile_cuda
+    from tilejit.errors import TilejitError
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    lines = _doctor_targets(toolkit, tmp_path)
+    for key, suffix, first in (("arch-specific targets", "a", 90), ("family targets", "f", 100)):
+        listed = [] if lines[key].startswith("none") else lines[key].split(", ")
+        for number in lib.supported_archs():
+            if number < first:
+                continue
+            try:
+                compile_cuda("__global__ void k() {}", target=f"sm_{number}{suffix}", nvrtc=lib, cache=False)
+                compiles = True
+            except TilejitError:
+                compiles = False
+            assert compiles == (f"sm_{number}{suffix}" in listed), (key, number, lines[key])
+        if not listed:
+            need = "12.0" if suffix == "a" else "12.9"
+            assert lines[key] == (f"none (they need NVRTC {need} or newer)" if lib.version < (12, int(need[3]))
+                                  else "none")
+    if lib.version >= (12, 0):
+        assert "sm_90a" in lines["arch-specific targets"]
+
+
+def test_readme_targets_are_what_doctor_reports(toolkit: Toolkit, tmp_path: Path) -> None:
+    """Issue 16: the README's target ranges disagreed with doctor. Its table has a row per NVRTC version that
+    CI installs; a toolkit of another version is not described there (an older minor supports fewer)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = {m[0]: m[1:] for m in re.findall(r"^\| (\d+\.\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", readme, re.M)}
+    assert rows, "README.md has no table of each NVRTC's targets"
+    from tilejit.bindings.nvrtc import load_nvrtc
+
+    version = ".".join(map(str, load_nvrtc(str(toolkit.nvrtc)).version))
+    if version not in rows:
+        pytest.skip(f"README.md's target table has no row for NVRTC {version} (rows: {', '.join(rows)})")
+    lines = _doctor_targets(toolkit, tmp_path)
+    want = [lines[k].split(" (")[0] for k in ("targets", "arch-specific targets", "family targets")]
+    assert [cell.strip() for cell in rows[version]] == want
+
+
+def test_closed_stdout_ends_quietly(tmp_path: Path) -> None:
+    """`tilejit doctor | head -1` printed two BrokenPipeError tracebacks."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
+    env["TILEJIT_CACHE_DIR"] = str(tmp_path / "c")
+    proc = subprocess.Popen([sys.executable, "-m", "tilejit", "doctor"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command prints anything: it starts in far more than this takes
+    err = proc.stderr.read().decode()
+    assert (proc.wait(timeout=300), err) == (141, "")
+
+
+def test_ctrl_c_stops_parallel_builds_at_once(toolkit: Toolkit, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) during builds in worker processes
+    exits 130 at once, with no traceback from any process, though a worker is busy for a minute."""
+    import time
+
+    busy_worker = (
+        "import multiprocessing, os, signal, time\n"
+        "if multiprocessing.parent_process() is not None:  # a build process, not the command\n"
+        "    os.killpg(os.getpgid(0), signal.SIGINT)\n"
+        "    time.sleep(60)\n"
+    )
+    kernels = _tile_project(tmp_path, busy_worker)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
+    env.update({"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path / "c")})
+    start = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "tilejit", "compile", str(kernels), "--kernel", "scale", "--signature",
+         "float32[:],float32[:],float32", "-C", "TILE=256", "--arch", "sm_80,sm_90", "-j", "2",
+         "-o", str(tmp_path / "out")],
+        env=env, capture_output=True, text=True, timeout=120, start_new_session=True,
+    )
+    assert (r.returncode, r.stderr) == (130, ""), r.stderr
+    assert time.monotonic() - start < 30
+
+
+def test_compile_py_missing_file(tmp_path: Path) -> None:
+    r = tilejit("compile", str(tmp_path / "nope.py"), "--kernel", "k", "--signature", "float32[:]", "--arch", "sm_80")
+    assert (r.returncode, r.stderr.strip()) == (2, f"tilejit compile: error: cannot read {tmp_path / 'nope.py'}: "
+                                                   "no such file")

@@ -43,3 +43,25 @@ def test_example_runs_on_gpu(name: str) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "relative error" in proc.stdout and "ok" in proc.stdout
 
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
+def test_matmul_example_compiles_bfloat16(arch: str, toolkit: Any, tmp_path: Path) -> None:
+    """Issue 16: the README called the matmul example 'f16/bf16 in', but it built f16 only."""
+    env = {"TILEJIT_CACHE_DIR": str(tmp_path), "TILEJIT_NVRTC": str(toolkit.nvrtc)}
+    for dtype, other in (("bfloat16", "half"), ("float16", "bf16")):
+        proc = _run(["matmul.py", "--compile-only", "--arch", arch, "--dtype", dtype, "--show", "cuda"], env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        kernel = proc.stdout.split("compiled matmul")[0]
+        mine = "bf16" if dtype == "bfloat16" else "half"
+        assert f"tj::Array<tj::{mine}, 2> u_a" in kernel and f"tj::Array<tj::{mine}, 2> u_b" in kernel, kernel[:800]
+        assert f"tj::{other}" not in kernel
+    proc = _run(["matmul.py", "--compile-only", "--dtype", "float32"], env)
+    assert proc.returncode == 2 and "invalid choice: 'float32'" in proc.stderr
+
+
+@pytest.mark.gpu
+def test_matmul_example_runs_bfloat16_on_gpu() -> None:
+    proc = _run(["matmul.py", "--dtype", "bfloat16"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "matmul bfloat16: relative error" in proc.stdout and "(ok" in proc.stdout

@@ -3,6 +3,7 @@
 Arrays specialize on dtype, rank and two layout facts (unit innermost stride, 16-byte alignment)
 that let the backend use vector accesses; Python scalars specialize on a dtype (int → int32 unless
 it needs 64 bits, float → float32, bool → bool); ``tj.Constant`` values are part of the key.
+``parse_signature`` reads the same types from text (``"float32[:,::1], f16[:], int32"``), strictly.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tilejit.errors import LaunchError
-from tilejit.language.ir.types import BY_NAME, DType, TileType, float32, int32, int64, scalar
+from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType, float32, int32, int64, scalar
 from tilejit.language.ir.types import bool_ as tj_bool
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -47,3 +48,110 @@ def array_key(
     unit = len(strides) > 0 and strides[-1] == 1  # not shape-based: dispatch keys by strides, not shape
     aligned = ptr % 16 == 0 and all((s * item) % 16 == 0 for s in strides[:-1])
     return dtype, len(shape), unit, aligned
+
+
+_PYTHON_SCALARS: dict[str, DType] = {"int": int32, "float": float32}  # "bool" is a dtype name too
+_TYPE_HELP = "a dtype such as float32, f16, int32 (arrays: float32[:], f16[:,::1]) or int, float, bool"
+_ARRAY_HELP = (
+    "write arrays as dtype[:] (rank 1) or dtype[:,:] (rank 2), with ::1 last for unit inner stride "
+    "and 16-byte-aligned rows (e.g. f16[:,::1])"
+)
+
+
+def _signature_error(text: str, column: int, message: str) -> ValueError:
+    """A ValueError naming ``column`` (0-based) of ``text`` and showing it with a caret under it."""
+    shown = "".join(" " if c.isspace() else c for c in text)  # a tab or newline would misplace the caret
+    return ValueError(f"column {column}: {message}\n  {shown}\n  {' ' * column}^")
+
+
+def _skip_spaces(text: str, i: int) -> int:
+    """The index of the first non-space character of ``text`` at or after ``i`` (``len(text)`` if none)."""
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def parse_signature(text: str) -> tuple[ArrayType | TileType, ...]:
+    """Parameter types from text such as ``"float32[:,::1], f16[:], int32, float"``, one per comma.
+
+    Each entry is a dtype name (a scalar), a dtype with dimensions (``:`` each, ``::1`` allowed last: an
+    array), or ``int``/``float``/``bool``. Anything else raises ValueError with the 0-based column and a
+    caret line: a typo must not silently change a parameter's type. An empty text is no parameters."""
+    if not isinstance(text, str):
+        raise TypeError(f"signature text must be str, got {type(text).__name__}")
+    n = len(text)
+    pos = _skip_spaces(text, 0)
+    if pos == n:
+        return ()
+    types: list[ArrayType | TileType] = []
+    while True:
+        start = pos
+        end = pos
+        while end < n and (text[end].isalnum() or text[end] == "_"):
+            end += 1
+        name = text[start:end]
+        if not name:
+            found = f"{text[start]!r}" if start < n else "the end"
+            raise _signature_error(text, start, f"expected a parameter type, found {found}; use {_TYPE_HELP}")
+        pos = _skip_spaces(text, end)
+        has_dims = pos < n and text[pos] == "["
+        dtype = BY_NAME.get(name)
+        if dtype is None and name in _PYTHON_SCALARS:
+            if has_dims:
+                raise _signature_error(
+                    text, pos, f"{name!r} is a Python scalar type and takes no dimensions; "
+                    f"an array needs a dtype, e.g. {_PYTHON_SCALARS[name].name}[:]"
+                )
+            dtype = _PYTHON_SCALARS[name]
+        if dtype is None:
+            close = text.find("]", pos) if has_dims else -1
+            entry = text[start : close + 1] if close >= 0 else name
+            raise _signature_error(text, start, f"unknown type {entry!r}; use {_TYPE_HELP}")
+        if has_dims:
+            pos, param = _parse_dims(text, pos, dtype)
+            types.append(param)
+        else:
+            types.append(scalar(dtype))
+        pos = _skip_spaces(text, pos)
+        if pos == n:
+            return tuple(types)
+        if text[pos] != ",":
+            after = f"'{text[start:pos].rstrip()}'"
+            raise _signature_error(text, pos, f"expected ',' or the end after {after}, found {text[pos]!r}")
+        pos = _skip_spaces(text, pos + 1)
+        if pos == n:
+            raise _signature_error(text, pos, f"expected a parameter type after ',', found the end; use {_TYPE_HELP}")
+
+
+def _parse_dims(text: str, open_at: int, dtype: DType) -> tuple[int, ArrayType]:
+    """The ``[:, ::1]`` of an array type starting at ``open_at`` (its ``[``): (index past ``]``, the type)."""
+    n = len(text)
+    pos = open_at + 1
+    dims: list[tuple[int, bool]] = []  # (column, is ::1)
+    while True:
+        pos = _skip_spaces(text, pos)
+        if text.startswith("::1", pos):
+            dims.append((pos, True))
+            pos += 3
+        elif text.startswith("::", pos):
+            raise _signature_error(text, pos + 2, f"only ::1 (unit inner stride) may follow '::'; {_ARRAY_HELP}")
+        elif text.startswith(":", pos):
+            dims.append((pos, False))
+            pos += 1
+        else:
+            found = f"{text[pos]!r}" if pos < n else "the end"
+            raise _signature_error(text, pos, f"expected ':' or '::1' for a dimension, found {found}; {_ARRAY_HELP}")
+        pos = _skip_spaces(text, pos)
+        if pos < n and text[pos] == ",":
+            pos += 1
+            continue
+        if pos < n and text[pos] == "]":
+            break
+        found = f"{text[pos]!r}" if pos < n else "the end"
+        raise _signature_error(
+            text, pos, f"expected ',' or ']' to close the '[' at column {open_at}, found {found}; {_ARRAY_HELP}"
+        )
+    for column, unit in dims[:-1]:
+        if unit:
+            raise _signature_error(text, column, f"::1 is allowed only as the last dimension; {_ARRAY_HELP}")
+    return pos + 1, ArrayType(dtype, len(dims), dims[-1][1])

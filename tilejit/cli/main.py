@@ -2,6 +2,7 @@
 
 Each subcommand is a ``(configure, run)`` pair in ``COMMANDS``, so new ones plug in without touching ``main``.
 Expected failures (compile errors, bad targets, missing libraries) print a message and exit 1; no traceback.
+``compile`` builds several targets at once in spawned worker processes, each failure reported with its target.
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tilejit.errors import TilejitError
 
 if TYPE_CHECKING:
+    from tilejit.bindings.nvrtc import NVRTC
     from tilejit.compiler.cache import DiskCache
+    from tilejit.compiler.targets import Suffix, Target
 
 Configure = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace], int]
@@ -72,7 +76,8 @@ def _run_doctor(args: argparse.Namespace) -> int:
         lib = nvrtc()
         archs = lib.supported_archs()
         return {"path": lib.path, "version": ".".join(map(str, lib.version)), "archs": archs,
-                "targets": format_targets(archs)}
+                "targets": format_targets(archs), "specific": _feature_targets(lib, archs, "a"),
+                "family": _feature_targets(lib, archs, "f")}
 
     def probe_nvjitlink() -> dict[str, Any]:
         from tilejit.bindings.nvjitlink import nvjitlink
@@ -111,15 +116,12 @@ def _run_doctor(args: argparse.Namespace) -> int:
         print(f"  found: {found['path']}", file=out)
         print(f"  version: {nvrtc_version}", file=out)
         print(f"  targets: {found['targets']}", file=out)
+        print(f"  arch-specific targets: {found['specific']}", file=out)
+        print(f"  family targets: {found['family']}", file=out)
 
-    print("\nnvJitLink (LTO linker, optional)", file=out)
     found = _probe("nvJitLink", probe_nvjitlink)
-    if "error" in found:
-        print("  not found:", file=out)
-        print(_indent(str(found["error"])), file=out)
-    else:
-        print(f"  found: {found['path']}", file=out)
-        print(f"  version: {found['version']}", file=out)
+    linker = "not found" if "error" in found else f"{found['version']} at {found['path']}"
+    print(f"\nnvJitLink (LTO linker): {linker} (optional: nothing in tilejit uses it yet)", file=out)
 
     print("\nCUDA driver", file=out)
     found = _probe("the CUDA driver", probe_driver)
@@ -153,7 +155,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
         cache = default_cache()
         info = cache.info()
-        print(f"  {info['dir']}: {info['entries']} entries, {_bytes(info['bytes'])} of "
+        print(f"  {info['dir']}: {_plural(info['entries'], 'entry', 'entries')}, {_bytes(info['bytes'])} of "
               f"{_bytes(info['max_bytes'])}; caching {_cache_state(cache)}", file=out)
     except (TilejitError, OSError, ValueError) as exc:
         print(f"  unavailable: {exc}", file=out)
@@ -173,8 +175,8 @@ def _run_doctor(args: argparse.Namespace) -> int:
         print(f"Summary: NVRTC {nvrtc_version} cannot compile for {', '.join(unsupported)} "
               f"(it targets {span}); install an NVRTC that supports your GPU.", file=out)
         return 1
-    print(f"Summary: ready: {len(gpus)} GPU(s) ({', '.join(sorted(set(gpus)))}); kernels compile and run here, "
-          f"and you can compile for any of {span}.", file=out)
+    print(f"Summary: ready: {_plural(len(gpus), 'GPU')} ({', '.join(sorted(set(gpus)))}); kernels compile and run "
+          f"here, and you can compile for any of {span}.", file=out)
     return 0
 
 
@@ -222,16 +224,61 @@ def _probe(label: str, probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return result if isinstance(result, dict) else {"error": f"probing {label} failed"}
 
 
+def _feature_targets(lib: NVRTC, archs: list[int], suffix: Suffix) -> str:
+    """The ``sm_90a``-style targets (``suffix`` 'a': arch-specific, 'f': family) that ``lib`` compiles for, by the
+    rules ``compile_cuda`` checks a target with, or 'none' and why."""
+    from tilejit.compiler.targets import Target, check_supported
+
+    found = []
+    for number in archs:
+        try:
+            target = Target(number // 10, number % 10, suffix)
+            check_supported(target, lib)
+        except TilejitError:
+            continue
+        found.append(target.sm)
+    if found:
+        return ", ".join(found)
+    need = (12, 0) if suffix == "a" else (12, 9)
+    return f"none (they need NVRTC {need[0]}.{need[1]} or newer)" if tuple(lib.version) < need else "none"
+
+
 # ---------------------------------------------------------------- compile
 
 EMITS = ("ptx", "cubin", "ltoir")
+TILE_EMITS = ("ir", "cuda", "ptx", "cubin")
+_TILE_SUFFIX = {"ir": "ir", "cuda": "cu", "ptx": "ptx", "cubin": "cubin"}
+# Options that only one kind of input file takes, and why the other kind refuses them instead of ignoring them.
+_CUDA_ONLY_FLAGS = (
+    ("include", "-I", "a tile kernel's CUDA C++ is generated, with tilejit's headers built in"),
+    ("define", "-D", "a tile kernel takes compile-time values as tj.Constant parameters (-C NAME=VALUE)"),
+    ("name_expr", "--name-expr", "a tile kernel is named by --kernel and has no C++ template to instantiate"),
+    ("nvrtc_option", "-X/--nvrtc-option", "tile kernels compile with the NVRTC options tilejit chooses for them"),
+)
+_PYTHON_ONLY_FLAGS = (
+    ("kernel", "--kernel", "NVRTC compiles every kernel of a CUDA C++ file (--name-expr names template instances)"),
+    ("signature", "--signature", "a CUDA C++ kernel's parameter types are in its source"),
+    ("constant", "-C", "define CUDA C++ macros with -D NAME=VALUE"),
+)
+_PROGRESS_MIN_BUILDS = 3  # the fewest builds that get a progress bar by default
+
+
+def _job_count(text: str) -> int:
+    """``-j N``: a positive number of builds at once."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of builds at once, got {text!r}")
+    return n
 
 
 def _configure_compile(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Compile a CUDA C++ file with NVRTC, writing FILE.<arch>.ptx / .cubin / .ltoir; or a tile kernel of a "
         "Python file (--kernel, --signature, -C), writing FILE.<kernel>.<arch>.ir / .cu / .ptx / .cubin. "
-        "Needs no GPU."
+        "Several targets build at once, each in a process of its own. Needs no GPU."
     )
     p.add_argument("file", type=Path, help="a CUDA C++ source file (.cu) or a Python file with @tj.kernel functions")
     p.add_argument("--kernel", default=None, help="Python files: the @tj.kernel function to compile")
@@ -247,17 +294,32 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
         "--arch", default=None,
         help="target(s), comma-separated, e.g. sm_90 or sm_80,sm_90a (default: this GPU, else $TILEJIT_ARCH)",
     )
-    p.add_argument("--emit", default="cubin", help="outputs, comma-separated from ptx, cubin, ltoir (default: cubin)")
+    p.add_argument(
+        "--emit", default="cubin",
+        help="outputs, comma-separated: for CUDA C++ from ptx, cubin, ltoir; for Python files from ir, cuda, ptx, "
+             "cubin (default: cubin)",
+    )
     p.add_argument("-o", "--output-dir", type=Path, default=None, help="folder for outputs (default: next to FILE)")
-    p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR", help="add an include folder")
-    p.add_argument("-D", dest="define", action="append", default=[], metavar="NAME[=VALUE]", help="define a macro")
+    p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
+                   help="CUDA C++ files: add an include folder")
+    p.add_argument("-D", dest="define", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="CUDA C++ files: define a macro")
     p.add_argument(
         "--name-expr", action="append", default=[], metavar="EXPR",
-        help="a kernel name expression (e.g. 'add<float>') whose mangled name to print",
+        help="CUDA C++ files: a kernel name expression (e.g. 'add<float>') whose mangled name to print",
     )
     p.add_argument(
         "-X", "--nvrtc-option", action="append", default=[], metavar="OPT",
-        help="pass an option to NVRTC as is, e.g. --nvrtc-option=--use_fast_math",
+        help="CUDA C++ files: pass an option to NVRTC as is, e.g. --nvrtc-option=--use_fast_math",
+    )
+    p.add_argument(
+        "-j", "--jobs", type=_job_count, default=None, metavar="N",
+        help="build at most N targets at once, each in a process of its own (default: one per CPU)",
+    )
+    p.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help=f"show a progress bar of the builds on stderr (default: when stderr is a terminal and there are "
+             f"at least {_PROGRESS_MIN_BUILDS} builds)",
     )
 
 
@@ -270,7 +332,17 @@ def _run_compile(args: argparse.Namespace) -> int:
     if run is None:
         raise _UsageError(f"{args.file}: don't know how to compile '{suffix or 'no suffix'}' files; "
                           f"expected one of {', '.join(sorted(compilers))}")
+    _refuse_other_kinds_flags(args, python=run is _compile_python_file)
     return run(args)
+
+
+def _refuse_other_kinds_flags(args: argparse.Namespace, python: bool) -> None:
+    """Options of the other kind of input file (``-I`` for a Python file, ``--kernel`` for CUDA C++) are a usage
+    error: ignoring them would build something other than what was asked for."""
+    flags, kind = (_CUDA_ONLY_FLAGS, "CUDA C++ files") if python else (_PYTHON_ONLY_FLAGS, "Python files")
+    for dest, flag, why in flags:
+        if getattr(args, dest) not in (None, []):
+            raise _UsageError(f"{flag} applies to {kind} only, and {args.file} is not one: {why}")
 
 
 class _UsageError(Exception):
@@ -281,7 +353,9 @@ class _Failure(Exception):
     """A command that could not do its job (e.g. write an output): printed as an error, exit status 1."""
 
 
-TILE_EMITS = ("ir", "cuda", "ptx", "cubin")
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    """``_plural(1, "entry", "entries")`` → '1 entry'; 3 → '3 entries' (``many`` defaults to ``one`` + 's')."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 def _arch_list(text: str) -> list[str]:
@@ -290,6 +364,21 @@ def _arch_list(text: str) -> list[str]:
     if not archs:
         raise _UsageError(f"--arch {text!r} names no target; e.g. --arch sm_90 or --arch sm_80,sm_90")
     return archs
+
+
+def _targets(text: str) -> list[Target]:
+    """``--arch`` parsed, each target once (``sm_90,90`` is one build)."""
+    from tilejit.compiler.targets import parse_target
+
+    return list(dict.fromkeys(parse_target(a) for a in _arch_list(text)))
+
+
+def _emit_list(text: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """``--emit ptx,cubin`` → ("ptx", "cubin"), each once; anything outside ``choices`` is a usage error."""
+    emits = tuple(dict.fromkeys(e.strip() for e in text.split(",") if e.strip()))
+    if not emits or set(emits) - set(choices):
+        raise _UsageError(f"--emit {text!r}: {what} {', '.join(choices)}")
+    return emits
 
 
 def _output_dir(args: argparse.Namespace) -> Path:
@@ -302,7 +391,14 @@ def _output_dir(args: argparse.Namespace) -> Path:
     return out_dir
 
 
-def _write_output(path: Path, data: bytes) -> None:
+Echo = Callable[[str, TextIO], None]
+
+
+def _print(text: str, file: TextIO) -> None:
+    print(text, file=file)
+
+
+def _write_output(path: Path, data: bytes, echo: Echo = _print) -> None:
     """Write one output file whole (temp file + rename, so a failed write leaves no partial file)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -312,114 +408,124 @@ def _write_output(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise _Failure(f"cannot write {path}: {exc.strerror or exc}") from None
-    print(f"wrote {path} ({_bytes(len(data))})")
+    echo(f"wrote {path} ({_bytes(len(data))})", sys.stdout)
 
 
-def _parse_param_type(text: str) -> object:
-    """'float32[:,:]' / 'f16[:]' → an array type; 'int32' / 'float' → a scalar type."""
-    from tilejit.language.ir.types import BY_NAME
-
-    text = text.strip()
-    name, _, rest = text.partition("[")
-    if name in ("int", "float", "bool") and not rest:
-        return {"int": int, "float": float, "bool": bool}[name]
-    dtype = BY_NAME.get(name)
-    if dtype is None:
-        raise _UsageError(f"--signature: unknown type {text!r}; use e.g. float32[:,:], f16[:], int32, float")
-    if not rest:
-        return dtype
-    dims = rest[:-1].replace(" ", "").split(",") if rest.endswith("]") else []
-    last = dims[-1] if dims else ""
-    if not dims or last not in (":", "::1") or any(d != ":" for d in dims[:-1]):
-        raise _UsageError(
-            f"--signature: {text!r}: write arrays as dtype[:] (rank 1) or dtype[:,:] (rank 2), "
-            "with ::1 last for unit inner stride and 16-byte-aligned rows (e.g. f16[:,::1])"
-        )
-    return dtype[(slice(None),) * (len(dims) - 1) + (slice(None, None, 1) if last == "::1" else slice(None),)]
+# Python files already run in this process, by resolved path: a build in this process does not run one again.
+_LOADED: dict[str, dict[str, Any]] = {}
 
 
-def _split_signature(text: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return [*parts, cur] if cur.strip() else parts
-
-
-def _compile_python_file(args: argparse.Namespace) -> int:
-    import ast
+def _load_python_file(path: Path) -> dict[str, Any]:
+    """The globals of a Python file run as ``python FILE`` would run it (its folder first on ``sys.path``), but
+    not as ``__main__``. Any failure there, ``sys.exit()`` included, is a ``_Failure`` that says where."""
     import runpy
 
-    import tilejit as tj
-
-    emits = [e.strip() for e in args.emit.split(",") if e.strip()]
-    if not emits or set(emits) - set(TILE_EMITS):
-        raise _UsageError(f"--emit {args.emit!r}: for tile kernels choose from {', '.join(TILE_EMITS)}")
-    if not args.kernel or args.signature is None:
-        raise _UsageError("Python files need --kernel NAME and --signature TYPES (e.g. 'float32[:],float32[:]')")
-    if not args.arch:
-        raise _UsageError("pass --arch (e.g. --arch sm_90): tile kernels compile for a named target")
-    folder = str(args.file.resolve().parent)
+    key = str(path.resolve())
+    if key in _LOADED:
+        return _LOADED[key]
+    if not path.is_file():
+        raise _UsageError(f"cannot read {path}: no such file")
+    folder = str(path.resolve().parent)
     sys.path.insert(0, folder)  # as `python FILE` does, so the file's sibling modules import
     try:
-        namespace = runpy.run_path(str(args.file), run_name="__tilejit_compile__")
+        namespace = runpy.run_path(str(path), run_name="__tilejit_compile__")
+    except SystemExit as exc:
+        raise _Failure(
+            f"{path} called sys.exit({exc.code!r}) while being imported, so nothing was compiled; a script "
+            f"that compiles must keep its own work under `if __name__ == \"__main__\":`{_where(exc, key)}"
+        ) from None
+    except SyntaxError as exc:
+        where = f"\n  at {exc.filename}:{exc.lineno}" if exc.lineno else ""
+        if exc.text and exc.offset:
+            where += f"\n    {exc.text.rstrip()}\n    {' ' * (exc.offset - 1)}^"
+        raise _Failure(f"cannot import {path}: SyntaxError: {exc.msg}{where}") from None
     except Exception as exc:
-        raise _UsageError(f"cannot load {args.file}: {type(exc).__name__}: {exc}") from None
+        raise _Failure(f"cannot import {path}: {type(exc).__name__}: {exc}{_where(exc, key)}") from None
     finally:
-        sys.path.remove(folder)
-    kernel = namespace.get(args.kernel)
-    if not isinstance(kernel, tj.Kernel):
-        found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel))
-        raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
-    signature = [_parse_param_type(t) for t in _split_signature(args.signature)]
-    constants: dict[str, object] = {}
-    for item in args.constant:
+        with contextlib.suppress(ValueError):  # the file may have taken it off itself
+            sys.path.remove(folder)
+    _LOADED[key] = namespace
+    return namespace
+
+
+def _where(exc: BaseException, path: str) -> str:
+    """Lines naming the innermost frame of ``exc``'s traceback and, if that is elsewhere, the innermost one in
+    the file at ``path``; '' when the traceback has no frame."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    ours = [f for f in frames if os.path.abspath(f.filename) == path]
+
+    def show(word: str, f: traceback.FrameSummary) -> str:
+        return f"\n  {word} {f.filename}:{f.lineno} in {f.name}" + (f": {f.line.strip()}" if f.line else "")
+
+    last = frames[-1]
+    text = show("at", last)
+    if ours and ours[-1] is not last:
+        text += show("called from", ours[-1])
+    return text
+
+
+def _constants(items: list[str]) -> dict[str, Any]:
+    """``-C NAME=VALUE`` options: VALUE as a Python literal, else as the string itself."""
+    import ast
+
+    constants: dict[str, Any] = {}
+    for item in items:
         name, eq, value = item.partition("=")
-        if not eq:
+        if not eq or not name.strip():
             raise _UsageError(f"-C {item!r}: write NAME=VALUE")
         try:
             constants[name.strip()] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             constants[name.strip()] = value
-    archs = _arch_list(args.arch)
+    return constants
+
+
+def _compile_python_file(args: argparse.Namespace) -> int:
+    import tilejit as tj
+    from tilejit.api.signature import parse_signature
+
+    emits = _emit_list(args.emit, TILE_EMITS, "for tile kernels choose from")
+    if not args.kernel or args.signature is None:
+        raise _UsageError("Python files need --kernel NAME and --signature TYPES (e.g. 'float32[:],float32[:]')")
+    if not args.arch:
+        raise _UsageError("pass --arch (e.g. --arch sm_90): tile kernels compile for a named target")
+    try:
+        signature = parse_signature(args.signature)
+    except ValueError as exc:
+        raise _UsageError(f"--signature: {exc}") from None
+    constants = _constants(args.constant)
+    targets = _targets(args.arch)
+    namespace = _load_python_file(args.file)
+    kernel = namespace.get(args.kernel)
+    if not isinstance(kernel, tj.Kernel):
+        found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel))
+        raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
+    try:
+        tj.compile(kernel, signature, constants=constants, target=targets[0])  # the signature fits: checked once
+    except TypeError as exc:
+        raise _UsageError(str(exc)) from None
     out_dir = _output_dir(args)
-    suffix = {"ir": "ir", "cuda": "cu", "ptx": "ptx", "cubin": "cubin"}
-    for arch in archs:
-        try:
-            art = tj.compile(kernel, signature, constants=constants, target=arch)
-        except TypeError as exc:
-            raise _UsageError(str(exc)) from None
-        for emit in emits:
-            producers: dict[str, Callable[[], bytes | str]] = {
-                "ir": art.ir_text, "cuda": art.cuda_source, "ptx": art.ptx, "cubin": art.cubin,
-            }
-            data = producers[emit]()
-            _write_output(out_dir / f"{args.file.stem}.{args.kernel}.{art.target.sm}.{suffix[emit]}",
-                          data if isinstance(data, bytes) else data.encode("utf-8"))
-    return 0
+    path = str(args.file.resolve())
+    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits) for t in targets]
+    return _run_builds(jobs, args, out_dir)
 
 
 def _compile_cuda_file(args: argparse.Namespace) -> int:
     from tilejit import config
-    from tilejit.compiler.nvrtc import compile_cuda, default_target
-    from tilejit.compiler.targets import parse_target
+    from tilejit.compiler.nvrtc import default_target
     from tilejit.errors import TargetError
 
-    emits = [e.strip() for e in args.emit.split(",") if e.strip()]
-    bad = [e for e in emits if e not in EMITS]
-    if bad or not emits:
-        raise _UsageError(f"--emit {args.emit!r}: choose from {', '.join(EMITS)}")
+    emits = _emit_list(args.emit, EMITS, "choose from")
     try:
         source = args.file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise _UsageError(f"cannot read {args.file}: {exc}") from None
     if args.arch:
-        targets = [parse_target(a) for a in _arch_list(args.arch)]
+        targets = _targets(args.arch)
     else:
         try:
             targets = [default_target()]
@@ -434,23 +540,221 @@ def _compile_cuda_file(args: argparse.Namespace) -> int:
     out_dir = _output_dir(args)
     options = [f"-I{args.file.parent.resolve()}"] + [f"-I{d}" for d in args.include]
     options += [f"-D{d}" for d in args.define] + list(args.nvrtc_option)
-    for target in targets:
-        for emit in emits:
+    jobs = [
+        _CudaBuild(args.file.name, args.file.stem, source, tuple(options), t.sm, emits, tuple(args.name_expr))
+        for t in targets
+    ]
+    return _run_builds(jobs, args, out_dir)
+
+
+# ---------------------------------------------------------------- builds (one per target, maybe in processes)
+
+
+@dataclass(frozen=True)
+class _Built:
+    """What one build made: output file names and contents, NVRTC's logs and lowered names; or why it failed
+    (``usage``: the input was wrong, not the build)."""
+
+    target: str
+    files: list[tuple[str, bytes]] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    lowered: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    usage: bool = False
+
+
+@dataclass(frozen=True)
+class _CudaBuild:
+    """A CUDA C++ file's outputs for one target; picklable, to run in a worker process."""
+
+    name: str
+    stem: str
+    source: str
+    options: tuple[str, ...]
+    target: str
+    emits: tuple[str, ...]
+    name_expressions: tuple[str, ...]
+
+    def build(self) -> _Built:
+        from tilejit.compiler.nvrtc import CompiledProgram, compile_cuda, compile_cuda_ptx_and_cubin
+
+        kw: dict[str, Any] = {"name": self.name, "options": self.options, "target": self.target,
+                              "name_expressions": self.name_expressions}
+        progs: dict[str, CompiledProgram] = {}
+        if "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both
+            progs["ptx"], progs["cubin"] = compile_cuda_ptx_and_cubin(self.source, **kw)
+        for emit in self.emits:
+            if emit not in progs:
+                progs[emit] = compile_cuda(self.source, output=emit, cache=False, **kw)  # type: ignore[arg-type]
+        first = progs[self.emits[0]]
+        return _Built(
+            target=first.target.sm,
+            files=[(f"{self.stem}.{first.target.sm}.{emit}", progs[emit].code) for emit in self.emits],
+            logs=list(dict.fromkeys(p.log for p in progs.values() if p.log)),
+            lowered=first.lowered_names,
+        )
+
+
+@dataclass(frozen=True)
+class _TileBuild:
+    """A tile kernel's outputs for one target; picklable, to run in a worker process (which runs the file)."""
+
+    path: str
+    stem: str
+    kernel: str
+    signature: str
+    constants: dict[str, Any]
+    target: str
+    emits: tuple[str, ...]
+
+    def build(self) -> _Built:
+        import tilejit as tj
+        from tilejit.api.signature import parse_signature
+        from tilejit.compiler.nvrtc import compile_cuda_ptx_and_cubin
+
+        kernel = _load_python_file(Path(self.path)).get(self.kernel)
+        if not isinstance(kernel, tj.Kernel):  # the file made it in this process, but not in a worker
+            raise _Failure(f"{self.path}, run again to build {self.target}, has no @tj.kernel named {self.kernel!r}")
+        art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target)
+        data: dict[str, bytes] = {}
+        if "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both
+            ck = art.cuda_kernel()
+            ptx, cubin = compile_cuda_ptx_and_cubin(ck.source, name=f"{art.name}.cu", headers=ck.headers,
+                                                    target=art.target)
+            data = {"ptx": ptx.code, "cubin": cubin.code}
+        producers: dict[str, Callable[[], bytes]] = {
+            "ir": lambda: art.ir_text().encode(), "cuda": lambda: art.cuda_source().encode(),
+            "ptx": lambda: art.ptx().encode(), "cubin": art.cubin,
+        }
+        files = [
+            (f"{self.stem}.{self.kernel}.{art.target.sm}.{_TILE_SUFFIX[e]}", data[e] if e in data else producers[e]())
+            for e in self.emits
+        ]
+        return _Built(target=art.target.sm, files=files)
+
+
+def _build(job: _CudaBuild | _TileBuild) -> _Built:
+    """Run one build, turning the errors a build may meet into its result (so a worker process reports them)."""
+    try:
+        return job.build()
+    except (TilejitError, _Failure) as exc:
+        return _Built(job.target, error=str(exc))
+    except (ValueError, _UsageError) as exc:  # e.g. an NVRTC option with a NUL byte
+        return _Built(job.target, error=str(exc), usage=True)
+
+
+def _end_on_interrupt() -> None:
+    """A worker process ends at once on Ctrl-C (which a terminal sends to the parent and every worker), even
+    inside an NVRTC call and with no traceback; the parent drops the builds not yet run and exits 130."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """Ignore Ctrl-C in this block, and so in the processes it starts: a Python interpreter interrupted while it
+    starts prints a traceback (an ignored SIGINT stays ignored through exec; ``_end_on_interrupt`` ends that)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if before is None else before)
+
+
+def _cpu_count() -> int:
+    """CPUs this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
+def _run_builds(jobs: Sequence[_CudaBuild | _TileBuild], args: argparse.Namespace, out_dir: Path) -> int:
+    """Build every job (at most ``-j`` at once, each in a worker process when more than one runs) and write what
+    each made as it finishes; a failed build is reported with its target and the others are still written."""
+    workers = min(len(jobs), args.jobs or _cpu_count())
+    show = args.progress if args.progress is not None else (
+        len(jobs) >= _PROGRESS_MIN_BUILDS and sys.stderr.isatty()
+    )
+    if len(jobs) == 1 and not show:
+        built = _build(jobs[0])
+        if built.error is not None:
+            raise (_UsageError if built.usage else _Failure)(built.error)
+        _save(built, out_dir, _print)
+        return 0
+
+    bar: Any = None
+    echo: Echo = _print
+    if show:
+        from tqdm import tqdm  # only here: a progress bar is all the CLI wants of it
+
+        bar = tqdm(total=len(jobs), desc=f"compiling {args.file.name}", unit="target", file=sys.stderr)
+
+        def echo(text: str, file: TextIO) -> None:
+            bar.write(text, file=file)  # above the bar, which then redraws
+    failed: list[_Built] = []
+    try:
+        for built in _results(jobs, workers):
+            if built.error is None:
+                try:
+                    _save(built, out_dir, echo)
+                except _Failure as exc:
+                    built = _Built(built.target, error=str(exc))
+            if built.error is not None:
+                failed.append(built)
+                echo(f"tilejit {args.command}: error: {built.target}: {built.error}", sys.stderr)
+            if bar is not None:
+                bar.set_postfix_str(built.target, refresh=False)
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    if not failed:
+        return 0
+    names = ", ".join(b.target for b in failed)
+    print(f"tilejit {args.command}: error: {len(failed)} of {_plural(len(jobs), 'build')} failed ({names})"
+          + ("" if len(failed) == len(jobs) else "; the others' outputs were written"), file=sys.stderr)
+    return 2 if all(b.usage for b in failed) else 1
+
+
+def _save(built: _Built, out_dir: Path, echo: Echo) -> None:
+    """Write one build's files into ``out_dir``, then NVRTC's warnings and the lowered names."""
+    for name, data in built.files:
+        _write_output(out_dir / name, data, echo)
+    for log in built.logs:
+        echo(_indent(log), sys.stderr)
+    for expr, lowered in built.lowered.items():
+        echo(f"  {expr} -> {lowered}", sys.stdout)
+
+
+def _results(jobs: Sequence[_CudaBuild | _TileBuild], workers: int) -> Iterator[_Built]:
+    """Each job's result as it finishes: in this process one after another, or in ``workers`` spawned processes
+    (spawned, not forked: a fork of a process that has used the CUDA driver or NVRTC is not safe)."""
+    if workers <= 1:
+        yield from (_build(job) for job in jobs)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_end_on_interrupt)
+    try:
+        with _interrupts_ignored():  # the workers start now (at submit), ignoring Ctrl-C until they are ready
+            futures = {pool.submit(_build, job): job for job in jobs}
+        for future in as_completed(futures):
             try:
-                prog = compile_cuda(
-                    source, name=args.file.name, options=options, target=target, output=emit,  # type: ignore[arg-type]
-                    name_expressions=args.name_expr, cache=False,
-                )
-            except TilejitError:
-                raise
-            except ValueError as exc:
-                raise _UsageError(str(exc)) from None
-            _write_output(out_dir / f"{args.file.stem}.{target.sm}.{emit}", prog.code)
-            if prog.log:
-                print(_indent(prog.log), file=sys.stderr)
-        for expr, lowered in prog.lowered_names.items():
-            print(f"  {expr} -> {lowered}")
-    return 0
+                yield future.result()
+            except BrokenProcessPool as exc:
+                yield _Built(futures[future].target, error=f"its build process died ({exc})")
+    except BaseException:  # Ctrl-C, or the caller stopped: builds not started are dropped
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 # ---------------------------------------------------------------- cache
@@ -481,7 +785,7 @@ def _run_cache(args: argparse.Namespace) -> int:
             n = cache.clear()
         except OSError as exc:
             raise _Failure(exc.strerror or str(exc)) from None
-        print(f"removed {n} entries from {cache.directory}")
+        print(f"removed {_plural(n, 'entry', 'entries')} from {cache.directory}")
         return 0
     info = cache.info()
     print(f"directory: {info['dir']}")
@@ -528,6 +832,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `tilejit doctor | head -3`: the reader is gone, so stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the flush at exit would fail again, with a traceback
+        return 141  # 128 + SIGPIPE, as a shell reports a process that a closed pipe ended
     return 0
 
 

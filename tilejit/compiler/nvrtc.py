@@ -86,20 +86,9 @@ def compile_cuda(
     cannot see, turn it off. A compile error raises ``CompileError`` with
     NVRTC's log and the offending source lines.
     """
-    if not isinstance(source, str):
-        raise TypeError(f"source must be str (CUDA C++ text), got {type(source).__name__}")
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty str, got {name!r}")
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
-    header_map = _check_headers(headers)
-    user_options = _check_strings("options", options)
-    exprs = _check_strings("name_expressions", name_expressions)
-    _check_text(name, source, header_map, user_options, exprs)
-    for opt in user_options:
-        if re.match(r"^(-arch|--gpu-architecture|-dlto|--dlink-time-opt)\b", opt):
-            raise ValueError(f"option {opt!r}: choose the architecture with target= and LTO-IR with output='ltoir'")
-    tgt = parse_target(target) if target is not None else default_target()
+    header_map, user_options, exprs, tgt = _checked_inputs(source, name, headers, options, name_expressions, target)
     opts = _options(user_options, tgt, output)
 
     if cache is None:
@@ -148,6 +137,55 @@ def compile_cuda(
             },
         )
     return prog
+
+
+def compile_cuda_ptx_and_cubin(
+    source: str,
+    *,
+    name: str = "kernel.cu",
+    headers: Mapping[str, str] | None = None,
+    options: Sequence[str] = (),
+    target: str | int | Target | None = None,
+    name_expressions: Sequence[str] = (),
+    nvrtc: NVRTC | None = None,
+) -> tuple[CompiledProgram, CompiledProgram]:
+    """PTX and CUBIN of ``source`` for ``target`` from one NVRTC run, where ``compile_cuda`` takes a run for each.
+
+    Not cached: for callers that want both and do not cache (``tilejit compile --emit ptx,cubin``). The compile
+    for the real architecture gives both; NVRTC 11-13 give it the PTX a compile for the virtual one gives."""
+    header_map, user_options, exprs, tgt = _checked_inputs(source, name, headers, options, name_expressions, target)
+    lib = nvrtc if nvrtc is not None else _default_nvrtc()
+    _check_supported(tgt, lib)
+    from tilejit.compiler.nvrtc_run import run_nvrtc_outputs, thread_locale_kept
+
+    opts = _options(user_options, tgt, "cubin")
+    with thread_locale_kept():
+        progs = run_nvrtc_outputs(lib, source, name, header_map, opts, tgt, ("ptx", "cubin"), exprs)
+    return progs["ptx"], progs["cubin"]
+
+
+def _checked_inputs(
+    source: str,
+    name: str,
+    headers: Mapping[str, str] | None,
+    options: Sequence[str],
+    name_expressions: Sequence[str],
+    target: str | int | Target | None,
+) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...], Target]:
+    """Check ``compile_cuda``'s inputs: (headers, options, name expressions, target), or TypeError/ValueError."""
+    if not isinstance(source, str):
+        raise TypeError(f"source must be str (CUDA C++ text), got {type(source).__name__}")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    header_map = _check_headers(headers)
+    user_options = _check_strings("options", options)
+    exprs = _check_strings("name_expressions", name_expressions)
+    _check_text(name, source, header_map, user_options, exprs)
+    for opt in user_options:
+        if re.match(r"^(-arch|--gpu-architecture|-dlto|--dlink-time-opt)\b", opt):
+            raise ValueError(f"option {opt!r}: choose the architecture with target= and LTO-IR with output='ltoir'")
+    tgt = parse_target(target) if target is not None else default_target()
+    return header_map, user_options, exprs, tgt
 
 
 def default_target() -> Target:
@@ -570,4 +608,11 @@ def _key(
     return cache_key(*parts)
 
 
-__all__ = ["DEFAULT_OPTIONS", "CompiledProgram", "compile_cuda", "default_target", "nvrtc_identity"]
+__all__ = [
+    "DEFAULT_OPTIONS",
+    "CompiledProgram",
+    "compile_cuda",
+    "compile_cuda_ptx_and_cubin",
+    "default_target",
+    "nvrtc_identity",
+]

@@ -62,6 +62,22 @@ def run_nvrtc(
     output: Output,
     exprs: tuple[str, ...],
 ) -> CompiledProgram:
+    """Compile one NVRTC program and fetch its ``output``."""
+    return run_nvrtc_outputs(lib, source, name, headers, opts, target, (output,), exprs)[output]
+
+
+def run_nvrtc_outputs(
+    lib: NVRTC,
+    source: str,
+    name: str,
+    headers: dict[str, str],
+    opts: tuple[str, ...],
+    target: Target,
+    outputs: tuple[Output, ...],
+    exprs: tuple[str, ...],
+) -> dict[str, CompiledProgram]:
+    """One NVRTC program compiled once, each of ``outputs`` fetched from it: ("ptx", "cubin") both come from
+    a compile for a real architecture (``-arch=sm_XX``), whose PTX is the one ``compute_XX`` gives."""
     import ctypes
 
     prog = ctypes.c_void_p()
@@ -80,12 +96,14 @@ def run_nvrtc(
         log = _get_log(lib, prog)
         if status != 0:
             raise CompileError(_error_message(lib, status, log, source, name, headers, target, opts), log=log)
-        if output == "ptx":
-            code = _get_blob(lib, prog, lib.nvrtcGetPTXSize, lib.nvrtcGetPTX, "nvrtcGetPTX").rstrip(b"\0")
-        elif output == "cubin":
-            code = _get_blob(lib, prog, lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN, "nvrtcGetCUBIN")
-        else:
-            code = _get_blob(lib, prog, lib.nvrtcGetLTOIRSize, lib.nvrtcGetLTOIR, "nvrtcGetLTOIR")
+        codes: dict[str, bytes] = {}
+        for output in outputs:
+            if output == "ptx":
+                codes[output] = _get_blob(lib, prog, lib.nvrtcGetPTXSize, lib.nvrtcGetPTX, "nvrtcGetPTX").rstrip(b"\0")
+            elif output == "cubin":
+                codes[output] = _get_blob(lib, prog, lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN, "nvrtcGetCUBIN")
+            else:
+                codes[output] = _get_blob(lib, prog, lib.nvrtcGetLTOIRSize, lib.nvrtcGetLTOIR, "nvrtcGetLTOIR")
         lowered: dict[str, str] = {}
         for expr in exprs:
             out = ctypes.c_char_p()
@@ -93,7 +111,11 @@ def run_nvrtc(
             lowered[expr] = (out.value or b"").decode()
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    return CompiledProgram(code, output, target, lowered, log, tuple(lib.version)[:2], False)  # type: ignore[arg-type]
+    version = tuple(lib.version)[:2]
+    return {
+        output: CompiledProgram(code, output, target, dict(lowered), log, version, False)  # type: ignore[arg-type]
+        for output, code in codes.items()
+    }
 
 
 def _get_log(lib: NVRTC, prog: ctypes.c_void_p) -> str:
@@ -172,4 +194,4 @@ def format_error_lines(log: str, source: str, name: str, headers: Mapping[str, s
     return "\n\n".join(shown)
 
 
-__all__ = ["format_error_lines", "run_nvrtc", "thread_locale_kept"]
+__all__ = ["format_error_lines", "run_nvrtc", "run_nvrtc_outputs", "thread_locale_kept"]
