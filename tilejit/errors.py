@@ -1,4 +1,5 @@
-"""Every exception tilejit raises on purpose, in one place so users can catch them by type."""
+"""Every exception and warning tilejit raises on purpose, in one place so users can catch them by type
+(each is also a name of ``tilejit``: ``tj.TargetError``)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,24 @@ class TileCompileError(TilejitError):
 
 class LaunchError(TilejitError, TypeError):
     """Kernel arguments do not match the kernel's parameters (wrong type, dtype, rank or count)."""
+
+
+class NotDeviceArrayError(TilejitError, TypeError):
+    """``obj`` is not device memory: a host (CPU) array, or not an array at all. ``tilejit.asarray``
+    copies such objects from the host; any other error of :func:`tilejit.runtime.interop.as_view` means a
+    device array was refused (its dtype, layout, ...), and says why."""
+
+
+class IRVerificationError(TilejitError, RuntimeError):
+    """Invalid tile IR (an internal error of the compiler)."""
+
+
+class CacheWarning(UserWarning):
+    """The disk cache could not be written (read-only or full folder); tilejit keeps working without it."""
+
+
+__all__ = [
+    "Attempt", "CUDAError", "CacheWarning", "CompileError", "ConfigError", "DriverVersionError",
+    "IRVerificationError", "LaunchError", "LibraryNotFoundError", "NotDeviceArrayError", "TargetError",
+    "TileCompileError", "TilejitError",
+]

@@ -28,6 +28,7 @@ from types import CodeType
 from typing import Any
 
 from tilejit import config
+from tilejit.errors import CacheWarning
 
 try:  # CPython's own sha256 (the same digests as hashlib's) without loading OpenSSL, unless hashlib is loaded
     if "hashlib" in sys.modules:  # numpy.random and torch import it: nothing to pay
@@ -51,10 +52,6 @@ _EVICT_TO = 0.9  # evict down to this fraction of max_bytes, so the next puts do
 
 _warned = False
 _warn_lock = threading.Lock()
-
-
-class CacheWarning(UserWarning):
-    """The disk cache could not be written (read-only or full folder); tilejit keeps working without it."""
 
 
 def cache_key(*parts: bytes | str) -> str:
