@@ -134,8 +134,22 @@ class CacheWarning(UserWarning):
     """The disk cache could not be written (read-only or full folder); tilejit keeps working without it."""
 
 
+def refuse_lone_surrogates(what: str, text: str) -> None:
+    """Raise ``ValueError`` if ``text`` holds a lone surrogate (left by decoding bytes with ``errors="surrogateescape"``
+    or a bad escape): it has no UTF-8 form, so NVRTC and the disk cache could not take it."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} contains a lone surrogate at index {exc.start} ({text[exc.start]!r}), which has no UTF-8 form; "
+            "was it decoded with errors='surrogateescape'? Decode it as UTF-8 text"
+        ) from None
+
+
 __all__ = [
     "Attempt", "CUDAError", "CacheWarning", "CompileError", "ConfigError", "DriverVersionError",
     "IRVerificationError", "LaunchError", "LibraryNotFoundError", "NotDeviceArrayError", "TargetError",
-    "TileCompileError", "TilejitError",
+    "TileCompileError", "TilejitError", "refuse_lone_surrogates",
 ]

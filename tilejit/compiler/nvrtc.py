@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from tilejit import config
-from tilejit.compiler.targets import Target, check_supported, parse_target
-from tilejit.errors import CompileError, TargetError, TilejitError
+from tilejit.compiler.targets import Target, check_supported, default_target, resolve_target
+from tilejit.errors import CompileError, refuse_lone_surrogates
 from tilejit.records import Record
 
 if TYPE_CHECKING:
@@ -96,10 +96,17 @@ def compile_cuda(
     user_options = _check_strings("options", options)
     exprs = _check_strings("name_expressions", name_expressions)
     _check_no_nul(name, source, header_map, user_options, exprs)
+    texts = [("source", source), ("name", name), *((f"header name {h!r}", h) for h in header_map),
+             *((f"header {h!r}", t) for h, t in header_map.items()), *((f"options[{i}]", o) for i, o in
+             enumerate(user_options)), *((f"name_expressions[{i}]", e) for i, e in enumerate(exprs))]
+    for what, text in texts:
+        refuse_lone_surrogates(what, text)
+    if cache is not None and not isinstance(cache, bool):
+        raise TypeError(f"cache must be True, False or None (follow TILEJIT_CACHE), got {cache!r}")
     for opt in user_options:
         if re.match(r"^(-arch|--gpu-architecture|-dlto|--dlink-time-opt)\b", opt):
             raise ValueError(f"option {opt!r}: choose the architecture with target= and LTO-IR with output='ltoir'")
-    tgt = parse_target(target) if target is not None else default_target()
+    tgt = resolve_target(target)
     opts = _options(user_options, tgt, output)
 
     if cache is None:
@@ -148,38 +155,6 @@ def compile_cuda(
             },
         )
     return prog
-
-
-def default_target() -> Target:
-    """The current GPU's architecture if there is a GPU, else ``TILEJIT_ARCH``, else a ``TargetError``."""
-    arch = _gpu_arch()
-    if arch is not None:
-        return parse_target(arch)
-    configured = config.DEFAULT_ARCH.get()
-    if configured:
-        try:
-            return parse_target(configured)
-        except TargetError as exc:
-            raise TargetError(f"{config.DEFAULT_ARCH.name}={configured!r}: {exc}") from None
-    raise TargetError("no GPU is present to choose a compile target: pass target='sm_90' (or set TILEJIT_ARCH=sm_90)")
-
-
-def _gpu_arch() -> str | None:
-    if not _has_gpu():
-        return None
-    from tilejit.runtime.device import get_device
-
-    return str(get_device().arch)
-
-
-@functools.cache
-def _has_gpu() -> bool:
-    try:
-        from tilejit.runtime.device import device_count
-
-        return device_count() > 0
-    except (ImportError, TilejitError, OSError):
-        return False
 
 
 def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
