@@ -8,6 +8,7 @@ characters, and a lone surrogate in a source failed while encoding it for NVRTC 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from conftest import toolkits
@@ -161,3 +162,21 @@ def test_sm70_on_the_real_nvrtc13_names_cu12() -> None:
         pytest.skip("no CUDA 13 NVRTC in .ci-cache/")
     with pytest.raises(TargetError, match=r'sm_70 is not supported by NVRTC 13\.\d+ .*pip install "tilejit\[cu12\]"'):
         compile_cuda(SRC, target="sm_70", nvrtc=load_nvrtc(str(cu13[0].nvrtc)), cache=False)
+
+
+@pytest.mark.parametrize(("block", "shared_mem", "text"), [
+    (0, 0, "block 0: each dimension must be an int in 1..1024 (x, y ≤ 1024, z ≤ 64)"),
+    ("32", 0, "block must be a positive int or a tuple of 1 to 3 positive ints, got '32'"),
+    ((32, 32, 2), 0, "block (32, 32, 2) has 2048 threads; at most 1024 are allowed"),
+    (32, -1, "shared_mem must be a non-negative int (bytes of dynamic shared memory), got -1"),
+    (32, "0", "shared_mem must be a non-negative int (bytes of dynamic shared memory), got '0'"),
+])
+def test_raw_kernel_launch_shape_is_checked_before_compiling(use_device: Any, block: object, shared_mem: object,
+                                                             text: str) -> None:
+    """A bad block or shared size is refused before the kernel is compiled and loaded for the device."""
+    use_device(SimpleNamespace(ordinal=0, arch="sm_80"))
+    k = RawKernel(SRC, "k")
+    with pytest.raises(ValueError) as info:
+        k.launcher(block, shared_mem)  # type: ignore[arg-type]
+    assert str(info.value) == text
+    assert k._programs == {}
