@@ -125,30 +125,32 @@ def _strip_comments(source: str) -> str:
 
 def _find_globals(text: str, base: str) -> Iterator[tuple[int, int]]:
     """(position of ``__global__``, position of the ``(`` opening the parameters) of each kernel
-    declaration ``__global__ ... base(``; ``__launch_bounds__(...)`` may come between."""
+    declaration ``__global__ ... base(``; ``__launch_bounds__(...)`` may come between. Found from each
+    ``__global__`` (a few in any source), not each mention of the name (calls, longer names)."""
     i = 0
-    while (i := text.find(base, i)) >= 0:
-        end = i + len(base)
-        before = text[i - 1] if i else " "
-        paren = end
-        while paren < len(text) and text[paren].isspace():
-            paren += 1
-        i = end
-        if before == "_" or before.isalnum() or paren >= len(text) or text[paren] != "(":
+    while (at := text.find("__global__", i)) >= 0:
+        i = at + 10
+        if (at and (text[at - 1] == "_" or text[at - 1].isalnum())) or text[i:i + 1] == "_" or text[i:i + 1].isalnum():
             continue
-        start = max(text.rfind(";", 0, end), text.rfind("}", 0, end), text.rfind("{", 0, end),
-                    _last_directive_end(text, end)) + 1
-        head = text[start:end - len(base)]
-        bounds = head.find("__launch_bounds__")
-        if bounds >= 0 and "(" in head[bounds:]:
+        j = i
+        while (paren := text.find("(", j)) >= 0:
+            name_end = paren
+            while name_end > j and text[name_end - 1].isspace():
+                name_end -= 1
+            name_start = name_end
+            while name_start > j and (text[name_start - 1] == "_" or text[name_start - 1].isalnum()):
+                name_start -= 1
+            if text[name_start:name_end] != "__launch_bounds__":
+                break
             try:
-                close = _matching(head, head.index("(", bounds), "(", ")")
+                j = _matching(text, paren, "(", ")") + 1
             except ValueError:
-                continue
-            head = head[:bounds] + " " * (close + 1 - bounds) + head[close + 1:]
-        if "(" in head or ")" in head or "__global__" not in _tokens(head):
-            continue
-        yield start + head.index("__global__"), paren
+                return
+        if paren < 0:
+            return
+        if text[name_start:name_end] == base and not any(c in text[i:name_start] for c in ";{}") \
+                and not any(c in text[j:name_start] for c in "()"):
+            yield at, paren
 
 
 def _last_directive_end(text: str, end: int) -> int:
@@ -298,7 +300,7 @@ def _declarations(source: str, name: str, *, strict: bool, macros: Callable[[], 
             )
             continue
         decl_start = max(text.rfind(";", 0, global_at), text.rfind("}", 0, global_at),
-                         text.rfind("{", 0, global_at))
+                         text.rfind("{", 0, global_at), _last_directive_end(text, global_at))
         extern_c = any(True for _ in _extern_c(text, decl_start + 1, global_at)) or _in_extern_c_block(text, global_at)
         template_args = _template_arguments(text[decl_start + 1:global_at], name)
         try:
