@@ -14,7 +14,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tilejit.api.compile import Artifact
+from tilejit.api.compile import Artifact, check_num_threads
 from tilejit.api.signature import array_key, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import ArrayHint, ArrayType, TileType
@@ -327,8 +327,6 @@ def _classify(name: str, a: Any) -> tuple[Any, Any]:
 
 def _check_num_threads(name: str, n: object) -> int:
     """``@tj.kernel(num_threads=n)``: a power of two from 32 to 1024 (the CUDA block limit)."""
-    from tilejit.api.compile import check_num_threads
-
     return check_num_threads(n, f"@tj.kernel(num_threads=...) of {name}")
 
 
@@ -572,7 +570,7 @@ def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = 
     """Decorate a Python function as a tile kernel; ``num_threads`` overrides the compiler's choice."""
     if func is None:
         if num_threads is not None:
-            _check_num_threads("the kernel", num_threads)  # now, not when the decorator is applied
+            check_num_threads(num_threads, "@tj.kernel(num_threads=...)")  # now, not when the decorator is applied
         return lambda f: Kernel(f, num_threads=num_threads)
     return Kernel(func, num_threads=num_threads)
 
