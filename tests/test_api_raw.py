@@ -238,3 +238,24 @@ def test_launch_packs_what_the_kernel_compiled(source: str, double: bool) -> Non
     out = empty(n, dtype).poison()
     k((n + 127) // 128, 128, (out, a, n))
     np.testing.assert_array_equal(out.numpy(), (a * np.arange(n)).astype(dtype))
+
+
+@pytest.mark.parametrize("params", [None, [["out", "pointer", "float128"]], [["out", "array", "float32"]]])
+def test_a_cache_entry_without_usable_params_is_compiled_again(nvrtc_here: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               params: object) -> None:
+    """An entry whose parameters this version cannot read (missing, unknown dtype or kind) is a miss, not an error."""
+    from tilejit.compiler.cache import DiskCache
+
+    RawKernel(IF0, "fill").compile("sm_80")
+    real_get = DiskCache.get
+
+    def get(self: DiskCache, key: str) -> dict[str, object] | None:
+        entry = real_get(self, key)
+        if entry is not None:
+            entry = {**entry, "params": params}
+        return entry
+
+    monkeypatch.setattr(DiskCache, "get", get)
+    k = RawKernel(IF0, "fill")
+    assert not k.compile("sm_80").from_cache
+    assert k.params == FLOAT

@@ -5,8 +5,11 @@
 
 Parameter types come from the kernel's ``__global__ void name(...)`` signature (or ``param_types``):
 pointers take any device array (tilejit, torch, CuPy, JAX, ``__cuda_array_interface__``, DLPack)
-or an int address; scalars are packed as their C type. The kernel is compiled for the current
-device on its first launch there (through the disk cache) and kept per device.
+or an int address; scalars are packed as their C type. The source is read without a preprocessor,
+so every compile checks the declaration against the ``.param`` list of the PTX NVRTC made: where
+``#if``/``#ifdef`` choose between declarations, or a macro names a type, the compiled kernel decides.
+The kernel is compiled for the current device on its first launch there (through the disk cache,
+whose entry holds the checked parameters too) and kept per device.
 """
 
 from __future__ import annotations
@@ -654,9 +657,15 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
             key = cache_key(*parts)
             entry = default_cache().get(key)
             if entry is not None and _entry_ok(entry, output):
-                prog = CompiledProgram(entry["code"], output, target, dict(entry["lowered_names"]),  # type: ignore[arg-type]
-                                       entry["log"], tuple(entry["nvrtc_version"]), True)  # type: ignore[arg-type]
-                return prog, [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]
+                try:
+                    params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]
+                except ValueError:  # a dtype this version does not know: compile again
+                    params = None
+                if params is not None:
+                    prog = CompiledProgram(entry["code"], output, target,  # type: ignore[arg-type]
+                                           dict(entry["lowered_names"]), entry["log"],
+                                           tuple(entry["nvrtc_version"]), True)  # type: ignore[arg-type]
+                    return prog, params
 
         def run(out: str) -> CompiledProgram:
             return compile_cuda(self.source, name=file_name, headers=self.headers, options=self.options, target=target,
