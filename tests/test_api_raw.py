@@ -9,6 +9,8 @@ result rides in the same cache entry as the code, so a warm load checks nothing 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -131,17 +133,37 @@ def test_warm_load_reads_the_checked_params_from_the_cache(nvrtc_here: Path, mon
 
 def test_param_types_are_checked_against_the_compiled_kernel(nvrtc_here: Path) -> None:
     src = 'extern "C" __global__ void f(float* x, int n) {}'
-    assert RawKernel(src, "f", param_types=["void*", "unsigned"]).compile("sm_80")
+    ok = RawKernel(src, "f", param_types=["void*", "unsigned"])
+    ok.compile("sm_80")
+    assert ok.params == [("arg0", P(None)), ("arg1", S("uint32"))]
+    wrong = RawKernel(src, "f", param_types=["float*", "long long"])
+    assert wrong.params == [("arg0", P("float32")), ("arg1", S("int64"))]  # as given, until a compile says
+    wrong.compile("sm_80")
     with pytest.raises(ValueError, match=r"param_types\[1\] is int64 \(8 bytes\), the compiled parameter 1 is \.u32"):
-        RawKernel(src, "f", param_types=["float*", "long long"]).compile("sm_80")
+        wrong.params  # noqa: B018
+    short = RawKernel(src, "f", param_types=["float*"])
+    short.compile("sm_80")
     with pytest.raises(ValueError, match=r"param_types names 1 parameter\(s\), the compiled kernel has 2"):
-        RawKernel(src, "f", param_types=["float*"]).compile("sm_80")
+        short.params  # noqa: B018
+
+
+def test_a_mismatch_still_compiles_but_never_launches(nvrtc_here: Path, use_device: Any) -> None:
+    """compile() hands back the code (e.g. to load it with a Launcher of one's own); a launch through the RawKernel
+    raises before anything is loaded, and so does one in a new process (the check rides in the cache entry)."""
+    src = "#define float double\n" + 'extern "C" __global__ void f(float* x, float a) {}'
+    assert RawKernel(src, "f").compile("sm_80").code[:4] == b"\x7fELF"
+    use_device(SimpleNamespace(ordinal=0, arch="sm_80"))
+    for k in (RawKernel(src, "f"), RawKernel(src, "f")):  # the second one's check comes from the cache
+        with pytest.raises(ValueError, match=r"compiled for sm_80: the parameters NVRTC compiled \(\.u64, \.f64\)"):
+            k.function()
+        assert k._functions == {}
 
 
 def test_a_kernel_the_preprocessor_removed_is_a_clear_error(nvrtc_here: Path) -> None:
     k = RawKernel('#ifdef X\nextern "C" __global__ void f(float* x) {}\n#endif\n', "f")
+    k.compile("sm_80")
     with pytest.raises(ValueError, match=r"NVRTC's output has no kernel 'f'; .*#ifdef X without -DX"):
-        k.compile("sm_80")
+        k.params  # noqa: B018
     assert RawKernel('#ifdef X\nextern "C" __global__ void f(float* x) {}\n#endif\n', "f",
                      options=["-DX"]).compile("sm_80")
 
@@ -149,22 +171,26 @@ def test_a_kernel_the_preprocessor_removed_is_a_clear_error(nvrtc_here: Path) ->
 def test_a_macro_redefining_a_type_is_caught(nvrtc_here: Path) -> None:
     k = RawKernel('#define float double\nextern "C" __global__ void f(float v) {}', "f")
     assert k.params == [("v", S("float32"))]  # what the text says...
+    k.compile("sm_80")
     with pytest.raises(ValueError, match=r"parameters NVRTC compiled \(\.f64\) are not those the source declares "
                                          r"\(line 2: \(float32 v\)\)"):
-        k.compile("sm_80")  # ...is not what NVRTC compiled
+        k.params  # noqa: B018  # ...is not what NVRTC compiled
 
 
 def test_a_struct_through_a_macro_is_refused(nvrtc_here: Path) -> None:
     k = RawKernel('#define VEC float4\nextern "C" __global__ void f(VEC v) {}', "f")
+    k.compile("sm_80")
     with pytest.raises(ValueError, match=r"not structs by value \(\.param \.align 16 \.b8 \[16\]\)"):
-        k.compile("sm_80")
+        k.params  # noqa: B018
 
 
 def test_declarations_that_fit_but_disagree_are_refused(nvrtc_here: Path) -> None:
     src = ("#if A\n__global__ void f(float* x, unsigned n) {}\n#else\n__global__ void f(int* x, int n) {}\n#endif\n"
            "#if 0\n__global__ void f(int* x, int n);\n#endif\n")
+    k = RawKernel(src, "f", options=["-DA=1"])
+    k.compile("sm_80")
     with pytest.raises(ValueError, match=r"disagree on parameter 1 \(int32 / uint32\)"):
-        RawKernel(src, "f", options=["-DA=1"]).compile("sm_80")
+        k.params  # noqa: B018
     same = RawKernel(src.replace("unsigned n", "int n"), "f", options=["-DA=1"])
     same.compile("sm_80")
     assert same.params == [("x", P(None)), ("n", S("int32"))]  # only the element types differ: any array

@@ -487,10 +487,17 @@ def _entry_ok(entry: dict[str, Any], output: str) -> bool:
         and isinstance(version, list)
         and len(version) == 2
         and all(isinstance(v, int) for v in version)
-        and isinstance(params, list)
-        and all(isinstance(p, list) and len(p) == 3 and isinstance(p[0], str) and p[1] in ("scalar", "pointer")
-                and (p[2] is None or isinstance(p[2], str)) for p in params)
+        and (isinstance(params, str) or (isinstance(params, list) and all(
+            isinstance(p, list) and len(p) == 3 and isinstance(p[0], str) and p[1] in ("scalar", "pointer")
+            and (p[2] is None or isinstance(p[2], str)) for p in params)))
     )
+
+
+def _launchable(checked: list[tuple[str, ParamKind]] | str) -> list[tuple[str, ParamKind]]:
+    """The parameters a compile checked, or the ``ValueError`` saying how they differ from the declared ones."""
+    if isinstance(checked, str):
+        raise ValueError(checked)
+    return checked
 
 
 def _str_tuple(what: str, values: object, example: str) -> tuple[str, ...]:
@@ -591,7 +598,9 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
             self._extern_c = bool(decls) and all(d.extern_c for d in decls)
         self._lock = threading.Lock()
         self._programs: dict[tuple[str, str], Any] = {}  # (target, output) -> CompiledProgram
-        self._compiled_params: dict[tuple[str, str], list[tuple[str, ParamKind]]] = {}  # (target, output) -> ...
+        # (target, output) -> the compiled kernel's parameters, or why they are not the declared ones
+        self._checked: dict[tuple[str, str], list[tuple[str, ParamKind]] | str] = {}
+        self._first_checked: list[tuple[str, ParamKind]] | str | None = None  # what .params shows once compiled
         self._functions: dict[int, Any] = {}
         self._device_params: dict[int, list[tuple[str, ParamKind]]] = {}  # device ordinal -> params of its code
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
@@ -603,24 +612,32 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
 
     @property
     def params(self) -> list[tuple[str, ParamKind]]:
-        """(name, kind) of each parameter, as NVRTC compiled the kernel. Read from the source when it declares the
-        kernel one way; when preprocessor conditions choose between declarations, or a macro names a type, the
-        first compile decides (this runs one, for the default target, if none ran yet)."""
-        if self._params is None:
+        """(name, kind) of each parameter, as NVRTC compiled the kernel: the first compile's, checked against its
+        PTX. Before any compile, the source's when it declares the kernel one way; when preprocessor conditions
+        choose between declarations, or a macro names a type, this runs a compile for the default target. A
+        ``ValueError`` says how the compiled parameters differ from the declared ones."""
+        checked = self._first_checked
+        if checked is None:
+            if self._params is not None:
+                return self._params
             self.compile()
-        assert self._params is not None
-        return self._params
+            checked = self._first_checked
+        assert checked is not None
+        return _launchable(checked)
 
     def __repr__(self) -> str:
-        if self._params is None:
+        checked = self._first_checked
+        params = checked if isinstance(checked, list) else self._params
+        if params is None:
             return f"<tilejit.RawKernel {self.name}(...)>"
-        sig = ", ".join(f"{k} {n}" for n, k in self._params)
+        sig = ", ".join(f"{k} {n}" for n, k in params)
         return f"<tilejit.RawKernel {self.name}({sig})>"
 
     def compile(self, target: str | int | Target | None = None, *, output: str = "cubin") -> CompiledProgram:
         """Compile (no GPU needed) for ``target`` (default: the current GPU, else ``TILEJIT_ARCH``) into ``output``
         (``"cubin"``, ``"ptx"`` or ``"ltoir"``); returns the ``CompiledProgram`` (``.code``, ``.kind``,
-        ``.lowered_names``). Raises ``ValueError`` when the compiled kernel's parameters are not the declared ones."""
+        ``.lowered_names``). The compiled parameters are checked against the declared ones (or ``param_types``);
+        when they differ the code is still returned, and ``.params`` and launches raise a ``ValueError`` saying how."""
         from tilejit.compiler.nvrtc import OUTPUTS
         from tilejit.compiler.targets import resolve_target
 
@@ -630,19 +647,20 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         memo = (tgt.sm, output)
         prog = self._programs.get(memo)
         if prog is None:
-            prog, params = self._compile(tgt, output)
-            self._compiled_params[memo] = params
+            prog, checked = self._compile(tgt, output)
+            self._checked[memo] = checked
             self._programs[memo] = prog
-            if self._params is None:
-                self._params = params
+            if self._first_checked is None:
+                self._first_checked = checked
         return prog
 
-    def _compile(self, target: Target, output: str) -> tuple[CompiledProgram, list[tuple[str, ParamKind]]]:
-        """The program and its checked parameters, from the disk cache or from NVRTC: one cache entry holds both,
-        so a warm load reads one file and checks nothing again."""
+    def _compile(self, target: Target, output: str) -> tuple[CompiledProgram, list[tuple[str, ParamKind]] | str]:
+        """The program and its checked parameters (or why they are not the declared ones), from the disk cache or
+        from NVRTC: one cache entry holds both, so a warm load reads one file and checks nothing again."""
         from tilejit import __version__, config
         from tilejit.compiler.nvrtc import CompiledProgram, _reads_disk_headers, compile_cuda, nvrtc_identity
 
+        checked: list[tuple[str, ParamKind]] | str | None
         file_name = f"{self.name.split('<', 1)[0].strip()}.cu"
         exprs = () if self._extern_c else (self.name,)
         key = None
@@ -657,15 +675,17 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
             key = cache_key(*parts)
             entry = default_cache().get(key)
             if entry is not None and _entry_ok(entry, output):
+                stored = entry["params"]
                 try:
-                    params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]
+                    checked = stored if isinstance(stored, str) else [
+                        (p[0], ParamKind.from_spec(p[1:])) for p in stored]
                 except ValueError:  # a dtype this version does not know: compile again
-                    params = None
-                if params is not None:
+                    checked = None
+                if checked is not None:
                     prog = CompiledProgram(entry["code"], output, target,  # type: ignore[arg-type]
                                            dict(entry["lowered_names"]), entry["log"],
                                            tuple(entry["nvrtc_version"]), True)  # type: ignore[arg-type]
-                    return prog, params
+                    return prog, checked
 
         def run(out: str) -> CompiledProgram:
             return compile_cuda(self.source, name=file_name, headers=self.headers, options=self.options, target=target,
@@ -674,16 +694,19 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         prog = run(output)
         ptx = prog if output == "ptx" else run("ptx")
         symbol = self.name if self._extern_c else ptx.lowered_names.get(self.name, self.name)
-        params = self._check_compiled(ptx.code.decode("utf-8"), symbol, target)
+        try:
+            checked = self._check_compiled(ptx.code.decode("utf-8"), symbol, target)
+        except ValueError as exc:
+            checked = str(exc)
         if key is not None:
             from tilejit.compiler.cache import default_cache
 
             default_cache().put(key, {
                 "code": prog.code, "kind": output, "lowered_names": prog.lowered_names, "log": prog.log,
                 "nvrtc_version": list(prog.nvrtc_version), "target": target.sm,
-                "params": [[pname, kind.kind, kind.dtype] for pname, kind in params],
+                "params": checked if isinstance(checked, str) else [[n, k.kind, k.dtype] for n, k in checked],
             })
-        return prog, params
+        return prog, checked
 
     def _check_compiled(self, ptx: str, symbol: str, target: Target) -> list[tuple[str, ParamKind]]:
         """The parameters to launch with, from what NVRTC compiled (the ``.entry``'s ``.param`` list): the declaration
@@ -732,9 +755,10 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
             if fn is None:
                 output = "ptx" if config.EMIT_PTX.get() else "cubin"
                 prog = self.compile(dev.arch, output=output)
+                params = _launchable(self._checked[(prog.target.sm, output)])  # before loading anything
                 module = Module.load(prog.code, "ptx" if output == "ptx" else "cubin", device=dev)
                 symbol = self.name if self._extern_c else prog.lowered_names.get(self.name, self.name)
-                self._device_params[dev.ordinal] = self._compiled_params[(prog.target.sm, output)]
+                self._device_params[dev.ordinal] = params
                 fn = self._functions[dev.ordinal] = module.get_function(symbol)
         return fn
 
