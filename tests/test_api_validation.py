@@ -179,3 +179,9 @@ def test_raw_kernel_launch_shape_is_checked_before_compiling(use_device: Any, bl
         k.launcher(block, shared_mem)  # type: ignore[arg-type]
     assert str(info.value) == text
     assert k._programs == {}
+
+
+def test_raw_kernel_unhashable_block_is_named(use_device: Any) -> None:
+    use_device(SimpleNamespace(ordinal=0, arch="sm_80"))
+    with pytest.raises(ValueError, match=r"^block must be a positive int or a tuple of 1 to 3 positive ints, got \{"):
+        RawKernel(SRC, "k").launcher({"x": 32})  # type: ignore[arg-type]

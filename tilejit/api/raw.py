@@ -764,18 +764,20 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
 
     def launcher(self, block: Any, shared_mem: int = 0, device: Any = None) -> Launcher:
         """The :class:`Launcher` of this kernel for one block shape and dynamic shared size."""
-        from tilejit.runtime.launch import _block3
-
-        _block3(tuple(block) if isinstance(block, list) else block)  # checked before anything compiles
-        if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or shared_mem < 0:
-            raise ValueError(f"shared_mem must be a non-negative int (bytes of dynamic shared memory), got "
-                             f"{shared_mem!r}")
         dev = _device_state.get_device() if device is None else _device_state.Device(device)
         key = (dev.ordinal, tuple(block) if isinstance(block, list) else block, shared_mem)
-        launcher = self._launchers.get(key)
+        try:
+            launcher = self._launchers.get(key)
+        except TypeError:  # an unhashable block: the check below says what a block is
+            launcher = None
         if launcher is None:
             from tilejit.compiler.cache import cached_compile
+            from tilejit.runtime.launch import _block3
 
+            _block3(key[1])  # checked before anything compiles
+            if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or shared_mem < 0:
+                raise ValueError(f"shared_mem must be a non-negative int (bytes of dynamic shared memory), got "
+                                 f"{shared_mem!r}")
             function = self.function(dev)
             params = self._device_params.get(dev.ordinal)
             launcher = Launcher(function, self.params if params is None else params, block, shared_mem,
