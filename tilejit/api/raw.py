@@ -808,7 +808,12 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         dev = _device_state.get_device()
         block_key = tuple(block) if isinstance(block, list) else block
         key = (dev.ordinal, block_key, shared_mem)
-        launcher = self._launchers.get(key) or self.launcher(block_key, shared_mem, dev)
+        try:
+            launcher = self._launchers.get(key)
+        except TypeError:  # an unhashable block: launcher() says what a block is
+            launcher = None
+        if launcher is None:
+            launcher = self.launcher(block_key, shared_mem, dev)
         # The first launches take the checked path: a kernel launched a few times never pays for
         # generating (compiling) its fast path.
         calls = self._checked_calls.get(key, 0)
