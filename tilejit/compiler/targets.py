@@ -186,11 +186,13 @@ _NVRTC_MAJORS = ((13, 75, "cu13"), (12, 50, "cu12"), (11, 35, "cu11"))
 
 def _older_nvrtc_hint(target: Target, major: int) -> str:
     """What to install for a target older than NVRTC ``major`` supports: the newest older major that has it."""
+    from tilejit import config
+
     for older, oldest_arch, extra in _NVRTC_MAJORS:
         if older < major and oldest_arch <= target.number:
             return (
                 f'NVRTC {older} still compiles for {target.sm}: pip install "tilejit[{extra}]" (with several '
-                "installed the newest is used, so uninstall the newer one or set TILEJIT_NVRTC to the "
+                f"installed the newest is used, so uninstall the newer one or set {config.NVRTC.name} to the "
                 f"NVRTC {older} library)"
             )
     return f"no NVRTC that tilejit supports (CUDA 11 to 13) compiles for {target.sm}"
