@@ -260,3 +260,98 @@ def test_pipelined_loop_with_a_run_time_step_never_divides_by_zero() -> None:
     assert "_step > 0 ?" in line
     assert "cp_async_tile" in tj.compile(_matmul(), MM_SIG, constants={"BM": 128, "BN": 128, "BK": 64},
                                          target="sm_86").cuda_source()  # still pipelined, in fewer stages
+
+
+# ---------------------------------------------------------------------------------------------- text signatures
+
+
+def test_text_signatures_are_accepted() -> None:
+    """The command line's spelling works in tj.compile: one string, a string per parameter, or by name."""
+    want = tj.compile(vadd, SIG, constants={"TILE": 64}, target="sm_80").arg_types
+    text = "float32[:], f32[:], float32[ : ]"
+    assert tj.compile(vadd, text, constants={"TILE": 64}, target="sm_80").arg_types == want
+    assert tj.compile(vadd, ["float32[:]"] * 3, constants={"TILE": 64}, target="sm_80").arg_types == want
+    by_name = {"x": "float32[:]", "y": tj.float32[:], "out": "float32[:]"}
+    assert tj.compile(vadd, by_name, constants={"TILE": 64}, target="sm_80").arg_types == want
+
+    @tj.kernel
+    def scale(x, out, a, n, TILE: tj.Constant[int]):
+        i = tj.bid(0)
+        tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) * a + n)
+
+    text = tj.compile(scale, "f16[:, ::1], float16[:,::1], float, int64", constants={"TILE": 64}, target="sm_80")
+    objs = tj.compile(scale, (tj.float16[:, ::1], tj.float16[:, ::1], float, tj.int64), constants={"TILE": 64},
+                      target="sm_80")
+    assert text.arg_types == objs.arg_types and text.hints == objs.hints and len(text.hints) == 2
+
+
+@pytest.mark.parametrize(("text", "col", "why"), [
+    ("float32[", 8, "expected ':' or '::1' for a dimension"),
+    ("float32[:],float32[", 19, "expected ':' or '::1' for a dimension"),
+    ("float32[:], float32[:],", 23, "expected a parameter type after ','"),
+    ("float32[:], floot[:], float32[:]", 12, "unknown type 'floot[:]'"),
+    ("float32[:] float32[:]", 11, "expected ',' or the end after 'float32[:]'"),
+    ("float32[::1, :], f32[:], f32[:]", 8, "::1 is allowed only as the last dimension"),
+    ("int[:], f32[:], f32[:]", 3, "'int' is a Python scalar type"),
+])
+def test_malformed_text_signature_shows_the_column(text: str, col: int, why: str) -> None:
+    with pytest.raises(ValueError) as info:
+        tj.compile(vadd, text, constants={"TILE": 64}, target="sm_80")
+    message = str(info.value)
+    assert message.startswith(f"signature, column {col}: {why}")
+    assert message.endswith(f"\n  {text}\n  {' ' * col}^")
+
+
+def test_parse_signature_is_the_one_parser() -> None:
+    from tilejit.api.signature import parse_signature
+    from tilejit.language.ir.types import scalar
+
+    assert parse_signature("") == ()
+    assert parse_signature(" float32[:, :] , i64, bool ") == (tj.float32[:, :], scalar(tj.int64), scalar(tj.bool_))
+    with pytest.raises(ValueError, match=r"^--signature, column 0: expected a parameter type"):
+        parse_signature(",", what="--signature")
+    with pytest.raises(TypeError, match="signature must be str"):
+        parse_signature(b"float32[:]", what="signature")  # type: ignore[arg-type]
+
+
+def test_a_text_entry_must_be_one_type() -> None:
+    with pytest.raises(ValueError, match=r"parameter 'x': expected one type, got 2"):
+        tj.compile(vadd, ["float32[:], float32[:]", "float32[:]", "float32[:]"], constants={"TILE": 64},
+                   target="sm_80")
+
+
+# ---------------------------------------------------------------------------------------------- default target
+
+
+def test_no_target_follows_tilejit_arch_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default target is read when asked for (it was remembered from the first tj.compile of the process)."""
+    from conftest import has_gpu
+
+    from tilejit.compiler.targets import Target
+    from tilejit.errors import TargetError
+
+    if has_gpu():
+        pytest.skip("with a GPU the default target is the GPU's")
+    monkeypatch.setenv("TILEJIT_ARCH", "sm_80")
+    assert tj.compile(vadd, SIG, constants={"TILE": 64}).target == Target(8, 0)
+    monkeypatch.setenv("TILEJIT_ARCH", "sm_86")
+    assert tj.compile(vadd, SIG, constants={"TILE": 64}).target == Target(8, 6)
+    monkeypatch.setenv("TILEJIT_ARCH", "sm_9")
+    with pytest.raises(TargetError, match="TILEJIT_ARCH='sm_9': invalid target 'sm_9'"):
+        tj.compile(vadd, SIG, constants={"TILE": 64})
+    monkeypatch.delenv("TILEJIT_ARCH")
+    with pytest.raises(TargetError, match=r"^no GPU is present to choose a compile target: pass target='sm_90' "
+                                          r"\(or set TILEJIT_ARCH=sm_90\)$"):
+        tj.compile(vadd, SIG, constants={"TILE": 64})
+
+
+# ---------------------------------------------------------------------------------------------- repr
+
+
+def test_repr_of_a_compiled_program_shows_sizes_not_bytes() -> None:
+    art = tj.compile(vadd, SIG, constants={"TILE": 64}, target="sm_80")
+    cubin = art.cubin()
+    prog = art._progs["cubin"]
+    text = repr(prog)
+    assert f"code=<{len(cubin)} bytes>" in text and len(text) < 400
+    assert "\\x" not in text

@@ -32,6 +32,13 @@ _DTYPES = (
     "float16", "bfloat16", "float32", "float64",
 )
 
+#: Every exception and warning class of ``tilejit.errors`` (a test checks that none is missing).
+_ERRORS = (
+    "TilejitError", "TileCompileError", "CompileError", "CUDAError", "DriverVersionError", "LaunchError",
+    "LibraryNotFoundError", "TargetError", "ConfigError", "NotDeviceArrayError", "IRVerificationError",
+    "CacheWarning",
+)
+
 _LAZY: dict[str, str] = {
     **{name: "tilejit.language.tile" for name in _TILE_NAMES},
     **{name: "tilejit.language.ir.types" for name in _DTYPES},
@@ -50,12 +57,7 @@ _LAZY: dict[str, str] = {
     "DeviceArray": "tilejit.runtime.array",
     "asarray": "tilejit.runtime.array",
     "empty": "tilejit.runtime.array",
-    "TilejitError": "tilejit.errors",
-    "TileCompileError": "tilejit.errors",
-    "CompileError": "tilejit.errors",
-    "CUDAError": "tilejit.errors",
-    "LaunchError": "tilejit.errors",
-    "LibraryNotFoundError": "tilejit.errors",
+    **{name: "tilejit.errors" for name in _ERRORS},
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -79,10 +81,16 @@ if TYPE_CHECKING:
     from tilejit.api.kernel import Kernel, kernel
     from tilejit.api.raw import RawKernel
     from tilejit.errors import (
+        CacheWarning,
         CompileError,
+        ConfigError,
         CUDAError,
+        DriverVersionError,
+        IRVerificationError,
         LaunchError,
         LibraryNotFoundError,
+        NotDeviceArrayError,
+        TargetError,
         TileCompileError,
         TilejitError,
     )

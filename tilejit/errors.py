@@ -1,4 +1,5 @@
-"""Every exception tilejit raises on purpose, in one place so users can catch them by type."""
+"""Every exception and warning tilejit raises on purpose, in one place so users can catch them by type
+(each is also a name of ``tilejit``: ``tj.TargetError``)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,40 @@ class TileCompileError(TilejitError):
 
 class LaunchError(TilejitError, TypeError):
     """Kernel arguments do not match the kernel's parameters (wrong type, dtype, rank or count)."""
+
+
+class NotDeviceArrayError(TilejitError, TypeError):
+    """``obj`` is not device memory: a host (CPU) array, or not an array at all. ``tilejit.asarray``
+    copies such objects from the host; any other error of :func:`tilejit.runtime.interop.as_view` means a
+    device array was refused (its dtype, layout, ...), and says why."""
+
+
+class IRVerificationError(TilejitError, RuntimeError):
+    """Invalid tile IR (an internal error of the compiler)."""
+
+
+class CacheWarning(UserWarning):
+    """The disk cache could not be written (read-only or full folder); tilejit keeps working without it."""
+
+
+def refuse_lone_surrogates(what: str, text: str) -> None:
+    """Raise ``ValueError`` naming ``what`` if ``text`` holds a lone surrogate (left by decoding bytes with
+    ``errors="surrogateescape"``): it has no UTF-8 form, so NVRTC and the disk cache cannot take it.
+    ASCII text costs one check."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        raise ValueError(
+            f"{what} contains a lone surrogate {text[exc.start]!r} at index {exc.start} (line {line}), which has no "
+            "UTF-8 form; was it decoded with errors='surrogateescape'? Decode it as UTF-8 text"
+        ) from None
+
+
+__all__ = [
+    "Attempt", "CUDAError", "CacheWarning", "CompileError", "ConfigError", "DriverVersionError",
+    "IRVerificationError", "LaunchError", "LibraryNotFoundError", "NotDeviceArrayError", "TargetError",
+    "TileCompileError", "TilejitError", "refuse_lone_surrogates",
+]

@@ -44,7 +44,7 @@ class Record:
         return hash(self._values())
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        fields = ", ".join(f"{name}={_short_repr(getattr(self, name))}" for name in self._fields)
         return f"{type(self).__name__}({fields})"
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
@@ -57,6 +57,13 @@ class Record:
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"cannot delete field {name!r}: {type(self).__name__} is immutable")
+
+
+def _short_repr(value: object) -> str:
+    """``repr`` of a field, but binary data (a CUBIN, PTX bytes) as its size: ``<3072 bytes>``."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{value.nbytes if isinstance(value, memoryview) else len(value)} bytes>"
+    return repr(value)
 
 
 __all__ = ["Record"]

@@ -6,11 +6,9 @@ NVRTC, with each stage's output kept on the artifact so it is computed at most o
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tilejit.errors import TileCompileError
 from tilejit.language.ir.types import ArrayHint, ArrayType, DType, TileType, float32, int32, scalar
 from tilejit.language.ir.types import bool_ as tj_bool
 
@@ -22,7 +20,15 @@ if TYPE_CHECKING:
 
 
 def _as_param_type(name: str, t: object) -> ArrayType | TileType:
-    """Accept ``tj.float32[:]`` (arrays), dtypes or Python ``int``/``float``/``bool`` (scalars)."""
+    """Accept ``tj.float32[:]`` (arrays), dtypes or Python ``int``/``float``/``bool`` (scalars), or the same as text
+    (``"float32[:]"``, ``"int32"``), as the command line writes them."""
+    if isinstance(t, str):
+        from tilejit.api.signature import parse_signature
+
+        parsed = parse_signature(t, what=f"parameter '{name}'")
+        if len(parsed) != 1:
+            raise ValueError(f"parameter '{name}': expected one type, got {len(parsed)} in {t!r}")
+        t = parsed[0]
     if isinstance(t, ArrayType | TileType):
         return t
     if isinstance(t, DType):
@@ -151,11 +157,15 @@ def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) 
             raise TypeError(f"{func.__name__}: signature: " + "; ".join(parts))
         pairs = [(n, signature[n]) for n in names]
     else:
-        if isinstance(signature, str | bytes) or not isinstance(signature, Sequence | tuple | list):
+        if isinstance(signature, str):
+            from tilejit.api.signature import parse_signature
+
+            signature = parse_signature(signature, what="signature")
+        if isinstance(signature, bytes) or not isinstance(signature, Sequence | tuple | list):
             raise TypeError(
                 f"{func.__name__}: the signature must be a tuple or list of parameter types (one per non-constant "
-                f"parameter: {', '.join(names) or 'none'}), e.g. (tj.float32[:], int), or a dict by name; "
-                f"got {type(signature).__name__}"
+                f"parameter: {', '.join(names) or 'none'}), e.g. (tj.float32[:], int), a dict by name, or the same "
+                f"as text, e.g. 'float32[:], int32'; got {type(signature).__name__}"
             )
         if len(signature) != len(names):
             raise TypeError(
@@ -166,9 +176,48 @@ def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) 
     return {n: _as_param_type(n, t) for n, t in pairs}
 
 
+def check_num_threads(n: object, where: str) -> int:
+    """A kernel's ``num_threads``: a power of two from 32 to 1024 (the CUDA block limit); errors start with
+    ``where``."""
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"{where}: num_threads must be an int, got {n!r}")
+    v = n.__index__()
+    if not 32 <= v <= 1024 or v & (v - 1):
+        raise ValueError(f"{where}: num_threads must be a power of two from 32 to 1024, got {v}")
+    return int(v)
+
+
+def _kernel_function(kernel: object) -> Any:
+    """The Python function of a ``@tj.kernel`` (or a plain function), or a ``TypeError`` naming the argument."""
+    import types
+
+    from tilejit.api.kernel import Kernel
+
+    if isinstance(kernel, Kernel):
+        return kernel.func
+    if isinstance(kernel, types.FunctionType):
+        return kernel
+    hint = "; a RawKernel compiles with its own .compile(target)" if type(kernel).__name__ == "RawKernel" else ""
+    raise TypeError(f"tj.compile: kernel must be a @tj.kernel or a Python function, got {type(kernel).__name__} "
+                    f"{kernel!r}{hint}")
+
+
+def _check_constants(func: Any, constants: object) -> dict[str, Any]:
+    """``constants`` as a dict of parameter name → value, or an error naming the argument."""
+    if constants is None:
+        return {}
+    if not isinstance(constants, Mapping):
+        raise TypeError(f"tj.compile({func.__name__}): constants must be a dict of constant parameter name → value, "
+                        f"e.g. {{'TILE': 1024}}; got {type(constants).__name__} {constants!r}")
+    bad = [k for k in constants if not isinstance(k, str)]
+    if bad:
+        raise TypeError(f"tj.compile({func.__name__}): constants keys must be parameter names (str), got {bad[0]!r}")
+    return dict(constants)
+
+
 def compile(
     kernel: Any,
-    signature: Sequence[object] | Mapping[str, object],
+    signature: Sequence[object] | Mapping[str, object] | str,
     *,
     constants: Mapping[str, Any] | None = None,
     target: str | int | Target | None = None,
@@ -177,36 +226,25 @@ def compile(
     """Compile ``kernel`` for ``target`` (e.g. "sm_90") with no GPU needed.
 
     ``signature`` gives each non-constant parameter's type: ``tj.float32[:]`` for a rank-1 array,
-    ``tj.int32`` or ``int`` for a scalar. ``tj.float16[:, ::1]`` promises the launch passes an array
-    with unit inner stride and 16-byte-aligned base and row strides, as a kernel launched from
-    Python would detect, so the compile gets the same vectorized/pipelined code. Stages run when
-    their output is first asked for.
+    ``tj.int32`` or ``int`` for a scalar; or as text, as the command line takes it: ``"float32[:], int32"``.
+    ``tj.float16[:, ::1]`` promises the launch passes an array with unit inner stride and 16-byte-aligned
+    base and row strides, as a kernel launched from Python would detect, so the compile gets the same
+    vectorized/pipelined code. Stages run when their output is first asked for.
     """
-    from tilejit.compiler.targets import parse_target
+    from tilejit.compiler.targets import resolve_target
 
-    func = getattr(kernel, "func", kernel)
-    arg_types = specialize(kernel, signature)
-    tgt = parse_target(target) if target is not None else _default_target()
-    threads = num_threads if num_threads is not None else getattr(kernel, "num_threads", None)
+    func = _kernel_function(kernel)
+    arg_types = specialize(func, signature)
+    consts = _check_constants(func, constants)
+    tgt = resolve_target(target)
+    threads: int | None
+    if num_threads is not None:
+        threads = check_num_threads(num_threads, f"tj.compile({func.__name__})")
+    else:
+        threads = getattr(kernel, "num_threads", None)
     hints = {
         n: ArrayHint(unit_stride=True, aligned16=True)
         for n, t in arg_types.items()
         if isinstance(t, ArrayType) and t.contiguous
     }
-    return Artifact(func, func.__name__, arg_types, dict(constants or {}), tgt, threads, hints)
-
-
-@functools.cache
-def _default_target() -> Target:
-    from tilejit.compiler.targets import parse_target
-    from tilejit.config import DEFAULT_ARCH
-    from tilejit.runtime.device import device_count, get_device
-
-    if device_count() > 0:
-        return parse_target(get_device().arch)
-    arch = DEFAULT_ARCH.get()
-    if arch:
-        return parse_target(arch)
-    raise TileCompileError(
-        "no GPU is present to choose a target: pass target='sm_90' (or set TILEJIT_ARCH)"
-    )
+    return Artifact(func, func.__name__, arg_types, consts, tgt, threads, hints)

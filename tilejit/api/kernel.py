@@ -14,7 +14,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tilejit.api.compile import Artifact
+from tilejit.api.compile import Artifact, check_num_threads
 from tilejit.api.signature import array_key, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import ArrayHint, ArrayType, TileType
@@ -327,14 +327,7 @@ def _classify(name: str, a: Any) -> tuple[Any, Any]:
 
 def _check_num_threads(name: str, n: object) -> int:
     """``@tj.kernel(num_threads=n)``: a power of two from 32 to 1024 (the CUDA block limit)."""
-    if isinstance(n, bool) or not hasattr(n, "__index__"):
-        raise TypeError(f"@tj.kernel(num_threads=...) of {name}: num_threads must be an int, got {n!r}")
-    v = n.__index__()
-    if not 32 <= v <= 1024 or v & (v - 1):
-        raise ValueError(
-            f"@tj.kernel(num_threads=...) of {name}: num_threads must be a power of two from 32 to 1024, got {v}"
-        )
-    return int(v)
+    return check_num_threads(n, f"@tj.kernel(num_threads=...) of {name}")
 
 
 class Kernel:
@@ -343,6 +336,9 @@ class Kernel:
     def __init__(self, func: Callable[..., Any], *, num_threads: int | None = None) -> None:
         from tilejit.language.frontend.params import constant_params, signature_params
 
+        if not callable(func) or isinstance(func, type):
+            raise TypeError(f"tj.kernel: expected a Python function to compile as a tile kernel, got "
+                            f"{type(func).__name__} {func!r}")
         self.func = func
         self.__name__ = func.__name__
         self.__doc__ = func.__doc__
@@ -573,6 +569,8 @@ class Kernel:
 def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = None) -> Any:
     """Decorate a Python function as a tile kernel; ``num_threads`` overrides the compiler's choice."""
     if func is None:
+        if num_threads is not None:
+            check_num_threads(num_threads, "@tj.kernel(num_threads=...)")  # now, not when the decorator is applied
         return lambda f: Kernel(f, num_threads=num_threads)
     return Kernel(func, num_threads=num_threads)
 

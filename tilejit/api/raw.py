@@ -5,8 +5,11 @@
 
 Parameter types come from the kernel's ``__global__ void name(...)`` signature (or ``param_types``):
 pointers take any device array (tilejit, torch, CuPy, JAX, ``__cuda_array_interface__``, DLPack)
-or an int address; scalars are packed as their C type. The kernel is compiled for the current
-device on its first launch there (through the disk cache) and kept per device.
+or an int address; scalars are packed as their C type. The source is read without a preprocessor,
+so every compile checks the declaration against the ``.param`` list of the PTX NVRTC made: where
+``#if``/``#ifdef`` choose between declarations, or a macro names a type, the compiled kernel decides.
+The kernel is compiled for the current device on its first launch there (through the disk cache,
+whose entry holds the checked parameters too) and kept per device.
 """
 
 from __future__ import annotations
@@ -14,11 +17,17 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tilejit.runtime import device as _device_state
 from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
+
+if TYPE_CHECKING:
+    from tilejit.compiler.nvrtc import CompiledProgram
+    from tilejit.compiler.targets import Target
+
+_CACHE_TAG = "tilejit.RawKernel.v1"  # the entry holds the code and its checked parameters
 
 _TYPE_WORDS = {"unsigned", "signed", "int", "long", "short", "char", "float", "double", "bool", "void"}
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct"}
@@ -117,32 +126,51 @@ def _strip_comments(source: str) -> str:
     return "".join(parts)
 
 
-def _find_global(text: str, base: str) -> tuple[int, int] | None:
-    """(position of ``__global__``, position of the ``(`` opening the parameters) of the kernel
-    declaration ``__global__ ... base(``, or None; ``__launch_bounds__(...)`` may come between."""
+def _find_globals(text: str, base: str) -> Iterator[tuple[int, int]]:
+    """(position of ``__global__``, position of the ``(`` opening the parameters) of each kernel
+    declaration ``__global__ ... base(``; ``__launch_bounds__(...)`` may come between. Found from each
+    ``__global__`` (a few in any source), not each mention of the name (calls, longer names)."""
     i = 0
-    while (i := text.find(base, i)) >= 0:
-        end = i + len(base)
-        before = text[i - 1] if i else " "
-        paren = end
-        while paren < len(text) and text[paren].isspace():
-            paren += 1
-        i = end
-        if before == "_" or before.isalnum() or paren >= len(text) or text[paren] != "(":
+    while (at := text.find("__global__", i)) >= 0:
+        i = at + 10
+        if (at and (text[at - 1] == "_" or text[at - 1].isalnum())) or text[i:i + 1] == "_" or text[i:i + 1].isalnum():
             continue
-        start = max(text.rfind(";", 0, end), text.rfind("}", 0, end), text.rfind("{", 0, end)) + 1
-        head = text[start:end - len(base)]
-        bounds = head.find("__launch_bounds__")
-        if bounds >= 0 and "(" in head[bounds:]:
+        j = i
+        while (paren := text.find("(", j)) >= 0:
+            name_end = paren
+            while name_end > j and text[name_end - 1].isspace():
+                name_end -= 1
+            name_start = name_end
+            while name_start > j and (text[name_start - 1] == "_" or text[name_start - 1].isalnum()):
+                name_start -= 1
+            if text[name_start:name_end] != "__launch_bounds__":
+                break
             try:
-                close = _matching(head, head.index("(", bounds), "(", ")")
+                j = _matching(text, paren, "(", ")") + 1
             except ValueError:
-                continue
-            head = head[:bounds] + " " * (close + 1 - bounds) + head[close + 1:]
-        if "(" in head or ")" in head or "__global__" not in _tokens(head):
-            continue
-        return start + head.index("__global__"), paren
-    return None
+                return
+        if paren < 0:
+            return
+        if text[name_start:name_end] == base and not any(c in text[i:name_start] for c in ";{}") \
+                and not any(c in text[j:name_start] for c in "()"):
+            yield at, paren
+
+
+def _last_directive_end(text: str, end: int) -> int:
+    """Index of the newline ending the last preprocessor directive line before ``end`` (-1 if none): a
+    declaration starts after it, as after ``;`` or a brace (``#else`` may separate two declarations)."""
+    at = end
+    while (at := text.rfind("#", 0, at)) >= 0:
+        line_start = text.rfind("\n", 0, at) + 1
+        if not text[line_start:at].strip():
+            line_end = text.find("\n", at, end)
+            return line_end if line_end >= 0 else -1
+    return -1
+
+
+def _has_directive(text: str) -> bool:
+    """Whether ``text`` (e.g. a parameter list) has a preprocessor directive line in it."""
+    return any(line.lstrip().startswith("#") for line in text.splitlines()) if "#" in text else False
 
 
 def _is_name(token: str) -> bool:
@@ -212,34 +240,128 @@ def _in_extern_c_block(source: str, pos: int) -> bool:
 
 
 def parse_signature(source: str, name: str) -> tuple[list[tuple[str, ParamKind]], bool]:
-    """(parameters, is extern "C") of the ``__global__`` function ``name`` in ``source``."""
+    """(parameters, is extern "C") of the first ``__global__`` function ``name`` in ``source``, as its text says
+    (without preprocessing: ``RawKernel`` checks them against what NVRTC compiled)."""
+    decls = _declarations(source, name, strict=True)
+    if not decls:
+        raise _not_found(name)
+    first = decls[0]
+    return [(pname, kind) for pname, kind in first.params if kind is not None], first.extern_c
+
+
+class _Declaration:
+    """One ``__global__`` declaration of a kernel in its source: the parameters (a kind of None: a type the
+    source alone cannot tell, a macro; the compiled kernel says), whether it is extern "C", and its line."""
+
+    __slots__ = ("extern_c", "line", "params")
+
+    def __init__(self, params: list[tuple[str, ParamKind | None]], extern_c: bool, line: int) -> None:
+        self.params = params
+        self.extern_c = extern_c
+        self.line = line
+
+    def kinds(self) -> list[ParamKind | None]:
+        return [kind for _, kind in self.params]
+
+    def describe(self) -> str:
+        """``line 3: (float64 a, int64 n)``, for error messages."""
+        params = ", ".join(f"{kind or '?'} {pname}" for pname, kind in self.params)
+        return f"line {self.line}: ({params})"
+
+
+def _not_found(name: str) -> ValueError:
+    base = name.split("<", 1)[0].strip()
+    return ValueError(
+        f"kernel {name!r} not found in the source: expected a definition like "
+        f'extern "C" __global__ void {base}(...); pass param_types=[...] if it is generated by a macro'
+    )
+
+
+def _declarations(source: str, name: str, *, strict: bool, macros: Callable[[], set[str]] | None = None,
+                  ) -> list[_Declaration]:
+    """Every ``__global__`` declaration of ``name`` in ``source`` (several when preprocessor conditions choose
+    between them, or a prototype precedes the definition). A type the source does not define raises ``ValueError``
+    unless ``macros()`` names it (then its kind is None); with ``strict`` False a declaration that cannot be
+    read (a directive inside its parameter list, an unsupported type) is left out when another can be."""
     text = _strip_comments(source)
     base = name.split("<", 1)[0].strip()
-    found = _find_global(text, base)
-    if found is None:
-        raise ValueError(
-            f"kernel {name!r} not found in the source: expected a definition like "
-            f'extern "C" __global__ void {base}(...); pass param_types=[...] if it is generated by a macro'
-        )
-    global_at, open_paren = found
-    params_text = text[open_paren + 1:_matching(text, open_paren, "(", ")")].strip()
-    decl_start = max(text.rfind(";", 0, global_at), text.rfind("}", 0, global_at), text.rfind("{", 0, global_at))
-    extern_c = any(True for _ in _extern_c(text, decl_start + 1, global_at)) or _in_extern_c_block(text, global_at)
-    template_args = _template_arguments(text[decl_start + 1:global_at], name)
-    params: list[tuple[str, ParamKind]] = []
-    if params_text and params_text != "void":
-        for i, p in enumerate(_split_top_level(params_text)):
-            decl = p.split("=", 1)[0].strip()
-            tokens = _tokens(decl)
-            pname = f"arg{i}"
-            if len(tokens) > 1 and _is_name(tokens[-1]) and tokens[-1] not in _TYPE_WORDS \
-                    and tokens[-1] not in _QUALIFIERS and tokens[-2] != "::":
-                pname = tokens[-1]
-                decl = decl[: decl.rfind(pname)]
-            if template_args:
-                decl = " ".join(template_args.get(t, t) for t in _tokens(decl))
-            params.append((pname, parse_c_type(decl, where=f"parameter {pname!r} of kernel {name!r}")))
-    return params, extern_c
+    out: list[_Declaration] = []
+    first_error: ValueError | None = None
+    for global_at, open_paren in _find_globals(text, base):
+        line = text.count("\n", 0, global_at) + 1
+        try:
+            params_text = text[open_paren + 1:_matching(text, open_paren, "(", ")")].strip()
+        except ValueError as exc:
+            if strict:
+                raise
+            first_error = first_error or exc
+            continue
+        if _has_directive(params_text):
+            first_error = first_error or ValueError(
+                f"kernel {name!r} (line {line}): preprocessor directives inside the parameter list; RawKernel "
+                "cannot read its parameters: pass param_types=[...]"
+            )
+            continue
+        decl_start = max(text.rfind(";", 0, global_at), text.rfind("}", 0, global_at),
+                         text.rfind("{", 0, global_at), _last_directive_end(text, global_at))
+        extern_c = any(True for _ in _extern_c(text, decl_start + 1, global_at)) or _in_extern_c_block(text, global_at)
+        template_args = _template_arguments(text[decl_start + 1:global_at], name)
+        try:
+            params = _declared_params(params_text, name, template_args, macros)
+        except ValueError as exc:
+            if strict:
+                raise
+            first_error = first_error or exc
+            continue
+        out.append(_Declaration(params, extern_c, line))
+    if not out and first_error is not None:
+        raise first_error
+    return out
+
+
+def _declared_params(params_text: str, name: str, template_args: dict[str, str],
+                     macros: Callable[[], set[str]] | None) -> list[tuple[str, ParamKind | None]]:
+    """The parameters in one declaration's parameter list (a None kind: a scalar type named by a macro)."""
+    params: list[tuple[str, ParamKind | None]] = []
+    if not params_text or params_text == "void":
+        return params
+    for i, p in enumerate(_split_top_level(params_text)):
+        decl = p.split("=", 1)[0].strip()
+        tokens = _tokens(decl)
+        pname = f"arg{i}"
+        if len(tokens) > 1 and _is_name(tokens[-1]) and tokens[-1] not in _TYPE_WORDS \
+                and tokens[-1] not in _QUALIFIERS and tokens[-2] != "::":
+            pname = tokens[-1]
+            decl = decl[: decl.rfind(pname)]
+        if template_args:
+            decl = " ".join(template_args.get(t, t) for t in _tokens(decl))
+        where = f"parameter {pname!r} of kernel {name!r}"
+        try:
+            kind: ParamKind | None = parse_c_type(decl, where=where)
+        except ValueError:
+            tokens = [t for t in _tokens(decl) if t not in _QUALIFIERS]
+            if macros is None or any(t in ("&", "[", "*") for t in tokens) \
+                    or not any(_is_name(t) and t in macros() for t in tokens):
+                raise
+            kind = None  # e.g. `real_t x` with `#define real_t float`: what NVRTC compiled says
+        params.append((pname, kind))
+    return params
+
+
+def _macro_names(texts: Iterable[str], options: Iterable[str]) -> set[str]:
+    """The names ``#define``d in ``texts`` or by ``-DNAME[=...]`` options (an unknown parameter type named
+    here is read from the compiled kernel instead of refused)."""
+    names: set[str] = set()
+    for text in texts:
+        for line in text.splitlines():
+            words = line.strip().lstrip("#").split(None, 2) if line.lstrip().startswith("#") else []
+            if len(words) >= 2 and words[0] == "define":
+                names.add(words[1].split("(", 1)[0])
+    for opt in options:
+        for prefix in ("--define-macro=", "-D"):
+            if opt.startswith(prefix):
+                names.add(opt[len(prefix):].split("=", 1)[0].strip())
+    return names
 
 
 def _template_arguments(head: str, name: str) -> dict[str, str]:
@@ -263,6 +385,151 @@ def _template_arguments(head: str, name: str) -> dict[str, str]:
         value = given[i] if i < len(given) else default.strip()
         if value:
             out[words[-1]] = value
+    return out
+
+
+class _PtxParam:
+    """One ``.param`` of a PTX ``.entry``: its class (``f`` float, ``i`` integer or pointer, ``b`` a byte array:
+    a struct, ``__half``), its size in bytes and its PTX spelling."""
+
+    __slots__ = ("cls", "size", "text")
+
+    def __init__(self, cls: str, size: int, text: str) -> None:
+        self.cls = cls
+        self.size = size
+        self.text = text
+
+
+def ptx_entry_params(ptx: str, symbol: str) -> list[_PtxParam] | None:
+    """The parameters of the ``.entry symbol(...)`` in ``ptx``, or None when it has no such entry."""
+    import re  # on a compile only
+
+    match = re.search(r"\.entry\s+" + re.escape(symbol) + r"\s*\(([^)]*)\)", ptx)
+    if match is None:
+        return None
+    params: list[_PtxParam] = []
+    for decl in (d.strip() for d in match.group(1).split(",")):
+        if not decl:
+            continue
+        words = decl.split()
+        kinds = [w for w in words[1:-1] if w.startswith(".") and w not in (".align", ".ptr") and w[1:2] in "bfsu"
+                 and w[2:].isdigit()]
+        if words[0] != ".param" or not kinds:
+            raise ValueError(f"cannot read the PTX parameter {decl!r} of {symbol}")
+        bits = int(kinds[0][2:])
+        count = words[-1].partition("[")[2].rstrip("]")
+        if count:
+            params.append(_PtxParam("b", bits // 8 * int(count), decl.replace(words[-1], f"[{count}]")))
+        else:
+            params.append(_PtxParam("f" if kinds[0][1] == "f" else "i", bits // 8, kinds[0]))
+    return params
+
+
+def _fits(kind: ParamKind, p: _PtxParam) -> bool:
+    """Whether a parameter passed as ``kind`` has the size and class of the compiled parameter ``p``."""
+    if kind.kind == "pointer":
+        return p.cls == "i" and p.size == 8
+    if kind.dtype in ("float16", "bfloat16"):  # __half and __nv_bfloat16 are structs: .b8 x[2]
+        return p.cls in ("b", "i") and p.size == 2
+    return p.cls == ("f" if kind.dtype in ("float32", "float64") else "i") and p.size == kind.size
+
+
+def _from_ptx(p: _PtxParam) -> ParamKind | None:
+    """The scalar kind of a parameter whose source type is a macro: float32/float64, or the signed integer of its
+    size (the PTX does not say signed or unsigned); None for a struct, which RawKernel cannot pass."""
+    if p.cls == "f" and p.size in (4, 8):
+        return ParamKind.scalar("float32" if p.size == 4 else "float64")
+    if p.cls == "i" and p.size in (1, 2, 4, 8):
+        return ParamKind.scalar(f"int{p.size * 8}")
+    return None
+
+
+def _matched(decl: _Declaration, compiled: list[_PtxParam]) -> list[tuple[str, ParamKind]] | None:
+    """``decl``'s parameters if they fit the compiled ones (a macro-typed one takes the compiled type), else None."""
+    if len(decl.params) != len(compiled):
+        return None
+    out: list[tuple[str, ParamKind]] = []
+    for (pname, kind), p in zip(decl.params, compiled):
+        got = _from_ptx(p) if kind is None else kind
+        if got is None or not _fits(got, p):
+            return None
+        out.append((pname, got))
+    return out
+
+
+def _merged(name: str, matches: list[list[tuple[str, ParamKind]]]) -> list[tuple[str, ParamKind]]:
+    """One parameter list from the declarations that fit the compiled kernel: where they differ only in a
+    pointer's element type, a pointer taking any array; any other difference is refused."""
+    out: list[tuple[str, ParamKind]] = []
+    for i, column in enumerate(zip(*matches)):
+        pname, kind = column[0]
+        kinds = {k for _, k in column}
+        if len(kinds) > 1:
+            if any(k.kind != "pointer" for k in kinds):
+                raise ValueError(
+                    f"kernel {name!r}: the declarations that fit what NVRTC compiled disagree on parameter {i} "
+                    f"({' / '.join(sorted(str(k) for k in kinds))}); pass param_types=[...] to say how to pass it"
+                )
+            kind = ParamKind.pointer(None)
+        out.append((pname if all(n == pname for n, _ in column) else f"arg{i}", kind))
+    return out
+
+
+def _entry_ok(entry: dict[str, Any], output: str) -> bool:
+    """Whether a cache entry (checksummed, but maybe written by another tilejit version) has what a hit needs."""
+    names, version, params = entry.get("lowered_names"), entry.get("nvrtc_version"), entry.get("params")
+    return (
+        entry.get("kind") == output
+        and isinstance(entry.get("code"), bytes)
+        and isinstance(entry.get("log"), str)
+        and isinstance(names, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())
+        and isinstance(version, list)
+        and len(version) == 2
+        and all(isinstance(v, int) for v in version)
+        and (isinstance(params, str) or (isinstance(params, list) and all(
+            isinstance(p, list) and len(p) == 3 and isinstance(p[0], str) and p[1] in ("scalar", "pointer")
+            and (p[2] is None or isinstance(p[2], str)) for p in params)))
+    )
+
+
+def _launchable(checked: list[tuple[str, ParamKind]] | str) -> list[tuple[str, ParamKind]]:
+    """The parameters a compile checked, or the ``ValueError`` saying how they differ from the declared ones."""
+    if isinstance(checked, str):
+        raise ValueError(checked)
+    return checked
+
+
+def _str_tuple(what: str, values: object, example: str) -> tuple[str, ...]:
+    """``values`` as a tuple of str, or a ``TypeError`` naming the argument (a lone str would be split into letters)."""
+    from tilejit.errors import refuse_lone_surrogates
+
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | tuple | list):
+        raise TypeError(f"{what} must be a list of str such as {example}, got {type(values).__name__} {values!r}")
+    out = tuple(values)
+    for i, v in enumerate(out):
+        if not isinstance(v, str):
+            raise TypeError(f"{what}[{i}] must be a str, got {type(v).__name__} {v!r}")
+        refuse_lone_surrogates(f"{what}[{i}]", v)
+    return out
+
+
+def _header_dict(headers: object) -> dict[str, str]:
+    """``headers`` as a dict of include name → text, or a ``TypeError`` naming the argument."""
+    from tilejit.errors import refuse_lone_surrogates
+
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise TypeError(f"headers must map include names to header text, e.g. {{'util.h': '...'}}; got "
+                        f"{type(headers).__name__} {headers!r}")
+    out: dict[str, str] = {}
+    for hname, text in headers.items():
+        if not isinstance(hname, str) or not hname or not isinstance(text, str):
+            raise TypeError(f"headers must map non-empty str names to str text; got {hname!r}: {type(text).__name__}")
+        refuse_lone_surrogates(f"header name {hname!r}", hname)
+        refuse_lone_surrogates(f"header {hname!r}", text)
+        out[hname] = text
     return out
 
 
@@ -292,26 +559,50 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         headers: Mapping[str, str] | None = None,
         param_types: Sequence[str] | None = None,
     ) -> None:
-        if not isinstance(source, str) or not isinstance(name, str) or not name:
-            raise TypeError("RawKernel(source, name): both must be strings")
+        from tilejit.errors import refuse_lone_surrogates
+
+        if not isinstance(source, str):
+            raise TypeError(f"RawKernel(source, name): source must be a str of CUDA C++, got {type(source).__name__}")
+        if not isinstance(name, str) or not name.strip():
+            raise TypeError(f"RawKernel(source, name): name must be the kernel's name as a non-empty str, got {name!r}")
+        refuse_lone_surrogates("source", source)
+        refuse_lone_surrogates("name", name)
         self.source = source
         self.name = name
-        self.options = tuple(options)
-        self.headers = dict(headers or {})
-        if param_types is None:
-            self.params, self._extern_c = parse_signature(source, name)
+        self.options = _str_tuple("options", options, "['-O3', '-DN=4']")
+        self.headers = _header_dict(headers)
+        given = None if param_types is None else _str_tuple("param_types", param_types, "['float*', 'int']")
+        # Every declaration of the kernel: a preprocessor condition may choose between them, so the compiled
+        # kernel's parameters (read from its PTX on each compile) decide which one holds.
+        self._given: list[tuple[str, ParamKind]] | None = None
+        self._decls: list[_Declaration] = []
+        self._params: list[tuple[str, ParamKind]] | None = None
+        if given is None:
+            decls = _declarations(source, name, strict=False,
+                                  macros=lambda: _macro_names((source, *self.headers.values()), self.options))
+            if not decls:
+                raise _not_found(name)
+            self._decls = decls
+            first = decls[0].kinds()
+            if None not in first and all(d.kinds() == first for d in decls[1:]):
+                self._params = decls[0].params  # type: ignore[assignment]  # no None: checked above
+            self._extern_c = all(d.extern_c for d in decls)
         else:
-            self.params = [
-                (f"arg{i}", parse_c_type(t, where=f"param_types[{i}] of kernel {name!r}"))
-                for i, t in enumerate(param_types)
+            self._given = self._params = [
+                (f"arg{i}", parse_c_type(t, where=f"param_types[{i}] of kernel {name!r}")) for i, t in enumerate(given)
             ]
             try:
-                self._extern_c = parse_signature(source, name)[1]
+                decls = _declarations(source, name, strict=False)
             except ValueError:
-                self._extern_c = False
+                decls = []
+            self._extern_c = bool(decls) and all(d.extern_c for d in decls)
         self._lock = threading.Lock()
         self._programs: dict[tuple[str, str], Any] = {}  # (target, output) -> CompiledProgram
+        # (target, output) -> the compiled kernel's parameters, or why they are not the declared ones
+        self._checked: dict[tuple[str, str], list[tuple[str, ParamKind]] | str] = {}
+        self._first_checked: list[tuple[str, ParamKind]] | str | None = None  # what .params shows once compiled
         self._functions: dict[int, Any] = {}
+        self._device_params: dict[int, list[tuple[str, ParamKind]]] = {}  # device ordinal -> params of its code
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._entries: dict[tuple[Any, ...], Callable[..., None]] = {}
         self._checked_calls: dict[tuple[Any, ...], int] = {}
@@ -319,30 +610,136 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         self._checked_entry: Callable[..., None] = self._first_call
         self._use(self._checked_entry)
 
+    @property
+    def params(self) -> list[tuple[str, ParamKind]]:
+        """(name, kind) of each parameter, as NVRTC compiled the kernel: the first compile's, checked against its
+        PTX. Before any compile, the source's when it declares the kernel one way; when preprocessor conditions
+        choose between declarations, or a macro names a type, this runs a compile for the default target. A
+        ``ValueError`` says how the compiled parameters differ from the declared ones."""
+        checked = self._first_checked
+        if checked is None:
+            if self._params is not None:
+                return self._params
+            self.compile()
+            checked = self._first_checked
+        assert checked is not None
+        return _launchable(checked)
+
     def __repr__(self) -> str:
-        sig = ", ".join(f"{k} {n}" for n, k in self.params)
+        checked = self._first_checked
+        params = checked if isinstance(checked, list) else self._params
+        if params is None:
+            return f"<tilejit.RawKernel {self.name}(...)>"
+        sig = ", ".join(f"{k} {n}" for n, k in params)
         return f"<tilejit.RawKernel {self.name}({sig})>"
 
-    def compile(self, target: str | int | None = None, *, output: str = "cubin") -> Any:
-        """Compile (no GPU needed) for ``target`` (default: the current device); returns the
-        ``CompiledProgram`` (``.code``, ``.kind``, ``.lowered_names``)."""
-        from tilejit.compiler.nvrtc import compile_cuda
+    def compile(self, target: str | int | Target | None = None, *, output: str = "cubin") -> CompiledProgram:
+        """Compile (no GPU needed) for ``target`` (default: the current GPU, else ``TILEJIT_ARCH``) into ``output``
+        (``"cubin"``, ``"ptx"`` or ``"ltoir"``); returns the ``CompiledProgram`` (``.code``, ``.kind``,
+        ``.lowered_names``). The compiled parameters are checked against the declared ones (or ``param_types``);
+        when they differ the code is still returned, and ``.params`` and launches raise a ``ValueError`` saying how."""
+        from tilejit.compiler.nvrtc import OUTPUTS
+        from tilejit.compiler.targets import resolve_target
 
-        if target is None:
-            target = _device_state.get_device().arch
-        memo = (str(target), output)
+        if output not in OUTPUTS:
+            raise ValueError(f"RawKernel.compile: output must be one of {', '.join(OUTPUTS)}; got {output!r}")
+        tgt = resolve_target(target)
+        memo = (tgt.sm, output)
         prog = self._programs.get(memo)
         if prog is None:
-            prog = self._programs[memo] = compile_cuda(
-                self.source,
-                name=f"{self.name.split('<', 1)[0]}.cu",
-                headers=self.headers,
-                options=self.options,
-                target=target,
-                output=output,  # type: ignore[arg-type]
-                name_expressions=() if self._extern_c else (self.name,),
-            )
+            prog, checked = self._compile(tgt, output)
+            self._checked[memo] = checked
+            self._programs[memo] = prog
+            if self._first_checked is None:
+                self._first_checked = checked
         return prog
+
+    def _compile(self, target: Target, output: str) -> tuple[CompiledProgram, list[tuple[str, ParamKind]] | str]:
+        """The program and its checked parameters (or why they are not the declared ones), from the disk cache or
+        from NVRTC: one cache entry holds both, so a warm load reads one file and checks nothing again."""
+        from tilejit import __version__, config
+        from tilejit.compiler.nvrtc import CompiledProgram, _reads_disk_headers, compile_cuda, nvrtc_identity
+
+        checked: list[tuple[str, ParamKind]] | str | None
+        file_name = f"{self.name.split('<', 1)[0].strip()}.cu"
+        exprs = () if self._extern_c else (self.name,)
+        key = None
+        # As compile_cuda's own cache: headers NVRTC reads from disk are not in the key, so then nothing is cached.
+        if config.CACHE.get() and not _reads_disk_headers(self.source, self.headers, self.options):
+            from tilejit.compiler.cache import cache_key, default_cache
+
+            parts = [_CACHE_TAG, __version__, nvrtc_identity(), self.source, file_name, target.sm, output]
+            parts += [str(len(self.headers)), *(x for h in sorted(self.headers) for x in (h, self.headers[h]))]
+            parts += [str(len(self.options)), *self.options, *exprs]
+            parts.append("" if self._given is None else repr([str(kind) for _, kind in self._given]))  # checked too
+            key = cache_key(*parts)
+            entry = default_cache().get(key)
+            if entry is not None and _entry_ok(entry, output):
+                stored = entry["params"]
+                try:
+                    checked = stored if isinstance(stored, str) else [
+                        (p[0], ParamKind.from_spec(p[1:])) for p in stored]
+                except ValueError:  # a dtype this version does not know: compile again
+                    checked = None
+                if checked is not None:
+                    prog = CompiledProgram(entry["code"], output, target,  # type: ignore[arg-type]
+                                           dict(entry["lowered_names"]), entry["log"],
+                                           tuple(entry["nvrtc_version"]), True)  # type: ignore[arg-type]
+                    return prog, checked
+
+        def run(out: str) -> CompiledProgram:
+            return compile_cuda(self.source, name=file_name, headers=self.headers, options=self.options, target=target,
+                                output=out, name_expressions=exprs, cache=False)  # type: ignore[arg-type]
+
+        prog = run(output)
+        ptx = prog if output == "ptx" else run("ptx")
+        symbol = self.name if self._extern_c else ptx.lowered_names.get(self.name, self.name)
+        try:
+            checked = self._check_compiled(ptx.code.decode("utf-8"), symbol, target)
+        except ValueError as exc:
+            checked = str(exc)
+        if key is not None:
+            from tilejit.compiler.cache import default_cache
+
+            default_cache().put(key, {
+                "code": prog.code, "kind": output, "lowered_names": prog.lowered_names, "log": prog.log,
+                "nvrtc_version": list(prog.nvrtc_version), "target": target.sm,
+                "params": checked if isinstance(checked, str) else [[n, k.kind, k.dtype] for n, k in checked],
+            })
+        return prog, checked
+
+    def _check_compiled(self, ptx: str, symbol: str, target: Target) -> list[tuple[str, ParamKind]]:
+        """The parameters to launch with, from what NVRTC compiled (the ``.entry``'s ``.param`` list): the declaration
+        that fits it, or ``param_types`` if they fit; a ``ValueError`` saying what differs otherwise."""
+        compiled = ptx_entry_params(ptx, symbol)
+        where = f"kernel {self.name!r} compiled for {target.sm}"
+        if compiled is None:
+            raise ValueError(
+                f"{where}: NVRTC's output has no kernel {symbol!r}; is its definition inside a preprocessor "
+                "condition that is false (e.g. #ifdef X without -DX in options)?"
+            )
+        shown = ", ".join(p.text for p in compiled) or "no parameters"
+        if self._given is not None:
+            if len(self._given) != len(compiled):
+                raise ValueError(f"{where}: param_types names {len(self._given)} parameter(s), the compiled kernel "
+                                 f"has {len(compiled)} ({shown})")
+            for i, ((_, kind), p) in enumerate(zip(self._given, compiled)):
+                if not _fits(kind, p):
+                    raise ValueError(f"{where}: param_types[{i}] is {kind} ({kind.size} bytes), the compiled parameter "
+                                     f"{i} is {p.text} ({p.size} bytes); parameters: {shown}")
+            return self._given
+        matches = [m for m in (_matched(d, compiled) for d in self._decls) if m is not None]
+        if not matches:
+            declared = "; ".join(d.describe() for d in self._decls)
+            structs = [p.text for p in compiled if p.cls == "b" and p.size != 2]
+            hint = (f"RawKernel passes pointers and scalars, not structs by value ({', '.join(structs)}); pass a "
+                    "pointer instead" if structs else
+                    "a macro or preprocessor condition changes them? Pass param_types=[...] to say how to pass each")
+            raise ValueError(
+                f"{where}: the parameters NVRTC compiled ({shown}) are not those the source declares ({declared}); "
+                + hint
+            )
+        return matches[0] if len(matches) == 1 else _merged(self.name, matches)
 
     def function(self, device: Any = None) -> Any:
         """The loaded kernel on ``device`` (default: current), compiling and loading it on first use."""
@@ -358,8 +755,10 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
             if fn is None:
                 output = "ptx" if config.EMIT_PTX.get() else "cubin"
                 prog = self.compile(dev.arch, output=output)
+                params = _launchable(self._checked[(prog.target.sm, output)])  # before loading anything
                 module = Module.load(prog.code, "ptx" if output == "ptx" else "cubin", device=dev)
                 symbol = self.name if self._extern_c else prog.lowered_names.get(self.name, self.name)
+                self._device_params[dev.ordinal] = params
                 fn = self._functions[dev.ordinal] = module.get_function(symbol)
         return fn
 
@@ -367,11 +766,22 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         """The :class:`Launcher` of this kernel for one block shape and dynamic shared size."""
         dev = _device_state.get_device() if device is None else _device_state.Device(device)
         key = (dev.ordinal, tuple(block) if isinstance(block, list) else block, shared_mem)
-        launcher = self._launchers.get(key)
+        try:
+            launcher = self._launchers.get(key)
+        except TypeError:  # an unhashable block: the check below says what a block is
+            launcher = None
         if launcher is None:
             from tilejit.compiler.cache import cached_compile
+            from tilejit.runtime.launch import _block3
 
-            launcher = Launcher(self.function(dev), self.params, block, shared_mem, compile_code=cached_compile)
+            _block3(key[1])  # checked before anything compiles
+            if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or shared_mem < 0:
+                raise ValueError(f"shared_mem must be a non-negative int (bytes of dynamic shared memory), got "
+                                 f"{shared_mem!r}")
+            function = self.function(dev)
+            params = self._device_params.get(dev.ordinal)
+            launcher = Launcher(function, self.params if params is None else params, block, shared_mem,
+                                compile_code=cached_compile)
             self._launchers[key] = launcher
         return launcher
 
@@ -398,7 +808,12 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         dev = _device_state.get_device()
         block_key = tuple(block) if isinstance(block, list) else block
         key = (dev.ordinal, block_key, shared_mem)
-        launcher = self._launchers.get(key) or self.launcher(block_key, shared_mem, dev)
+        try:
+            launcher = self._launchers.get(key)
+        except TypeError:  # an unhashable block: launcher() says what a block is
+            launcher = None
+        if launcher is None:
+            launcher = self.launcher(block_key, shared_mem, dev)
         # The first launches take the checked path: a kernel launched a few times never pays for
         # generating (compiling) its fast path.
         calls = self._checked_calls.get(key, 0)
@@ -436,4 +851,4 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         return None if self.func is self._checked_entry else self.func
 
 
-__all__ = ["C_TYPES", "RawKernel", "parse_c_type", "parse_signature"]
+__all__ = ["C_TYPES", "RawKernel", "parse_c_type", "parse_signature", "ptx_entry_params"]

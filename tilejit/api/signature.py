@@ -71,14 +71,25 @@ def _skip_spaces(text: str, i: int) -> int:
     return i
 
 
-def parse_signature(text: str) -> tuple[ArrayType | TileType, ...]:
-    """Parameter types from text such as ``"float32[:,::1], f16[:], int32, float"``, one per comma.
+def parse_signature(text: str, *, what: str = "") -> tuple[ArrayType | TileType, ...]:
+    """Parameter types from text such as ``"float32[:,::1], f16[:], int32, float"``, one per comma: the one
+    parser of signature text, for ``tj.compile`` and the command line.
 
     Each entry is a dtype name (a scalar), a dtype with dimensions (``:`` each, ``::1`` allowed last: an
     array), or ``int``/``float``/``bool``. Anything else raises ValueError with the 0-based column and a
-    caret line: a typo must not silently change a parameter's type. An empty text is no parameters."""
+    caret line (after ``what``, e.g. "signature, ", when given): a typo must not silently change a
+    parameter's type. An empty text is no parameters."""
     if not isinstance(text, str):
-        raise TypeError(f"signature text must be str, got {type(text).__name__}")
+        raise TypeError(f"{what or 'signature text'} must be str, got {type(text).__name__}")
+    try:
+        return _parse_signature(text)
+    except ValueError as exc:
+        if not what:
+            raise
+        raise ValueError(f"{what}, {exc}") from None
+
+
+def _parse_signature(text: str) -> tuple[ArrayType | TileType, ...]:
     n = len(text)
     pos = _skip_spaces(text, 0)
     if pos == n:

@@ -89,7 +89,7 @@ def _not_a_file(cand: Candidate, path: str) -> str:
     return "file does not exist"
 
 
-class DamagedLibraryError(OSError):
+class _DamagedLibrary(OSError):
     """A library file that must not be dlopened: it is not a complete shared library of this process's kind."""
 
 
@@ -168,10 +168,10 @@ def _table_problem(fd: int, size: int, what: str, offset: int, count: int, entsi
 
 
 def _check_file(path: str) -> None:
-    """Raise ``DamagedLibraryError`` naming ``path`` if ``library_file_problem`` finds one."""
+    """Raise ``_DamagedLibrary`` naming ``path`` if ``library_file_problem`` finds one."""
     why = library_file_problem(path)
     if why is not None:
-        raise DamagedLibraryError(f"{path}: {why}")
+        raise _DamagedLibrary(f"{path}: {why}")
 
 
 def dlopen(path: str, mode: int = RTLD_LOCAL) -> ctypes.CDLL:
@@ -211,7 +211,7 @@ def find_and_load(
             if before_load is not None and cand.kind != "soname":
                 before_load(path)
             lib = dlopen(path)
-        except DamagedLibraryError as exc:  # a companion library before_load found damaged
+        except _DamagedLibrary as exc:  # a companion library before_load found damaged
             attempts.append(Attempt(display, f"a library it needs is damaged: {exc}"))
             return None
         except OSError as exc:
@@ -635,7 +635,7 @@ def preload_global(folder: str, pattern: str) -> list[str]:
 
     Lets a library that dlopens a companion by soname (NVRTC → libnvrtc-builtins) find the copy shipped
     next to it. Failures to load are ignored here: the library reports them itself when it needs the
-    companion. A damaged file (see ``library_file_problem``) raises ``DamagedLibraryError``: the library
+    companion. A damaged file (see ``library_file_problem``) raises ``_DamagedLibrary``: the library
     would load it itself later and crash.
     """
     rx = re.compile(pattern)

@@ -35,6 +35,7 @@ from types import CodeType
 from typing import Any
 
 from tilejit import config
+from tilejit.errors import CacheWarning
 
 try:  # CPython's own sha256 (the same digests as hashlib's) without loading OpenSSL, unless hashlib is loaded
     if "hashlib" in sys.modules:  # numpy.random and torch import it: nothing to pay
@@ -63,10 +64,6 @@ _READ_FLAGS = (os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOC
 _warned = False
 _warned_entries: set[str] = set()
 _warn_lock = threading.Lock()
-
-
-class CacheWarning(UserWarning):
-    """The disk cache (or one entry of it) could not be written; tilejit keeps working without it."""
 
 
 def cache_key(*parts: bytes | str) -> str:

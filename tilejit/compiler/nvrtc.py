@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from tilejit import config
-from tilejit.compiler.targets import Target, check_supported, parse_target
-from tilejit.errors import CompileError, TargetError, TilejitError
+from tilejit.compiler.targets import Target, check_supported, default_target, resolve_target
+from tilejit.errors import CompileError, refuse_lone_surrogates
 from tilejit.records import Record
 
 if TYPE_CHECKING:
@@ -89,6 +89,8 @@ def compile_cuda(
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
     header_map, user_options, exprs, tgt = _checked_inputs(source, name, headers, options, name_expressions, target)
+    if cache is not None and not isinstance(cache, bool):
+        raise TypeError(f"cache must be True, False or None (follow TILEJIT_CACHE), got {cache!r}")
     opts = _options(user_options, tgt, output)
 
     if cache is None:
@@ -184,40 +186,8 @@ def _checked_inputs(
     for opt in user_options:
         if re.match(r"^(-arch|--gpu-architecture|-dlto|--dlink-time-opt)\b", opt):
             raise ValueError(f"option {opt!r}: choose the architecture with target= and LTO-IR with output='ltoir'")
-    tgt = parse_target(target) if target is not None else default_target()
+    tgt = resolve_target(target)
     return header_map, user_options, exprs, tgt
-
-
-def default_target() -> Target:
-    """The current GPU's architecture if there is a GPU, else ``TILEJIT_ARCH``, else a ``TargetError``."""
-    arch = _gpu_arch()
-    if arch is not None:
-        return parse_target(arch)
-    configured = config.DEFAULT_ARCH.get()
-    if configured:
-        try:
-            return parse_target(configured)
-        except TargetError as exc:
-            raise TargetError(f"{config.DEFAULT_ARCH.name}={configured!r}: {exc}") from None
-    raise TargetError("no GPU is present to choose a compile target: pass target='sm_90' (or set TILEJIT_ARCH=sm_90)")
-
-
-def _gpu_arch() -> str | None:
-    if not _has_gpu():
-        return None
-    from tilejit.runtime.device import get_device
-
-    return str(get_device().arch)
-
-
-@functools.cache
-def _has_gpu() -> bool:
-    try:
-        from tilejit.runtime.device import device_count
-
-        return device_count() > 0
-    except (ImportError, TilejitError, OSError):
-        return False
 
 
 def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
@@ -243,27 +213,13 @@ def _check_text(name: str, source: str, headers: Mapping[str, str], options: Seq
         if at >= 0:
             line = text.count("\n", 0, at) + 1
             raise ValueError(f"{what} contains a NUL byte (line {line}); NVRTC would stop reading there")
-        _check_encodable(what, text)
+        refuse_lone_surrogates(what, text)
     for what, values in (("header name", headers), ("option", options), ("name expression", exprs)):
         for v in values:
             if "\0" in v:
                 raise ValueError(f"{what} {v!r} contains a NUL byte")
-            _check_encodable(f"{what} {v!r}", v)
-    _check_encodable("name", name)
-
-
-def _check_encodable(what: str, text: str) -> None:
-    """A ValueError naming ``what`` and the line of a lone surrogate in ``text`` (ASCII text costs nothing)."""
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        line = text.count("\n", 0, exc.start) + 1
-        raise ValueError(
-            f"{what} contains a lone surrogate {text[exc.start]!r} (line {line}), which is not text NVRTC can "
-            "read (UTF-8); was it decoded with errors='surrogateescape'?"
-        ) from None
+            refuse_lone_surrogates(f"{what} {v!r}", v)
+    refuse_lone_surrogates("name", name)
 
 
 _DISK_OPTIONS = ("-I", "--include-path", "-include", "--pre-include")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from tilejit.bindings.nvrtc import NVRTC
 
     Suffix: TypeAlias = Literal["", "a", "f"]  # type-checking only: costs ~70 us at import
+    TargetLike: TypeAlias = "str | int | tuple[int, int] | tuple[int, int, str] | Target"
 
 _EXAMPLES = 'e.g. "sm_90", "sm90", "90", 90, (9, 0), "compute_90", "sm_90a" or "sm_100f"'
 
@@ -139,6 +140,64 @@ def _from_number(number: int, suffix: Suffix, original: object) -> Target:
         raise TargetError(f"invalid target {original!r}: {exc}") from None
 
 
+def resolve_target(target: TargetLike | None = None) -> Target:
+    """The compile target, by the one rule every compile entry point follows: ``target`` when given, else the
+    current GPU's architecture when there is a GPU, else ``TILEJIT_ARCH``, else a ``TargetError`` saying so."""
+    if target is not None:
+        return parse_target(target)
+    return default_target()
+
+
+def default_target() -> Target:
+    """The target when none is given: the current GPU's architecture, else ``TILEJIT_ARCH``, else a ``TargetError``."""
+    from tilejit import config
+
+    if _has_gpu():
+        from tilejit.runtime.device import get_device
+
+        return parse_target(get_device().arch)
+    configured = config.DEFAULT_ARCH.get()
+    if configured:
+        try:
+            return parse_target(configured)
+        except TargetError as exc:
+            raise TargetError(f"{config.DEFAULT_ARCH.name}={configured!r}: {exc}") from None
+    raise TargetError(
+        f"no GPU is present to choose a compile target: pass target='sm_90' (or set {config.DEFAULT_ARCH.name}=sm_90)"
+    )
+
+
+@functools.cache
+def _has_gpu() -> bool:
+    """Whether a CUDA driver reports a device (asked once: the driver's device count does not change)."""
+    from tilejit.errors import TilejitError
+
+    try:
+        from tilejit.runtime.device import device_count
+
+        return device_count() > 0
+    except (ImportError, TilejitError, OSError):
+        return False
+
+
+#: For each CUDA major: the oldest architecture its NVRTC compiles for, and the pip extra that installs it.
+_NVRTC_MAJORS = ((13, 75, "cu13"), (12, 50, "cu12"), (11, 35, "cu11"))
+
+
+def _older_nvrtc_hint(target: Target, major: int) -> str:
+    """What to install for a target older than NVRTC ``major`` supports: the newest older major that has it."""
+    from tilejit import config
+
+    for older, oldest_arch, extra in _NVRTC_MAJORS:
+        if older < major and oldest_arch <= target.number:
+            return (
+                f'NVRTC {older} still compiles for {target.sm}: pip install "tilejit[{extra}]" (with several '
+                f"installed the newest is used, so uninstall the newer one or set {config.NVRTC.name} to the "
+                f"NVRTC {older} library)"
+            )
+    return f"no NVRTC that tilejit supports (CUDA 11 to 13) compiles for {target.sm}"
+
+
 def format_targets(numbers: list[int]) -> str:
     """``[70, 75, 80]`` → ``"sm_70, sm_75, sm_80"``."""
     return ", ".join(f"sm_{n}" for n in numbers)
@@ -151,9 +210,15 @@ def check_supported(target: Target, nvrtc: NVRTC) -> None:
     where = f"NVRTC {version} ({nvrtc.path})"
     if target.number not in archs:
         span = f"sm_{archs[0]}…sm_{archs[-1]}" if archs else "nothing"
+        if archs and target.number < archs[0]:
+            hint = _older_nvrtc_hint(target, int(nvrtc.version[0]))
+        elif archs and target.number > archs[-1] and int(nvrtc.version[0]) < _NVRTC_MAJORS[0][0]:
+            hint = f'a newer NVRTC may: pip install "tilejit[{_NVRTC_MAJORS[0][2]}]"'
+        else:
+            hint = f"install an NVRTC that supports {target.sm}"
         raise TargetError(
             f"{target.sm} is not supported by {where}, which compiles for {span}: {format_targets(archs)}. "
-            f"Pick one of those, or install an NVRTC that supports {target.sm}."
+            f"Pick one of those; {hint}."
         )
     if target.suffix == "a" and tuple(nvrtc.version) < (12, 0):
         raise TargetError(f"{target.sm} needs NVRTC 12.0 or newer; {where} knows no arch-specific ('a') targets")
@@ -161,4 +226,4 @@ def check_supported(target: Target, nvrtc: NVRTC) -> None:
         raise TargetError(f"{target.sm} needs NVRTC 12.9 or newer; {where} knows no family ('f') targets")
 
 
-__all__ = ["Target", "check_supported", "format_targets", "parse_target"]
+__all__ = ["Target", "check_supported", "default_target", "format_targets", "parse_target", "resolve_target"]

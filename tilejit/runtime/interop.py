@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from tilejit.errors import NotDeviceArrayError
 from tilejit.runtime.dtypes import DLPACK_TO_NAME, ITEMSIZE, TYPESTR_TO_NAME
 
 # The functional form: the class form compiles each (string) annotation when it is defined.
@@ -59,12 +60,6 @@ def not_contiguous_error(shape: tuple[int, ...], strides: tuple[int, ...]) -> Va
         "(e.g. x.contiguous() in torch), or pass the address as an int (e.g. x.data_ptr()) if the kernel "
         "indexes the view itself"
     )
-
-
-class NotDeviceArrayError(TypeError):
-    """``obj`` is not device memory: a host (CPU) array, or not an array at all. ``tilejit.asarray``
-    copies such objects from the host; any other error of :func:`as_view` means a device array was
-    refused (its dtype, layout, ...), and says why."""
 
 
 def _host_error(obj: Any) -> NotDeviceArrayError:

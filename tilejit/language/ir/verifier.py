@@ -8,15 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tilejit.errors import TilejitError
+from tilejit.errors import IRVerificationError
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Op, Value
 from tilejit.language.ir.types import ArrayType, TileType, bool_, int32, int64
-
-
-class IRVerificationError(TilejitError, RuntimeError):
-    """Invalid tile IR (an internal error of the compiler)."""
-
 
 _SINGLE_RESULT = (
     ops.ConstantOp, ops.ArangeOp, ops.BlockIdOp, ops.NumBlocksOp, ops.ArrayDimOp, ops.LoadOp, ops.GatherOp,
