@@ -784,6 +784,10 @@ def get_attribute(tr: Translator, obj: object, attr: str) -> object:
         return normalize_const(getattr(obj, attr))
     except AttributeError:
         raise FrontendError(f"{describe(obj)} has no attribute '{attr}'") from None
+    except Exception as exc:  # a property of a user's object that raises
+        raise FrontendError(
+            f"reading attribute '{attr}' of {describe(obj)} raised {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def as_sequence(tr: Translator, v: object) -> tuple[object, ...] | None:
@@ -947,9 +951,9 @@ def _call_python_builtin(tr: Translator, fn: Any, args: list[object], kwargs: di
     if fn in _STRUCTURAL:
         try:
             out = fn(*args, **kwargs)
-        except TypeError as exc:
+            out = tuple(out) if isinstance(out, enumerate | zip | reversed | list) else out
+        except (TypeError, ValueError) as exc:  # ValueError: zip(..., strict=True) of unequal lengths
             raise FrontendError(f"{fn.__name__}(): {exc}") from None
-        out = tuple(out) if isinstance(out, enumerate | zip | reversed | list) else out
         return tr.budget.check(out, f"the result of {fn.__name__}()")
     if fn in _CONST_ONLY:
         if not all(is_const(a) for a in args) or not all(is_const(a) for a in kwargs.values()):

@@ -42,6 +42,7 @@ from tilejit.language.frontend.values import (
     describe,
     is_const,
     is_number,
+    shown,
 )
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Value
@@ -795,6 +796,16 @@ def _return(tr: Translator, node: ast.Return) -> None:
     tr.mark_dead()
 
 
+def _as_text(v: object) -> str:
+    """``str(v)`` for a message (cut when long), or ``v``'s shortened repr where ``str`` fails: Python
+    refuses to print an integer past 4300 digits, and an exception's ``str`` prints its arguments."""
+    try:
+        text = str(v)
+    except (ValueError, RecursionError):
+        return shown(v.args if isinstance(v, BaseException) else v)
+    return text if len(text) <= 1000 else text[:1000] + f"... ({len(text)} characters)"
+
+
 @stmt(ast.Assert)
 def _assert(tr: Translator, node: ast.Assert) -> None:
     test = tr.expr(node.test)
@@ -802,7 +813,7 @@ def _assert(tr: Translator, node: ast.Assert) -> None:
         raise FrontendError("assert needs a compile-time condition (run-time asserts are not supported)")
     if not tr.const_truth(test):
         msg = tr.expr(node.msg) if node.msg is not None else None
-        raise FrontendError("assertion failed" + (f": {msg}" if msg is not None else ""))
+        raise FrontendError("assertion failed" + (f": {_as_text(msg)}" if msg is not None else ""))
 
 
 @stmt(ast.Raise)
@@ -816,7 +827,8 @@ def _raise(tr: Translator, node: ast.Raise) -> None:
     if isinstance(exc, type) and issubclass(exc, BaseException):
         raise FrontendError(f"the kernel raised {exc.__name__}")
     if isinstance(exc, BaseException):
-        raise FrontendError(f"the kernel raised {type(exc).__name__}: {exc}" if str(exc) else
+        text = _as_text(exc)
+        raise FrontendError(f"the kernel raised {type(exc).__name__}: {text}" if text else
                             f"the kernel raised {type(exc).__name__}")
     raise FrontendError(f"raise needs an exception, got {describe(exc)}")
 

@@ -135,10 +135,11 @@ def _find_code(module: CodeType, name: str, first_line: int) -> CodeType | None:
     return None
 
 
-def check_matches(func: Callable[..., Any], tree: ast.FunctionDef, filename: str, first_line: int,
+def check_matches(func: Callable[..., Any], tree: ast.FunctionDef, filename: str, def_line: int,
                   line_text: str) -> None:
-    """A located error when the ``def`` found in ``func``'s file is not the source ``func`` was
-    compiled from: the file was edited after the import (translating it would give a wrong kernel).
+    """A located error (at the found ``def``, line ``def_line`` of ``filename``) when that def in
+    ``func``'s file is not the source ``func`` was compiled from: the file was edited after the import
+    (translating it would give a wrong kernel).
 
     The found def must have the function's name and parameter names. Then the whole file, as it is
     now, is compiled again and the code object at the function's name and first line must equal the
@@ -152,19 +153,19 @@ def check_matches(func: Callable[..., Any], tree: ast.FunctionDef, filename: str
     module is checked by names only, as is a file that no longer compiles."""
     code = inspect.unwrap(func).__code__  # inspect found the source of the innermost __wrapped__
     qualname = getattr(code, "co_qualname", None) or getattr(inspect.unwrap(func), "__qualname__", code.co_name)
-    where = f"line {first_line} of {filename}"
+    where = f"line {def_line} of {filename}"
     stale = ("the file was edited after it was imported: reload the module (importlib.reload) or restart "
              "Python")
     if tree.name != code.co_name:
         raise TileCompileError(
             f"the source of {qualname} has changed since it was imported: {where} now defines '{tree.name}', not "
-            f"'{code.co_name}'; {stale}", filename, first_line, None, line_text,
+            f"'{code.co_name}'; {stale}", filename, def_line, None, line_text,
         )
     if _arg_names(tree) != _code_arg_names(code):
         raise TileCompileError(
             f"the source of {qualname} has changed since it was imported: the def at {where} has parameters "
             f"({', '.join(_arg_names(tree))}), the function has ({', '.join(_code_arg_names(code))}); {stale}",
-            filename, first_line, None, line_text,
+            filename, def_line, None, line_text,
         )
     rewritten = "@py_builtins" in getattr(func, "__globals__", {})
     if rewritten and any(isinstance(n, ast.Assert) for n in ast.walk(tree)):
@@ -181,11 +182,13 @@ def check_matches(func: Callable[..., Any], tree: ast.FunctionDef, filename: str
         raise TileCompileError(
             f"the source of {qualname} has changed since it was imported: the def at {where} no longer compiles "
             f"to the function's code; {stale} (or, if an import hook rewrote the module, define the kernel in a "
-            "module it leaves alone)", filename, first_line, None, line_text,
+            "module it leaves alone)", filename, def_line, None, line_text,
         )
 
 
-_CACHE: dict[Any, Source] = {}
+#: (code object, its file) -> Source: code objects compare equal across files (the filename is not
+#: part of their equality), and two files may hold the same function at the same line
+_CACHE: dict[tuple[CodeType, str], Source] = {}
 
 
 def get_source(func: Callable[..., Any]) -> Source:
@@ -193,7 +196,7 @@ def get_source(func: Callable[..., Any]) -> Source:
     code = getattr(func, "__code__", None)
     if code is None:
         raise TileCompileError(f"{func!r} is not a Python function, so it cannot be compiled as tile code")
-    cached = _CACHE.get(code)
+    cached = _CACHE.get((code, code.co_filename))
     if cached is not None:
         return cached
     filename = code.co_filename
@@ -235,7 +238,7 @@ def get_source(func: Callable[..., Any]) -> Source:
     src = Source(filename, first_line, tuple(lines), indent, tree)  # type: ignore[arg-type]
     if isinstance(tree, ast.AsyncFunctionDef):
         raise src.error("a tile kernel cannot be 'async def'", tree)
-    check_matches(func, tree, filename, first_line, lines[0].rstrip("\r\n"))
-    _CACHE[code] = src
+    check_matches(func, tree, filename, first_line + tree.lineno - 1, lines[tree.lineno - 1].rstrip("\r\n"))
+    _CACHE[code, filename] = src
     return src
 
