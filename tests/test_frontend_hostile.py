@@ -165,7 +165,7 @@ def k_huge_shape(x, out):
 
 
 def k_fstring_bad_spec(x, out):
-    v = f"{1:zz}"
+    v = f"{1:q}"
 
 
 def k_fstring_big_global(x, out):
@@ -213,8 +213,8 @@ FAST_ERRORS = [
     ("k_prod", "math.prod(tj.static_range(1, 60000))", "the result of math.prod() is too large"),
     ("k_lcm", "math.lcm(*tj.static_range(1, 60000))", "the result of math.lcm() is too large"),
     ("k_huge_shape", "tj.zeros((2 ** 4000,) * 200, tj.float32)", "a tile holds at most 1048576 (2**20) elements"),
-    ("k_fstring_bad_spec", 'f"{1:zz}"', "cannot format the constant 1 with 'zz': Unknown format code 'z'"),
-    ("k_fstring_big_global", 'f"{BIG}"', "cannot format the constant <an integer of 16610 bits>"),
+    ("k_fstring_bad_spec", 'f"{1:q}"', "cannot format the constant 1 with 'q': Unknown format code 'q'"),
+    ("k_fstring_big_global", 'f"{BIG}"', "the value formatted by the f-string is too large: 16610 bits"),
     ("k_big_global_in_tile", "t + BIG  # big-global", "the constant <an integer of 16610 bits> does not fit float32"),
     ("k_exp_of_huge", "tj.exp(10 ** 400)", "the constant 100000...000 (401 digits) does not fit float64"),
     ("k_complex", "(-8) ** 0.5", "is the complex number"),
@@ -345,7 +345,7 @@ def k_raising_property(x, out):
 @pytest.mark.parametrize(("kernel", "at", "message"), [
     (k_zip_strict, "zip((1, 2), (1,), strict=True)", "zip(): zip() argument 2 is shorter than argument 1"),
     (k_assert_big_message, "assert False, BIG", "assertion failed: <an integer of 16610 bits>"),
-    (k_raise_big, "raise ValueError(BIG)", "the kernel raised ValueError: (<an integer of 16610 bits>,)"),
+    (k_raise_big, "raise ValueError(BIG)", "the kernel raised ValueError: <an integer of 16610 bits>"),
     (k_raising_property, "SENSOR.reading",
      "reading attribute 'reading' of a Python Sensor raised KeyError: 'unplugged'"),
 ])
@@ -552,8 +552,8 @@ def test_changed_parameters_are_refused(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_a_shortened_file_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mod = _import_then_edit(tmp_path, monkeypatch, "edited_short_mod", MODULE_A, "x = 1\n")
-    with pytest.raises(TileCompileError, match=r"cannot find the source of kern_b in .*: lineno is out of bounds; "
-                       r"was the file edited after it was imported"):
+    with pytest.raises(TileCompileError, match=r"cannot find the source of kern_b in .*; was the file edited after "
+                       r"it was imported\? Reload the module"):
         translate(mod.kern_b, {"x": F32_1, "out": F32_1}, {})
 
 

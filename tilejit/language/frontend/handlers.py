@@ -797,12 +797,16 @@ def _return(tr: Translator, node: ast.Return) -> None:
 
 
 def _as_text(v: object) -> str:
-    """``str(v)`` for a message (cut when long), or ``v``'s shortened repr where ``str`` fails: Python
-    refuses to print an integer past 4300 digits, and an exception's ``str`` prints its arguments."""
+    """``str(v)`` for a message, cut when long; integers (and exceptions made of them) shortened as
+    ``shown`` does, the same on every Python (3.11+ refuse to print an integer past 4300 digits)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return shown(v)
+    if isinstance(v, BaseException) and any(isinstance(a, int) and a.bit_length() > 64 for a in v.args):
+        return shown(v.args[0] if len(v.args) == 1 else v.args)
     try:
         text = str(v)
     except (ValueError, RecursionError):
-        return shown(v.args if isinstance(v, BaseException) else v)
+        return shown(v)
     return text if len(text) <= 1000 else text[:1000] + f"... ({len(text)} characters)"
 
 
@@ -879,6 +883,7 @@ def _fstring(tr: Translator, node: ast.JoinedStr) -> object:
         val = tr.expr(v.value)
         if not is_const(val):
             raise FrontendError("f-strings can only format compile-time values", v)
+        tr.budget.check(val, "the value formatted by the f-string")
         spec = str(tr.expr(v.format_spec)) if v.format_spec is not None else ""
         check_format_spec(spec)
         convs: dict[int, Callable[[object], str]] = {115: str, 114: repr, 97: ascii}

@@ -167,7 +167,7 @@ def check_matches(func: Callable[..., Any], tree: ast.FunctionDef, filename: str
             f"({', '.join(_arg_names(tree))}), the function has ({', '.join(_code_arg_names(code))}); {stale}",
             filename, def_line, None, line_text,
         )
-    rewritten = "@py_builtins" in getattr(func, "__globals__", {})
+    rewritten = "@py_builtins" in getattr(inspect.unwrap(func), "__globals__", {})
     if rewritten and any(isinstance(n, ast.Assert) for n in ast.walk(tree)):
         return
     try:

@@ -117,9 +117,12 @@ def shown(v: object) -> str:
     """``repr(v)`` for an error message, shortened: a long integer by its first and last digits (and by
     its size past 4300 digits, which Python refuses to print), a long string or sequence cut."""
     if isinstance(v, int) and not isinstance(v, bool):
-        if v.bit_length() > 14000:
+        try:
+            text = str(v) if v.bit_length() <= 14000 else ""
+        except ValueError:  # past sys.get_int_max_str_digits() digits
+            text = ""
+        if not text:
             return f"<an integer of {v.bit_length()} bits>"
-        text = str(v)
         return text if len(text) <= 24 else f"{text[:6]}...{text[-3:]} ({len(text.lstrip('-'))} digits)"
     if isinstance(v, str) and len(v) > 60:
         return repr(v[:40])[:-1] + f"...' ({len(v)} characters)"
