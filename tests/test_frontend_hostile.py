@@ -314,6 +314,25 @@ def test_large_values_within_the_bounds_still_compile() -> None:
     assert time.perf_counter() - start < 10
 
 
+def test_memory_error_is_a_located_too_large_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MemoryError from some path the bounds miss reads 'too large', not 'internal error: MemoryError: '."""
+    from tilejit.language.frontend import calls
+
+    def exhausted(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError
+
+    api, _ = calls.BUILTINS[id(tj.cdiv)]
+    monkeypatch.setitem(calls.BUILTINS, id(tj.cdiv), (api, exhausted))
+
+    def k_memory(x, out):
+        v = tj.cdiv(7, 2)  # memory-error
+
+    with pytest.raises(TileCompileError) as info:
+        translate(k_memory, {"x": F32_1, "out": F32_1}, {})
+    assert info.value.message == "too large: translating this ran out of memory (a compile-time value too large?)"
+    assert (info.value.line, info.value.col) == where("tj.cdiv(7, 2)  # memory-error")
+
+
 # ------------------------------------------------------------------------------ errors raised by user values
 
 

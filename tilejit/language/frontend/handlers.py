@@ -134,6 +134,8 @@ class Translator:
             return src.error(
                 "expression too deeply nested: compiling it exceeded Python's recursion limit (split it into "
                 "several statements, or call fewer nested helper functions)", node)
+        if isinstance(exc, MemoryError):  # a bound in limits.py missed some way to build a huge value
+            return src.error("too large: translating this ran out of memory (a compile-time value too large?)", node)
         return src.error(f"internal error: {type(exc).__name__}: {exc}", node)
 
     def expr(self, node: ast.expr) -> object:

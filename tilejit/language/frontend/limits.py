@@ -106,13 +106,14 @@ class Budget:
         hit = self._sizes.get(id(v))
         if hit is not None and hit[0] is v:
             return hit[1]
-        self.step(len(v))  # a new tuple is walked here and elsewhere: repeated concatenation is quadratic
-        n = 2
+        n, walked = 2, 0
         for x in v:
             n += self.size(x) + 2
+            walked += 1
             if n > MAX_CONST_SIZE:
                 break
         self._sizes[id(v)] = (v, n)
+        self.step(walked)  # new tuples are walked here and elsewhere: repeated concatenation is quadratic
         return n
 
     def check(self, v: object, what: str) -> object:
