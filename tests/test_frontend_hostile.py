@@ -60,6 +60,14 @@ def k_builtin_pow(x, out):
     v = pow(3, 10 ** 8)
 
 
+def k_pow_keywords(x, out):
+    v = pow(base=3, exp=10 ** 8)
+
+
+def k_round_keywords(x, out):
+    assert round(12345, ndigits=-10 ** 9) == 0
+
+
 def k_tj_pow(x, out):
     v = tj.pow(7, 10 ** 9)
 
@@ -189,6 +197,7 @@ def k_complex(x, out):
 FAST_ERRORS = [
     ("k_pow", "3 ** (10 ** 8)", "3 ** 100000000 is too large: more than 4096 bits"),
     ("k_builtin_pow", "pow(3, 10 ** 8)", "3 ** 100000000 is too large"),
+    ("k_pow_keywords", "pow(base=3, exp=10 ** 8)", "3 ** 100000000 is too large"),
     ("k_tj_pow", "tj.pow(7, 10 ** 9)", "7 ** 1000000000 is too large"),
     ("k_shift", "1 << (10 ** 10)", "1 << 10000000000 is too large: 10000000001 bits"),
     ("k_big_global_mul", "BIG * BIG", "is too large: 16610 bits"),
@@ -220,6 +229,9 @@ FAST_ERRORS = [
     ("k_complex", "(-8) ** 0.5", "is the complex number"),
 ]
 
+# kernels with huge values that are cheap to compute with, so they must translate
+CHEAP = ["k_len_of_huge_range", "k_round_huge_negative", "k_round_keywords", "k_runtime_range_wide"]
+
 # every case runs in one child process: a memory cap, so that a regression fails with a MemoryError
 # instead of swapping the machine, and a time limit, so that a hang fails instead of blocking the run
 _CHILD = r"""
@@ -247,7 +259,7 @@ for name in sys.argv[2:]:
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, dict[str, Any]]:
     """Each FAST_ERRORS kernel translated in a child process: name -> what happened (missing: it hung)."""
-    names = [c[0] for c in FAST_ERRORS] + ["k_len_of_huge_range", "k_round_huge_negative", "k_runtime_range_wide"]
+    names = [c[0] for c in FAST_ERRORS] + CHEAP
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD, str(Path(__file__).parent), *names],
                               capture_output=True, text=True, timeout=240, env=os.environ.copy())
@@ -287,7 +299,7 @@ def k_runtime_range_wide(x, out):
         pass
 
 
-@pytest.mark.parametrize("name", ["k_len_of_huge_range", "k_round_huge_negative", "k_runtime_range_wide"])
+@pytest.mark.parametrize("name", CHEAP)
 def test_huge_but_cheap_values_still_work(outcomes: dict[str, dict[str, Any]], name: str) -> None:
     """len() of a range past sys.maxsize, round() to a huge negative ndigits and a run-time range()
     whose trip count is past sys.maxsize are exact and fast (they raised OverflowError or hung)."""

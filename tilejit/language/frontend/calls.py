@@ -924,11 +924,13 @@ def _sum_sequences(items: tuple[object, ...], start: tuple[object, ...] | list[o
 def _call_const_builtin(tr: Translator, fn: Any, args: list[object], kwargs: dict[str, object]) -> object:
     """A Python builtin on compile-time values, with the few whose work is not bounded by their
     arguments' size (pow, round to a huge negative ndigits, sum of tuples) kept in bounds."""
-    if fn is builtins.pow and not kwargs:
-        tr.budget.check_pow_call(args)
-    if fn is builtins.round and len(args) == 2 and not kwargs and isinstance(args[0], int) \
-            and isinstance(args[1], int) and args[1] < 0 and -args[1] > args[0].bit_length():
-        return 0  # 10 ** -ndigits is more than twice the number (Python would compute it first)
+    if fn is builtins.pow:
+        given = [*args, *(kwargs[k] for k in ("base", "exp", "mod") if k in kwargs)]
+        tr.budget.check_pow_call(given[:2] if len(given) == 3 and given[2] is None else given)
+    if fn is builtins.round:
+        number, ndigits = [*args, *(kwargs[k] for k in ("number", "ndigits") if k in kwargs), None][:2]
+        if isinstance(number, int) and isinstance(ndigits, int) and ndigits < 0 and -ndigits > number.bit_length():
+            return 0  # 10 ** -ndigits is more than twice the number (Python would compute it first)
     if fn is builtins.sum and args and not isinstance(args[0], str):
         start = kwargs.get("start", args[1] if len(args) > 1 else 0)
         if isinstance(start, tuple | list) and len(args) <= 2 and set(kwargs) <= {"start"}:

@@ -2,7 +2,8 @@
 
 Statements update the scope and append ops; expressions return front-end values (``values.py``).
 Compile-time constants are computed in Python as they are met, so ``if`` on constants, loops over
-tuples and ``tj.static_range`` unroll, and arithmetic on constants all happen here. Run-time
+tuples and ``tj.static_range`` unroll, and arithmetic on constants all happen here, within the
+bounds of ``limits.py`` (every node translated counts against the kernel's ``Budget``). Run-time
 ``if``/``for``/``while`` become structured IR ops with explicit carried values.
 
 Every node's translation runs under ``Translator.expr``/``Translator.stmt``: a ``FrontendError``
