@@ -132,6 +132,10 @@ def k_zip_ranges(x, out):
     v = zip(range(10 ** 12), range(10 ** 12))
 
 
+def k_float_in_range(x, out):
+    v = 1.5 in tj.static_range(10 ** 12)
+
+
 def k_unpack_range(x, out):
     a, b = tj.static_range(10 ** 12)
 
@@ -212,6 +216,7 @@ FAST_ERRORS = [
     ("k_tuple_of_range", "tuple(range(10 ** 10))", "tuple(): range(0, 10000000000, 1) is too large"),
     ("k_sorted_range", "sorted(range(10 ** 9))", "sorted(): range(0, 1000000000, 1) is too large"),
     ("k_zip_ranges", "zip(range(10 ** 12), range(10 ** 12))", "zip(): range(0, 1000000000000, 1) is too large"),
+    ("k_float_in_range", "1.5 in tj.static_range(10 ** 12)", "'in': range(0, 1000000000000, 1) is too large"),
     ("k_unpack_range", "a, b = tj.static_range(10 ** 12)", "is too large to iterate"),
     ("k_star_range", "takes_any(*tj.static_range(10 ** 9))", "range(0, 1000000000, 1) is too large to iterate"),
     ("k_fstring_width", 'f"{1:>1000000000}"', "the format spec '>1000000000' is too large"),

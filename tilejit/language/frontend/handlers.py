@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from tilejit.errors import TileCompileError
 from tilejit.language.frontend import calls
 from tilejit.language.frontend.builder import Builder, common_default, const_value, weak_dtype
-from tilejit.language.frontend.limits import Budget, check_format_spec, range_len
+from tilejit.language.frontend.limits import Budget, check_format_spec, check_iterable, range_len
 from tilejit.language.frontend.params import closure_of
 from tilejit.language.frontend.scope import (
     ControlSignal,
@@ -1072,6 +1072,8 @@ def _compare_pair(tr: Translator, op: ast.cmpop, a: object, b: object) -> object
         raise FrontendError(f"'{fn}' compares compile-time values only (use == for tiles)")
     if fn in ("in", "not in"):
         if is_const(a) and is_const(b):
+            if isinstance(b, range) and not isinstance(a, int):
+                check_iterable(b, f"'{fn}': ")  # Python compares a non-int with every item of a range
             return fold(tr, pyop, fn, a, b)
         raise FrontendError(f"'{fn}' works on compile-time values only")
     if is_const(a) and is_const(b):
