@@ -640,3 +640,23 @@ def test_long_expressions_and_deep_helper_chains(tmp_path: Path, monkeypatch: py
     with pytest.raises(TileCompileError) as info:
         translate(m.deep, {"x": F32_1, "out": F32_1}, {})
     assert "too deeply nested" in str(info.value) and info.value.filename == str(tmp_path / "deep_kernels_mod.py")
+
+
+def test_caret_lines_up_under_tab_indented_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caret's indent copies the line's tabs (it was all spaces, so it sat left of the error wherever a
+    terminal expands tabs)."""
+    src = ("import tilejit as tj\n\n\nclass Holder:\n\t@staticmethod\n\tdef k(x, out):\n"
+           "\t\tt = tj.load(x, index=(0,), shape=(16,))\n\t\tu = t +\tbogus_after_tab  # noqa: F821\n")
+    (tmp_path / "tab_kernels_mod.py").write_text(src, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tab_kernels_mod as m  # type: ignore[import-not-found]
+
+    with pytest.raises(TileCompileError) as info:
+        translate(m.Holder.k, {"x": F32_1, "out": F32_1}, {})
+    err = info.value
+    assert (err.line, err.col) == (8, 10)
+    _, shown, caret = str(err).splitlines()
+    assert shown == "    \t\tu = t +\tbogus_after_tab  # noqa: F821"
+    assert caret == "    \t\t       \t^"
+    for width in (2, 4, 8):
+        assert caret.expandtabs(width).index("^") == shown.expandtabs(width).index("bogus_after_tab")

@@ -112,7 +112,9 @@ class TileCompileError(TilejitError):
             stripped = self.source_line.rstrip("\n")
             text += f"\n    {stripped}"
             if self.col is not None:
-                text += "\n    " + " " * self.col + "^"
+                # the caret's indent copies the line's tabs, so it lines up at any tab width
+                pad = "".join(c if c == "\t" else " " for c in stripped[:self.col])
+                text += "\n    " + pad + " " * (self.col - len(pad)) + "^"
         return text
 
 

@@ -19,6 +19,11 @@ Semantics follow numpy unless noted:
 - Integer ``+ - * ** <<`` and unary ``-`` wrap around as in numpy; integer ``//`` and ``%`` by zero
   give 0 (numpy warns and gives 0); ``bool + bool`` and ``bool * bool`` are logical or/and (bool),
   ``bool - bool`` is an error, and ``//``, ``%``, ``**`` of bools give ``int8``, as in numpy.
+- Integer (and bool) tiles to a negative power: a constant exponent (``tj.arange(16) ** -1``) is a
+  ``TileCompileError``, as numpy raises. Deviation: an exponent that is a tile (even one made from a
+  constant, ``tj.int32(-1)``) is only known at run time, where numpy raises but this gives
+  ``1 / x**-y`` truncated toward zero: 1 where ``x == 1``, 1 or -1 where ``x == -1`` (even or odd
+  exponent), and 0 everywhere else, ``x == 0`` included.
 - ``sum``/``prod``/``cumsum`` of bool or integers narrower than 32 bits return ``int32`` (or
   ``uint32`` for unsigned), and of 32-bit integers stay 32-bit and wrap (numpy: 64-bit); floats keep
   their dtype (16-bit floats accumulate in float32).
@@ -30,6 +35,17 @@ Semantics follow numpy unless noted:
   a zero that ``maximum``/``minimum``/``max``/``min`` pick between ``-0.0`` and ``0.0`` is unspecified.
 - A run-time loop ``for i in range(lo, hi, step)`` counts up: a constant step must be positive (a
   ``TileCompileError`` otherwise), and a run-time step of 0 or below runs no iterations.
+- Arithmetic on compile-time values (Python numbers, ``tj.Constant`` parameters, tuples, strings) is
+  Python's, exact: ``2 ** -1`` is ``0.5`` and integers do not wrap. It is bounded, with a
+  ``TileCompileError`` saying what is too large (``tilejit.language.frontend.limits``): integers of
+  at most 4096 bits (``3 ** 10**8`` is refused before it is computed), strings and tuples whose text
+  has at most 2**20 characters, compile-time iteration (``tj.static_range``, loops over tuples,
+  ``*`` unpacking, ``sum``/``tuple``/``sorted``... of a range) of at most 2**16 items, and at most
+  2**19 translation steps per kernel (AST nodes, each unrolled iteration and inlined helper call
+  counted again).
+- ``print(...)`` in tile code prints nothing (there is no device printing yet): its arguments are
+  still evaluated, so mistakes in them are errors, and a ``UserWarning`` at the call's file:line says
+  so, once per call site.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from tilejit.language.frontend.source import FrontendError
-from tilejit.language.frontend.values import Tile, describe, is_number
+from tilejit.language.frontend.values import Tile, describe, is_number, shown
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import UNKNOWN_LOC, Block, Loc, Op, Value
 from tilejit.language.ir.passes import round_to_dtype
@@ -65,15 +65,19 @@ def check_shape(shape: object, what: str) -> tuple[int, ...]:
         raise FrontendError(f"{what} must be a compile-time constant tuple of ints, got {describe(shape)}")
     bad = [s for s in shape if not is_pow2(s)]
     if bad:
-        raise FrontendError(f"{what} {shape} has a dimension that is not a power of two ({bad[0]}): tile "
-                            "dimensions must be powers of two (pad with a larger tile and mask)")
-    size = 1
-    for s in shape:
-        size *= s
-    if size > MAX_TILE_ELEMENTS:
+        raise FrontendError(f"{what} {shown(shape)} has a dimension that is not a power of two ({shown(bad[0])}): "
+                            "tile dimensions must be powers of two (pad with a larger tile and mask)")
+    if sum(s.bit_length() for s in shape) > 4096:  # the product of huge dimensions would be slow to compute
+        size: object = "far more"
+    else:
+        size = 1
+        for s in shape:
+            size *= s
+    if not isinstance(size, int) or size > MAX_TILE_ELEMENTS:
         raise FrontendError(
-            f"{what} {shape} is too large: a tile holds at most {MAX_TILE_ELEMENTS} (2**20) elements, got {size} "
-            "(split the work over more blocks or a loop of smaller tiles)"
+            f"{what} {shown(shape)} is too large: a tile holds at most {MAX_TILE_ELEMENTS} (2**20) elements, got "
+            f"{shown(size) if isinstance(size, int) else size} (split the work over more blocks or a loop of "
+            "smaller tiles)"
         )
     return shape
 
@@ -111,7 +115,7 @@ def default_dtype(value: object) -> DType:
         lo, hi = int_range(int64)
         if lo <= value <= hi:
             return int64
-        raise FrontendError(f"the constant {value} does not fit in int64")
+        raise FrontendError(f"the constant {shown(value)} does not fit in int64")
     if isinstance(value, float):
         return float32
     raise FrontendError(f"expected a number, got {describe(value)}")
@@ -165,22 +169,20 @@ def const_value(value: object, dtype: DType) -> bool | int | float:
     if dtype.is_bool:
         if isinstance(value, bool) or value in (0, 1):
             return bool(value)
-        raise FrontendError(f"the constant {value!r} is not a bool")
+        raise FrontendError(f"the constant {shown(value)} is not a bool")
     if dtype.is_int:
         if isinstance(value, float):
             if not value.is_integer():
-                raise FrontendError(f"the constant {value!r} is not an integer, so it cannot be {dtype.name}")
+                raise FrontendError(f"the constant {shown(value)} is not an integer, so it cannot be {dtype.name}")
             value = int(value)
         lo, hi = int_range(dtype)
         if not lo <= int(value) <= hi:
-            raise FrontendError(f"the constant {value} does not fit in {dtype.name} ({lo}..{hi})")
+            raise FrontendError(f"the constant {shown(value)} does not fit in {dtype.name} ({lo}..{hi})")
         return int(value)
     try:
         f = float(value)
     except OverflowError:
-        text = str(value)
-        shown = text if len(text) <= 24 else f"{text[:6]}...{text[-3:]} ({len(text)} digits)"
-        raise FrontendError(f"the constant {shown} does not fit {dtype.name}") from None
+        raise FrontendError(f"the constant {shown(value)} does not fit {dtype.name}") from None
     return round_to_dtype(f, dtype)
 
 
@@ -317,6 +319,11 @@ class Builder:
             )
         elif dtype.is_bool and fn in ("floordiv", "mod", "pow"):
             dtype = int8  # numpy: bool // bool, bool % bool and bool ** bool are int8
+        if fn == "pow" and not dtype.is_float and isinstance(b, int) and b < 0:
+            raise FrontendError(
+                f"integers to negative integer powers are not allowed (as in numpy): the exponent is {shown(b)} and "
+                f"the result would be {dtype.name}; use a float base, e.g. x.astype(tj.float32) ** {shown(b)}"
+            )
         # bool + bool and bool * bool stay bool (logical or / and), as in numpy
         x, y = self.unify([a, b], dtype)
         return self.tile(ops.BinaryOp, x.type, fn=fn, x=x.value, y=y.value)

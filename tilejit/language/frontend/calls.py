@@ -12,6 +12,7 @@ import ast
 import builtins
 import functools
 import inspect
+import itertools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from tilejit.language.frontend.builder import (
     int_range,
     is_pow2,
 )
+from tilejit.language.frontend.limits import check_iterable, check_math_call, range_len
 from tilejit.language.frontend.source import FrontendError
 from tilejit.language.frontend.values import (
     Array,
@@ -35,6 +37,7 @@ from tilejit.language.frontend.values import (
     describe,
     is_const,
     is_number,
+    shown,
 )
 from tilejit.language.ir import ops
 from tilejit.language.ir.types import (
@@ -467,7 +470,10 @@ def _fold_unary(fn: str, x: object) -> object:
             "floor": np.floor, "ceil": np.ceil,
         }
         if fn in np_fns:
-            return float(np_fns[fn](np.float64(x)))
+            try:
+                return float(np_fns[fn](np.float64(x)))
+            except OverflowError:
+                raise FrontendError(f"tj.{fn}(): the constant {shown(x)} does not fit float64") from None
     try:
         return float(_PY_UNARY[fn](float(x)))
     except (ValueError, OverflowError):
@@ -482,10 +488,13 @@ for _fn in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh",
 def _binary_impl(fn: str, name: str, pyfn: Callable[[Any, Any], Any]) -> Impl:
     def impl(tr: Translator, x: object, y: object) -> object:
         if is_number(x) and is_number(y):
+            if fn == "pow":
+                tr.budget.check_binary("**", x, y)
             try:
-                return normalize_const(pyfn(x, y))
+                result = normalize_const(pyfn(x, y))
             except (ZeroDivisionError, OverflowError, ValueError) as exc:
                 raise FrontendError(f"tj.{name}() of compile-time values failed: {exc}") from None
+            return tr.budget.check(result, f"the result of tj.{name}()")
         for v in (x, y):
             if not isinstance(v, Tile) and not is_number(v):
                 raise FrontendError(f"tj.{name}() expects tiles or numbers, got {describe(v)}")
@@ -539,8 +548,10 @@ def _reshape(tr: Translator, x: object, shape: object) -> object:
         for d in dims:
             if d != -1:
                 known *= d
-        if known <= 0 or t.type.size % known:
-            raise FrontendError(f"tj.reshape(): cannot reshape a tile of shape {t.shape} into {tuple(shape)}")
+                if not 0 < known <= t.type.size:  # cannot divide the size (and huge dimensions stop early)
+                    break
+        if known <= 0 or known > t.type.size or t.type.size % known:
+            raise FrontendError(f"tj.reshape(): cannot reshape a tile of shape {t.shape} into {shown(tuple(shape))}")
         dims[dims.index(-1)] = t.type.size // known
     new = check_shape(tuple(dims), "tj.reshape() shape")
     size = 1
@@ -773,11 +784,16 @@ def get_attribute(tr: Translator, obj: object, attr: str) -> object:
         return normalize_const(getattr(obj, attr))
     except AttributeError:
         raise FrontendError(f"{describe(obj)} has no attribute '{attr}'") from None
+    except Exception as exc:  # a property of a user's object that raises
+        raise FrontendError(
+            f"reading attribute '{attr}' of {describe(obj)} raised {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def as_sequence(tr: Translator, v: object) -> tuple[object, ...] | None:
     """``v`` as a tuple of items when it can be iterated at compile time (``array.shape`` too)."""
     if isinstance(v, tuple | list | range):
+        check_iterable(v)
         return tuple(v)
     if isinstance(v, ArrayDims):
         return tuple(tr.b.array_dim(v.array.value, i, v.which) for i in range(v.array.ndim))
@@ -861,11 +877,12 @@ def _py_int_float_bool(tr: Translator, kind: type, args: list[object]) -> object
     if not all(is_const(a) for a in args):
         raise FrontendError(f"{kind.__name__}() works on compile-time values and scalars")
     try:
-        return normalize_const(kind(*args))
-    except ValueError:
+        return tr.budget.check(normalize_const(kind(*args)), f"the result of {kind.__name__}()")
+    except ValueError as exc:
         if len(args) >= 1 and isinstance(args[0], str | bytes):
-            base = f" in base {args[1]!r}" if len(args) == 2 else ""
-            raise FrontendError(f"{kind.__name__}() of {args[0]!r} is not a number{base}") from None
+            base = f" in base {shown(args[1])}" if len(args) == 2 else ""
+            why = f" ({exc})" if "limit" in str(exc) else ""
+            raise FrontendError(f"{kind.__name__}() of {shown(args[0])} is not a number{base}{why}") from None
         raise FrontendError(f"{kind.__name__}() of {', '.join(describe(a) for a in args)}: not a valid value") from None
     except (TypeError, OverflowError, ZeroDivisionError) as exc:
         raise FrontendError(f"{kind.__name__}(): {exc}") from None
@@ -880,13 +897,47 @@ def _py_len(tr: Translator, v: object) -> object:
         return tr.b.array_dim(v.value, 0, "shape")
     if isinstance(v, ArrayDims):
         return v.array.ndim
-    if isinstance(v, tuple | list | str | range | dict):
+    if isinstance(v, range):
+        return range_len(v)
+    if isinstance(v, tuple | list | str | dict):
         return len(v)
     raise FrontendError(f"len() of {describe(v)}")
 
 
 _STRUCTURAL = {tuple, list, enumerate, zip, reversed, isinstance}
 _CONST_ONLY = {range, min, max, sum, abs, divmod, round, sorted, str, repr, any, all, hash, type, slice, pow}
+#: the builtins that iterate their arguments (each at most MAX_ITERATIONS items)
+_ITERATING = {tuple, list, enumerate, zip, reversed, min, max, sum, sorted, any, all}
+
+
+def _sum_sequences(items: tuple[object, ...], start: tuple[object, ...] | list[object]) -> object:
+    """``sum(items, start)`` for a tuple or list ``start``, in linear time (Python's sum copies the
+    growing result once per item)."""
+    kind = type(start)
+    for item in items:
+        if type(item) is not kind:
+            raise FrontendError(f'sum(): can only concatenate {kind.__name__} (not "{type(item).__name__}") to '
+                                f"{kind.__name__}")
+    return kind(itertools.chain(start, *items))  # type: ignore[arg-type]
+
+
+def _call_const_builtin(tr: Translator, fn: Any, args: list[object], kwargs: dict[str, object]) -> object:
+    """A Python builtin on compile-time values, with the few whose work is not bounded by their
+    arguments' size (pow, round to a huge negative ndigits, sum of tuples) kept in bounds."""
+    if fn is builtins.pow:
+        given = [*args, *(kwargs[k] for k in ("base", "exp", "mod") if k in kwargs)]
+        tr.budget.check_pow_call(given[:2] if len(given) == 3 and given[2] is None else given)
+    if fn is builtins.round:
+        number, ndigits = [*args, *(kwargs[k] for k in ("number", "ndigits") if k in kwargs), None][:2]
+        if isinstance(number, int) and isinstance(ndigits, int) and ndigits < 0 and -ndigits > number.bit_length():
+            return 0  # 10 ** -ndigits is more than twice the number (Python would compute it first)
+    if fn is builtins.sum and args and not isinstance(args[0], str):
+        start = kwargs.get("start", args[1] if len(args) > 1 else 0)
+        if isinstance(start, tuple | list) and len(args) <= 2 and set(kwargs) <= {"start"}:
+            items = as_sequence(tr, args[0])
+            if items is not None:
+                return _sum_sequences(items, start)
+    return fn(*args, **kwargs)
 
 
 def _call_python_builtin(tr: Translator, fn: Any, args: list[object], kwargs: dict[str, object]) -> object:
@@ -896,12 +947,16 @@ def _call_python_builtin(tr: Translator, fn: Any, args: list[object], kwargs: di
         return _py_len(tr, args[0])
     if fn is builtins.abs and len(args) == 1 and isinstance(args[0], Tile):
         return tr.b.unary("abs", args[0])
+    if fn in _ITERATING:
+        for a in args:
+            check_iterable(a, f"{fn.__name__}(): ")
     if fn in _STRUCTURAL:
         try:
             out = fn(*args, **kwargs)
-        except TypeError as exc:
+            out = tuple(out) if isinstance(out, enumerate | zip | reversed | list) else out
+        except (TypeError, ValueError) as exc:  # ValueError: zip(..., strict=True) of unequal lengths
             raise FrontendError(f"{fn.__name__}(): {exc}") from None
-        return tuple(out) if isinstance(out, enumerate | zip | reversed | list) else out
+        return tr.budget.check(out, f"the result of {fn.__name__}()")
     if fn in _CONST_ONLY:
         if not all(is_const(a) for a in args) or not all(is_const(a) for a in kwargs.values()):
             hint = {min: "tj.minimum or tj.min", max: "tj.maximum or tj.max", sum: "tj.sum"}.get(fn)
@@ -909,9 +964,10 @@ def _call_python_builtin(tr: Translator, fn: Any, args: list[object], kwargs: di
                 f"{fn.__name__}() works on compile-time values only" + (f"; for tiles use {hint}" if hint else "")
             )
         try:
-            return normalize_const(fn(*args, **kwargs))
+            result = normalize_const(_call_const_builtin(tr, fn, args, kwargs))
         except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
             raise FrontendError(f"{fn.__name__}(): {exc}") from None
+        return tr.budget.check(result, f"the result of {fn.__name__}()")
     raise FrontendError(f"the Python builtin {fn.__name__}() is not supported in tile code")
 
 
@@ -937,13 +993,16 @@ def call(tr: Translator, callee: object, args: list[object], kwargs: dict[str, o
     if getattr(builtins, getattr(callee, "__name__", ""), None) is callee and callable(callee):
         return _call_python_builtin(tr, callee, args, kwargs)
     if getattr(callee, "__module__", None) == "math" and callable(callee):
+        name = getattr(callee, "__name__", "?")
         if not all(is_const(a) for a in args) or kwargs:
-            raise FrontendError(f"math.{getattr(callee, '__name__', '?')}() works on compile-time values only; "
-                                "use the tj.* math functions on tiles")
+            raise FrontendError(f"math.{name}() works on compile-time values only; use the tj.* math functions "
+                                "on tiles")
+        check_math_call(name, args)
         try:
-            return normalize_const(callee(*args))
+            result = normalize_const(callee(*args))
         except (ValueError, TypeError, OverflowError) as exc:
-            raise FrontendError(f"math.{getattr(callee, '__name__', '?')}(): {exc}") from None
+            raise FrontendError(f"math.{name}(): {exc}") from None
+        return tr.budget.check(result, f"the result of math.{name}()")
     cls = type(callee)
     if cls.__name__ == "Kernel" and cls.__module__.startswith("tilejit."):
         raise FrontendError(

@@ -2,7 +2,8 @@
 
 Statements update the scope and append ops; expressions return front-end values (``values.py``).
 Compile-time constants are computed in Python as they are met, so ``if`` on constants, loops over
-tuples and ``tj.static_range`` unroll, and arithmetic on constants all happen here. Run-time
+tuples and ``tj.static_range`` unroll, and arithmetic on constants all happen here, within the
+bounds of ``limits.py`` (every node translated counts against the kernel's ``Budget``). Run-time
 ``if``/``for``/``while`` become structured IR ops with explicit carried values.
 
 Every node's translation runs under ``Translator.expr``/``Translator.stmt``: a ``FrontendError``
@@ -16,12 +17,14 @@ import ast
 import builtins
 import inspect
 import operator
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tilejit.errors import TileCompileError
 from tilejit.language.frontend import calls
 from tilejit.language.frontend.builder import Builder, common_default, const_value, weak_dtype
+from tilejit.language.frontend.limits import Budget, check_format_spec, check_iterable, range_len
 from tilejit.language.frontend.params import closure_of
 from tilejit.language.frontend.scope import (
     ControlSignal,
@@ -40,6 +43,7 @@ from tilejit.language.frontend.values import (
     describe,
     is_const,
     is_number,
+    shown,
 )
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Value
@@ -119,6 +123,7 @@ class Translator:
         self.if_depth = 0
         self.runtime_depth = 0
         self.active: set[object] = set()
+        self.budget = Budget()
 
     # ------------------------------------------------------------------ dispatch
 
@@ -130,6 +135,8 @@ class Translator:
             return src.error(
                 "expression too deeply nested: compiling it exceeded Python's recursion limit (split it into "
                 "several statements, or call fewer nested helper functions)", node)
+        if isinstance(exc, MemoryError):  # a bound in limits.py missed some way to build a huge value
+            return src.error("too large: translating this ran out of memory (a compile-time value too large?)", node)
         return src.error(f"internal error: {type(exc).__name__}: {exc}", node)
 
     def expr(self, node: ast.expr) -> object:
@@ -137,6 +144,7 @@ class Translator:
         saved = self.b.loc
         self.b.loc = self.func.source.loc(node)
         try:
+            self.budget.step()
             handler = EXPR.get(type(node))
             if handler is None:
                 raise FrontendError(f"unsupported syntax: {syntax_name(node)}")
@@ -155,6 +163,7 @@ class Translator:
         saved = self.b.loc
         self.b.loc = self.func.source.loc(node)
         try:
+            self.budget.step()
             handler = STMT.get(type(node))
             if handler is None:
                 raise FrontendError(f"unsupported syntax: {syntax_name(node)}")
@@ -717,7 +726,7 @@ def _range_loop(tr: Translator, node: ast.For, call: ast.Call) -> None:
     if all(isinstance(a, int) for a in bounds):
         lo, hi, st = bounds
         assert isinstance(lo, int) and isinstance(hi, int) and isinstance(st, int)
-        trips = len(range(lo, hi, st))
+        trips = range_len(range(lo, hi, st))
         if 0 < trips <= 8:
             unroll = trips
     lower, upper, stepv = (tr.b.full(a, TileType(iv_dtype)) for a in bounds)
@@ -790,6 +799,20 @@ def _return(tr: Translator, node: ast.Return) -> None:
     tr.mark_dead()
 
 
+def _as_text(v: object) -> str:
+    """``str(v)`` for a message, cut when long; integers (and exceptions made of them) shortened as
+    ``shown`` does, the same on every Python (3.11+ refuse to print an integer past 4300 digits)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return shown(v)
+    if isinstance(v, BaseException) and any(isinstance(a, int) and a.bit_length() > 64 for a in v.args):
+        return shown(v.args[0] if len(v.args) == 1 else v.args)
+    try:
+        text = str(v)
+    except (ValueError, RecursionError):
+        return shown(v)
+    return text if len(text) <= 1000 else text[:1000] + f"... ({len(text)} characters)"
+
+
 @stmt(ast.Assert)
 def _assert(tr: Translator, node: ast.Assert) -> None:
     test = tr.expr(node.test)
@@ -797,7 +820,7 @@ def _assert(tr: Translator, node: ast.Assert) -> None:
         raise FrontendError("assert needs a compile-time condition (run-time asserts are not supported)")
     if not tr.const_truth(test):
         msg = tr.expr(node.msg) if node.msg is not None else None
-        raise FrontendError("assertion failed" + (f": {msg}" if msg is not None else ""))
+        raise FrontendError("assertion failed" + (f": {_as_text(msg)}" if msg is not None else ""))
 
 
 @stmt(ast.Raise)
@@ -811,7 +834,8 @@ def _raise(tr: Translator, node: ast.Raise) -> None:
     if isinstance(exc, type) and issubclass(exc, BaseException):
         raise FrontendError(f"the kernel raised {exc.__name__}")
     if isinstance(exc, BaseException):
-        raise FrontendError(f"the kernel raised {type(exc).__name__}: {exc}" if str(exc) else
+        text = _as_text(exc)
+        raise FrontendError(f"the kernel raised {type(exc).__name__}: {text}" if text else
                             f"the kernel raised {type(exc).__name__}")
     raise FrontendError(f"raise needs an exception, got {describe(exc)}")
 
@@ -823,7 +847,7 @@ def _raise(tr: Translator, node: ast.Raise) -> None:
 def _constant(tr: Translator, node: ast.Constant) -> object:
     if isinstance(node.value, complex | bytes):
         raise FrontendError(f"{type(node.value).__name__} constants are not supported in tile code")
-    return node.value
+    return tr.budget.check(node.value, "the constant")
 
 
 @expr(ast.Name)
@@ -848,7 +872,7 @@ def _expand(tr: Translator, nodes: list[ast.expr]) -> list[object]:
 
 @expr(ast.Tuple, ast.List)
 def _tuple(tr: Translator, node: ast.Tuple | ast.List) -> object:
-    return tuple(_expand(tr, node.elts))
+    return tr.budget.check(tuple(_expand(tr, node.elts)), "the tuple")
 
 
 @expr(ast.JoinedStr)
@@ -862,11 +886,18 @@ def _fstring(tr: Translator, node: ast.JoinedStr) -> object:
         val = tr.expr(v.value)
         if not is_const(val):
             raise FrontendError("f-strings can only format compile-time values", v)
-        spec = tr.expr(v.format_spec) if v.format_spec is not None else ""
+        tr.budget.check(val, "the value formatted by the f-string")
+        spec = str(tr.expr(v.format_spec)) if v.format_spec is not None else ""
+        check_format_spec(spec)
         convs: dict[int, Callable[[object], str]] = {115: str, 114: repr, 97: ascii}
         conv = convs.get(v.conversion)
-        parts.append(format(conv(val) if conv else val, str(spec)))
-    return "".join(parts)
+        try:
+            parts.append(format(conv(val) if conv else val, spec))
+        except (ValueError, TypeError) as exc:
+            raise FrontendError(f"cannot format {describe(val)}" + (f" with {spec!r}" if spec else "")
+                                + f": {exc}", v) from None
+        tr.budget.check(parts[-1], "the f-string")
+    return tr.budget.check("".join(parts), "the f-string")
 
 
 @expr(ast.Attribute)
@@ -890,8 +921,6 @@ def _slice(tr: Translator, node: ast.Slice) -> object:
 @expr(ast.Call)
 def _call(tr: Translator, node: ast.Call) -> object:
     callee = tr.expr(node.func)
-    if callee is builtins.print:
-        return None  # device printing is not supported; print() in a kernel does nothing
     args = _expand(tr, node.args)
     kwargs: dict[str, object] = {}
     for k in node.keywords:
@@ -902,7 +931,28 @@ def _call(tr: Translator, node: ast.Call) -> object:
             kwargs.update(m)
         else:
             kwargs[k.arg] = tr.expr(k.value)
+    if callee is builtins.print:
+        _warn_print(tr, node)
+        return None
     return tr.call(callee, args, kwargs, node)
+
+
+#: the print() calls already warned about, by (file, line, column): one warning per call site
+_PRINT_WARNED: set[tuple[str, int, int]] = set()
+
+
+def _warn_print(tr: Translator, node: ast.Call) -> None:
+    """Warn, once per call site, that print() in tile code prints nothing (its arguments were translated,
+    so mistakes in them are still errors)."""
+    src = tr.func.source
+    line, col = src.position(node)
+    if (src.filename, line, col) in _PRINT_WARNED:
+        return
+    _PRINT_WARNED.add((src.filename, line, col))
+    warnings.warn_explicit(
+        "print() in tile code prints nothing: printing from the GPU is not supported yet (the arguments are "
+        "still evaluated, so errors in them are reported)", UserWarning, src.filename, line,
+    )
 
 
 _BINOPS: dict[type[ast.AST], tuple[str, str, Callable[[Any, Any], Any]]] = {
@@ -922,20 +972,24 @@ _BINOPS: dict[type[ast.AST], tuple[str, str, Callable[[Any, Any], Any]]] = {
 }
 
 
-def fold(fn: Callable[..., Any], symbol: str, *args: object) -> object:
-    """Apply a Python operator to compile-time constants, with errors as FrontendError."""
+def fold(tr: Translator, fn: Callable[..., Any], symbol: str, *args: object) -> object:
+    """Apply a Python operator to compile-time constants, with errors as FrontendError; results that
+    would be too large (``limits.py``) are refused before Python starts computing them."""
+    if len(args) == 2:
+        tr.budget.check_binary(symbol, *args)
     try:
-        return normalize_const(fn(*args))
+        result = normalize_const(fn(*args))
     except ZeroDivisionError:
         raise FrontendError(f"division by zero in the compile-time expression ({symbol})") from None
     except (TypeError, ValueError, OverflowError) as exc:
         raise FrontendError(f"{symbol} on compile-time values failed: {exc}") from None
+    return tr.budget.check(result, f"the compile-time result of {symbol}")
 
 
 def binop(tr: Translator, op: type[ast.AST], a: object, b: object) -> object:
     fn, symbol, pyop = _BINOPS[op]
     if is_const(a) and is_const(b):
-        return fold(pyop, symbol, a, b)
+        return fold(tr, pyop, symbol, a, b)
     if fn == "matmul":
         return calls.matmul_values(tr, a, b)
     for v in (a, b):
@@ -960,7 +1014,7 @@ def _unaryop(tr: Translator, node: ast.UnaryOp) -> object:
         }
         if isinstance(node.op, ast.Not):
             return not tr.const_truth(v)
-        return fold(pyop[type(node.op)], type(node.op).__name__, v)
+        return fold(tr, pyop[type(node.op)], type(node.op).__name__, v)
     if not isinstance(v, Tile):
         raise FrontendError(f"unsupported operand: {describe(v)}")
     if isinstance(node.op, ast.UAdd):
@@ -1018,10 +1072,12 @@ def _compare_pair(tr: Translator, op: ast.cmpop, a: object, b: object) -> object
         raise FrontendError(f"'{fn}' compares compile-time values only (use == for tiles)")
     if fn in ("in", "not in"):
         if is_const(a) and is_const(b):
-            return fold(pyop, fn, a, b)
+            if isinstance(b, range) and not isinstance(a, int):
+                check_iterable(b, f"'{fn}': ")  # Python compares a non-int with every item of a range
+            return fold(tr, pyop, fn, a, b)
         raise FrontendError(f"'{fn}' works on compile-time values only")
     if is_const(a) and is_const(b):
-        return fold(pyop, fn, a, b)
+        return fold(tr, pyop, fn, a, b)
     for v in (a, b):
         if not isinstance(v, Tile) and not is_number(v):
             raise FrontendError(f"cannot compare {describe(v)}")

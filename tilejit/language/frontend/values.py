@@ -113,6 +113,31 @@ def is_number(v: object) -> bool:
     return isinstance(v, bool | int | float)
 
 
+def shown(v: object) -> str:
+    """``repr(v)`` for an error message, shortened: a long integer by its first and last digits (and by
+    its size past 4300 digits, which Python refuses to print), a long string or sequence cut."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        try:
+            text = str(v) if v.bit_length() <= 14000 else ""
+        except ValueError:  # past sys.get_int_max_str_digits() digits
+            text = ""
+        if not text:
+            return f"<an integer of {v.bit_length()} bits>"
+        return text if len(text) <= 24 else f"{text[:6]}...{text[-3:]} ({len(text.lstrip('-'))} digits)"
+    if isinstance(v, str) and len(v) > 60:
+        return repr(v[:40])[:-1] + f"...' ({len(v)} characters)"
+    if isinstance(v, tuple | list):
+        if len(v) > 16:
+            return f"<a {type(v).__name__} of {len(v)} items>"
+        items = ", ".join(shown(x) for x in v) + ("," if len(v) == 1 and isinstance(v, tuple) else "")
+        return f"({items})" if isinstance(v, tuple) else f"[{items}]"
+    try:
+        text = repr(v)
+    except (ValueError, RecursionError):  # an item Python refuses to print (a huge integer), or nested too deep
+        return f"<a {type(v).__name__}>"
+    return text if len(text) <= 200 else text[:150] + " ... " + text[-20:]
+
+
 def describe(v: object) -> str:
     """A short phrase naming a value, for error messages."""
     if isinstance(v, Tile):
@@ -129,8 +154,10 @@ def describe(v: object) -> str:
         return f"the dtype {v!r}"
     if isinstance(v, tuple):
         return f"a tuple of {len(v)} items"
+    if isinstance(v, range):
+        return f"range({shown(v.start)}, {shown(v.stop)}, {shown(v.step)})"
     if isinstance(v, bool | int | float | str):
-        return f"the constant {v!r}"
+        return f"the constant {shown(v)}"
     if v is None:
         return "None"
     name = getattr(v, "__qualname__", None) or getattr(v, "__name__", None)
