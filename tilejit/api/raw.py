@@ -658,7 +658,13 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         """The program and its checked parameters (or why they are not the declared ones), from the disk cache or
         from NVRTC: one cache entry holds both, so a warm load reads one file and checks nothing again."""
         from tilejit import __version__, config
-        from tilejit.compiler.nvrtc import CompiledProgram, _reads_disk_headers, compile_cuda, nvrtc_identity
+        from tilejit.compiler.nvrtc import (
+            CompiledProgram,
+            _reads_disk_headers,
+            compile_cuda,
+            compile_cuda_ptx_and_cubin,
+            nvrtc_identity,
+        )
 
         checked: list[tuple[str, ParamKind]] | str | None
         file_name = f"{self.name.split('<', 1)[0].strip()}.cu"
@@ -691,8 +697,12 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
             return compile_cuda(self.source, name=file_name, headers=self.headers, options=self.options, target=target,
                                 output=out, name_expressions=exprs, cache=False)  # type: ignore[arg-type]
 
-        prog = run(output)
-        ptx = prog if output == "ptx" else run("ptx")
+        if output == "cubin":  # the PTX to check comes from the same NVRTC run
+            ptx, prog = compile_cuda_ptx_and_cubin(self.source, name=file_name, headers=self.headers,
+                                                   options=self.options, target=target, name_expressions=exprs)
+        else:
+            prog = run(output)
+            ptx = prog if output == "ptx" else run("ptx")
         symbol = self.name if self._extern_c else ptx.lowered_names.get(self.name, self.name)
         try:
             checked = self._check_compiled(ptx.code.decode("utf-8"), symbol, target)
