@@ -449,7 +449,8 @@ def _float_binary(fn: str, x: Val, y: Val) -> Val:
             return Val(dt, round_to(rc, dt))
         if fn in ("maximum", "minimum"):
             r = round_to((np.maximum if fn == "maximum" else np.minimum)(xc, yc), dt)
-            e = np.where(np.isnan(r), 0.0, np.maximum(ex, ey))
+            # a NaN or an infinity picked is an exact operand (inexact ones are finite)
+            e = np.where(np.isfinite(r), np.maximum(ex, ey), 0.0)
             # the sign of a zero picked between -0.0 and 0.0 is unspecified (tile.py)
             e = np.where((r == 0) & (xs == 0) & (ys == 0), np.maximum(e, TINY[dt]), e)
             return Val(dt, r, e)
@@ -466,17 +467,20 @@ def _float_binary(fn: str, x: Val, y: Val) -> Val:
             if ((ey > 0) & ~(ey < np.abs(ys))).any():
                 raise Reject("a division by a value within its error bound of 0")
             prop = np.where(inexact, (ex * np.abs(ys) + np.abs(xs) * ey) / (np.abs(ys) * (np.abs(ys) - ey)), 0.0)
-        e = prop + np.where(prop > 0, 2 * rnd(big + prop, dt), 0.0)
+        reach = big + prop  # the largest magnitude the result may have
+        e = prop + np.where(prop > 0, 2 * rnd(reach, dt), 0.0)
         if fn == "mul" and dt in ("float32", "float64"):
             # a product may feed an add unrounded (FMA contraction, NVRTC's default)
-            e = e + np.where(finite_in, rnd(big, dt), 0.0)
+            e = e + np.where(finite_in, rnd(reach, dt), 0.0)
         if fn == "truediv":
             if (finite_in & (ys != 0) & ~np.isfinite(r)).any():
                 raise Reject("a float division that overflows")
             if dt == "float32":  # div.full.f32: within 2 ulp (tile.py)
-                e = e + np.where(np.isfinite(r), 6 * U[dt] * big + 4 * TINY[dt], 0.0)
+                e = e + np.where(np.isfinite(r), 6 * U[dt] * reach + 4 * TINY[dt], 0.0)
             elif dt != "float64":  # 16-bit: the float32 quotient (2 ulp) rounded to 16 bits
-                e = e + np.where(np.isfinite(r), 2 * rnd(big, dt), 0.0)
+                e = e + np.where(np.isfinite(r), 2 * rnd(reach, dt), 0.0)
+        # 0 * y and 0 / y take y's sign, which an inexact y (a zero from maximum, say) may not have
+        e = np.where((r == 0) & inexact, np.maximum(e, TINY[dt]), e)
     return Val(dt, r, e)
 
 
@@ -498,15 +502,17 @@ def _float_pow(x: Val, y: Val) -> Val:
             for sy in (-1, 1):
                 corner = np.power(np.where(positive, xs + sx * ex, xs), ys + sy * ey)
                 prop = np.maximum(prop, np.where((ex > 0) | (ey > 0), np.abs(corner - exact), 0.0))
-        e = _math_slack("pow", dt, r) + prop * (1 + 2.0**-30) + np.where(prop > 0, 2 * rnd(np.abs(r) + prop, dt), 0.0)
+        reach = np.abs(r.astype(F64)) + prop
+        e = _math_slack("pow", dt, reach) + prop * (1 + 2.0**-30) + np.where(prop > 0, 2 * rnd(reach, dt), 0.0)
     return Val(dt, r, e)
 
 
-def _math_slack(fn: str, dt: str, r: np.ndarray) -> np.ndarray:
-    """How far a CUDA math function's result may be from the correctly rounded ``r``."""
-    big = np.abs(r.astype(F64))
+def _math_slack(fn: str, dt: str, big: np.ndarray) -> np.ndarray:
+    """How far a CUDA math function's result of magnitude up to ``big`` may be from the correctly
+    rounded one."""
     if dt in ("float16", "bfloat16"):  # computed in float32, then one rounding to 16 bits
-        return np.where(np.isfinite(big), 2 * rnd(big, dt), 0.0)
+        slack = 2 * rnd(big, dt) + (NORMAL["float32"] if fn == "sigmoid" else 0.0)
+        return np.where(np.isfinite(big), slack, 0.0)
     cuda = MATH_ULP[fn][0 if dt == "float32" else 1]
     ulps = (max(cuda, NUMPY_ULP) + 1) if dt == "float32" else cuda + NUMPY_ULP
     slack = 2 * ulps * U[dt] * big + ulps * TINY[dt]
@@ -547,7 +553,8 @@ def _float_math(fn: str, x: Val) -> Val:
                 prop = np.where(e > 0, np.minimum(e, 2.0), 0.0)
             else:  # monotonic: the extremes are at the ends of the interval
                 prop = np.where(e > 0, np.maximum(np.abs(f(lo) - exact), np.abs(f(hi) - exact)), 0.0)
-        total = _math_slack(fn, dt, r) + prop * (1 + 2.0**-30) + np.where(prop > 0, 2 * rnd(np.abs(r) + prop, dt), 0.0)
+        reach = np.abs(r.astype(F64)) + prop
+        total = _math_slack(fn, dt, reach) + prop * (1 + 2.0**-30) + np.where(prop > 0, 2 * rnd(reach, dt), 0.0)
     return Val(dt, r, total)
 
 
@@ -657,7 +664,7 @@ def reduce(fn: str, x: Val, axis: int | tuple[int, ...] | None, keepdims: bool) 
         exact = (e == 0).all(axis=ax, keepdims=keepdims)
         if fn in ("max", "min"):
             r = (np.max if fn == "max" else np.min)(x.v, axis=ax, keepdims=keepdims)
-            out_e = np.where(np.isnan(r), 0.0, e.max(axis=ax, keepdims=keepdims))
+            out_e = np.where(np.isfinite(r), e.max(axis=ax, keepdims=keepdims), 0.0)
             return Val(dt, r, np.where(r == 0, np.maximum(out_e, TINY[dt]), out_e))
         if fn == "sum":
             mag_finite = np.where(np.isfinite(xs), np.abs(xs), 0.0).sum(axis=ax, keepdims=keepdims)
@@ -666,14 +673,15 @@ def reduce(fn: str, x: Val, axis: int | tuple[int, ...] | None, keepdims: bool) 
             r = round_to(xs.sum(axis=ax, keepdims=keepdims), dt)
             prop = e.sum(axis=ax, keepdims=keepdims)
             big = np.abs(r.astype(F64))
-            out_e = prop + 2 * n * U[acc] * mag_finite + 2 * rnd(big + prop, dt)
+            out_e = prop + 2 * n * U[acc] * (mag_finite + prop) + 2 * rnd(big + prop, dt)
             out_e = np.where(~finite & exact, 0.0, out_e)  # inf and NaN sums do not depend on the order
             # the sign of a zero sum depends on the order and the start value (-0.0 + 0.0 is 0.0)
             return finish(Val(dt, r, np.where(r == 0, np.maximum(out_e, TINY[dt]), out_e)))
         # prod: partial products must stay normal and finite in the accumulator, in any order
         mag = np.abs(xs)
         high = np.where(np.isfinite(xs) & (mag > 1), mag + e, 1.0).prod(axis=ax, keepdims=keepdims)
-        low = np.where((mag < 1) & (mag > 0), mag, 1.0).prod(axis=ax, keepdims=keepdims)
+        least = np.where(e > 0, np.maximum(mag - e, 0.0), mag)  # an inexact element may be near 0
+        low = np.where((least < 1) & ((mag > 0) | (e > 0)), least, 1.0).prod(axis=ax, keepdims=keepdims)
         has_zero = ((xs == 0) & (e == 0)).any(axis=ax, keepdims=keepdims)
         if (high > FMAX[acc] / 4).any() or (~has_zero & finite & (low < NORMAL[acc] * 4)).any():
             raise Reject("a product whose partial products may overflow or underflow")
@@ -681,7 +689,7 @@ def reduce(fn: str, x: Val, axis: int | tuple[int, ...] | None, keepdims: bool) 
         upper = np.where(np.isfinite(xs), mag + e, 1.0).prod(axis=ax, keepdims=keepdims)
         lower = np.where(np.isfinite(xs), mag, 1.0).prod(axis=ax, keepdims=keepdims)
         big = np.abs(r.astype(F64))
-        out_e = (upper - lower) * (1 + 2.0**-30) + 2 * n * U[acc] * upper + 2 * rnd(big, dt)
+        out_e = (upper - lower) * (1 + 2.0**-30) + 2 * n * U[acc] * upper + 2 * rnd(big + upper - lower, dt)
         return finish(Val(dt, r, np.where(~finite & exact, 0.0, out_e)))
 
 
@@ -733,7 +741,7 @@ def cumsum(x: Val, axis: int) -> Val:
         finite = np.cumsum(~np.isfinite(xs), axis=ax) == 0
         exact = np.cumsum(e > 0, axis=ax) == 0
         prop = np.cumsum(e, axis=ax)
-        out_e = prop + 2 * k * U[acc] * mag_finite + 2 * rnd(np.abs(r.astype(F64)) + prop, dt)
+        out_e = prop + 2 * k * U[acc] * (mag_finite + prop) + 2 * rnd(np.abs(r.astype(F64)) + prop, dt)
         out_e = np.where(~finite & exact, 0.0, out_e)
         return finish(Val(dt, r, np.where(r == 0, np.maximum(out_e, TINY[dt]), out_e)))
 
@@ -824,6 +832,9 @@ class Expect:
 
 @dataclass
 class Program:
+    """One generated kernel: its source, grid, buffers and what the model says the outputs hold; and
+    the model's steps (``replay``)."""
+
     seed: int
     name: str
     source: str
@@ -831,6 +842,29 @@ class Program:
     inputs: list[Buffer]
     outputs: list[Buffer]
     expected: list[Expect]
+    loads: dict[str, Val]
+    steps: list[tuple[str, Thunk]]
+    store_steps: list[tuple[str, str, tuple[int, ...], int]]
+
+    def replay(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """Output buffers of one run that a correct GPU may give, as the model sees it: every step
+        recomputed from the replayed values, each float result moved anywhere within the bound that its
+        own op may add (ulps, FMA, reduction order). ``check`` must accept them: the bounds are sound."""
+        values: dict[str, Val] = dict(self.loads)
+
+        def exact(n: Node) -> Val:
+            return Val(values[n.name].dtype, values[n.name].v)
+
+        for name, thunk in self.steps:
+            values[name] = _moved(thunk(exact), rng)
+        outs = []
+        for buf, (name, dt, shape, bdim) in zip(self.outputs, self.store_steps):
+            val = _moved(cast(Val(values[name].dtype, values[name].v), dt), rng)
+            value, _, written = store(val, shape, bdim)
+            got = buf.phys.copy()
+            got[buf.view][written] = to_bits(value, dt)[written]
+            outs.append(got)
+        return outs
 
     def report(self) -> str:
         """How to see this program again, and its source."""
@@ -841,15 +875,29 @@ class Program:
 
 @dataclass
 class Node:
+    """A value of the program (a load ``t<k>`` or a computed ``v<k>``) and how often ops used it."""
+
     name: str
     val: Val
     uses: int = 0
 
 
+Getter = Callable[[Node], Val]
+Thunk = Callable[[Getter], Val]
+
+
+def _model_value(n: Node) -> Val:
+    return n.val
+
+
+def _get(get: Getter, o: Node | Lit) -> Val | Lit:
+    return get(o) if isinstance(o, Node) else o
+
+
 @dataclass
 class _Op:
     weight: float
-    build: Callable[[], tuple[str, Val]]
+    build: Callable[[], tuple[str, Thunk]]
 
 
 DTYPE_TEXT = {d: f"tj.{d}" for d in DTYPES} | {BOOL: "tj.bool_"}
@@ -879,6 +927,8 @@ class _Generator:
         self.lines: list[str] = []
         self.nodes: list[Node] = []
         self.inputs: list[Buffer] = []
+        self.steps: list[tuple[str, Thunk]] = []
+        self.store_steps: list[tuple[str, str, tuple[int, ...], int]] = []
         self.count = 0
 
     # ------------------------------------------------------------------ random helpers
@@ -951,14 +1001,19 @@ class _Generator:
         return Lit(bool(self.chance(0.5)))
 
     def node(self, want: Callable[[Node], bool] | None = None) -> Node:
-        """A value computed so far, later ones more likely."""
+        """A value computed so far: later ones and unused ones more likely (chains, few dead values)."""
         nodes = [n for n in self.nodes if want is None or want(n)]
         if not nodes:
             raise Reject("no value of the kind wanted")
-        return self.pick(nodes, [1.0 + k for k in range(len(nodes))])
+        return self.pick(nodes, [(1.0 + k) * (3.0 if n.uses == 0 else 1.0) for k, n in enumerate(nodes)])
 
     def partner(self, a: Node) -> Node:
+        """A value that broadcasts with ``a``'s (rarely ``a`` itself)."""
+        itself = self.chance(0.1)
+
         def fits(n: Node) -> bool:
+            if (n is a) != itself:
+                return False
             try:
                 broadcast_shapes(a.val.shape, n.val.shape)
             except (Invalid, Reject):
@@ -1018,55 +1073,58 @@ class _Generator:
             view.append(slice(lo, lo + n * step, step))
         return tuple(phys), tuple(view)
 
-    def emit(self, text: str, val: Val) -> Node:
+    def emit(self, text: str, thunk: Thunk) -> None:
+        """Add ``v<k> = text`` (and an assert of its dtype and shape) if the model accepts it."""
+        val = thunk(_model_value)
+        check_shape(val.shape)
         name = f"v{self.count}"
         self.count += 1
         self.lines.append(f"{name} = {text}")
         self.lines.append(f"assert {name}.dtype == {DTYPE_TEXT[val.dtype]} and {name}.shape == "
                           f"{_shape_text(val.shape) if val.shape else '()'}, \"{name}\"")
-        node = Node(name, val)
-        self.nodes.append(node)
-        return node
+        self.nodes.append(Node(name, val))
+        self.steps.append((name, thunk))
 
-    def operand(self, a: Node) -> tuple[Operand, str]:
+    def operand(self, a: Node) -> tuple[Node | Lit, str]:
         """A second operand for ``a``: another value (that broadcasts with it) or a Python number."""
         if self.chance(0.3):
             lit = self.lit(a.val.dtype)
             return lit, lit.text()
         b = self.partner(a)
         b.uses += 1
-        return b.val, b.name
+        return b, b.name
 
-    # ------------------------------------------------------------------ ops
+    # ------------------------------------------------------------------ ops: (source text, how to compute it)
 
-    def op_binary(self) -> tuple[str, Val]:
+    def op_binary(self) -> tuple[str, Thunk]:
         a = self.node()
-        bo, bt = self.operand(a)
+        b, bt = self.operand(a)
         fn = self.pick(list(BIN_SYMBOL) + ["maximum", "minimum"],
                        [5, 4, 5, 3, 2, 2, 1.5, 1.5, 1.5, 1.5, 1, 1, 2, 2])
-        operands, texts = (a.val, bo), (a.name, bt)
+        operands, texts = (a, b), (a.name, bt)
         if self.chance(0.3):
-            operands, texts = (bo, a.val), (bt, a.name)
-        val = binary(fn, *operands)
+            operands, texts = (b, a), (bt, a.name)
         a.uses += 1
+
+        def thunk(get: Getter) -> Val:
+            return binary(fn, _get(get, operands[0]), _get(get, operands[1]))
+
         if fn in ("maximum", "minimum") or (fn == "pow" and self.chance(0.3)):
-            return f"tj.{fn}({texts[0]}, {texts[1]})", val
-        return f"{texts[0]} {BIN_SYMBOL[fn]} {texts[1]}", val
+            return f"tj.{fn}({texts[0]}, {texts[1]})", thunk
+        return f"{texts[0]} {BIN_SYMBOL[fn]} {texts[1]}", thunk
 
-    def op_compare(self) -> tuple[str, Val]:
+    def op_compare(self) -> tuple[str, Thunk]:
         a = self.node()
-        bo, bt = self.operand(a)
+        b, bt = self.operand(a)
         fn = self.pick(list(CMP_SYMBOL))
-        if self.chance(0.3):
-            val, text = compare(fn, bo, a.val), f"{bt} {CMP_SYMBOL[fn]} {a.name}"
-        else:
-            val, text = compare(fn, a.val, bo), f"{a.name} {CMP_SYMBOL[fn]} {bt}"
         a.uses += 1
-        return text, val
+        if self.chance(0.3):
+            return f"{bt} {CMP_SYMBOL[fn]} {a.name}", lambda get: compare(fn, _get(get, b), get(a))
+        return f"{a.name} {CMP_SYMBOL[fn]} {bt}", lambda get: compare(fn, get(a), _get(get, b))
 
-    def op_where(self) -> tuple[str, Val]:
+    def op_where(self) -> tuple[str, Thunk]:
         c = self.node(lambda n: n.val.dtype == BOOL) if self.chance(0.7) else self.node()
-        ops: list[tuple[Operand, str]] = []
+        ops: list[tuple[Node | Lit, str]] = []
         for _ in range(2):
             if self.chance(0.35):
                 lit = self.lit(None)
@@ -1074,34 +1132,37 @@ class _Generator:
             else:
                 n = self.partner(c)
                 n.uses += 1
-                ops.append((n.val, n.name))
+                ops.append((n, n.name))
         c.uses += 1
-        return f"tj.where({c.name}, {ops[0][1]}, {ops[1][1]})", where(c.val, ops[0][0], ops[1][0])
+        return (f"tj.where({c.name}, {ops[0][1]}, {ops[1][1]})",
+                lambda get: where(get(c), _get(get, ops[0][0]), _get(get, ops[1][0])))
 
-    def op_unary(self) -> tuple[str, Val]:
+    def op_unary(self) -> tuple[str, Thunk]:
         a = self.node()
         fn = self.pick(["neg", "invert", "abs", "floor", "ceil", *MATH],
                        [3, 2, 2, 1.5, 1.5, 2, 1, 1.5, 1, 1.5, 1, 1, 1, 1.5, 1, 1.5])
-        val = unary(fn, a.val)
         a.uses += 1
-        if fn == "neg":
-            return f"-{a.name}", val
-        if fn == "invert":
-            return f"~{a.name}", val
-        if fn == "abs" and self.chance(0.5):
-            return f"abs({a.name})", val
-        return f"tj.{fn}({a.name})", val
 
-    def op_astype(self) -> tuple[str, Val]:
+        def thunk(get: Getter) -> Val:
+            return unary(fn, get(a))
+
+        if fn == "neg":
+            return f"-{a.name}", thunk
+        if fn == "invert":
+            return f"~{a.name}", thunk
+        if fn == "abs" and self.chance(0.5):
+            return f"abs({a.name})", thunk
+        return f"tj.{fn}({a.name})", thunk
+
+    def op_astype(self) -> tuple[str, Thunk]:
         a = self.node()
         dt = self.dtype()
-        val = cast(a.val, dt)
         a.uses += 1
         form = self.pick([f"{a.name}.astype({DTYPE_TEXT[dt]})", f"tj.astype({a.name}, {DTYPE_TEXT[dt]})",
                           f"{DTYPE_TEXT[dt]}({a.name})"])
-        return form, val
+        return form, lambda get: cast(get(a), dt)
 
-    def op_reduce(self) -> tuple[str, Val]:
+    def op_reduce(self) -> tuple[str, Thunk]:
         a = self.node()
         nd = len(a.val.shape)
         fn = self.pick(["sum", "max", "min", "prod", "argmax", "argmin"], [4, 2, 2, 1, 1.5, 1.5])
@@ -1111,73 +1172,87 @@ class _Generator:
             if nd > 1 and fn not in ("argmax", "argmin") and self.chance(0.25):
                 axis = tuple(int(i) for i in self.rng.permutation(nd)[: int(self.rng.integers(1, nd + 1))])
         keepdims = self.chance(0.3)
-        if fn in ("argmax", "argmin"):
-            assert not isinstance(axis, tuple)
-            val = argreduce(fn, a.val, axis, keepdims)
-        else:
-            val = reduce(fn, a.val, axis, keepdims)
         a.uses += 1
+
+        def thunk(get: Getter) -> Val:
+            if fn in ("argmax", "argmin"):
+                assert not isinstance(axis, tuple)
+                return argreduce(fn, get(a), axis, keepdims)
+            return reduce(fn, get(a), axis, keepdims)
+
         args = [] if axis is None else [f"axis={axis}" if self.chance(0.6) else str(axis)]
         if keepdims:
             args.append("keepdims=True")
         if self.chance(0.4):
-            return f"{a.name}.{fn}({', '.join(args)})", val
-        return f"tj.{fn}({', '.join([a.name, *args])})", val
+            return f"{a.name}.{fn}({', '.join(args)})", thunk
+        return f"tj.{fn}({', '.join([a.name, *args])})", thunk
 
-    def op_cumsum(self) -> tuple[str, Val]:
+    def op_cumsum(self) -> tuple[str, Thunk]:
         a = self.node(lambda n: len(n.val.shape) > 0)
         nd = len(a.val.shape)
         axis = int(self.rng.integers(-nd, nd))
-        val = cumsum(a.val, axis)
         a.uses += 1
-        if axis == 0 and self.chance(0.3):
-            return f"tj.cumsum({a.name})", val
-        return (f"{a.name}.cumsum({axis})" if self.chance(0.4) else f"tj.cumsum({a.name}, axis={axis})"), val
 
-    def op_shape(self) -> tuple[str, Val]:
+        def thunk(get: Getter) -> Val:
+            return cumsum(get(a), axis)
+
+        if axis == 0 and self.chance(0.3):
+            return f"tj.cumsum({a.name})", thunk
+        return (f"{a.name}.cumsum({axis})" if self.chance(0.4) else f"tj.cumsum({a.name}, axis={axis})"), thunk
+
+    def op_shape(self) -> tuple[str, Thunk]:
         a = self.node()
         shape, nd = a.val.shape, len(a.val.shape)
         kind = self.pick(["reshape", "transpose", "expand", "broadcast"], [3, 2 if nd >= 2 else 0, 3, 3])
         a.uses += 1
         if kind == "reshape":
-            size = math.prod(shape)
-            dims = self.factor(size)
-            val = reshape(a.val, dims)
+            dims = self.factor(math.prod(shape))
             shown = list(map(str, dims))
             if len(dims) > 1 and self.chance(0.3):
                 shown[int(self.rng.integers(0, len(dims)))] = "-1"
+
+            def thunk(get: Getter) -> Val:
+                return reshape(get(a), dims)
+
             if self.chance(0.4) and len(dims) > 1:
-                return f"{a.name}.reshape({', '.join(shown)})", val
-            return f"tj.reshape({a.name}, ({', '.join(shown)}{',' if len(dims) == 1 else ''}))", val
+                return f"{a.name}.reshape({', '.join(shown)})", thunk
+            return f"tj.reshape({a.name}, ({', '.join(shown)}{',' if len(dims) == 1 else ''}))", thunk
         if kind == "transpose":
             perm = tuple(int(p) for p in self.rng.permutation(nd))
-            val = transpose(a.val, perm)
+
+            def thunk(get: Getter) -> Val:
+                return transpose(get(a), perm)
+
             if perm == tuple(reversed(range(nd))) and self.chance(0.5):
-                return (f"{a.name}.T" if self.chance(0.5) else f"tj.transpose({a.name})"), val
+                return (f"{a.name}.T" if self.chance(0.5) else f"tj.transpose({a.name})"), thunk
             if self.chance(0.3):
-                return f"{a.name}.transpose({', '.join(map(str, perm))})", val
-            return f"tj.transpose({a.name}, {_shape_text(perm)})", val
+                return f"{a.name}.transpose({', '.join(map(str, perm))})", thunk
+            return f"tj.transpose({a.name}, {_shape_text(perm)})", thunk
         if kind == "expand":
             if nd >= MAX_RANK:
                 raise Reject("rank limit")
             pos = int(self.rng.integers(0, nd + 1))
-            val = reshape(a.val, shape[:pos] + (1,) + shape[pos:])
+            new = shape[:pos] + (1,) + shape[pos:]
+
+            def thunk(get: Getter) -> Val:
+                return reshape(get(a), new)
+
             style = self.pick(["fn", "index", "ellipsis"])
             if style == "fn":
                 axis = pos if self.chance(0.7) else pos - nd - 1
-                return f"tj.expand_dims({a.name}, {axis})", val
+                return f"tj.expand_dims({a.name}, {axis})", thunk
             if style == "ellipsis" and pos == nd:
-                return f"{a.name}[..., None]", val
+                return f"{a.name}[..., None]", thunk
             items = [":"] * nd
             items.insert(pos, "None")
             while items and items[-1] == ":" and self.chance(0.5):
                 items.pop()
-            return f"{a.name}[{', '.join(items)}]", val
+            return f"{a.name}[{', '.join(items)}]", thunk
         target = [self.pow2(4) if s == 1 else s for s in shape]
         if len(target) < MAX_RANK and self.chance(0.3):
             target.insert(0, self.pow2(3))
-        val = expand(a.val, check_shape(tuple(target)))
-        return f"tj.broadcast_to({a.name}, {_shape_text(tuple(target)) if target else '()'})", val
+        to = check_shape(tuple(target))
+        return f"tj.broadcast_to({a.name}, {_shape_text(to) if to else '()'})", lambda get: expand(get(a), to)
 
     def factor(self, size: int) -> tuple[int, ...]:
         """A random shape of ``size`` elements (powers of two, rank 1 to 3)."""
@@ -1187,43 +1262,41 @@ class _Generator:
         edges = [0, *cuts, bits]
         return tuple(2 ** (edges[i + 1] - edges[i]) for i in range(rank))
 
-    def op_create(self) -> tuple[str, Val]:
+    def op_create(self) -> tuple[str, Thunk]:
         kind = self.pick(["arange", "full", "zeros", "bid"], [4, 3, 1, 1])
         g = self.blocks
         if kind == "bid":
-            return "tj.bid(0)", Val("int32", np.arange(g))
+            return "tj.bid(0)", lambda get: Val("int32", np.arange(g))
         if kind == "arange":
             n = int(self.pick([1, 1, self.C, self.R, 2, 4, 8, 16, 32]))
             dt = "int32" if self.chance(0.6) else self.dtype()
-            val = arange(n, dt, g)
             text = f"tj.arange({n})" if dt == "int32" and self.chance(0.7) else f"tj.arange({n}, {DTYPE_TEXT[dt]})"
             how = self.pick(["row", "col", "broadcast", "plain"], [3, 2, 2, 2])
             if how == "row":
-                return f"{text}[None, :]", reshape(val, (1, n))
+                return f"{text}[None, :]", lambda get: reshape(arange(n, dt, g), (1, n))
             if how == "col":
-                return f"{text}[:, None]", reshape(val, (n, 1))
+                return f"{text}[:, None]", lambda get: reshape(arange(n, dt, g), (n, 1))
             if how == "broadcast":
-                target = (self.pow2(3), n) if n > 1 and self.chance(0.5) else (self.pow2(5),) if n == 1 else \
-                    (self.pow2(3), n)
-                return f"tj.broadcast_to({text}, {_shape_text(target)})", expand(val, check_shape(target))
-            return text, val
+                target = (self.pow2(3), n) if n > 1 else (self.pow2(5),)
+                return (f"tj.broadcast_to({text}, {_shape_text(target)})",
+                        lambda get: expand(arange(n, dt, g), check_shape(target)))
+            return text, lambda get: arange(n, dt, g)
         shape = self.tile_shape()
         if kind == "zeros":
             word = self.pick(["zeros", "ones"])
             dt = self.dtype() if self.chance(0.7) else None
-            value = full(shape, Lit(0 if word == "zeros" else 1), dt or "float32", g)
-            return f"tj.{word}({_shape_text(shape)}{'' if dt is None else ', ' + DTYPE_TEXT[dt]})", value
+            lit = Lit(0 if word == "zeros" else 1)
+            return (f"tj.{word}({_shape_text(shape)}{'' if dt is None else ', ' + DTYPE_TEXT[dt]})",
+                    lambda get: full(shape, lit, dt or "float32", g))
+        dt = self.dtype() if self.chance(0.5) else None
+        dt_text = "" if dt is None else ", " + DTYPE_TEXT[dt]
         scalars = [n for n in self.nodes if n.val.shape == ()]
         if scalars and self.chance(0.3):
             s = self.pick(scalars)
-            dt = self.dtype() if self.chance(0.5) else None
             s.uses += 1
-            return (f"tj.full({_shape_text(shape)}, {s.name}{'' if dt is None else ', ' + DTYPE_TEXT[dt]})",
-                    full(shape, s.val, dt, g))
+            return f"tj.full({_shape_text(shape)}, {s.name}{dt_text})", lambda get: full(shape, get(s), dt, g)
         lit = self.lit(None)
-        dt = self.dtype() if self.chance(0.6) else None
-        return (f"tj.full({_shape_text(shape)}, {lit.text()}{'' if dt is None else ', ' + DTYPE_TEXT[dt]})",
-                full(shape, lit, dt, g))
+        return f"tj.full({_shape_text(shape)}, {lit.text()}{dt_text})", lambda get: full(shape, lit, dt, g)
 
     # ------------------------------------------------------------------ the program
 
@@ -1239,11 +1312,9 @@ class _Generator:
             tries += 1
             op = self.pick(ops, [o.weight for o in ops])
             try:
-                text, val = op.build()
-                check_shape(val.shape)
+                self.emit(*op.build())
             except (Invalid, Reject):
                 continue
-            self.emit(text, val)
             made += 1
         outputs, expected, stores = self.stores()
         name = f"fuzz_{self.seed}"
@@ -1251,20 +1322,27 @@ class _Generator:
         body = ["b = tj.bid(0)", *self.lines, *stores]
         source = "import tilejit as tj\n\n\n@tj.kernel\ndef {}({}):\n{}\n".format(
             name, params, "\n".join("    " + line for line in body))
-        return Program(self.seed, name, source, self.blocks, self.inputs, outputs, expected)
+        loads = {n.name: n.val for n in self.nodes if n.name.startswith("t")}
+        return Program(self.seed, name, source, self.blocks, self.inputs, outputs, expected, loads, self.steps,
+                       self.store_steps)
 
     def stores(self) -> tuple[list[Buffer], list[Expect], list[str]]:
+        """Store the values nothing used (the latest first, at most 4), else the latest ones."""
         computed = [n for n in self.nodes if n.name.startswith("v")] or self.nodes
         order = sorted(computed, key=lambda n: (n.uses > 0, -self.nodes.index(n)))
-        chosen = order[: int(self.rng.integers(1, 4))]
+        unused = sum(n.uses == 0 for n in computed)
+        chosen = order[: min(4, max(unused, int(self.rng.integers(1, 3))))]
         outputs, expected, lines = [], [], []
         for k, node in enumerate(chosen):
-            val = node.val
+            dt = node.val.dtype
             if self.chance(0.15):
+                other = self.dtype()  # the store converts to the array's dtype
                 try:
-                    val = cast(val, self.dtype())  # the store converts to the array's dtype
+                    cast(node.val, other)
+                    dt = other
                 except (Invalid, Reject):
-                    val = node.val
+                    pass
+            val = cast(node.val, dt)
             rank = max(1, len(val.shape))
             tile = val.shape or (1,)
             bdim = int(self.rng.integers(0, rank))
@@ -1276,12 +1354,25 @@ class _Generator:
                 shape.append(max(1, n))
             value, err, written = store(val, tuple(shape), bdim)
             phys_shape, view = self.layout(tuple(shape))
-            outputs.append(Buffer(f"o{k}", val.dtype, poison(phys_shape, val.dtype), view))
+            outputs.append(Buffer(f"o{k}", dt, poison(phys_shape, dt), view))
             expected.append(Expect(value, err, written))
+            self.store_steps.append((node.name, dt, tuple(shape), bdim))
             idx = ["b" if d == bdim else "0" for d in range(rank)]
             idx_text = f"({idx[0]},)" if rank == 1 else f"({', '.join(idx)})"
             lines.append(f"tj.store(o{k}, index={idx_text}, tile={node.name})")
         return outputs, expected, lines
+
+
+def _moved(x: Val, rng: np.random.Generator) -> Val:
+    """``x`` with each float element moved to a random value of its dtype within its error bound."""
+    if x.dtype not in FLOATS or not (x.err > 0).any():
+        return x
+    xs, e = x.f64(), x.err
+    u = np.where(rng.random(xs.shape) < 0.3, rng.choice([-0.999, 0.999], xs.shape), rng.uniform(-1, 1, xs.shape))
+    with np.errstate(invalid="ignore", over="ignore"):
+        moved = round_to(xs + u * e, x.dtype)
+        inside = np.abs(moved.astype(F64) - xs) <= e
+    return Val(x.dtype, np.where(inside & (e > 0), moved, x.v))
 
 
 def generate(seed: int) -> Program:
@@ -1329,6 +1420,8 @@ def check(out: Buffer, want: Expect, got: np.ndarray, limit: int = 6) -> list[st
     for idx in np.argwhere(want.written & ~ok)[:limit]:
         i = tuple(int(k) for k in idx)
         tol = "" if want.err is None else f" (error bound {want.err[i]:.3g})"
+        if dt in FLOATS and 0 < abs(float(want.value[i])) < NORMAL[dt]:
+            tol += ", a subnormal"
         what = "was not written (still poison)" if unwritten[i] else f"is {values[i]!r}"
         problems.append(f"{out.name}{list(i)} {what}, the model says {want.value[i]!r}{tol}")
     bad = int((want.written & ~ok).sum())
