@@ -88,7 +88,7 @@ def round_bf16(x: Any) -> np.ndarray:
     f = np.array(x, dtype=F32, ndmin=1)
     bits = f.view(np.uint32).astype(np.uint64)
     out = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(F32)
-    return np.where(np.isnan(f), f, out).reshape(np.shape(x))
+    return np.where(np.isnan(f), F32(np.nan), out).reshape(np.shape(x))
 
 
 def round_to(x: Any, dt: str) -> np.ndarray:
@@ -321,9 +321,18 @@ def blocks_of(ops: Sequence[Operand]) -> int:
 
 # ==================================================================================== casts
 
+#: set while ``Program.replay`` runs: every cast result, implicit ones too, is moved within its bound
+#: there (on the GPU each is an op of its own, rounded once, not a slack of the op that uses it)
+_REPLAY: list[np.random.Generator] = []
+
 
 def cast(x: Val, dt: str) -> Val:
     """``x.astype(dt)``: C++ casts as numpy does them; float to int only when defined (in range)."""
+    out = _cast(x, dt)
+    return _moved(out, _REPLAY[0]) if _REPLAY and out is not x else out
+
+
+def _cast(x: Val, dt: str) -> Val:
     src = x.dtype
     if src == dt:
         return x
@@ -466,7 +475,10 @@ def _float_binary(fn: str, x: Val, y: Val) -> Val:
         else:
             if ((ey > 0) & ~(ey < np.abs(ys))).any():
                 raise Reject("a division by a value within its error bound of 0")
-            prop = np.where(inexact, (ex * np.abs(ys) + np.abs(xs) * ey) / (np.abs(ys) * (np.abs(ys) - ey)), 0.0)
+            room = np.abs(ys) - ey
+            prop = np.where(inexact, ex / room + np.abs(xs) / np.abs(ys) * ey / room, 0.0)
+        # the bound's own arithmetic rounds (and underflows near subnormals): one subnormal more
+        prop = np.where(inexact, prop * (1 + 2.0**-40) + TINY[dt], 0.0)
         reach = big + prop  # the largest magnitude the result may have
         e = prop + np.where(prop > 0, 2 * rnd(reach, dt), 0.0)
         if fn == "mul" and dt in ("float32", "float64"):
@@ -673,7 +685,9 @@ def reduce(fn: str, x: Val, axis: int | tuple[int, ...] | None, keepdims: bool) 
             r = round_to(xs.sum(axis=ax, keepdims=keepdims), dt)
             prop = e.sum(axis=ax, keepdims=keepdims)
             big = np.abs(r.astype(F64))
-            out_e = prop + 2 * n * U[acc] * (mag_finite + prop) + 2 * rnd(big + prop, dt)
+            # the inputs' errors (and two roundings apart), then this sum's own: order and rounding
+            out_e = prop + np.where(prop > 0, 2 * rnd(big + prop, dt), 0.0) + \
+                2 * n * U[acc] * (mag_finite + prop) + 2 * rnd(big + prop, dt)
             out_e = np.where(~finite & exact, 0.0, out_e)  # inf and NaN sums do not depend on the order
             # the sign of a zero sum depends on the order and the start value (-0.0 + 0.0 is 0.0)
             return finish(Val(dt, r, np.where(r == 0, np.maximum(out_e, TINY[dt]), out_e)))
@@ -689,7 +703,9 @@ def reduce(fn: str, x: Val, axis: int | tuple[int, ...] | None, keepdims: bool) 
         upper = np.where(np.isfinite(xs), mag + e, 1.0).prod(axis=ax, keepdims=keepdims)
         lower = np.where(np.isfinite(xs), mag, 1.0).prod(axis=ax, keepdims=keepdims)
         big = np.abs(r.astype(F64))
-        out_e = (upper - lower) * (1 + 2.0**-30) + 2 * n * U[acc] * upper + 2 * rnd(big + upper - lower, dt)
+        prop = (upper - lower) * (1 + 2.0**-30)
+        out_e = prop + np.where(prop > 0, 2 * rnd(big + prop, dt), 0.0) + 2 * n * U[acc] * upper + \
+            2 * rnd(big + prop, dt)
         return finish(Val(dt, r, np.where(~finite & exact, 0.0, out_e)))
 
 
@@ -741,7 +757,9 @@ def cumsum(x: Val, axis: int) -> Val:
         finite = np.cumsum(~np.isfinite(xs), axis=ax) == 0
         exact = np.cumsum(e > 0, axis=ax) == 0
         prop = np.cumsum(e, axis=ax)
-        out_e = prop + 2 * k * U[acc] * (mag_finite + prop) + 2 * rnd(np.abs(r.astype(F64)) + prop, dt)
+        reach = np.abs(r.astype(F64)) + prop
+        out_e = prop + np.where(prop > 0, 2 * rnd(reach, dt), 0.0) + 2 * k * U[acc] * (mag_finite + prop) + \
+            2 * rnd(reach, dt)
         out_e = np.where(~finite & exact, 0.0, out_e)
         return finish(Val(dt, r, np.where(r == 0, np.maximum(out_e, TINY[dt]), out_e)))
 
@@ -855,15 +873,18 @@ class Program:
         def exact(n: Node) -> Val:
             return Val(values[n.name].dtype, values[n.name].v)
 
-        for name, thunk in self.steps:
-            values[name] = _moved(thunk(exact), rng)
         outs = []
-        for buf, (name, dt, shape, bdim) in zip(self.outputs, self.store_steps):
-            val = _moved(cast(Val(values[name].dtype, values[name].v), dt), rng)
-            value, _, written = store(val, shape, bdim)
-            got = buf.phys.copy()
-            got[buf.view][written] = to_bits(value, dt)[written]
-            outs.append(got)
+        _REPLAY.append(rng)
+        try:
+            for name, thunk in self.steps:
+                values[name] = _moved(thunk(exact), rng)
+            for buf, (name, dt, shape, bdim) in zip(self.outputs, self.store_steps):
+                value, _, written = store(cast(exact(Node(name, values[name])), dt), shape, bdim)
+                got = buf.phys.copy()
+                got[buf.view][written] = to_bits(value, dt)[written]
+                outs.append(got)
+        finally:
+            _REPLAY.pop()
         return outs
 
     def report(self) -> str:
@@ -981,7 +1002,9 @@ class _Generator:
         base = np.where(rng.random(size) < 0.1, rng.uniform(-1, 1, size), base)
         if tiny:
             low = {"float16": -10, "bfloat16": -66, "float32": -66, "float64": -520}[dt]
-            mags = 2.0 ** rng.uniform(low - 8, low, size) * rng.choice([-1.0, 1.0], size)
+            # ldexp, not 2.0 ** x: the same values with every numpy (its pow differs in the last bit)
+            mags = np.ldexp(rng.uniform(0.5, 1.0, size), rng.integers(low - 8, low + 1, size)) * \
+                rng.choice([-1.0, 1.0], size)
             base = np.where(rng.random(size) < 0.3, mags, base)
         if specials:
             pool = np.array([0.0, -0.0, TINY[dt], -TINY[dt], NORMAL[dt], FMAX[dt] / 2, math.inf, -math.inf,

@@ -6,7 +6,8 @@ missing and stray elements.
 
 ``TILEJIT_FUZZ_CASES`` (default 400) programs run, in blocks of seeds from ``TILEJIT_FUZZ_SEED_BASE``
 (default 0); ``TILEJIT_FUZZ_SEEDS=3,17`` runs just those. A failure shows each failing program's seed and
-source; ``python tests/fuzz_model.py SEED`` prints one with its inputs and the model's outputs.
+source; ``python tests/fuzz_model.py SEED`` prints one with its inputs and the model's outputs (a seed
+gives the same program with any numpy; the model's float64 math may differ in the last bits).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def run_program(prog: fm.Program, folder: Path) -> list[str]:
 @pytest.mark.gpu
 @pytest.mark.parametrize("seeds", SEED_BLOCKS, ids=lambda s: f"seeds{s[0]}-{s[-1]}" if s else "none")
 def test_random_programs_match_the_numpy_model(seeds: list[int], tmp_path: Path) -> None:
+    """Each program of the block runs once; every difference from the model is reported with its source."""
     failures: list[str] = []
     failed: list[int] = []
     for seed in seeds:
