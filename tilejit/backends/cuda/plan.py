@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tilejit.backends.cuda.layouts import Layout, WarpGrid, assign_mma_layouts, blocked, choose_warp_grid, mma_layout
-from tilejit.errors import CompileError
-from tilejit.language.ir.core import Op, Value
+from tilejit.errors import CompileError, TileCompileError
+from tilejit.language.ir.core import Loc, Op, Value
 from tilejit.language.ir.ops import (
     AtomicOp,
     BinaryOp,
@@ -79,6 +79,22 @@ class MmaPlan:
         if self.path == "wgmma":
             return -(-(self.a_elems + self.k * self.n) * self.in_dtype.itemsize // 1024) * 1024
         return (self.a_elems + self.k * self.ldb) * self.in_dtype.itemsize
+
+
+#: The most 32-bit words of one tile a thread may hold (an 8-byte element takes two). Tile code is unrolled
+#: per element, and NVRTC's time grows faster than linearly past this: 256 float32 per thread compiled in
+#: 1-2 s (elementwise, reductions, their broadcast, mma), 512 in 3-6 s, 1024 float64 in over 15 minutes.
+MAX_THREAD_WORDS = 256
+
+
+def located(loc: Loc, message: str) -> TileCompileError:
+    """A ``TileCompileError`` at ``loc`` in the user's source, with the line and a caret when the file reads."""
+    if not loc.line or loc.filename.startswith("<"):
+        return TileCompileError(message)
+    import linecache
+
+    text = linecache.getline(loc.filename, loc.line).rstrip("\r\n")
+    return TileCompileError(message, loc.filename, loc.line, loc.col, text or None)
 
 
 def max_shared_bytes(arch: int) -> int:
@@ -197,6 +213,27 @@ class Plan:
                 if pipe is not None:
                     self.pipelines[id(op)] = pipe
                     self.deferred |= {id(pipe.load_a), id(pipe.load_b)}
+        self._check_registers()
+
+    def _check_registers(self) -> None:
+        """Refuse, at the op that makes it, a tile of which each thread would hold more than
+        ``MAX_THREAD_WORDS`` words: NVRTC would take minutes (and the registers would spill anyway)."""
+        for op in self.fn.body.walk():
+            for v in op.results + [a for r in op.regions() for a in r.args]:
+                t = v.type
+                if not isinstance(t, TileType) or t.is_scalar:
+                    continue
+                words = max(1, t.dtype.itemsize // 4)
+                per_thread = self.layout_of(v).elems
+                if per_thread * words > MAX_THREAD_WORDS:
+                    most = MAX_THREAD_WORDS // words * self.nt
+                    raise located(op.loc, (
+                        f"a {t.dtype.name} tile of shape {t.shape} is too large for the CUDA backend: its {t.size} "
+                        f"elements over {self.nt} threads are {per_thread} per thread, but a thread holds at most "
+                        f"{MAX_THREAD_WORDS} 32-bit words of one tile ({MAX_THREAD_WORDS // words} {t.dtype.name} "
+                        f"elements, so at most {most} with {self.nt} threads): use smaller tiles or more threads "
+                        "(num_threads, up to 1024)"
+                    ))
 
     def _vector_ok(self, array: Value) -> bool:
         hint = self.hints.get(self.array_names.get(array, ""))
