@@ -55,16 +55,10 @@ def _arch(target: Any) -> tuple[int, str]:
 
 
 def param_bytes(params: list[tuple[str, ParamSpec]]) -> int:
-    """The size of the kernel's parameter block: each parameter at its alignment, in order (an array of
-    N dims is ``tj::Array``: a pointer and 2 * N int64, 8 + 16 * N bytes; a scalar is its C type)."""
-    end = 0
-    for _, spec in params:
-        if len(spec) == 3:  # ("array", dtype, ndim)
-            size, align = 8 + 16 * spec[2], 8
-        else:
-            size = align = BY_NAME[spec[1]].itemsize
-        end = -(-end // align) * align + size
-    return end
+    """The kernel parameter space the parameters take, as NVRTC counts it: the sum of their sizes (alignment
+    padding between them not counted). An array of N dims is ``tj::Array``, a pointer and 2 * N int64:
+    8 + 16 * N bytes; a scalar is its C type."""
+    return sum(8 + 16 * spec[2] if len(spec) == 3 else BY_NAME[spec[1]].itemsize for _, spec in params)
 
 
 def _nvrtc_version() -> tuple[int, int] | None:
