@@ -29,6 +29,12 @@ def _minus_row_sum(x, out, R: tj.Constant[int], C: tj.Constant[int]):  # type: i
     tj.store(out, index=(0, 0), tile=t - tj.sum(t, axis=1, keepdims=True))
 
 
+@tj.kernel
+def _row_argmax(x, out, R: tj.Constant[int], C: tj.Constant[int]):  # type: ignore[no-untyped-def]
+    t = tj.load(x, index=(0, 0), shape=(R, C))
+    tj.store(out, index=(0,), tile=tj.argmax(t, axis=1))
+
+
 def _line_of(kernel: Any, text: str) -> int:
     """The file line of the first line of ``kernel``'s source that contains ``text``."""
     import inspect
@@ -59,6 +65,20 @@ def test_a_tile_too_large_for_a_thread_is_a_located_error_within_a_second(
            "with 256 threads)" in err.message
 
 
+def test_an_argmax_counts_its_value_and_index_pairs() -> None:
+    """argmax keeps (value, int32 index) pairs: 16 bytes for float64. A (128, 256) float64 argmax (128 pairs,
+    512 words per thread) took NVRTC 17 s, a (256, 256) float32 one 12 s; half of each compiles in seconds."""
+    with pytest.raises(TileCompileError) as info:
+        tj.compile(_row_argmax, (tj.float64[:, ::1], tj.int32[::1]), constants={"R": 128, "C": 256},
+                   target="sm_90").cuda_source()
+    assert info.value.line == _line_of(_row_argmax, "tj.argmax(")
+    assert "a float64 tile (its argmax keeps 16-byte value and index pairs) of shape (128, 256) is too large" \
+           in info.value.message and "(64 pairs, so at most 16384 with 256 threads)" in info.value.message
+    with pytest.raises(TileCompileError, match="its argmax keeps 8-byte value and index pairs"):
+        tj.compile(_row_argmax, (tj.float32[:, ::1], tj.int32[::1]), constants={"R": 256, "C": 256},
+                   target="sm_90").cuda_source()
+
+
 def test_the_budget_counts_the_threads_the_kernel_runs() -> None:
     sig = (tj.float32[::1], tj.float32[::1])
     with pytest.raises(TileCompileError, match="over 32 threads are 512 per thread"):
@@ -70,13 +90,16 @@ def test_the_budget_counts_the_threads_the_kernel_runs() -> None:
 @pytest.mark.parametrize(("kernel", "dtype", "consts"), [
     (_plus_one, tj.float32, {"N": 256 * MAX_THREAD_WORDS}),
     (_minus_row_sum, tj.float64, {"R": 128, "C": 256}),
+    (_row_argmax, tj.float64, {"R": 64, "C": 256}),
 ])
 def test_the_largest_tiles_allowed_compile_in_seconds(kernel: Any, dtype: Any, consts: dict[str, int],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """At the budget (256 words per thread with 256 threads) NVRTC 13 took 1-4 s for sm_90 CUBIN on a
-    loaded two-core machine; the bound leaves room for slower machines, not for minutes."""
+    """At the budget (256 words per thread with 256 threads) NVRTC 13 took 1-2 s for sm_90 CUBIN on an idle
+    core, 4-6 s on a loaded two-core machine; the bound leaves room for slower machines, not for minutes."""
     monkeypatch.setenv("TILEJIT_CACHE", "0")
     sig = (dtype[::1], dtype[::1]) if len(consts) == 1 else (dtype[:, ::1], dtype[:, ::1])
+    if kernel is _row_argmax:
+        sig = (dtype[:, ::1], tj.int32[::1])
     art = tj.compile(kernel, sig, constants=consts, target="sm_90")
     assert art.cuda_kernel().num_threads == 256
     start = time.perf_counter()
@@ -211,3 +234,20 @@ def test_the_parameter_limit_follows_the_nvrtc_version_and_target(version: tuple
             codegen.generate(fn, target=parse_target(arch), nvrtc_version=version)
     else:
         assert codegen.generate(fn, target=parse_target(arch), nvrtc_version=version).params
+
+
+@pytest.mark.parametrize("num_threads", [None, 512])
+def test_a_wgmma_accumulator_too_large_for_the_registers_falls_back_to_mma_sync(
+    num_threads: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A (256, 256) float32 accumulator on 512 threads is 128 registers per thread, all a thread of a
+    512-thread block may have: wgmma (register operands) stopped ptxas with "Insufficient registers".
+    It runs as mma.sync (whose accumulators may spill); (256, 128) still runs as wgmma."""
+    monkeypatch.setenv("TILEJIT_CACHE", "0")
+    sig = (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1])
+    kernel = tj.kernel(_matmul.func, num_threads=num_threads)
+    art = tj.compile(kernel, sig, constants={"BM": 256, "BN": 256, "BK": 64}, target="sm_90a")
+    assert "tj::TensorCore<tj::half, 256, 256, 64" in art.cuda_source() and "Wgmma" not in art.cuda_source()
+    assert art.cubin()[:4] == b"\x7fELF"
+    narrow = tj.compile(kernel, sig, constants={"BM": 256, "BN": 128, "BK": 64}, target="sm_90a").cuda_source()
+    assert "tj::Wgmma<tj::half, 256, 128, 64" in narrow
