@@ -294,6 +294,26 @@ def test_float64_subnormals_are_kept_in_arithmetic_and_atomic_add(rng: np.random
 
 
 @tj.kernel
+def half_subnormals(a, h, o_narrow, o_mul, T: tj.Constant[int]):
+    i = tj.bid(0)
+    tj.store(o_narrow, index=(i,), tile=tj.load(a, index=(i,), shape=(T,)).astype(tj.float16))
+    tj.store(o_mul, index=(i,), tile=tj.load(h, index=(i,), shape=(T,)) * 0.01)
+
+
+def test_float16_subnormals_are_kept_in_casts_and_arithmetic(rng: np.random.Generator) -> None:
+    """float16 numbers below 6.1e-5 are subnormal; the packed float32 -> float16 conversions keep them."""
+    n, t = 1000, 256
+    a = (10.0 ** rng.uniform(-7.5, -4.3, n)).astype(np.float32)
+    h = (10.0 ** rng.uniform(-5, -2.3, n)).astype(np.float16)
+    o_narrow, o_mul = poisoned(n, np.float16), poisoned(n, np.float16)
+    half_subnormals[tj.cdiv(n, t)](dev(a), dev(h), o_narrow, o_mul, T=t)
+    want_narrow, want_mul = a.astype(np.float16), h * np.float16(0.01)
+    assert (np.abs(want_mul) < np.finfo(np.float16).tiny).mean() > 0.5
+    assert_same(o_narrow.numpy(), want_narrow, "float32 -> float16 of small values")
+    assert_same(o_mul.numpy(), want_mul, "float16 * 0.01")
+
+
+@tj.kernel
 def sigmoid_tile(x, out, T: tj.Constant[int]):
     i = tj.bid(0)
     tj.store(out, index=(i,), tile=tj.sigmoid(tj.load(x, index=(i,), shape=(T,))))
