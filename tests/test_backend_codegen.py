@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import keyword
+import math
 import re
 from typing import Any
 
@@ -478,7 +479,7 @@ def test_user_names_cannot_capture_or_be_captured() -> None:
 
     art = tj.compile(add_i, (tj.float32[:], tj.float32[:], float), target="sm_90")
     src = art.cuda_source()
-    assert "float u_i)" in src and re.search(r"TJ_EACH\(i, L\d+\) t\d+\.v\[i\] = .*\+ u_i\)", src)
+    assert "float u_i)" in src and re.search(r"TJ_EACH\(i, L\d+\) t\d+\.v\[i\] = .*tj::fadd\(t\d+\.v\[i\], u_i\)", src)
     assert art.cubin()
 
     # A parameter `s` (cp.async prologue loop variable) and `k7_n` (K-loop temporary) in a tensor-core loop.
@@ -736,3 +737,98 @@ def test_for_loops_count_in_64_bits_and_stop_on_a_non_positive_run_time_step() -
     loops = [line.strip() for line in src.splitlines() if line.strip().startswith("for (")]
     assert len(loops) == 2 and all(line.startswith("for (tj::i64 ") for line in loops), loops
     assert "> 0;" in loops[0] and "> 0;" not in loops[1]  # the constant step 1 needs no guard
+
+
+# ----------------------------------------------------------------------------- values that must not come from a layout
+
+
+@tj.kernel
+def _size_one_aranges(x, out, R: tj.Constant[int], C: tj.Constant[int]):  # type: ignore[no-untyped-def]
+    t = tj.load(x, index=(0, 0), shape=(R, C))
+    a = tj.broadcast_to(tj.arange(C, tj.int32), (R, C))
+    b = tj.arange(C)[None, :]
+    c = tj.broadcast_to(tj.broadcast_to(tj.arange(1, tj.int32), (1,)).reshape((1, 1)), (R, C))
+    d = tj.expand_dims(tj.arange(1, tj.int64), 0) + tj.zeros((R, 1), tj.int64)
+    tj.store(out, index=(0, 0), tile=t + a + b * 3 + c * 5 + d.astype(tj.int32) * 7)
+
+
+def test_a_broadcast_size_one_arange_is_zero_not_the_lane_index() -> None:
+    """``arange(1)`` broadcast to (R, 1) read each lane's flat index of the broadcast shape (0, 1, 2, ...):
+    the lazy arange ("element f is f") went through a size-1 broadcast unchanged. It is the constant 0."""
+    art = tj.compile(_size_one_aranges, (tj.int32[:, :], tj.int32[:, :]), constants={"R": 16, "C": 1},
+                     target="sm_90")
+    src = art.cuda_source()
+    assert "flat(tj_tid" not in src, src
+    assert art.ptx()
+    wide = tj.compile(_size_one_aranges, (tj.int32[:, :], tj.int32[:, :]), constants={"R": 16, "C": 8},
+                      target="sm_90").cuda_source()
+    assert "flat(tj_tid" in wide  # a real arange (C == 8) still reads the index
+
+
+@tj.kernel
+def _carried_swap(out, n):  # type: ignore[no-untyped-def]
+    a = tj.zeros((1,), tj.float32)
+    s = 0.0
+    b = tj.zeros((16,), tj.float32)
+    c = tj.zeros((16,), tj.float32)
+    for _ in range(n):
+        a, b, s, c = a + 1.0, tj.broadcast_to(a, (16,)), s + 1.0, tj.broadcast_to(s, (16,))
+    tj.store(out, index=(0,), tile=b * 100.0 + c)
+
+
+def test_loop_carried_values_are_all_read_before_any_slot_is_replaced() -> None:
+    """``a, b = a + 1, broadcast(a)``: the broadcast of a one-element tile is a lazy ``c1.v[0]``, and writing
+    the slot of ``a`` before the slot of ``b`` gave ``b`` the new ``a`` (numpy: the old one)."""
+    src = tj.compile(_carried_swap, (tj.float32[:], int), target="sm_90").cuda_source()
+    lines = [ln.strip() for ln in src.splitlines()]
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("for (tj::i64"))
+    end = start + lines[start:].index("continue;")
+    slots = {m.group(1) for ln in lines[:start] for m in [re.match(r"(?:tj::Tile<.*>|float) (c\d+)\b", ln)] if m}
+    assert len(slots) == 4, lines[:start]
+    written: set[str] = set()
+    for ln in lines[start + 1:end]:
+        m = re.match(r"(?:TJ_EACH\(i, \w+\) )?(\w+)(?:\.v\[i\])? = (.*);$", ln)
+        if m is None:
+            continue
+        stale = {w for w in re.findall(r"\b(c\d+)\b", m.group(2)) if w in written}
+        assert not stale, f"{ln!r} reads {stale} after the loop replaced it:\n" + "\n".join(lines[start:end])
+        if m.group(1) in slots:
+            written.add(m.group(1))
+    assert written == slots
+    assert tj.compile(_carried_swap, (tj.float32[:], int), target="sm_90").ptx()
+
+
+def _fma_free_ptx(expr: str, dtype: Any) -> str:
+    """PTX of a kernel storing ``expr`` over loaded tiles ``a``, ``b``, ``c`` and scalars ``p``, ``q``."""
+    k = tj.kernel(_from_source(
+        "def k(x, y, z, out, p, q):\n"
+        "    a = tj.load(x, index=(0,), shape=(64,))\n"
+        "    b = tj.load(y, index=(0,), shape=(64,))\n"
+        "    c = tj.load(z, index=(0,), shape=(64,))\n"
+        f"    tj.store(out, index=(0,), tile={expr})\n", "k"))
+    return tj.compile(k, (dtype[:],) * 4 + (dtype, dtype), target="sm_90").ptx()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("expr", ["a * b + c", "c - a * b", "(a * b) * c + a", "a * b + (p * q + p)",
+                                  "((a * b + c) * 3.0).astype(tj.int8).astype(a.dtype)"])
+def test_float_add_sub_mul_round_once_as_numpy_does(expr: str, dtype: str) -> None:
+    """numpy rounds x * y and then + z; NVRTC fused them into one FMA (one rounding), so single lanes of
+    ``a * b + c`` differed in the last bit, and a cast to int8 or a comparison after it by a whole step."""
+    ptx = _fma_free_ptx(expr, BY_NAME[dtype])
+    assert "mul.rn." in ptx and not re.search(r"\bfma\.", ptx), [ln for ln in ptx.splitlines() if "fma." in ln]
+
+
+def test_sigmoid_constant_folds_like_the_gpu_below_minus_88() -> None:
+    """1 / (1 + exp(-x)) overflows exp for x < -88.7 and gave 0; sigmoid(-95) is the subnormal 5.5e-42."""
+    import numpy as np
+
+    k = tj.kernel(_from_source(
+        "def k(out, V: tj.Constant[float]):\n"
+        "    tj.store(out, index=(0,), tile=tj.sigmoid(tj.full((16,), V, tj.float32)))\n", "k"))
+    for v in (-95.0, -88.8, -20.0, 0.0, 30.0):
+        text = tj.compile(k, (tj.float32[:],), constants={"V": v}, target="sm_90").ir_text()
+        got = np.float32(float(re.search(r"constant \{value=([^}]*)\} : tile<16xf32>", text).group(1)))  # type: ignore[union-attr]
+        want = np.float32(1 / (1 + math.exp(-float(np.float32(v)))))  # of the float32 input
+        ulps = abs(int(got.view(np.int32)) - int(want.view(np.int32)))
+        assert ulps <= 1 and (got != 0) == (want != 0), (v, got, want)

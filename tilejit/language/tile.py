@@ -33,6 +33,17 @@ Semantics follow numpy unless noted:
   casts of NaN, infinities and out-of-range values are undefined in numpy; here they saturate to the
   32- or 64-bit range (NaN gives 0) and 8- and 16-bit results keep the low bits of that. The sign of
   a zero that ``maximum``/``minimum``/``max``/``min`` pick between ``-0.0`` and ``0.0`` is unspecified.
+- Floats are IEEE 754 as in numpy: float ``+``, ``-`` and ``*`` round once each (``x * y + z`` is never fused
+  into one multiply-add, so it matches numpy bit for bit), and subnormal numbers are kept, never flushed to
+  zero (no ``-ftz``, no fast-math intrinsics; math functions keep them within the bounds above). Exceptions:
+  float32 ``atomic_add`` flushes subnormal inputs and results to zero (the GPU's float32 atomic add on global
+  memory always does; float64, float16 and bfloat16 atomic adds keep them); ``mma`` may fuse multiply-adds
+  and sums in its own order (tensor cores), so it can differ from numpy's ``@`` in the last bits.
+  ``sigmoid`` is ``1 / (1 + exp(-x))`` for ``x >= 0`` and ``exp(x) / (1 + exp(x))`` below (so it does not
+  overflow: float32 results below ``x = -88.7`` are subnormal, not 0), within 6 ulp of the exact value for
+  float32 and 4 for float64; comparing its result with a threshold can therefore differ from an exact
+  sigmoid where the exact value lies within those few ulp of the threshold. Float to integer casts truncate
+  toward zero; unsigned results saturate at the uint32/uint64 range (``-1.5`` to ``uint8`` gives 0).
 - A run-time loop ``for i in range(lo, hi, step)`` counts up: a constant step must be positive (a
   ``TileCompileError`` otherwise), and a run-time step of 0 or below runs no iterations.
 - Arithmetic on compile-time values (Python numbers, ``tj.Constant`` parameters, tuples, strings) is

@@ -17,11 +17,18 @@ from typing import Any
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.abi import ParamSpec, device_headers
 from tilejit.backends.cuda.lower import Lowering
-from tilejit.backends.cuda.plan import Plan, max_shared_bytes
+from tilejit.backends.cuda.plan import Plan, located, max_shared_bytes
 from tilejit.backends.cuda.values import CV, c_ident, kernel_symbol
-from tilejit.errors import CompileError
-from tilejit.language.ir.ops import Function
-from tilejit.language.ir.types import ArrayHint, ArrayType, TileType
+from tilejit.errors import CompileError, TileCompileError
+from tilejit.language.ir.core import UNKNOWN_LOC, Loc, Op
+from tilejit.language.ir.ops import Function, MmaOp
+from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, TileType
+
+#: Kernel parameter space: 4 KiB, or 32764 bytes with CUDA 12.1+ on sm_70 and newer (CUDA programming guide).
+PARAM_BYTES = 4096
+LARGE_PARAM_BYTES = 32764
+
+_USER_NAMES = {"permute": "transpose", "scan": "cumsum", "reduce": "reduction", "argreduce": "argmax/argmin"}
 
 
 @dataclass(frozen=True)
@@ -47,14 +54,75 @@ def _arch(target: Any) -> tuple[int, str]:
     return t.number, t.suffix
 
 
+def param_bytes(params: list[tuple[str, ParamSpec]]) -> int:
+    """The kernel parameter space the parameters take, as NVRTC counts it: the sum of their sizes (alignment
+    padding between them not counted). An array of N dims is ``tj::Array``, a pointer and 2 * N int64:
+    8 + 16 * N bytes; a scalar is its C type."""
+    return sum(8 + 16 * spec[2] if len(spec) == 3 else BY_NAME[spec[1]].itemsize for _, spec in params)
+
+
+def _nvrtc_version() -> tuple[int, int] | None:
+    """The version of the NVRTC that compiles by default, or None when none can be loaded."""
+    from tilejit.bindings.nvrtc import nvrtc
+    from tilejit.errors import TilejitError
+
+    try:
+        major, minor = nvrtc().version[:2]
+    except (OSError, TilejitError):
+        return None
+    return int(major), int(minor)
+
+
+def check_param_space(fn: Function, params: list[tuple[str, ParamSpec]], arch: int,
+                      nvrtc_version: tuple[int, int] | None = None) -> None:
+    """Refuse, at the kernel's ``def`` line, parameters that overflow the kernel parameter space
+    (NVRTC's "Formal parameter space overflowed", which points into generated code)."""
+    size = param_bytes(params)
+    if size <= PARAM_BYTES:
+        return
+    version = nvrtc_version if nvrtc_version is not None else _nvrtc_version()
+    if version is None and size <= LARGE_PARAM_BYTES:
+        return  # no NVRTC to ask: NVRTC itself will check when it compiles
+    large = arch >= 70 and version is not None and version >= (12, 1)
+    limit = LARGE_PARAM_BYTES if large else PARAM_BYTES
+    if size <= limit:
+        return
+    arrays = sum(1 for _, spec in params if spec[0] == "array")
+    why = (f"CUDA 12.1 and newer allow {LARGE_PARAM_BYTES} bytes on sm_70 and newer, {PARAM_BYTES} before"
+           if not large else f"{PARAM_BYTES} bytes before CUDA 12.1")
+    nv = f"NVRTC {version[0]}.{version[1]}" if version is not None else "CUDA"
+    loc = fn.options.get("loc")
+    raise located(loc if isinstance(loc, Loc) else UNKNOWN_LOC, (
+        f"kernel {fn.name}: its {len(params)} parameters ({arrays} arrays, {len(params) - arrays} scalars) take "
+        f"{size} bytes, more than the {limit} bytes of kernel parameters that {nv} allows for sm_{arch} ({why}; "
+        f"an array of N dims takes 8 + 16 * N bytes): pass fewer arrays or scalars"
+    ))
+
+
+def _smem_error(op: Op | None, fn: Function, needed: int, arch: int, limit: int) -> TileCompileError:
+    """A located error for a kernel whose scratch area does not fit the target's shared memory."""
+    if isinstance(op, MmaOp) and isinstance(op.a.type, TileType) and isinstance(op.b.type, TileType):
+        what = f"this mma of {op.a.type.dtype.name} tiles of shapes {op.a.type.shape} and {op.b.type.shape}"
+    elif op is not None:
+        what = f"this {_USER_NAMES.get(op.NAME, op.NAME)}"
+    else:
+        what = f"kernel {fn.name}"
+    return located(op.loc if op is not None else UNKNOWN_LOC, (
+        f"{what} needs {needed} bytes of shared memory per block; sm_{arch} allows at most {limit} "
+        f"({limit // 1024} KiB): use smaller tiles"
+    ))
+
+
 def generate(
     fn: Function,
     *,
     target: Any,
     num_threads: int | None = None,
     hints: Mapping[str, ArrayHint] | None = None,
+    nvrtc_version: tuple[int, int] | None = None,
 ) -> CudaKernel:
-    """Generate the CUDA C++ kernel for ``fn`` on ``target`` (a ``Target``, e.g. parse_target("sm_90"))."""
+    """Generate the CUDA C++ kernel for ``fn`` on ``target`` (a ``Target``, e.g. parse_target("sm_90"));
+    ``nvrtc_version``: of the NVRTC that will compile it (default: the one loaded by default)."""
     number, suffix = _arch(target)
     plan = Plan(fn, number, num_threads, dict(hints or {}), wgmma=number == 90 and suffix == "a")
     lw = Lowering(plan, plan.hints)
@@ -77,6 +145,7 @@ def generate(
             lw.vals[v] = CV("scalar", cname, t.dtype)
         else:
             raise CompileError(f"kernel {fn.name}: parameter '{pname}' has type {t}; only arrays and scalars")
+    check_param_space(fn, params, plan.arch, nvrtc_version)
     lw.line("const int tj_tid = threadIdx.x;")
     lw.line("extern __shared__ __align__(16) unsigned char tj_smem[];")
     lw.line("(void)tj_tid;")
@@ -84,10 +153,7 @@ def generate(
     lw.block(fn.body)
     limit = max_shared_bytes(plan.arch)
     if lw.smem > limit:
-        raise CompileError(
-            f"kernel {fn.name} needs {lw.smem} bytes of shared memory per block; sm_{plan.arch} allows at most "
-            f"{limit} (use smaller tiles)"
-        )
+        raise _smem_error(lw.smem_op, fn, lw.smem, plan.arch, limit)
     name = kernel_symbol(fn.name)
     out = [
         f"// generated by tilejit from kernel '{fn.name}' ({fn.filename}) for sm_{plan.arch}{suffix}",
@@ -105,4 +171,4 @@ def generate(
     return CudaKernel(name, "\n".join(out), device_headers(), plan.nt, lw.smem, tuple(params))
 
 
-__all__ = ["CudaKernel", "ParamSpec", "device_headers", "generate"]
+__all__ = ["CudaKernel", "ParamSpec", "check_param_space", "device_headers", "generate", "param_bytes"]

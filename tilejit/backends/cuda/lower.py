@@ -8,6 +8,7 @@ broadcast ("splat") and ``arange``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 from tilejit.backends.cuda import memory_lower as mem
@@ -40,6 +41,8 @@ class Lowering:
         self.staged: dict[int, tuple[str, str, bool]] = {}  # mma → (A stage, B stage, overlapped)
         self.decls: list[str] = []  # file-scope C++ the kernel needs (e.g. wgmma specializations)
         self.constants: dict[Value, object] = {}  # values of ConstantOp results
+        self.current: Op | None = None  # the op being lowered
+        self.smem_op: Op | None = None  # the op that needs the most scratch memory (errors point at it)
 
     # ------------------------------------------------------------------ helpers
 
@@ -57,8 +60,11 @@ class Lowering:
             name = self.layout_names[layout] = f"L{len(self.layout_names)}"
         return name
 
-    def need_smem(self, nbytes: int) -> None:
-        self.smem = max(self.smem, nbytes)
+    def need_smem(self, nbytes: int, op: Op | None = None) -> None:
+        """Make the scratch area at least ``nbytes``, for ``op`` (default: the op being lowered)."""
+        if nbytes > self.smem:
+            self.smem = nbytes
+            self.smem_op = op or self.current
 
     def tile_t(self, dt: DType, layout: Layout) -> str:
         return f"tj::Tile<{tables.ctype(dt)}, {self.lname(layout)}>"
@@ -124,16 +130,23 @@ class Lowering:
         assert isinstance(v.type, TileType | ArrayType)
         return v.type.dtype
 
+    @staticmethod
+    def _size(v: Value) -> int:
+        assert isinstance(v.type, TileType)
+        return v.type.size
+
     # ------------------------------------------------------------------ walking
 
     def block(self, block: Block) -> None:
         for op in block.ops:
+            outer, self.current = self.current, op
             try:
                 self.op(op)
             except CompileError as exc:
                 if op.loc.line and not str(exc).startswith(op.loc.filename):
                     raise CompileError(f"{op.loc.filename}:{op.loc.line}: {exc}", exc.log) from None
                 raise
+            self.current = outer
 
     def nested(self, block: Block) -> None:
         self.depth += 1
@@ -157,7 +170,12 @@ class Lowering:
         self.constants[op.result] = op.value
 
     def op_ArangeOp(self, op: O.ArangeOp) -> None:
-        self.vals[op.result] = CV("arange", "", self._dtype(op.result))
+        dt = self._dtype(op.result)
+        t = op.result.type
+        assert isinstance(t, TileType)
+        # A lazy arange is "element f is f" in whatever layout reads it; ``arange(1)`` is the constant 0, so
+        # broadcasting it (to any shape) must not read the broadcast shape's flat index.
+        self.vals[op.result] = CV("const", tables.literal(0, dt), dt) if t.size == 1 else CV("arange", "", dt)
 
     def op_BlockIdOp(self, op: O.BlockIdOp) -> None:
         self.define_scalar(op.result, f"(tj::i32)blockIdx.{'xyz'[op.axis]}")
@@ -294,6 +312,8 @@ class Lowering:
             self.vals[res] = CV("tile", c.text, c.dtype, layout)
             return
         if bitmap is None and c.kind == "arange":
+            # same flat order and size (a reshape): the flat index is still the value
+            assert self._size(src) == self._size(res), (src.type, res.type)
             self.vals[res] = c
             return
         if bitmap is not None and all(b == p for p, b in enumerate(bitmap)):
@@ -414,8 +434,10 @@ class Lowering:
         if not moves:
             return
         names, values, likes = (list(x) for x in zip(*moves))  # type: ignore[assignment]
-        current = {self.vals[v].text for v in values if self.vals[v].kind in ("tile", "scalar")}
-        if current & set(names):  # a carried value moves to another slot: go through temporaries
+        # Every variable the new values read, a lazy splat's "c1.v[0]" included: writing one slot before
+        # another slot's value reads it would hand that slot the new value.
+        reads = {w for v in values for w in re.findall(r"[A-Za-z_]\w*", self.vals[v].text)}
+        if reads & set(names):  # a carried value moves to another slot: go through temporaries
             temps = []
             for v, like in zip(values, likes):
                 tmp = self.fresh("c")

@@ -128,10 +128,10 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     # a run-time step <= 0 runs no iterations (no division by zero)
     lw.line(f"const tj::i64 {nk} = {hi} > {lo} && {st} > 0 ? ({hi} - {lo} - 1) / {st} + 1 : 0;")
     if wgmma:  # swizzled stages must start 1024-byte aligned
-        lw.need_smem(stages * pipe.stage_bytes + 1024)
+        lw.need_smem(stages * pipe.stage_bytes + 1024, pipe.mma)
         lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj::align_smem<1024>(tj_smem));")
     else:
-        lw.need_smem(stages * pipe.stage_bytes)
+        lw.need_smem(stages * pipe.stage_bytes, pipe.mma)
         lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj_smem);")
     operands = ((pipe.load_a, "0", p.lda, p.swa), (pipe.load_b, str(p.a_elems), p.ldb, p.swb))
 

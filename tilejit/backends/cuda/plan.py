@@ -16,9 +16,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tilejit.backends.cuda.layouts import Layout, WarpGrid, assign_mma_layouts, blocked, choose_warp_grid, mma_layout
-from tilejit.errors import CompileError
-from tilejit.language.ir.core import Op, Value
+from tilejit.backends.cuda.tables import compute_dtype
+from tilejit.errors import CompileError, TileCompileError
+from tilejit.language.ir.core import Loc, Op, Value
 from tilejit.language.ir.ops import (
+    ArgReduceOp,
     AtomicOp,
     BinaryOp,
     CastOp,
@@ -81,6 +83,23 @@ class MmaPlan:
         return (self.a_elems + self.k * self.ldb) * self.in_dtype.itemsize
 
 
+#: The most 32-bit words of one tile a thread may hold (an 8-byte element takes two). Tile code is unrolled
+#: per element, and NVRTC's time grows faster than linearly with it: 256 float32 per thread compiled in 1-2 s
+#: (elementwise, reductions and their broadcast, gather, atomics, mma), 512 in 3-6 s, 4096 float32 (a
+#: (2**20,) tile) in 80 s, and 4096 float64 (a 1024 x 1024 row sum broadcast back) for over 15 minutes.
+MAX_THREAD_WORDS = 256
+
+
+def located(loc: Loc, message: str) -> TileCompileError:
+    """A ``TileCompileError`` at ``loc`` in the user's source, with the line and a caret when the file reads."""
+    if not loc.line or loc.filename.startswith("<"):
+        return TileCompileError(message)
+    import linecache
+
+    text = linecache.getline(loc.filename, loc.line).rstrip("\r\n")
+    return TileCompileError(message, loc.filename, loc.line, loc.col, text or None)
+
+
 def max_shared_bytes(arch: int) -> int:
     """The most dynamic shared memory one block may opt in to on sm_<arch> (the CUDA guide's
     per-block limits: 227 KiB on sm_90/sm_100, 163 KiB on sm_80/87, 99 KiB on sm_86/89/120, ...)."""
@@ -115,11 +134,18 @@ def _pow2(x: int) -> bool:
     return x > 0 and x & (x - 1) == 0
 
 
+def wgmma_fits(m: int, n: int, nt: int) -> bool:
+    """Whether an (m, n) float32 wgmma accumulator fits the registers of ``nt`` threads: wgmma takes its
+    accumulator as register operands, and 128 of them with 512 threads (a 256 x 256 tile, 128 registers
+    per thread at most) stopped ptxas ("Insufficient registers ... register target of 154")."""
+    return m * n // nt + 32 <= min(255, 65536 // nt)
+
+
 def wgmma_tiling(m: int, n: int, k: int, nt: int, itemsize: int) -> tuple[WarpGrid, int, int] | None:
     """The warp grid and A/B swizzle widths for an (m, k) @ (k, n) wgmma on ``nt`` threads, if any:
     one warp per 16 rows (whole warpgroups along M), the rest of the warps split N."""
     warps, wm = nt // 32, m // 16
-    if m % 64 or k % 16 or wm > warps or warps % wm:
+    if m % 64 or k % 16 or wm > warps or warps % wm or not wgmma_fits(m, n, nt):
         return None
     wn = warps // wm
     wtn = n // wn
@@ -197,6 +223,35 @@ class Plan:
                 if pipe is not None:
                     self.pipelines[id(op)] = pipe
                     self.deferred |= {id(pipe.load_a), id(pipe.load_b)}
+        self._check_registers()
+
+    def _check_registers(self) -> None:
+        """Refuse, at the op that makes it, a tile of which each thread would hold more than
+        ``MAX_THREAD_WORDS`` words: NVRTC would take minutes (and the registers would spill anyway).
+        An argmax/argmin holds (value, int32 index) pairs of its operand."""
+        for op in self.fn.body.walk():
+            for v in op.results + [a for r in op.regions() for a in r.args]:
+                t = v.type
+                if isinstance(t, TileType) and not t.is_scalar:
+                    words = max(1, t.dtype.itemsize // 4)
+                    self._check_tile(op, t, self.layout_of(v).elems, words, "tile", f"{t.dtype.name} elements")
+            if isinstance(op, ArgReduceOp) and isinstance(op.x.type, TileType):
+                item = compute_dtype(op.x.type.dtype).itemsize
+                pair = -(-(item + 4) // max(item, 4)) * max(item, 4)
+                self._check_tile(op, op.x.type, self.layout_of(op.x).elems, pair // 4,
+                                 f"tile (its {op.fn} keeps {pair}-byte value and index pairs)", "pairs")
+
+    def _check_tile(self, op: Op, t: TileType, per_thread: int, words: int, what: str, unit: str) -> None:
+        """Raise the error of ``_check_registers`` for a tile ``t`` of ``words`` words per element, if any."""
+        if per_thread * words <= MAX_THREAD_WORDS:
+            return
+        most = MAX_THREAD_WORDS // words * self.nt
+        raise located(op.loc, (
+            f"a {t.dtype.name} {what} of shape {t.shape} is too large for the CUDA backend: its {t.size} "
+            f"elements over {self.nt} threads are {per_thread} per thread, but a thread holds at most "
+            f"{MAX_THREAD_WORDS} 32-bit words of one tile ({MAX_THREAD_WORDS // words} {unit}, so at "
+            f"most {most} with {self.nt} threads): use smaller tiles or more threads (num_threads, up to 1024)"
+        ))
 
     def _vector_ok(self, array: Value) -> bool:
         hint = self.hints.get(self.array_names.get(array, ""))
@@ -279,7 +334,8 @@ class Plan:
             if big is None:
                 return 128
             wg_dtypes = all(isinstance(op.a.type, TileType) and op.a.type.dtype in (float16, bfloat16) for op in mmas)
-            if self.wgmma and wg_dtypes and big.ndim == 2 and big.shape[0] in (64, 128, 256):
+            if self.wgmma and wg_dtypes and big.ndim == 2 and big.shape[0] in (64, 128, 256) and \
+                    wgmma_fits(big.shape[0], big.shape[1], 2 * big.shape[0]):
                 return 2 * big.shape[0]
             return 256 if big.size >= 128 * 64 else 128
         if self._long_16bit_rows(tiles):

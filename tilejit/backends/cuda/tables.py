@@ -135,10 +135,14 @@ UNARY: dict[str, dict[str, str]] = {
 }
 
 BINARY: dict[str, dict[str, str]] = {
-    # integers wrap as in numpy (computed unsigned: signed overflow is undefined behaviour in C++)
-    "add": {"f": "{x} + {y}", "i": "tj::wadd<{t}>({x}, {y})", "u": "tj::wadd<{t}>({x}, {y})", "b": "({x} || {y})"},
-    "sub": {"f": "{x} - {y}", "i": "tj::wsub<{t}>({x}, {y})", "u": "tj::wsub<{t}>({x}, {y})", "b": "({x} != {y})"},
-    "mul": {"f": "{x} * {y}", "i": "tj::wmul<{t}>({x}, {y})", "u": "tj::wmul<{t}>({x}, {y})", "b": "({x} && {y})"},
+    # integers wrap as in numpy (computed unsigned: signed overflow is undefined behaviour in C++); float
+    # + - * round once each, never fused into an FMA with a neighbouring op (math.cuh)
+    "add": {"f": "tj::fadd({x}, {y})", "i": "tj::wadd<{t}>({x}, {y})", "u": "tj::wadd<{t}>({x}, {y})",
+            "b": "({x} || {y})"},
+    "sub": {"f": "tj::fsub({x}, {y})", "i": "tj::wsub<{t}>({x}, {y})", "u": "tj::wsub<{t}>({x}, {y})",
+            "b": "({x} != {y})"},
+    "mul": {"f": "tj::fmul({x}, {y})", "i": "tj::wmul<{t}>({x}, {y})", "u": "tj::wmul<{t}>({x}, {y})",
+            "b": "({x} && {y})"},
     "truediv": {"f": "tj::truediv({x}, {y})"},
     "floordiv": {k: "tj::floordiv({x}, {y})" for k in "fiub"},
     "mod": {k: "tj::mod({x}, {y})" for k in "fiub"},

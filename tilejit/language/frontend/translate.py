@@ -120,7 +120,8 @@ def translate(
             sys.setrecursionlimit(limit)
     if body.terminator is None:
         body.append(ops.ReturnOp(loc=src.loc(src.tree)))
-    return ops.Function(name or func.__name__, names, body, filename=src.filename)
+    # options['loc']: the def line, where the back end locates errors about the kernel's signature
+    return ops.Function(name or func.__name__, names, body, filename=src.filename, options={"loc": src.loc(src.tree)})
 
 
 __all__ = ["constant_params", "signature_params", "translate"]

@@ -116,13 +116,19 @@ def _py(a: np.ndarray, dtype: DType) -> bool | int | float:
     return round_to_dtype(float(a), dtype)
 
 
+def _sigmoid(v: np.ndarray) -> np.ndarray:
+    """sigmoid as the GPU computes it (math.cuh): exp(-|v|) never overflows, so v < -88.7 stays subnormal."""
+    e = np.exp(-np.abs(v))
+    return np.asarray(np.where(v < 0, e, v.dtype.type(1)) / (v.dtype.type(1) + e))
+
+
 def _float_math(fn: str, x: np.ndarray, dtype: DType) -> np.ndarray:
     """Float math as the GPU does it: 16-bit floats compute in float32."""
     wide = x.astype(np.float64 if dtype.bits == 64 else np.float32)
     fns: dict[str, Any] = {
         "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
         "rsqrt": lambda v: v.dtype.type(1) / np.sqrt(v), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-        "floor": np.floor, "ceil": np.ceil, "sigmoid": lambda v: v.dtype.type(1) / (v.dtype.type(1) + np.exp(-v)),
+        "floor": np.floor, "ceil": np.ceil, "sigmoid": _sigmoid,
         "erf": lambda v: np.array(math.erf(float(v)), dtype=v.dtype),
     }
     return np.asarray(fns[fn](wide))

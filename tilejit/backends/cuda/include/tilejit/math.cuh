@@ -55,6 +55,25 @@ template <> struct Cvt<half, double> {
 template <> struct Cvt<bool, bool> {
   __device__ __forceinline__ static bool f(bool x) { return x; }
 };
+// Float to integer truncates toward zero and saturates at the 32- or 64-bit range (NaN gives 0), as PTX
+// cvt.rzi does; 8- and 16-bit results keep the low bits of the 32-bit value (tile.py's cast rule). The
+// intrinsics spell that out: a C++ cast of a value out of the target's range is undefined behaviour.
+#define TJ_F2I(T, ff, fd)                                                            \
+  template <> struct Cvt<T, float> {                                                   \
+    __device__ __forceinline__ static T f(float x) { return static_cast<T>(ff(x)); }   \
+  };                                                                                   \
+  template <> struct Cvt<T, double> {                                                  \
+    __device__ __forceinline__ static T f(double x) { return static_cast<T>(fd(x)); }  \
+  };
+TJ_F2I(i8, __float2int_rz, __double2int_rz)
+TJ_F2I(i16, __float2int_rz, __double2int_rz)
+TJ_F2I(i32, __float2int_rz, __double2int_rz)
+TJ_F2I(u8, __float2uint_rz, __double2uint_rz)
+TJ_F2I(u16, __float2uint_rz, __double2uint_rz)
+TJ_F2I(u32, __float2uint_rz, __double2uint_rz)
+TJ_F2I(i64, __float2ll_rz, __double2ll_rz)
+TJ_F2I(u64, __float2ull_rz, __double2ull_rz)
+#undef TJ_F2I
 template <class To, class From>
 __device__ __forceinline__ To cast(From x) { return Cvt<To, From>::f(x); }
 
@@ -76,8 +95,25 @@ TJ_FN1(ceil, ::ceilf, ::ceil)
 TJ_FN1(erf, ::erff, ::erf)
 TJ_FN1(fabs, ::fabsf, ::fabs)
 #undef TJ_FN1
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + ::expf(-x)); }
-__device__ __forceinline__ double sigmoid(double x) { return 1.0 / (1.0 + ::exp(-x)); }
+// sigmoid(x) = 1 / (1 + e) for x >= 0 and e / (1 + e) below, e = exp(-|x|): exp(-x) never overflows, so
+// x < -88.7 gives exp(x)'s subnormal results (1 / (1 + exp(-x)) gave 0 there). One exp, one IEEE division.
+__device__ __forceinline__ float sigmoid(float x) {
+  const float e = ::expf(-::fabsf(x));
+  return (x < 0.0f ? e : 1.0f) / (1.0f + e);
+}
+__device__ __forceinline__ double sigmoid(double x) {
+  const double e = ::exp(-::fabs(x));
+  return (x < 0.0 ? e : 1.0) / (1.0 + e);
+}
+// Float +, - and * round once each, as numpy's do: the _rn intrinsics are never fused into an FMA with a
+// neighbouring op (x * y + z rounded once could differ from numpy in the last bit, and a cast to an
+// integer or a comparison can turn that bit into a different answer).
+__device__ __forceinline__ float fadd(float x, float y) { return __fadd_rn(x, y); }
+__device__ __forceinline__ double fadd(double x, double y) { return __dadd_rn(x, y); }
+__device__ __forceinline__ float fsub(float x, float y) { return __fsub_rn(x, y); }
+__device__ __forceinline__ double fsub(double x, double y) { return __dsub_rn(x, y); }
+__device__ __forceinline__ float fmul(float x, float y) { return __fmul_rn(x, y); }
+__device__ __forceinline__ double fmul(double x, double y) { return __dmul_rn(x, y); }
 // Float division with at most 2 ulp error over the full range (PTX div.full.f32), what GPU
 // compilers use for "/" without -prec-div; double division stays IEEE.
 __device__ __forceinline__ float truediv(float x, float y) {
