@@ -55,15 +55,16 @@ template <> struct Cvt<half, double> {
 template <> struct Cvt<bool, bool> {
   __device__ __forceinline__ static bool f(bool x) { return x; }
 };
-// Float to integer truncates toward zero and saturates at the 32- or 64-bit range (NaN gives 0), as PTX
-// cvt.rzi does; 8- and 16-bit results keep the low bits of the 32-bit value (tile.py's cast rule). The
-// intrinsics spell that out: a C++ cast of a value out of the target's range is undefined behaviour.
-#define TJ_F2I(T, ff, fd)                                                            \
-  template <> struct Cvt<T, float> {                                                   \
-    __device__ __forceinline__ static T f(float x) { return static_cast<T>(ff(x)); }   \
-  };                                                                                   \
-  template <> struct Cvt<T, double> {                                                  \
-    __device__ __forceinline__ static T f(double x) { return static_cast<T>(fd(x)); }  \
+// Float to integer truncates toward zero and saturates at the 32- or 64-bit range, and NaN gives 0
+// (tile.py's cast rule); 8- and 16-bit results keep the low bits of the 32-bit value. The intrinsics
+// saturate (a C++ cast of a value out of range is undefined behaviour), but only float -> int32 maps
+// NaN to 0 in hardware: from double, and to 64 bits, NaN gives the lowest value (measured on sm_90).
+#define TJ_F2I(T, ff, fd)                                                                        \
+  template <> struct Cvt<T, float> {                                                               \
+    __device__ __forceinline__ static T f(float x) { return x != x ? T(0) : static_cast<T>(ff(x)); } \
+  };                                                                                               \
+  template <> struct Cvt<T, double> {                                                              \
+    __device__ __forceinline__ static T f(double x) { return x != x ? T(0) : static_cast<T>(fd(x)); } \
   };
 TJ_F2I(i8, __float2int_rz, __double2int_rz)
 TJ_F2I(i16, __float2int_rz, __double2int_rz)
