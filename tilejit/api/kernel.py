@@ -232,7 +232,8 @@ def _read_text(value: Any) -> str | None:
     value, or None when there is none.
 
     Plain data (None, bool, int, float, str, bytes, dtypes, numpy scalars, Enum members, and tuples, lists,
-    dicts and sets of them) is written out in full; modules, classes and functions by their qualified names,
+    dicts and sets of them, in their iteration order) is written out in full; Enum classes with their members;
+    modules, classes and functions by their qualified names,
     ``@tj.function`` helpers and kernels also by the hash of their source file; numpy arrays up to
     ``_ARRAY_LIMIT`` bytes by dtype, shape and the hash of their bytes; other objects by their type and the
     texts of their attributes (``__dict__`` and ``__slots__``). A value that is too large (more than
@@ -286,18 +287,12 @@ def _write_text(v: Any, out: list[str], budget: list[int], depth: int) -> None:
     elif isinstance(v, tuple | list | set | frozenset | dict):
         if len(v) > budget[0]:
             raise _NoText
+        # A set in its iteration order: that of strings follows their hashes, which differ between processes
+        # (so may the code of a kernel that iterates it).
         out.append((cls.__name__ if cls in (tuple, list, set, frozenset, dict) else _qualified(cls)) + "(")
-        if isinstance(v, set | frozenset):  # iteration order follows string hashes, which differ per process
-            texts = []
-            for x in v:
-                one: list[str] = []
-                _write_text(x, one, budget, depth + 1)
-                texts.append("".join(one))
-            out.append(",".join(sorted(texts)))
-        else:
-            for x in v.items() if isinstance(v, dict) else v:
-                _write_text(x, out, budget, depth + 1)
-                out.append(",")
+        for x in v.items() if isinstance(v, dict) else v:
+            _write_text(x, out, budget, depth + 1)
+            out.append(",")
         text = ")"
     elif cls is range or cls is slice:
         out.append(cls.__name__ + "(")
@@ -384,6 +379,8 @@ def _follow(func: Any, path: Any) -> Any:
         if kind == "env":
             v = _env_value(v, step[1])
         elif kind == "attr":
+            if step[1].startswith("__"):  # as the translator: never a dunder (an entry is data, not code)
+                raise LookupError(f"attribute {step[1]!r}")
             v = getattr(v, step[1])
         elif kind == "item":
             v = v[_key(func, step[1])]

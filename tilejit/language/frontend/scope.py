@@ -8,6 +8,7 @@ assigned, so type errors about loop-carried or merged variables can point at the
 from __future__ import annotations
 
 import ast
+import builtins
 import enum
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -141,6 +142,7 @@ _LITERALS = (type(None), bool, int, float, str, bytes)
 _PURE = frozenset({*_LITERALS, tuple, list, dict, range, slice, DType})
 _MAX_PATHS = 8  # paths kept for one object reached several ways; more, and reads from it are not recorded
 _ITEMS = 256  # items of a container read whole that are given paths of their own (a helper in a tuple...)
+_REGISTER = 4096  # objects one translation gives paths to (reads from others are refused)
 
 
 class Reads:
@@ -159,6 +161,7 @@ class Reads:
         self.opaque: str | None = None
         self.translated = False
         self._known: dict[int, tuple[object, list[Path] | None]] = {}  # id -> (object, its paths; None: too many)
+        self._room = _REGISTER
         self._bases: set[ast.AST] = set()
         self._stash: dict[ast.AST, list[Path]] = {}  # a base node -> the paths of its value
 
@@ -175,9 +178,11 @@ class Reads:
 
     def name(self, node: ast.AST, roots: tuple[Path, ...] | None, name: str, value: object) -> None:
         """``name`` was found outside the function at hand (closure, globals or builtins): it is ``value``."""
-        if roots is None:
+        if not roots:
             self.refuse(f"the @tj.function that reads '{name}' was reached through a value with no recorded path")
             return
+        if value is builtins.hash:
+            self.refuse("hash() of a str differs between processes")
         self._reached(node, [(*root, ("env", name)) for root in roots], value)
 
     def attr(self, node: ast.Attribute, obj: object, value: object) -> None:
@@ -192,7 +197,7 @@ class Reads:
     def helper(self, roots: tuple[Path, ...] | None, func: Any) -> None:
         """A helper is inlined: it must have been read from outside (its source and names then reach the
         record through its paths ``roots``); its default parameter values were read when it was defined."""
-        if roots is None:
+        if not roots:
             self.refuse(f"the @tj.function '{func.__name__}' was reached through a value with no recorded path "
                         "(a constant parameter?)")
             return
@@ -204,7 +209,7 @@ class Reads:
     def roots(self, func: object) -> tuple[Path, ...] | None:
         """The paths that reach the function ``func`` (an inlined helper), or None when none is known."""
         paths = self._paths_of(func)
-        return None if paths is None else tuple(paths)
+        return tuple(paths) if paths else None
 
     # ------------------------------------------------------------------ internals
 
@@ -217,9 +222,9 @@ class Reads:
         paths = self._stash.pop(node.value, None)
         if isinstance(obj, RUNTIME_TYPES):
             return
-        if paths is None:
+        if not paths:
             paths = self._paths_of(obj)
-        if paths is None:
+        if not paths:
             if type(obj) in _PURE or (isinstance(obj, enum.Enum) and step in (("attr", "name"), ("attr", "value"))):
                 return  # built in the kernel, or a constant parameter (its value is in the cache key)
             self.refuse(f"read {_step_text(step)} of a {type(obj).__qualname__} that no recorded path reaches")
@@ -253,9 +258,10 @@ class Reads:
             merged = known[1] + paths
         else:
             merged = list(paths)
-        if len(merged) > _MAX_PATHS:
+        if len(merged) > _MAX_PATHS or self._room <= 0:
             self._known[id(value)] = (value, None)
             return
+        self._room -= 1
         self._known[id(value)] = (value, merged)
         if isinstance(value, TileFunction):
             self._register(value.func, [(*p, ("attr", "func")) for p in paths], depth)
