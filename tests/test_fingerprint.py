@@ -75,7 +75,8 @@ CHILD = textwrap.dedent(
 def _run(folder: Path, kernels: list[tuple[str, str]], value: float) -> dict[str, dict[str, Any]]:
     """One new process loading each (module, kernel name) of ``kernels`` with ``TJ_FP_VALUE=value``, caching in
     ``folder/cache``."""
-    env = {**os.environ, "TILEJIT_CACHE_DIR": str(folder / "cache"), "TJ_FP_VALUE": repr(value)}
+    env = {**os.environ, "TILEJIT_CACHE_DIR": str(folder / "cache"), "TJ_FP_VALUE": repr(value),
+           "PYTHONDONTWRITEBYTECODE": "1"}  # a module rewritten within a second must not load from a stale .pyc
     env.pop("TILEJIT_CACHE", None)
     done = subprocess.run([sys.executable, "-c", CHILD, str(folder), json.dumps(kernels)], env=env,
                           capture_output=True, text=True, timeout=300)
@@ -169,6 +170,17 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
         made = make({'add': V})
         """), {}),
     "numpy_item": (_kernel("W[0]", "W = np.array([V, 0.0])"), {}),
+    "helper_closure_dict": (_kernel("H()", """
+        def make_helper(cfg):
+            @tj.function
+            def h():
+                return cfg["add"]
+
+            return h
+
+
+        H = make_helper({'add': V})
+        """), {}),
     "identity": (_kernel("1.0 if A is B else 2.0", _BOX, """
         A = Box()
         B = A if V == 1.0 else Box()
@@ -248,6 +260,19 @@ NO_TEXT: dict[str, tuple[str, float]] = {
         """), 2.0),
     "a_large_numpy_array_read_whole": (_kernel("1.0 if isinstance(ARR, int) else V", "ARR = np.full(1 << 20, V)"), 2.0),
 }
+
+
+def test_an_edited_helper_reached_through_a_dict_is_compiled_again(tmp_path: Path) -> None:
+    """A helper's source is part of its text: editing the helper's module (not the kernel's) is a miss."""
+    (tmp_path / "fp_edit.py").write_text(_kernel("HELPERS['h']()", "from fp_edit_helpers import HELPERS"))
+    helper = _HEAD + "\n\n@tj.function\ndef h():\n    return {}\n\n\nHELPERS = {{'h': h}}\n"
+    runs = []
+    for body in ("1.0", "2.0", "2.0"):
+        (tmp_path / "fp_edit_helpers.py").write_text(helper.format(body))
+        runs.append(_run(tmp_path, [("fp_edit", "k")], 1.0)["fp_edit"])
+    assert [run["compiled"] for run in runs] == [1, 1, 0]
+    assert all(run["image"] == run["now"] for run in runs)
+    assert "value=2.0" in runs[1]["now"]
 
 
 def test_a_value_without_text_keeps_the_kernel_out_of_the_cache(tmp_path: Path) -> None:

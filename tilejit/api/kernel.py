@@ -182,9 +182,11 @@ _SCAN_ITEMS = 1024  # a longer tuple or list is left out of the cache key (the e
 
 
 def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) -> str:
-    """A hash of the kernel's source and of every value it can read that can change the code: the
-    globals it names, its closure's variables (two kernels made by one factory share their source)
-    and the attributes it reads of modules and classes."""
+    """A hash of the kernel's source file and of the values it names that a scan of its code finds: the
+    globals it names, its closure's variables (two kernels made by one factory share their source) and
+    the attributes it names of modules and classes. The cache key holds it; what the scan misses (items,
+    deeper attributes, helpers' globals...) is in the entry's record of every value the translation read,
+    which a lookup checks (``tilejit.api.loader``)."""
     from tilejit.compiler.cache import sha256
     from tilejit.language.frontend.params import closure_of
 
