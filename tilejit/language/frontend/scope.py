@@ -178,6 +178,36 @@ class Reads:
 
     def name(self, node: ast.AST, roots: tuple[Path, ...] | None, name: str, value: object) -> None:
         """``name`` was found outside the function at hand (closure, globals or builtins): it is ``value``."""
+        self._guarded(self._name, node, roots, name, value)
+
+    def attr(self, node: ast.Attribute, obj: object, value: object) -> None:
+        """``node`` read attribute ``node.attr`` of ``obj`` (the value of ``node.value``): it is ``value``."""
+        self._guarded(self._derived, node, obj, ("attr", node.attr), value)
+
+    def item(self, node: ast.Subscript, obj: object, index: object, value: object) -> None:
+        """``node`` read item ``index`` of ``obj`` (the value of ``node.value``): it is ``value``."""
+        self._guarded(self._item, node, obj, index, value)
+
+    def helper(self, roots: tuple[Path, ...] | None, func: Any) -> None:
+        """A helper is inlined: it must have been read from outside (its source and names then reach the
+        record through its paths ``roots``); its default parameter values were read when it was defined."""
+        self._guarded(self._helper, roots, func)
+
+    def roots(self, func: object) -> tuple[Path, ...] | None:
+        """The paths that reach the function ``func`` (an inlined helper), or None when none is known."""
+        paths = self._paths_of(func)
+        return tuple(paths) if paths else None
+
+    # ------------------------------------------------------------------ internals
+
+    def _guarded(self, record: Any, *args: Any) -> None:
+        """``record(*args)``; a failure only keeps the kernel out of the cache, never fails its compile."""
+        try:
+            record(*args)
+        except Exception as exc:
+            self.refuse(f"recording a read failed: {type(exc).__name__}: {exc}")
+
+    def _name(self, node: ast.AST, roots: tuple[Path, ...] | None, name: str, value: object) -> None:
         if not roots:
             self.refuse(f"the @tj.function that reads '{name}' was reached through a value with no recorded path")
             return
@@ -185,18 +215,11 @@ class Reads:
             self.refuse("hash() of a str differs between processes")
         self._reached(node, [(*root, ("env", name)) for root in roots], value)
 
-    def attr(self, node: ast.Attribute, obj: object, value: object) -> None:
-        """``node`` read attribute ``node.attr`` of ``obj`` (the value of ``node.value``): it is ``value``."""
-        self._derived(node, obj, ("attr", node.attr), value)
-
-    def item(self, node: ast.Subscript, obj: object, index: object, value: object) -> None:
-        """``node`` read item ``index`` of ``obj`` (the value of ``node.value``): it is ``value``."""
+    def _item(self, node: ast.Subscript, obj: object, index: object, value: object) -> None:
         spec = self._key_spec(index, 0)
         self._derived(node, obj, None if spec is None else ("item", spec), value)
 
-    def helper(self, roots: tuple[Path, ...] | None, func: Any) -> None:
-        """A helper is inlined: it must have been read from outside (its source and names then reach the
-        record through its paths ``roots``); its default parameter values were read when it was defined."""
+    def _helper(self, roots: tuple[Path, ...] | None, func: Any) -> None:
         if not roots:
             self.refuse(f"the @tj.function '{func.__name__}' was reached through a value with no recorded path "
                         "(a constant parameter?)")
@@ -205,13 +228,6 @@ class Reads:
             value = getattr(func, attr, None)
             if value is not None:
                 self._reached(None, [(*root, step) for root in roots], value)
-
-    def roots(self, func: object) -> tuple[Path, ...] | None:
-        """The paths that reach the function ``func`` (an inlined helper), or None when none is known."""
-        paths = self._paths_of(func)
-        return tuple(paths) if paths else None
-
-    # ------------------------------------------------------------------ internals
 
     def _paths_of(self, obj: object) -> list[Path] | None:
         known = self._known.get(id(obj))
