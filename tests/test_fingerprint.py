@@ -484,3 +484,20 @@ def test_launches_in_new_processes_use_their_own_outside_values(tmp_path: Path) 
     want = {1.0: [10.0, 11.0, 12.0, 13.0], 2.0: [20.0, 18.0, 16.0, 14.0]}
     assert [run["out"] for run in runs] == [want[1.0], want[2.0], want[1.0], want[2.0]]
     assert [run["nvrtc_loaded"] for run in runs] == [True, True, False, False]
+
+
+def test_kernels_from_one_factory_with_dicts_have_keys_of_their_own() -> None:
+    """The key's source scan writes out a dict or an object the code names, so many kernels made by one factory
+    from different config dicts do not all share one key (and its few variants)."""
+    from tilejit.api.kernel import _source_fingerprint
+
+    def make(cfg: dict[str, float]) -> Any:
+        @tj.kernel
+        def k(x):  # type: ignore[no-untyped-def]
+            tj.store(x, index=(0,), tile=tj.full((16,), cfg["add"], tj.float32))
+
+        return k
+
+    keys = {_source_fingerprint(make({"add": float(i)}).func) for i in range(20)}
+    assert len(keys) == 20
+    assert _source_fingerprint(make({"add": 1.0}).func) == _source_fingerprint(make({"add": 1.0}).func)

@@ -175,7 +175,7 @@ def _scanned_text(value: Any, names: set[str], seen: set[int], depth: int) -> st
     if isinstance(v, tuple | list) and depth < 8 and len(v) <= _SCAN_ITEMS:
         items = [_value_text(x, names, seen, depth + 1) for x in v]
         return type(v).__name__ + "(" + ",".join("?" if t is None else t for t in items) + ")"
-    return None
+    return _read_text(v)  # a dict, an object, an Enum member... (None when too large: the key just leaves it out)
 
 
 _SCAN_ITEMS = 1024  # a longer tuple or list is left out of the cache key (the entry's reads still hold it)
