@@ -8,7 +8,9 @@ process and cached on disk across processes.
 
 from __future__ import annotations
 
+import builtins
 import functools
+import sys
 import threading
 import types
 from collections.abc import Callable, Sequence
@@ -17,7 +19,7 @@ from typing import Any
 from tilejit.api.compile import Artifact, check_num_threads
 from tilejit.api.signature import array_key, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
-from tilejit.language.ir.types import ArrayHint, ArrayType, TileType
+from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, DType, TileType, normalize_const
 from tilejit.runtime.interop import _BY_TYPE as _VIEW_BY_TYPE
 from tilejit.runtime.interop import ArrayView as _AV
 from tilejit.runtime.interop import as_view
@@ -137,11 +139,18 @@ def _code_names(code: Any) -> set[str]:
 
 
 def _value_text(value: Any, names: set[str], seen: set[int], depth: int = 0) -> str | None:
-    """Deterministic text of a value a kernel may read at compile time (a constant, a tuple or list of
-    them, a ``@tj.function``/kernel by its own fingerprint, a module's or class's attributes that the
-    code names), or None for anything else (functions, arrays...), which cannot change the code."""
-    from tilejit.language.ir.types import DType, normalize_const
+    """Text of a value a kernel may read at compile time (a constant, a tuple or list of them, a
+    ``@tj.function``/kernel by its own fingerprint, a module's or class's attributes that the code names),
+    or None for anything else. Part of the cache key only, to tell common variants apart at no cost: what
+    makes a cache hit safe is the entry's record of every value the translation read (``_read_text``)."""
+    try:
+        return _scanned_text(value, names, seen, depth)
+    except Exception:  # a user object whose attribute lookup or conversion fails
+        return None
 
+
+def _scanned_text(value: Any, names: set[str], seen: set[int], depth: int) -> str | None:
+    """``_value_text`` without the guard."""
     inner = getattr(value, "func", None)
     if inner is not None and callable(inner) and hasattr(inner, "__code__"):
         return "fn:" + _source_fingerprint(inner, seen)
@@ -158,24 +167,26 @@ def _value_text(value: Any, names: set[str], seen: set[int], depth: int = 0) -> 
             if text is not None:
                 parts.append(f"{attr}={text}")
         return "{" + ";".join(parts) + "}"
-    try:
-        v = normalize_const(value)
-    except Exception:
-        return None
+    v = normalize_const(value)
     if v is None or isinstance(v, bool | int | float | str):
         return f"{type(v).__name__}:{v!r}"
     if isinstance(v, DType):
         return f"dtype:{v.name}"
-    if isinstance(v, tuple | list) and depth < 8:
+    if isinstance(v, tuple | list) and depth < 8 and len(v) <= _SCAN_ITEMS:
         items = [_value_text(x, names, seen, depth + 1) for x in v]
         return type(v).__name__ + "(" + ",".join("?" if t is None else t for t in items) + ")"
-    return None
+    return _read_text(v)  # a dict, an object, an Enum member... (None when too large: the key just leaves it out)
+
+
+_SCAN_ITEMS = 1024  # a longer tuple or list is left out of the cache key (the entry's reads still hold it)
 
 
 def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) -> str:
-    """A hash of the kernel's source and of every value it can read that can change the code: the
-    globals it names, its closure's variables (two kernels made by one factory share their source)
-    and the attributes it reads of modules and classes."""
+    """A hash of the kernel's source file and of the values it names that a scan of its code finds: the
+    globals it names, its closure's variables (two kernels made by one factory share their source) and
+    the attributes it names of modules and classes. The cache key holds it; what the scan misses (items,
+    deeper attributes, helpers' globals...) is in the entry's record of every value the translation read,
+    which a lookup checks (``tilejit.api.loader``)."""
     from tilejit.compiler.cache import sha256
     from tilejit.language.frontend.params import closure_of
 
@@ -195,6 +206,264 @@ def _source_fingerprint(func: Callable[..., Any], seen: set[int] | None = None) 
             if text is not None:
                 h.update(f"{where}:{name}={text};".encode())
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------------- values read from outside
+
+#: A value with more text than this (characters) has none: a kernel that reads it whole is not cached.
+_TEXT_LIMIT = 1 << 16
+_ARRAY_LIMIT = 1 << 16  # bytes of a numpy array read whole (its text holds their hash)
+_DEPTH_LIMIT = 24
+_LITERALS = frozenset({type(None), bool, int, float, str, bytes})
+_FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MethodWrapperType,
+                   types.WrapperDescriptorType, types.MethodDescriptorType, types.ClassMethodDescriptorType)
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or a C extension's type spec)
+_source_hashes: dict[Any, str] = {}
+#: Classes whose values ``normalize_const`` keeps (not numbers, tuples, lists or numpy's), learned as met.
+_KEPT: set[type] = {type(None), bool, int, float, str, bytes, dict, DType, types.ModuleType, types.FunctionType,
+                    types.BuiltinFunctionType, type}
+_MISSING_VALUE = object()  # a recorded path that leads nowhere now
+
+
+class _NoText(Exception):
+    """A value with no deterministic text (see ``_read_text``)."""
+
+
+def _read_text(value: Any) -> str | None:
+    """Deterministic text of a value a kernel read from outside, the same in every process that has the same
+    value, or None when there is none.
+
+    Plain data (None, bool, int, float, str, bytes, dtypes, numpy scalars, Enum members, and tuples, lists,
+    dicts and sets of them, in their iteration order) is written out in full; Enum classes with their members;
+    modules, classes and functions by their qualified names,
+    ``@tj.function`` helpers and kernels also by the hash of their source file; numpy arrays up to
+    ``_ARRAY_LIMIT`` bytes by dtype, shape and the hash of their bytes; other objects by their type and the
+    texts of their attributes (``__dict__`` and ``__slots__``). A value that is too large (more than
+    ``_TEXT_LIMIT`` characters), nested too deep (or holding itself), of a type with no known state, or whose
+    reading raises has none: a kernel that read it is compiled as usual but kept out of the kernel-level
+    disk cache.
+    """
+    parts: list[str] = []
+    try:
+        _write_text(value, parts, [_TEXT_LIMIT], 0)
+    except Exception:  # _NoText, RecursionError, and anything a user's property or __len__ raises
+        return None
+    return "".join(parts)
+
+
+def _qualified(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', None)}.{getattr(obj, '__qualname__', None)}"
+
+
+def _function_text(func: Any) -> str:
+    """A helper's or kernel's function by name and the hash of its source file (kept per function object)."""
+    text = _source_hashes.get(func)
+    if text is None:
+        from tilejit.compiler.cache import sha256
+
+        text = _qualified(func) + ":" + sha256(_source_bytes(func)).hexdigest()
+        if len(_source_hashes) >= _MEMO_LIMIT:
+            _source_hashes.clear()
+        _source_hashes[func] = text
+    return text
+
+
+def _write_text(v: Any, out: list[str], budget: list[int], depth: int) -> None:
+    """Append the text of ``v`` to ``out`` (``_read_text``); raises when it has none."""
+    if depth > _DEPTH_LIMIT or budget[0] < 0:
+        raise _NoText
+    v = _normalized(v)
+    cls = type(v)
+    enum = sys.modules.get("enum")
+    if enum is not None and isinstance(v, enum.Enum):
+        out.append(f"enum:{_qualified(cls)}.{v.name}=")
+        _write_text(v.value, out, budget, depth + 1)
+        return
+    if cls in _LITERALS:
+        text = f"{cls.__name__}:{v!r}"
+    elif isinstance(v, bool | int | float | str | bytes):  # a subclass: its type, and the value as the base type's
+        base = next(b for b in (bool, int, float, str, bytes) if isinstance(v, b))
+        text = f"{_qualified(cls)}:{base.__repr__(v)}"
+    elif cls is DType:
+        text = f"dtype:{v.name}:{v.kind}:{v.bits}"
+    elif isinstance(v, tuple | list | set | frozenset | dict):
+        if len(v) > budget[0]:
+            raise _NoText
+        # A set in its iteration order: that of strings follows their hashes, which differ between processes
+        # (so may the code of a kernel that iterates it).
+        out.append((cls.__name__ if cls in (tuple, list, set, frozenset, dict) else _qualified(cls)) + "(")
+        for x in v.items() if isinstance(v, dict) else v:
+            _write_text(x, out, budget, depth + 1)
+            out.append(",")
+        text = ")"
+    elif cls is range or cls is slice:
+        out.append(cls.__name__ + "(")
+        for x in (v.start, v.stop, v.step):
+            _write_text(x, out, budget, depth + 1)
+            out.append(",")
+        text = ")"
+    elif isinstance(v, types.ModuleType):
+        text = f"module:{v.__name__}"
+    elif enum is not None and isinstance(v, enum.EnumMeta):  # iterating it gives its members
+        out.append(f"enumclass:{_qualified(v)}(")
+        for member in v:
+            _write_text(member, out, budget, depth + 1)
+            out.append(",")
+        text = ")"
+    elif isinstance(v, type):
+        text = f"class:{_qualified(v)}"
+    elif isinstance(v, _FUNCTION_TYPES):
+        text = f"fn:{_qualified(v)}"
+    elif cls.__module__.startswith("tilejit.") and hasattr(getattr(v, "func", None), "__code__"):
+        text = f"{cls.__name__}:{_function_text(v.func)}"  # a @tj.function or a kernel
+    else:
+        text = _object_text(v, out, budget, depth)
+    budget[0] -= len(text)
+    if budget[0] < 0:
+        raise _NoText
+    out.append(text)
+
+
+def _object_text(v: Any, out: list[str], budget: list[int], depth: int) -> str:
+    """The text of an object that is not plain data (``_read_text``): numpy arrays and dtypes, other objects
+    by their attributes. Writes the start to ``out``, returns the end."""
+    cls = type(v)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(v, np.ndarray):
+        if v.dtype.hasobject or v.nbytes > _ARRAY_LIMIT:
+            raise _NoText
+        from tilejit.compiler.cache import sha256
+
+        return f"ndarray:{v.dtype.str}:{v.shape}:{sha256(np.ascontiguousarray(v).tobytes()).hexdigest()}"
+    if np is not None and isinstance(v, np.dtype):
+        if v.hasobject or v.fields is not None:
+            raise _NoText
+        return f"npdtype:{v.str}"
+    if not all(c is types.SimpleNamespace or _written_in_python(c) for c in cls.__mro__[:-1]):
+        raise _NoText  # an instance of a type written in C keeps state that its attributes do not show
+    attrs = getattr(v, "__dict__", None)
+    slots = [name for c in cls.__mro__ for name in c.__dict__.get("__slots__", ())]
+    if not isinstance(attrs, dict) and not slots:
+        raise _NoText
+    out.append(f"obj:{_qualified(cls)}{{")
+    for name, item in (attrs or {}).items():
+        out.append(f"{name}=")
+        _write_text(item, out, budget, depth + 1)
+        out.append(",")
+    for name in slots:
+        if name in ("__dict__", "__weakref__"):
+            continue
+        item = getattr(v, name, _MISSING_VALUE)
+        if item is not _MISSING_VALUE:
+            out.append(f"{name}=")
+            _write_text(item, out, budget, depth + 1)
+            out.append(",")
+    return "}"
+
+
+def _written_in_python(cls: type) -> bool:
+    """True for a class made by a class statement: a heap type without a ``__new__`` written in C."""
+    return bool(cls.__flags__ & _HEAP_TYPE) and not isinstance(cls.__dict__.get("__new__"), types.BuiltinFunctionType)
+
+
+def _follow(func: Any, path: Any) -> Any:
+    """The value at ``path`` (``tilejit.language.frontend.scope.Path``) from the kernel's function ``func``,
+    read as the translation read it: names from the closure, then globals, then builtins; attributes and
+    items of constants (numpy scalars become Python ones). Raises when the path leads nowhere.
+
+    Tuples and lists on the way are not normalized (item by item, as the translation does): an item of one is
+    the same either way, and a long one would cost a copy."""
+    v = func
+    for step in path:
+        if v.__class__ is not tuple and v.__class__ is not list:
+            v = _normalized(v)
+        kind = step[0]
+        if kind == "env":
+            v = _env_value(v, step[1])
+        elif kind == "attr":
+            if step[1].startswith("__"):  # as the translator: never a dunder (an entry is data, not code)
+                raise LookupError(f"attribute {step[1]!r}")
+            v = getattr(v, step[1])
+        elif kind == "item":
+            v = v[_key(func, step[1])]
+        elif kind == "defaults":
+            v = v.__defaults__
+        elif kind == "kwdefaults":
+            v = v.__kwdefaults__
+        else:
+            raise LookupError(f"unknown path step {step!r}")
+    return _normalized(v)
+
+
+def _normalized(v: Any) -> Any:
+    """``normalize_const(v)``, at once for the classes whose values it keeps as they are (it asks the ``numbers``
+    ABCs, which costs microseconds a value)."""
+    cls = v.__class__
+    if cls in _KEPT:
+        return v
+    out = normalize_const(v)
+    if out is v and cls is not tuple and cls is not list and cls.__module__ != "numpy" and len(_KEPT) < _MEMO_LIMIT:
+        _KEPT.add(cls)
+    return out
+
+
+def _env_value(func: Any, name: str) -> Any:
+    """``name`` as the function ``func``'s code sees it (``Translator.lookup``), not normalized."""
+    code = func.__code__
+    if name in code.co_freevars:
+        try:
+            return func.__closure__[code.co_freevars.index(name)].cell_contents
+        except ValueError:  # a cell not filled yet
+            pass
+    g = func.__globals__
+    if name in g:
+        return g[name]
+    return getattr(builtins, name)
+
+
+def _key(func: Any, spec: Any) -> Any:
+    """The item key that ``spec`` (``Reads._key_spec``) names."""
+    kind = spec[0]
+    if kind == "v":
+        return spec[1]
+    if kind == "dtype":
+        return BY_NAME[spec[1]]
+    if kind == "tuple":
+        return tuple(_key(func, s) for s in spec[1])
+    if kind == "slice":
+        return slice(*(_key(func, s) for s in spec[1:]))
+    if kind == "path":
+        return _follow(func, spec[1])
+    raise LookupError(f"unknown key {spec!r}")
+
+
+def _read_texts(values: Sequence[Any]) -> list[str | None]:
+    """``_read_text`` of each value, marked with the first earlier one that is the same object (``is`` in
+    kernel code compares identities, which texts alone do not show)."""
+    first: dict[int, int] = {}
+    texts: list[str | None] = []
+    for i, v in enumerate(values):
+        if v is _MISSING_VALUE:
+            texts.append(None)
+            continue
+        text = _read_text(v)
+        if text is not None and type(v) not in _LITERALS and not isinstance(v, tuple | list | DType):
+            same = first.setdefault(id(v), i)
+            if same != i:
+                text = f"@{same}:{text}"
+        texts.append(text)
+    return texts
+
+
+def _texts_now(func: Any, paths: Sequence[Any]) -> list[str | None]:
+    """``_read_texts`` of the values that ``paths`` lead to now (None for a path that leads nowhere)."""
+    values = []
+    for path in paths:
+        try:
+            values.append(_follow(func, path))
+        except Exception:
+            values.append(_MISSING_VALUE)
+    return _read_texts(values)
 
 
 def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: Sequence[str]) -> str:

@@ -3,6 +3,13 @@
 A kernel-level cache entry holds the CUBIN and the launch facts (symbol, threads, shared memory,
 parameter ABI), keyed by the kernel's source fingerprint and everything else that changes the
 code, so a warm first call in a new process skips the front end, the backend and NVRTC entirely.
+
+The entry also holds every value the translation read from outside the kernel (globals, closure
+variables, attributes and items of them, helpers' names and defaults: ``scope.Reads``), each as the
+path that reaches it and the text of the value. A lookup takes those paths again (plain
+``getattr``/``getitem``, no front end) and uses the entry only when every text is the same; else it
+goes on to the entry keyed by the texts it found, so a few variants (a config value that differs between
+runs) each keep an entry. A kernel that read something with no path or no text is not cached.
 """
 
 from __future__ import annotations
@@ -20,7 +27,10 @@ if TYPE_CHECKING:
     from tilejit.api.kernel import _Compiled
     from tilejit.runtime.launch import Launcher
 
-_ENTRY_VERSION = "4"  # 4: user names in their own C++ namespace (entries of 3 may hold captured names)
+# 4: user names in their own C++ namespace (entries of 3 may hold captured names); 5: the values read from outside
+_ENTRY_VERSION = "5"
+_FIELDS = frozenset({"image", "kind", "symbol", "num_threads", "shared_bytes", "params", "reads"})
+_CHAIN = 8  # entries a lookup tries for one specialization (variants of the values read from outside)
 
 
 @functools.cache
@@ -62,24 +72,69 @@ def _compile_entry(artifact: Artifact, ptx: bool) -> dict[str, Any]:
     }
 
 
+def _compile_recorded(artifact: Artifact, ptx: bool) -> tuple[dict[str, Any], list[tuple[Any, str]] | None]:
+    """Compile an entry, recording what the translation read from outside the kernel: (entry, its reads as
+    (path, text) pairs), the reads None when the kernel must not be cached (``Reads.opaque``, a value
+    without text, or no translation seen)."""
+    from tilejit.api.kernel import _read_texts
+    from tilejit.language.frontend.scope import RECORDING, Reads
+
+    reads = Reads()
+    token = RECORDING.set(reads)
+    try:
+        entry = _compile_entry(artifact, ptx)
+    finally:
+        RECORDING.reset(token)
+    if reads.opaque is not None or not reads.translated:
+        return entry, None
+    texts = _read_texts(list(reads.values.values()))
+    if any(t is None for t in texts):
+        return entry, None
+    return entry, [(path, text) for path, text in zip(reads.values, texts) if text is not None]
+
+
+def _entry(artifact: Artifact, fingerprint: str, ptx: bool) -> dict[str, Any]:
+    """The compiled entry of one specialization: from the disk cache when one there was compiled with the
+    same values read from outside the kernel as this process has, else compiled (and stored if it can be)."""
+    if not CACHE.get():
+        return _compile_entry(artifact, ptx)
+    from tilejit.api.kernel import _texts_now
+    from tilejit.compiler.cache import cache_key, default_cache
+
+    cache = default_cache()
+    key: str | None = _specialization_key(artifact, fingerprint)
+    func = artifact.kernel_func
+    if not hasattr(func, "__code__"):
+        func = func.func  # a Kernel or @tj.function object: translate() unwraps it the same way
+    for _ in range(_CHAIN):
+        assert key is not None
+        entry = cache.get(key)
+        if entry is None or not set(entry) >= _FIELDS or not isinstance(entry["reads"], list | tuple):
+            break
+        try:
+            paths, texts = [p for p, _ in entry["reads"]], [t for _, t in entry["reads"]]
+        except (TypeError, ValueError):  # a malformed entry: compiled again and replaced
+            break
+        now = _texts_now(func, paths)
+        if now == texts:
+            return entry
+        # the entry of the variant whose compile found these values on this entry's paths, if any
+        key = cache_key(key, *("\0" if t is None else t for t in now))
+    else:
+        key = None  # as many variants as the chain holds: this one is compiled every time
+    entry, reads = _compile_recorded(artifact, ptx)
+    if key is not None and reads is not None:
+        cache.put(key, {**entry, "reads": reads})
+    return entry
+
+
 def load_artifact(artifact: Artifact, fingerprint: str, device: Any = None) -> _Compiled:
     """Compile (or fetch from the disk cache) and load one specialization on ``device`` (default: current)."""
-    from tilejit.compiler.cache import cached_compile, default_cache
+    from tilejit.compiler.cache import cached_compile
     from tilejit.runtime.launch import Launcher, ParamKind
     from tilejit.runtime.module import Module
 
-    ptx = EMIT_PTX.get()
-    entry: dict[str, Any] | None = None
-    key = ""
-    if CACHE.get():
-        key = _specialization_key(artifact, fingerprint)
-        entry = default_cache().get(key)
-        if entry is not None and not {"image", "kind", "symbol", "num_threads", "shared_bytes", "params"} <= set(entry):
-            entry = None
-    if entry is None:
-        entry = _compile_entry(artifact, ptx)
-        if key:
-            default_cache().put(key, entry)
+    entry = _entry(artifact, fingerprint, EMIT_PTX.get())
     module = Module.load(entry["image"], entry["kind"], device=device)
     function = module.get_function(entry["symbol"])
     params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]

@@ -27,6 +27,7 @@ from tilejit.language.frontend.builder import Builder, common_default, const_val
 from tilejit.language.frontend.limits import Budget, check_format_spec, check_iterable, range_len
 from tilejit.language.frontend.params import closure_of
 from tilejit.language.frontend.scope import (
+    RECORDING,
     ControlSignal,
     FuncCtx,
     LoopCtx,
@@ -124,6 +125,9 @@ class Translator:
         self.runtime_depth = 0
         self.active: set[object] = set()
         self.budget = Budget()
+        self.reads = RECORDING.get()  # where values read from outside the kernel are recorded (None: nowhere)
+        if self.reads is not None:
+            self.reads.translated = True
 
     # ------------------------------------------------------------------ dispatch
 
@@ -603,8 +607,11 @@ class Translator:
             raise FrontendError(f"{name}(): {exc}") from None
         bound.apply_defaults()
         src = get_source(func)
+        roots = None if self.reads is None else self.reads.roots(func)
         ctx = FuncCtx(name, src, func.__globals__, closure_of(func), is_kernel=False,
-                      local_names=frozenset(assigned_names(src.tree.body)))
+                      local_names=frozenset(assigned_names(src.tree.body)), roots=roots)
+        if self.reads is not None:
+            self.reads.helper(roots, func)
         scope = Scope()
         for k, v in bound.arguments.items():
             scope.set(k, normalize_const(v) if is_const(v) else v, src.tree)
@@ -852,7 +859,10 @@ def _constant(tr: Translator, node: ast.Constant) -> object:
 
 @expr(ast.Name)
 def _name(tr: Translator, node: ast.Name) -> object:
-    return tr.lookup(node.id)
+    value = tr.lookup(node.id)
+    if tr.reads is not None and node.id not in tr.scope.values:
+        tr.reads.name(node, tr.func.roots, node.id, value)
+    return value
 
 
 def _expand(tr: Translator, nodes: list[ast.expr]) -> list[object]:
@@ -902,12 +912,23 @@ def _fstring(tr: Translator, node: ast.JoinedStr) -> object:
 
 @expr(ast.Attribute)
 def _attribute(tr: Translator, node: ast.Attribute) -> object:
-    return calls.get_attribute(tr, tr.expr(node.value), node.attr)
+    reads = tr.reads
+    obj = tr.expr(node.value if reads is None else reads.base(node.value))
+    value = calls.get_attribute(tr, obj, node.attr)
+    if reads is not None:
+        reads.attr(node, obj, value)
+    return value
 
 
 @expr(ast.Subscript)
 def _subscript(tr: Translator, node: ast.Subscript) -> object:
-    return calls.subscript(tr, tr.expr(node.value), tr.expr(node.slice))
+    reads = tr.reads
+    obj = tr.expr(node.value if reads is None else reads.base(node.value))
+    index = tr.expr(node.slice)
+    value = calls.subscript(tr, obj, index)
+    if reads is not None:
+        reads.item(node, obj, index, value)
+    return value
 
 
 @expr(ast.Slice)
