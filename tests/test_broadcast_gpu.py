@@ -6,10 +6,9 @@ output is poisoned before the launch, so unwritten and wrongly written elements 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
+from gpu_arrays import dev, poisoned
 
 import tilejit as tj
 
@@ -19,14 +18,6 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng()
-
-
-def dev(a: np.ndarray) -> Any:
-    return tj.asarray(np.ascontiguousarray(a))
-
-
-def poisoned(shape: Any, dtype: Any) -> Any:
-    return tj.asarray(np.full(shape, 77, dtype))
 
 
 @tj.kernel

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_arrays import dev, poisoned
 
 import tilejit as tj
 
@@ -18,14 +19,6 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng()
-
-
-def dev(a: np.ndarray) -> Any:
-    return tj.asarray(np.ascontiguousarray(a))
-
-
-def poisoned(shape: Any, dtype: Any) -> Any:
-    return tj.asarray(np.full(shape, 77, dtype))
 
 
 def assert_same(got: np.ndarray, want: Any, what: str) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from source_lines import where_in
 
 import tilejit as tj
 from tilejit.errors import TileCompileError
@@ -24,17 +25,8 @@ LINES = Path(__file__).read_text(encoding="utf-8").splitlines()
 
 
 def where(snippet: str) -> tuple[int, int]:
-    """(1-based line, 0-based column) of the one place in this file where ``snippet`` is code
-    (occurrences right after a quote are the tests' own arguments)."""
-    found = []
-    for i, line in enumerate(LINES):
-        col = line.find(snippet)
-        while col >= 0:
-            if col == 0 or line[col - 1] not in "\"'":
-                found.append((i + 1, col))
-            col = line.find(snippet, col + 1)
-    assert len(found) == 1, f"{snippet!r} found {len(found)} times"
-    return found[0]
+    """(1-based line, 0-based column) of the one place in this file where ``snippet`` is code."""
+    return where_in(LINES, snippet)
 
 
 def check(kernel: Callable[..., Any], at: str, message: str, consts: dict[str, Any] | None = None,

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from source_lines import where_in
 
 import tilejit as tj
 from tilejit.errors import TileCompileError
@@ -33,15 +34,7 @@ BIG = 10 ** 5000  # a global integer Python itself refuses to print (over 4300 d
 
 def where(snippet: str) -> tuple[int, int]:
     """(1-based line, 0-based column) of the one place in this file where ``snippet`` is code."""
-    found = []
-    for i, line in enumerate(LINES):
-        col = line.find(snippet)
-        while col >= 0:
-            if col == 0 or line[col - 1] not in "\"'":
-                found.append((i + 1, col))
-            col = line.find(snippet, col + 1)
-    assert len(found) == 1, f"{snippet!r} found {len(found)} times"
-    return found[0]
+    return where_in(LINES, snippet)
 
 
 # ------------------------------------------------------------------------------ kernels that must fail fast

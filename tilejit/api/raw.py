@@ -476,21 +476,13 @@ def _merged(name: str, matches: list[list[tuple[str, ParamKind]]]) -> list[tuple
 
 
 def _entry_ok(entry: dict[str, Any], output: str) -> bool:
-    """Whether a cache entry (checksummed, but maybe written by another tilejit version) has what a hit needs."""
-    names, version, params = entry.get("lowered_names"), entry.get("nvrtc_version"), entry.get("params")
-    return (
-        entry.get("kind") == output
-        and isinstance(entry.get("code"), bytes)
-        and isinstance(entry.get("log"), str)
-        and isinstance(names, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())
-        and isinstance(version, list)
-        and len(version) == 2
-        and all(isinstance(v, int) for v in version)
-        and (isinstance(params, str) or (isinstance(params, list) and all(
-            isinstance(p, list) and len(p) == 3 and isinstance(p[0], str) and p[1] in ("scalar", "pointer")
-            and (p[2] is None or isinstance(p[2], str)) for p in params)))
-    )
+    """Whether a RawKernel cache entry has what a hit needs: ``compile_cuda``'s fields and the checked parameters."""
+    from tilejit.compiler.nvrtc import _entry_ok as program_ok
+
+    params = entry.get("params")
+    return program_ok(entry, output) and (isinstance(params, str) or (isinstance(params, list) and all(
+        isinstance(p, list) and len(p) == 3 and isinstance(p[0], str) and p[1] in ("scalar", "pointer")
+        and (p[2] is None or isinstance(p[2], str)) for p in params)))
 
 
 def _launchable(checked: list[tuple[str, ParamKind]] | str) -> list[tuple[str, ParamKind]]:
