@@ -304,6 +304,26 @@ def test_kernel_bytecode_compiles_and_disassembles(tileir_toolchain: tb.Toolchai
     text = tc.disassemble(kernel_bytecode, toolchain=tileir_toolchain)
     assert text.startswith("entry @add_one")
     assert "load_view_tko" in text and "addf" in text
+    entry = text.split("(", 1)[0].removeprefix("entry @")
+    assert b".text." + entry.encode() + b"\x00" in cubin  # the kernel's symbol, as a driver looks it up
+
+
+@pytest.mark.gpu
+def test_kernel_cubin_loads_on_this_gpu(tileir_toolchain: tb.Toolchain, kernel_bytecode: bytes) -> None:
+    """The CUBIN tileiras makes for this device's target loads under this driver (r580+ needed), and its entry
+    (named as tileirdisasm prints it) is a function of the module."""
+    from tilejit.runtime.device import get_device, initialized_driver
+    from tilejit.runtime.module import Module
+
+    tc.check_driver(initialized_driver().version)
+    dev = get_device()
+    if dev.arch not in tileir_toolchain.targets:
+        pytest.skip(f"tileiras {tileir_toolchain.tileiras_version} does not compile for {dev.arch}")
+    entry = tc.disassemble(kernel_bytecode, toolchain=tileir_toolchain).split("(", 1)[0].removeprefix("entry @")
+    cubin = tc.run_tileiras(kernel_bytecode, dev.arch, toolchain=tileir_toolchain)
+    with Module.load(cubin, device=dev) as module:
+        assert module.kind == "cubin"
+        assert module.get_function(entry).max_threads > 0
 
 
 def test_bad_bytecode_is_refused_before_running(tileir_toolchain: tb.Toolchain) -> None:
