@@ -238,6 +238,38 @@ def test_real_pieces_with_a_swapped_ptxas_are_refused(tileir_toolchain: tb.Toolc
         tb.find_toolchain()
 
 
+def _other_release_ptxas(release: tuple[int, int]) -> str:
+    """A real ptxas of another CUDA minor version on this machine (a system toolkit's), or skip."""
+    for path in [shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas", *sorted(map(str, Path("/usr/local").glob(
+            "cuda-*/bin/ptxas")))]:
+        if path and os.path.isfile(path):
+            try:
+                version = tb.program_version(path, "ptxas")
+            except LibraryNotFoundError:
+                continue
+            if tb.major_minor(version) != release:
+                return path
+    pytest.skip("no ptxas of another CUDA version on this machine")
+
+
+def test_a_real_ptxas_of_another_version_is_named_and_would_fail(
+    tileir_toolchain: tb.Toolchain, clean_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The measured failure: tileiras with a ptxas of another minor version exits 5 with only 'failed to compile
+    Tile IR program' (even for an empty module); discovery names that ptxas instead."""
+    other = _other_release_ptxas(tileir_toolchain.release)
+    exe = _copy_real(tileir_toolchain, tmp_path / "tc")
+    (tmp_path / "tc" / "bin" / "ptxas").unlink()
+    (tmp_path / "tc" / "bin" / "ptxas").symlink_to(other)
+    monkeypatch.setenv("TILEJIT_TILEIRAS", str(exe))
+    with pytest.raises(LibraryNotFoundError, match=r"needs ptxas \d+\.\d+; found \d+\.\d+ at "):
+        tb.find_toolchain()
+    (tmp_path / "m.tileirbc").write_bytes(EMPTY_13_5)
+    args = [str(exe), "--gpu-name", "sm_90", "-o", str(tmp_path / "m.cubin"), str(tmp_path / "m.tileirbc")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert (done.returncode, done.stderr.strip()) == (5, "error: failed to compile Tile IR program")
+
+
 def test_target_rule_by_release() -> None:
     listed = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
     assert tb.supported_targets((13, 1), listed) == ("sm_100", "sm_120")
