@@ -122,3 +122,35 @@ def use_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Any], Any]
 
     yield use
     cell[0] = old
+
+
+def tileir_root() -> Path:
+    """The folder of the CUDA Tile IR toolchain for the tests: ``TILEJIT_TEST_TILEIR_ROOT`` or
+    ``.ci-cache/tileir`` (a ``pip install --target`` of the ``tilejit[tileir]`` set; ``.ci/run`` makes it)."""
+    raw = os.environ.get("TILEJIT_TEST_TILEIR_ROOT")
+    return Path(raw) if raw else Path(__file__).resolve().parent.parent / ".ci-cache" / "tileir"
+
+
+@functools.cache
+def _tileir_toolchain() -> Any:
+    """The checked toolchain under ``tileir_root()``, or the text of why there is none."""
+    from tilejit.bindings import tileiras
+    from tilejit.errors import LibraryNotFoundError
+
+    exe = tileir_root() / "nvidia" / "cu13" / "bin" / "tileiras"
+    if not exe.is_file():
+        return f"no CUDA Tile IR toolchain at {exe} (.ci/run installs it; or set TILEJIT_TEST_TILEIR_ROOT)"
+    try:
+        return tileiras.probe(str(exe), "tests")
+    except LibraryNotFoundError as exc:
+        return f"the CUDA Tile IR toolchain at {exe} is not usable: {exc}"
+
+
+@pytest.fixture
+def tileir_toolchain() -> Any:
+    """The CUDA Tile IR toolchain (``tilejit.bindings.tileiras.Toolchain``) the tests run; skips with the
+    reason when it is absent or incomplete."""
+    found = _tileir_toolchain()
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found

@@ -92,6 +92,9 @@ EMIT_PTX: Setting[bool] = Setting(
 ARCH_SPECIFIC: Setting[bool] = Setting(
     "TILEJIT_ARCH_SPECIFIC", bool, True, "tile kernels on an H100/H200 build for sm_90a (wgmma); 0: plain sm_90"
 )
+TILEIRAS: Setting[str | None] = Setting(
+    "TILEJIT_TILEIRAS", str, None, "explicit path of tileiras (or its bin folder) for the Tile IR backend"
+)
 
 ALL: tuple[Setting[object], ...] = (
     CUDA_DRIVER,  # type: ignore[assignment]
@@ -103,4 +106,5 @@ ALL: tuple[Setting[object], ...] = (
     DEFAULT_ARCH,  # type: ignore[assignment]
     EMIT_PTX,  # type: ignore[assignment]
     ARCH_SPECIFIC,  # type: ignore[assignment]
+    TILEIRAS,  # type: ignore[assignment]
 )
