@@ -132,15 +132,11 @@ class Artifact:
     def cuda_source(self) -> str:
         return self.cuda_kernel().source
 
-    def _program(self, output: str) -> CompiledProgram:
-        return self._cuda_backend(output).program(self.ir(), self.target, self.hints, name=self.name,
-                                                  num_threads=self.num_threads, kind=output, memo=self._stages)
-
     def ptx(self) -> str:
-        return self._program("ptx").code.decode()
+        return self.image("ptx").image.decode()
 
     def cubin(self) -> bytes:
-        return self._program("cubin").code
+        return self.image("cubin").image
 
 
 def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) -> dict[str, ArrayType | TileType]:
