@@ -130,6 +130,7 @@ class Artifact:
                                                          num_threads=self.num_threads, memo=self._stages)
 
     def cuda_source(self) -> str:
+        self._cuda_backend("cuda_source")
         return self.cuda_kernel().source
 
     def ptx(self) -> str:
