@@ -18,7 +18,7 @@ import tilejit as tj
 from tilejit.api import loader
 from tilejit.backends import base
 from tilejit.backends.base import Backend, KernelImage, choose_backend, get_backend
-from tilejit.backends.cuda.backend import CudaBackend
+from tilejit.backends.cuda_backend import CudaBackend
 from tilejit.compiler.targets import Target, parse_target
 from tilejit.errors import ConfigError, TargetError
 
@@ -236,18 +236,23 @@ def test_the_kernel_cache_key_names_the_backend_and_its_identity(monkeypatch: py
 
 
 def test_a_warm_key_loads_neither_the_code_generator_nor_nvrtc(tmp_path: Path) -> None:
-    """Naming a cache entry asks the backend's light module for its identity: no codegen, no NVRTC bindings."""
+    """Choosing the backend and naming the cache entry, as a warm launch does, ask the backend's light module:
+    not the backend's package (no codegen, no headers), no NVRTC bindings."""
     code = textwrap.dedent("""
         import sys
         from tilejit.api.compile import Artifact
         from tilejit.api.loader import _specialization_key
+        from tilejit.backends.base import choose_backend
         from tilejit.compiler.targets import Target
         from tilejit.language.ir.types import ArrayType, float32
-        art = Artifact(None, "k", {"x": ArrayType(float32, 1)}, {}, Target(8, 0))
+        backend, _ = choose_backend(None, Target(9, 0))  # what a launch's build does first
+        target = backend.launch_targets(Target(9, 0))[0]
+        art = Artifact(None, "k", {"x": ArrayType(float32, 1)}, {}, target, None, {}, backend.name)
         key = _specialization_key(art, "fp")
-        heavy = ["tilejit.backends.cuda.codegen", "tilejit.bindings.nvrtc", "tilejit.compiler.nvrtc",
-                 "tilejit.language.frontend.translate", "dataclasses", "json"]
-        print(len(key), [m for m in heavy if m in sys.modules], "tilejit.backends.cuda.backend" in sys.modules)
+        heavy = ["tilejit.backends.cuda", "tilejit.backends.cuda.codegen", "tilejit.backends.cuda.abi",
+                 "tilejit.bindings.nvrtc", "tilejit.compiler.nvrtc", "tilejit.language.frontend.translate",
+                 "dataclasses", "json"]
+        print(len(key), [m for m in heavy if m in sys.modules], "tilejit.backends.cuda_backend" in sys.modules)
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
     env["TILEJIT_CACHE_DIR"] = str(tmp_path)

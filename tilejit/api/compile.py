@@ -15,8 +15,8 @@ from tilejit.language.ir.types import bool_ as tj_bool
 
 if TYPE_CHECKING:
     from tilejit.backends.base import Backend, KernelImage
-    from tilejit.backends.cuda.backend import CudaBackend
     from tilejit.backends.cuda.codegen import CudaKernel
+    from tilejit.backends.cuda_backend import CudaBackend
     from tilejit.compiler.nvrtc import CompiledProgram
     from tilejit.compiler.targets import Target
     from tilejit.language.ir.ops import Function
@@ -116,7 +116,7 @@ class Artifact:
 
     def _cuda_backend(self, stage: str) -> CudaBackend:
         """The CUDA backend, for its stages (``stage``: the method asked for); other backends have none."""
-        from tilejit.backends.cuda.backend import CudaBackend
+        from tilejit.backends.cuda_backend import CudaBackend
 
         backend = self.backend_impl()
         if not isinstance(backend, CudaBackend):

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 CHOICES: tuple[str, ...] = BACKEND.choices
 
 #: Where each backend lives: its module holds ``BACKEND``, the :class:`Backend` instance.
-_MODULES = {"cuda": "tilejit.backends.cuda.backend", "tileir": "tilejit.backends.tileir.backend"}
+_MODULES = {"cuda": "tilejit.backends.cuda_backend", "tileir": "tilejit.backends.tileir.backend"}
 _TITLES = {"cuda": "CUDA C++ through NVRTC", "tileir": "Tile IR through tileiras"}
 _LOADED: dict[str, Backend] = {}
 

@@ -1,6 +1,6 @@
 """The CUDA backend's device headers (handed to NVRTC in memory) and the parameter ABI of its kernels;
 light to import, without the code generator. Which headers are in use, for cache keys, is
-``tilejit.backends.cuda.backend.headers_identity``."""
+``tilejit.backends.cuda_backend.headers_identity``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import functools
 import os
 
 from tilejit.backends.base import ParamSpec as ParamSpec
-from tilejit.backends.cuda.backend import HEADER_NAMES, header_folder
+from tilejit.backends.cuda_backend import HEADER_NAMES, header_folder
 
 
 @functools.cache

@@ -1,7 +1,8 @@
-"""The CUDA C++ backend behind the backend contract: tile IR → CUDA C++ (``codegen``) → NVRTC → CUBIN or PTX.
+"""The CUDA C++ backend behind the backend contract: tile IR → CUDA C++ (``cuda.codegen``) → NVRTC → CUBIN or PTX.
 
-Light to import, without the code generator: a launch that hits the disk cache asks it for its cache
-identity (NVRTC's file and the shipped device headers) and which targets to try, and nothing more.
+Outside the ``cuda`` package on purpose, and light to import: a launch that hits the disk cache asks it
+for its cache identity (NVRTC's file and the shipped device headers) and which targets to try, and must
+not import the backend's package (code generator, device headers) to learn them.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ if TYPE_CHECKING:
     from tilejit.language.ir.ops import Function
     from tilejit.language.ir.types import ArrayHint
 
-#: The device headers of the CUDA backend (``include/tilejit/<name>.cuh``), in include order.
+#: The device headers of the CUDA backend (``cuda/include/tilejit/<name>.cuh``), in include order.
 HEADER_NAMES = ("types", "tile", "math", "memory", "layout", "reduce", "mma", "tilejit")
 
 
 def header_folder() -> str:
     """Where the CUDA backend's device headers are, as plain files in a usual install."""
-    return os.path.join(os.path.dirname(__file__), "include", "tilejit")
+    return os.path.join(os.path.dirname(__file__), "cuda", "include", "tilejit")
 
 
 def headers_identity() -> str:
