@@ -342,3 +342,18 @@ def test_cli_compile_takes_backend(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "--backend applies to Python files only, and " in r.stderr
     assert "a CUDA C++ file compiles with NVRTC" in r.stderr
+
+
+def test_doctor_backends_without_nvrtc_or_with_a_bad_target(tmp_path: Path) -> None:
+    """Doctor reports, never dies of, a missing NVRTC or a malformed TILEJIT_ARCH in its Backends section."""
+    env = {"TILEJIT_NVRTC": str(tmp_path / "missing.so"), "TILEJIT_CACHE_DIR": str(tmp_path)}
+    r = _cli("doctor", env=env)
+    assert "Traceback" not in r.stdout + r.stderr
+    lines = _backends_section(r.stdout)
+    assert lines[0] == "  cuda (CUDA C++ through NVRTC): not available: no NVRTC (see above)"
+    if "this GPU's target" not in lines[-1]:
+        assert lines[-1] == "  used: none: no target to choose for (no GPU, no NVRTC, TILEJIT_ARCH unset)"
+    r = _cli("doctor", env={**env, "TILEJIT_ARCH": "sm_x"})
+    assert "Traceback" not in r.stdout + r.stderr
+    last = _backends_section(r.stdout)[-1]
+    assert last.startswith("  used: none: TILEJIT_ARCH='sm_x': invalid target 'sm_x'") or "this GPU's target" in last

@@ -192,35 +192,32 @@ def _backend_lines(archs: list[int], gpus: list[str]) -> list[str]:
     from tilejit.backends.base import choose_backend, get_backend
     from tilejit.compiler.targets import parse_target
 
-    where = "this GPU's target"
-    arch = gpus[0] if gpus else None
+    where, arch = "this GPU's target", gpus[0] if gpus else None
     if arch is None:
-        try:
-            arch = config.DEFAULT_ARCH.get()
-            where = config.DEFAULT_ARCH.name
-        except TilejitError:
-            arch = None
+        arch, where = config.DEFAULT_ARCH.get(), config.DEFAULT_ARCH.name
     if arch is None and archs:
         arch, where = f"sm_{archs[-1]}", "the newest NVRTC target; no GPU here"
+    target: Target | None = None
+    problem = "no target to choose for (no GPU, no NVRTC, TILEJIT_ARCH unset)"
+    if arch is not None:
+        try:
+            target = parse_target(arch)
+        except TilejitError as exc:
+            problem = f"{where}={arch!r}: {exc}"
     lines = []
     for name in ("cuda", "tileir"):
         backend = get_backend(name)
-        if name == "cuda" and not archs:
-            state = "not available: no NVRTC (see above)"
+        if name == "cuda":
+            reason = None if archs else "no NVRTC (see above)"
         else:
-            try:
-                reason = backend.available(parse_target(arch or "sm_90"))
-            except TilejitError as exc:
-                reason = str(exc)
-            state = "available" if reason is None else f"not available: {reason}"
-        lines.append(f"{name} ({backend.title}): {state}")
-    if arch is None:
-        lines.append("used: no target to choose for (no GPU, no NVRTC, TILEJIT_ARCH unset)")
+            reason = backend.available(target) if target is not None else problem
+        lines.append(f"{name} ({backend.title}): " + ("available" if reason is None else f"not available: {reason}"))
+    if target is None:
+        lines.append(f"used: none: {problem}")
         return lines
     try:
-        target = parse_target(arch)
         chosen, why = choose_backend(None, target)
-    except TilejitError as exc:  # a bad TILEJIT_BACKEND or TILEJIT_ARCH, or an explicit backend not available
+    except TilejitError as exc:  # a bad TILEJIT_BACKEND, or one it names that is not available
         lines.append(f"used: none: {exc}")
         return lines
     lines.append(f"used for {target.sm} ({where}): {chosen.name} ({why})")
