@@ -357,3 +357,26 @@ def test_doctor_backends_without_nvrtc_or_with_a_bad_target(tmp_path: Path) -> N
     assert "Traceback" not in r.stdout + r.stderr
     last = _backends_section(r.stdout)[-1]
     assert last.startswith("  used: none: TILEJIT_ARCH='sm_x': invalid target 'sm_x'") or "this GPU's target" in last
+
+
+@pytest.mark.gpu
+def test_a_launch_goes_through_the_chosen_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """On a GPU: backend='cuda' (and auto) launch and compute; an explicit unavailable backend is refused at
+    the launch with the contract's error, before anything is compiled; the cache keeps working."""
+    import numpy as np
+
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    x = np.arange(300, dtype=np.float32)
+    for backend in ("cuda", "auto", None):
+        k = tj.kernel(_copy.func, backend=backend)
+        out = tj.asarray(np.full(300, np.nan, np.float32))
+        k[3](tj.asarray(x), out, TILE=128)
+        assert np.array_equal(out.numpy(), x), backend
+        (compiled,) = k._specs.values()
+        assert compiled.artifact is not None and compiled.artifact.backend == "cuda"
+    refused = tj.kernel(_copy.func, backend="tileir")
+    with pytest.raises(TargetError, match=r"^backend='tileir': tileir backend not available here: "):
+        refused[3](tj.asarray(x), tj.empty(300, "float32"), TILE=128)
+    monkeypatch.setenv("TILEJIT_BACKEND", "tileir")
+    with pytest.raises(TargetError, match=r"^TILEJIT_BACKEND=tileir: tileir backend not available here: "):
+        tj.kernel(_copy.func)[3](tj.asarray(x), tj.empty(300, "float32"), TILE=128)
