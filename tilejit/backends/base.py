@@ -107,7 +107,7 @@ class _Missing(Backend):
 
     def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,
                  kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
-        raise unavailable_error(self.name, self.reason, "backend")
+        raise unavailable_error(self.name, self.reason, f"backend={self.name!r}")
 
 
 def get_backend(name: str) -> Backend:
