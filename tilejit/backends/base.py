@@ -2,9 +2,11 @@
 compile uses.
 
 A backend (``cuda``: CUDA C++ through NVRTC; ``tileir``: Tile IR bytecode through ``tileiras``) is a
-:class:`Backend` registered here by name and module path, imported only when first asked for. Every
-compile entry point (``@tj.kernel``, ``tj.compile``, ``tilejit compile``) picks one by the one rule of
-:func:`choose_backend`. Light to import: a warm launch reaches it to name its cache entry.
+:class:`Backend` registered here by name and module path (the module's ``BACKEND``), imported only when
+first asked for; a registered module that is not there is a stand-in that says why it is not available.
+Every compile entry point (``@tj.kernel``, ``tj.compile``, ``tilejit compile``) picks one by the one rule
+of :func:`choose_backend`. Light to import, as must be each backend's registered module: a warm launch
+chooses its backend (``auto`` asks Tile IR's availability) and names its cache entry through them.
 """
 
 from __future__ import annotations
