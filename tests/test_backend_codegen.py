@@ -421,7 +421,7 @@ def test_headers_identity_follows_every_header(tmp_path: Any, monkeypatch: pytes
     """The tile-kernel cache key names the device headers by file identity: editing any of them changes it."""
     import shutil
 
-    import tilejit.backends as backends
+    import tilejit.backends.cuda_backend as backends
 
     folder = tmp_path / "tilejit"
     shutil.copytree(backends.header_folder(), folder)

@@ -21,13 +21,14 @@ class Setting(Generic[T]):
     A plain class, not a dataclass: this module is on every first launch's path, and creating
     dataclasses (and importing ``dataclasses``/``inspect``) costs milliseconds there."""
 
-    __slots__ = ("default", "doc", "kind", "name")
+    __slots__ = ("choices", "default", "doc", "kind", "name")
 
-    def __init__(self, name: str, kind: type, default: T, doc: str) -> None:
+    def __init__(self, name: str, kind: type, default: T, doc: str, choices: tuple[str, ...] = ()) -> None:
         self.name = name
         self.kind = kind
         self.default = default
         self.doc = doc
+        self.choices = choices  # a str setting: the values it takes (empty: any)
 
     def __repr__(self) -> str:
         return f"Setting({self.name!r}, {self.kind.__name__}, default={self.default!r})"
@@ -53,7 +54,9 @@ class Setting(Generic[T]):
             raise ValueError("expected one of 1/0/true/false/yes/no/on/off")
         if self.kind is int:
             return _parse_size(raw) if raw else self.default
-        return raw or self.default
+        if raw and self.choices and raw.lower() not in self.choices:
+            raise ValueError(f"expected one of {', '.join(self.choices)}")
+        return (raw.lower() if self.choices else raw) or self.default
 
 
 def _parse_size(raw: str) -> int:
@@ -95,6 +98,10 @@ ARCH_SPECIFIC: Setting[bool] = Setting(
 TILEIRAS: Setting[str | None] = Setting(
     "TILEJIT_TILEIRAS", str, None, "explicit path of tileiras (or its bin folder) for the Tile IR backend"
 )
+BACKEND: Setting[str] = Setting(
+    "TILEJIT_BACKEND", str, "auto", "tile kernel backend: cuda (C++ via NVRTC), tileir (via tileiras) or auto",
+    choices=("auto", "cuda", "tileir"),
+)
 
 ALL: tuple[Setting[object], ...] = (
     CUDA_DRIVER,  # type: ignore[assignment]
@@ -107,4 +114,5 @@ ALL: tuple[Setting[object], ...] = (
     EMIT_PTX,  # type: ignore[assignment]
     ARCH_SPECIFIC,  # type: ignore[assignment]
     TILEIRAS,  # type: ignore[assignment]
+    BACKEND,  # type: ignore[assignment]
 )

@@ -1,7 +1,8 @@
 """Compile a tile kernel for a named target with no GPU: IR text, CUDA C++, PTX and CUBIN on demand.
 
-The same pipeline serves launches (``tilejit.api.kernel``): front end → passes → CUDA C++ backend →
-NVRTC, with each stage's output kept on the artifact so it is computed at most once.
+The same pipeline serves launches (``tilejit.api.kernel``): front end → passes → a backend (the contract
+of ``tilejit.backends.base``; CUDA C++ → NVRTC by default), with each stage's output kept on the artifact
+so it is computed at most once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from tilejit.language.ir.types import ArrayHint, ArrayType, DType, TileType, flo
 from tilejit.language.ir.types import bool_ as tj_bool
 
 if TYPE_CHECKING:
+    from tilejit.backends.base import Backend, KernelImage
     from tilejit.backends.cuda.codegen import CudaKernel
+    from tilejit.backends.cuda_backend import CudaBackend
     from tilejit.compiler.nvrtc import CompiledProgram
     from tilejit.compiler.targets import Target
     from tilejit.language.ir.ops import Function
@@ -46,7 +49,8 @@ def _as_param_type(name: str, t: object) -> ArrayType | TileType:
 
 
 class Artifact:
-    """One specialization of a kernel for one target, compiled lazily stage by stage.
+    """One specialization of a kernel for one target and backend (``backend``: its name, "cuda" or "tileir"),
+    compiled lazily stage by stage.
 
     A plain class, not a dataclass: a warm-cache launch builds one to name its cache entry, and
     importing ``dataclasses`` would cost that launch milliseconds."""
@@ -60,6 +64,7 @@ class Artifact:
         target: Target,
         num_threads: int | None = None,
         hints: dict[str, ArrayHint] | None = None,
+        backend: str = "cuda",
     ) -> None:
         self.kernel_func = kernel_func
         self.name = name
@@ -68,13 +73,30 @@ class Artifact:
         self.target = target
         self.num_threads = num_threads
         self.hints: dict[str, ArrayHint] = {} if hints is None else hints
+        self.backend = backend
         self._fn: Function | None = None
-        self._cuda: CudaKernel | None = None
-        self._progs: dict[str, CompiledProgram] = {}
+        self._stages: dict[str, Any] = {}  # the backend's intermediate outputs (``Backend.generate``'s memo)
 
     def __repr__(self) -> str:
         return (f"Artifact(name={self.name!r}, arg_types={self.arg_types!r}, constants={self.constants!r}, "
-                f"target={self.target!r}, num_threads={self.num_threads!r}, hints={self.hints!r})")
+                f"target={self.target!r}, num_threads={self.num_threads!r}, hints={self.hints!r}, "
+                f"backend={self.backend!r})")
+
+    @property
+    def _progs(self) -> dict[str, CompiledProgram]:
+        """The CUDA backend's NVRTC outputs compiled so far, by kind."""
+        return {k: v for k, v in self._stages.items() if k in ("ptx", "cubin")}
+
+    def backend_impl(self) -> Backend:
+        """The :class:`~tilejit.backends.base.Backend` this artifact compiles with."""
+        from tilejit.backends.base import get_backend
+
+        return get_backend(self.backend)
+
+    def image(self, kind: str = "cubin") -> KernelImage:
+        """The loadable kernel (``kind`` "cubin" or "ptx") with its launch facts, from the backend."""
+        return self.backend_impl().generate(self.ir(), self.target, self.hints, num_threads=self.num_threads,
+                                            kind=kind, memo=self._stages)
 
     def ir(self) -> Function:
         """The optimized tile IR."""
@@ -92,40 +114,30 @@ class Artifact:
 
         return print_function(self.ir())
 
+    def _cuda_backend(self, stage: str) -> CudaBackend:
+        """The CUDA backend, for its stages (``stage``: the method asked for); other backends have none."""
+        from tilejit.backends.cuda_backend import CudaBackend
+
+        backend = self.backend_impl()
+        if not isinstance(backend, CudaBackend):
+            raise TypeError(f"{self.name}: {stage}() is a stage of the CUDA C++ backend; this artifact was compiled "
+                            f"with backend={self.backend!r}: use .image() (or tj.compile(..., backend='cuda'))")
+        return backend
+
     def cuda_kernel(self) -> CudaKernel:
         """Generated CUDA C++ with its launch facts (threads, shared memory, parameter ABI)."""
-        if self._cuda is None:
-            from tilejit.backends.cuda.codegen import generate
-
-            self._cuda = generate(
-                self.ir(), target=self.target, num_threads=self.num_threads, hints=self.hints
-            )
-        return self._cuda
+        return self._cuda_backend("cuda_kernel").source(self.ir(), self.target, self.hints,
+                                                         num_threads=self.num_threads, memo=self._stages)
 
     def cuda_source(self) -> str:
+        self._cuda_backend("cuda_source")
         return self.cuda_kernel().source
 
-    def _program(self, output: str) -> CompiledProgram:
-        prog = self._progs.get(output)
-        if prog is None:
-            from tilejit.compiler.nvrtc import compile_cuda
-
-            ck = self.cuda_kernel()
-            prog = compile_cuda(
-                ck.source,
-                name=f"{self.name}.cu",
-                headers=ck.headers,
-                target=self.target,
-                output=output,  # type: ignore[arg-type]
-            )
-            self._progs[output] = prog
-        return prog
-
     def ptx(self) -> str:
-        return self._program("ptx").code.decode()
+        return self.image("ptx").image.decode()
 
     def cubin(self) -> bytes:
-        return self._program("cubin").code
+        return self.image("cubin").image
 
 
 def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) -> dict[str, ArrayType | TileType]:
@@ -176,6 +188,18 @@ def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) 
     return {n: _as_param_type(n, t) for n, t in pairs}
 
 
+def check_backend(backend: object, where: str) -> str | None:
+    """``backend`` as given to ``where`` (e.g. ``tj.compile``): None (the default) or "cuda", "tileir", "auto"."""
+    from tilejit.config import BACKEND
+
+    if backend is None:
+        return None
+    if not isinstance(backend, str) or backend not in BACKEND.choices:
+        choices = ", ".join(repr(c) for c in BACKEND.choices)
+        raise ValueError(f"{where}: backend must be one of {choices}, got {backend!r}")
+    return backend
+
+
 def check_num_threads(n: object, where: str) -> int:
     """A kernel's ``num_threads``: a power of two from 32 to 1024 (the CUDA block limit); errors start with
     ``where``."""
@@ -222,6 +246,7 @@ def compile(
     constants: Mapping[str, Any] | None = None,
     target: str | int | Target | None = None,
     num_threads: int | None = None,
+    backend: str | None = None,
 ) -> Artifact:
     """Compile ``kernel`` for ``target`` (e.g. "sm_90") with no GPU needed.
 
@@ -230,16 +255,23 @@ def compile(
     ``tj.float16[:, ::1]`` promises the launch passes an array with unit inner stride and 16-byte-aligned
     base and row strides, as a kernel launched from Python would detect, so the compile gets the same
     vectorized/pipelined code. Stages run when their output is first asked for.
+    ``backend``: "cuda" (CUDA C++ through NVRTC), "tileir" (Tile IR through tileiras) or "auto"; default: the
+    kernel's own ``@tj.kernel(backend=...)``, else ``TILEJIT_BACKEND`` (auto: Tile IR where available, else CUDA).
     """
+    from tilejit.backends.base import choose_backend
     from tilejit.compiler.targets import resolve_target
 
     func = _kernel_function(kernel)
+    where = f"tj.compile({func.__name__})"
+    requested = check_backend(backend, where)
+    if requested is None:
+        requested = getattr(kernel, "backend", None)
     arg_types = specialize(func, signature)
     consts = _check_constants(func, constants)
     tgt = resolve_target(target)
     threads: int | None
     if num_threads is not None:
-        threads = check_num_threads(num_threads, f"tj.compile({func.__name__})")
+        threads = check_num_threads(num_threads, where)
     else:
         threads = getattr(kernel, "num_threads", None)
     hints = {
@@ -247,4 +279,5 @@ def compile(
         for n, t in arg_types.items()
         if isinstance(t, ArrayType) and t.contiguous
     }
-    return Artifact(func, func.__name__, arg_types, consts, tgt, threads, hints)
+    chosen, _ = choose_backend(requested, tgt)
+    return Artifact(func, func.__name__, arg_types, consts, tgt, threads, hints, chosen.name)

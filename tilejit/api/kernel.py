@@ -16,7 +16,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tilejit.api.compile import Artifact, check_num_threads
+from tilejit.api.compile import Artifact, check_backend, check_num_threads
 from tilejit.api.signature import array_key, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, DType, TileType, normalize_const
@@ -602,7 +602,8 @@ def _check_num_threads(name: str, n: object) -> int:
 class Kernel:
     """A tile kernel. Launch with ``kernel[grid](args...)``; compile ahead with ``tj.compile``."""
 
-    def __init__(self, func: Callable[..., Any], *, num_threads: int | None = None) -> None:
+    def __init__(self, func: Callable[..., Any], *, num_threads: int | None = None,
+                 backend: str | None = None) -> None:
         from tilejit.language.frontend.params import constant_params, signature_params
 
         if not callable(func) or isinstance(func, type):
@@ -615,6 +616,7 @@ class Kernel:
         if num_threads is not None:
             num_threads = _check_num_threads(func.__name__, num_threads)
         self.num_threads = num_threads
+        self.backend = check_backend(backend, f"@tj.kernel(backend=...) of {func.__name__}")  # None: TILEJIT_BACKEND
         self._params = signature_params(func)
         consts = set(constant_params(func))
         self._constants = [p for p in self._params if p in consts]
@@ -814,34 +816,42 @@ class Kernel:
         self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], consts: tuple[Any, ...],
         device: Any,
     ) -> _Compiled:
-        """Compile (or fetch from the disk cache) one specialization and load it on ``device``."""
+        """Compile (or fetch from the disk cache) one specialization and load it on ``device``, with the backend
+        ``choose_backend`` picks, trying each of the backend's targets for the device in turn."""
         from tilejit.api.loader import load_artifact
-        from tilejit.compiler.targets import Target, parse_target
-        from tilejit.config import ARCH_SPECIFIC
+        from tilejit.backends.base import choose_backend
+        from tilejit.compiler.targets import parse_target
 
         if self._fingerprint is None:
             self._fingerprint = _source_fingerprint(self.func)
-        target = parse_target(device.arch)
+        device_target = parse_target(device.arch)
+        backend, _ = choose_backend(self.backend, device_target)
         constants = dict(zip(self._constants, consts))
-        if target.number == 90 and ARCH_SPECIFIC.get():
-            # Hopper: the arch-specific target unlocks wgmma; an NVRTC older than 12.0 lacks it
+        *first, last = backend.launch_targets(device_target)
+        for target in first:
             try:
-                native = Artifact(self.func, self.func.__name__, arg_types, constants, Target(9, 0, "a"),
-                                  self.num_threads, hints)
-                return load_artifact(native, self._fingerprint, device)
-            except TargetError:
+                return load_artifact(self._artifact(arg_types, hints, constants, target, backend.name),
+                                     self._fingerprint, device)
+            except TargetError:  # e.g. sm_90a, which an NVRTC older than 12.0 lacks
                 pass
-        artifact = Artifact(self.func, self.func.__name__, arg_types, constants, target, self.num_threads, hints)
-        return load_artifact(artifact, self._fingerprint, device)
+        return load_artifact(self._artifact(arg_types, hints, constants, last, backend.name), self._fingerprint, device)
+
+    def _artifact(self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], constants: dict[str, Any],
+                  target: Any, backend: str) -> Artifact:
+        """The artifact of one specialization for ``target`` with ``backend``."""
+        return Artifact(self.func, self.func.__name__, arg_types, constants, target, self.num_threads, hints, backend)
 
 
-def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = None) -> Any:
-    """Decorate a Python function as a tile kernel; ``num_threads`` overrides the compiler's choice."""
+def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = None,
+           backend: str | None = None) -> Any:
+    """Decorate a Python function as a tile kernel; ``num_threads`` overrides the compiler's choice, ``backend``
+    ("cuda", "tileir", "auto") the ``TILEJIT_BACKEND`` setting."""
     if func is None:
         if num_threads is not None:
             check_num_threads(num_threads, "@tj.kernel(num_threads=...)")  # now, not when the decorator is applied
-        return lambda f: Kernel(f, num_threads=num_threads)
-    return Kernel(func, num_threads=num_threads)
+        check_backend(backend, "@tj.kernel(backend=...)")
+        return lambda f: Kernel(f, num_threads=num_threads, backend=backend)
+    return Kernel(func, num_threads=num_threads, backend=backend)
 
 
 __all__ = ["Kernel", "kernel"]

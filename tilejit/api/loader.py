@@ -1,8 +1,9 @@
 """From a kernel specialization to a ready launcher, through the disk cache.
 
-A kernel-level cache entry holds the CUBIN and the launch facts (symbol, threads, shared memory,
-parameter ABI), keyed by the kernel's source fingerprint and everything else that changes the
-code, so a warm first call in a new process skips the front end, the backend and NVRTC entirely.
+A kernel-level cache entry holds the backend's ``KernelImage`` (image, symbol, threads, shared memory,
+parameter ABI), keyed by the kernel's source fingerprint, the backend's name and cache identity and
+everything else that changes the code, so a warm first call in a new process skips the front end, the
+backend and its compiler (NVRTC, tileiras) entirely.
 
 The entry also holds every value the translation read from outside the kernel (globals, closure
 variables, attributes and items of them, helpers' names and defaults: ``scope.Reads``), each as the
@@ -14,7 +15,6 @@ runs) each keep an entry. A kernel that read something with no path or no text i
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 from tilejit.api.compile import Artifact
@@ -33,21 +33,14 @@ _FIELDS = frozenset({"image", "kind", "symbol", "num_threads", "shared_bytes", "
 _CHAIN = 8  # entries a lookup tries for one specialization (variants of the values read from outside)
 
 
-@functools.cache
-def _headers_identity() -> str:
-    from tilejit.backends import headers_identity
-
-    return headers_identity()
-
-
 def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     from tilejit import __version__
-    from tilejit.bindings.loader import NVRTC_LIBRARY, toolkit_identity
+    from tilejit.backends.base import get_backend
     from tilejit.compiler.cache import cache_key
 
-    # The loader names NVRTC's file (the one loaded, else the one discovery finds) without this launch
-    # importing the NVRTC driver module.
-    nvrtc_id = toolkit_identity(NVRTC_LIBRARY)
+    # The backend's name and identity (for CUDA C++: NVRTC's file and the device headers), asked of its light
+    # module: a warm launch imports no code generator and no compiler bindings.
+    backend = get_backend(artifact.backend)
 
     # repr of lists of str/int/bool tuples: deterministic, and no json import on a warm launch
     types = [(n, str(t)) for n, t in artifact.arg_types.items()]
@@ -56,20 +49,12 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     return cache_key(
         "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, repr(types),
         repr(consts), repr(hints), artifact.target.sm, str(artifact.num_threads),
-        nvrtc_id, _headers_identity(),
+        backend.name, backend.cache_identity(),
     )
 
 
 def _compile_entry(artifact: Artifact, ptx: bool) -> dict[str, Any]:
-    ck = artifact.cuda_kernel()
-    return {
-        "image": artifact.ptx().encode() if ptx else artifact.cubin(),
-        "kind": "ptx" if ptx else "cubin",
-        "symbol": ck.name,
-        "num_threads": ck.num_threads,
-        "shared_bytes": ck.shared_bytes,
-        "params": [[name, *spec] for name, spec in ck.params],
-    }
+    return artifact.image("ptx" if ptx else "cubin").entry()
 
 
 def _compile_recorded(artifact: Artifact, ptx: bool) -> tuple[dict[str, Any], list[tuple[Any, str]] | None]:

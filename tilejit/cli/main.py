@@ -149,6 +149,10 @@ def _run_doctor(args: argparse.Namespace) -> int:
     else:
         print("  none: no CUDA driver", file=out)
 
+    print("\nBackends", file=out)
+    for line in _backend_lines(archs, gpus):
+        print(f"  {line}", file=out)
+
     print("\nDisk cache", file=out)
     try:
         from tilejit.compiler.cache import default_cache
@@ -178,6 +182,46 @@ def _run_doctor(args: argparse.Namespace) -> int:
     print(f"Summary: ready: {_plural(len(gpus), 'GPU')} ({', '.join(sorted(set(gpus)))}); kernels compile and run "
           f"here, and you can compile for any of {span}.", file=out)
     return 0
+
+
+def _backend_lines(archs: list[int], gpus: list[str]) -> list[str]:
+    """Doctor's Backends section: each backend and whether it can compile here, and which one a compile with
+    no ``backend=`` uses (``TILEJIT_BACKEND``, default auto) and why, for this GPU's target (else
+    ``TILEJIT_ARCH``, else the newest target NVRTC knows)."""
+    from tilejit import config
+    from tilejit.backends.base import choose_backend, get_backend
+    from tilejit.compiler.targets import parse_target
+
+    where, arch = "this GPU's target", gpus[0] if gpus else None
+    if arch is None:
+        arch, where = config.DEFAULT_ARCH.get(), config.DEFAULT_ARCH.name
+    if arch is None and archs:
+        arch, where = f"sm_{archs[-1]}", "the newest NVRTC target; no GPU here"
+    target: Target | None = None
+    problem = "no target to choose for (no GPU, no NVRTC, TILEJIT_ARCH unset)"
+    if arch is not None:
+        try:
+            target = parse_target(arch)
+        except TilejitError as exc:
+            problem = f"{where}={arch!r}: {exc}"
+    lines = []
+    for name in ("cuda", "tileir"):
+        backend = get_backend(name)
+        if name == "cuda":
+            reason = None if archs else "no NVRTC (see above)"
+        else:
+            reason = backend.available(target) if target is not None else problem
+        lines.append(f"{name} ({backend.title}): " + ("available" if reason is None else f"not available: {reason}"))
+    if target is None:
+        lines.append(f"used: none: {problem}")
+        return lines
+    try:
+        chosen, why = choose_backend(None, target)
+    except TilejitError as exc:  # a bad TILEJIT_BACKEND, or one it names that is not available
+        lines.append(f"used: none: {exc}")
+        return lines
+    lines.append(f"used for {target.sm} ({where}): {chosen.name} ({why})")
+    return lines
 
 
 def _probe(label: str, probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -259,6 +303,7 @@ _PYTHON_ONLY_FLAGS = (
     ("kernel", "--kernel", "NVRTC compiles every kernel of a CUDA C++ file (--name-expr names template instances)"),
     ("signature", "--signature", "a CUDA C++ kernel's parameter types are in its source"),
     ("constant", "-C", "define CUDA C++ macros with -D NAME=VALUE"),
+    ("backend", "--backend", "a CUDA C++ file compiles with NVRTC"),
 )
 _PROGRESS_MIN_BUILDS = 3  # the fewest builds that get a progress bar by default
 
@@ -298,6 +343,11 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
         "--emit", default="cubin",
         help="outputs, comma-separated: for CUDA C++ from ptx, cubin, ltoir; for Python files from ir, cuda, ptx, "
              "cubin (default: cubin)",
+    )
+    p.add_argument(
+        "--backend", default=None, choices=("auto", "cuda", "tileir"),
+        help="Python files: the backend, cuda (C++ through NVRTC), tileir (Tile IR through tileiras) or auto "
+             "(default: $TILEJIT_BACKEND, else auto)",
     )
     p.add_argument("-o", "--output-dir", type=Path, default=None, help="folder for outputs (default: next to FILE)")
     p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
@@ -505,12 +555,14 @@ def _compile_python_file(args: argparse.Namespace) -> int:
         found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel))
         raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
     try:
-        tj.compile(kernel, signature, constants=constants, target=targets[0])  # the signature fits: checked once
+        # the signature fits and the backend is available: checked once
+        tj.compile(kernel, signature, constants=constants, target=targets[0], backend=args.backend)
     except TypeError as exc:
         raise _UsageError(str(exc)) from None
     out_dir = _output_dir(args)
     path = str(args.file.resolve())
-    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits) for t in targets]
+    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, args.backend)
+            for t in targets]
     return _run_builds(jobs, args, out_dir)
 
 
@@ -606,6 +658,7 @@ class _TileBuild:
     constants: dict[str, Any]
     target: str
     emits: tuple[str, ...]
+    backend: str | None = None  # None: TILEJIT_BACKEND
 
     def build(self) -> _Built:
         import tilejit as tj
@@ -615,9 +668,13 @@ class _TileBuild:
         kernel = _load_python_file(Path(self.path)).get(self.kernel)
         if not isinstance(kernel, tj.Kernel):  # the file made it in this process, but not in a worker
             raise _Failure(f"{self.path}, run again to build {self.target}, has no @tj.kernel named {self.kernel!r}")
-        art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target)
+        art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target,
+                         backend=self.backend)
+        if art.backend != "cuda" and "cuda" in self.emits:
+            raise _Failure(f"--emit cuda: {self.kernel} compiles with the {art.backend} backend, which generates no "
+                           "CUDA C++ (pass --backend cuda for it)")
         data: dict[str, bytes] = {}
-        if "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both
+        if art.backend == "cuda" and "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both
             ck = art.cuda_kernel()
             ptx, cubin = compile_cuda_ptx_and_cubin(ck.source, name=f"{art.name}.cu", headers=ck.headers,
                                                     target=art.target)

@@ -1,15 +1,14 @@
 """The CUDA backend's device headers (handed to NVRTC in memory) and the parameter ABI of its kernels;
 light to import, without the code generator. Which headers are in use, for cache keys, is
-``tilejit.backends.headers_identity``."""
+``tilejit.backends.cuda_backend.headers_identity``."""
 
 from __future__ import annotations
 
 import functools
 import os
 
-from tilejit.backends import HEADER_NAMES, header_folder
-
-ParamSpec = tuple[str, str, int] | tuple[str, str]
+from tilejit.backends.base import ParamSpec as ParamSpec
+from tilejit.backends.cuda_backend import HEADER_NAMES, header_folder
 
 
 @functools.cache

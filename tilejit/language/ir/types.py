@@ -13,18 +13,18 @@ from tilejit.records import Record
 
 
 class DType(Record):
-    """An element type. ``kind`` is 'b' (bool), 'i' (signed), 'u' (unsigned) or 'f' (float)."""
+    """An element type. ``kind`` is 'b' (bool), 'i' (signed), 'u' (unsigned) or 'f' (float). What a backend
+    spells it as is the backend's (the CUDA backend's ``tables.C_TYPES``)."""
 
-    _fields = ("name", "kind", "bits", "short", "c_type")
+    _fields = ("name", "kind", "bits", "short")
     __slots__ = _fields
     name: str
     kind: str
     bits: int
     short: str
-    c_type: str
 
-    def __init__(self, name: str, kind: str, bits: int, short: str, c_type: str) -> None:
-        self._init(name, kind, bits, short, c_type)
+    def __init__(self, name: str, kind: str, bits: int, short: str) -> None:
+        self._init(name, kind, bits, short)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not DType:
@@ -80,19 +80,19 @@ class DType(Record):
         return ArrayType(self, len(dims), contiguous)
 
 
-bool_ = DType("bool", "b", 8, "i1", "bool")
-int8 = DType("int8", "i", 8, "i8", "int8_t")
-int16 = DType("int16", "i", 16, "i16", "int16_t")
-int32 = DType("int32", "i", 32, "i32", "int32_t")
-int64 = DType("int64", "i", 64, "i64", "int64_t")
-uint8 = DType("uint8", "u", 8, "u8", "uint8_t")
-uint16 = DType("uint16", "u", 16, "u16", "uint16_t")
-uint32 = DType("uint32", "u", 32, "u32", "uint32_t")
-uint64 = DType("uint64", "u", 64, "u64", "uint64_t")
-float16 = DType("float16", "f", 16, "f16", "__half")
-bfloat16 = DType("bfloat16", "f", 16, "bf16", "__nv_bfloat16")
-float32 = DType("float32", "f", 32, "f32", "float")
-float64 = DType("float64", "f", 64, "f64", "double")
+bool_ = DType("bool", "b", 8, "i1")
+int8 = DType("int8", "i", 8, "i8")
+int16 = DType("int16", "i", 16, "i16")
+int32 = DType("int32", "i", 32, "i32")
+int64 = DType("int64", "i", 64, "i64")
+uint8 = DType("uint8", "u", 8, "u8")
+uint16 = DType("uint16", "u", 16, "u16")
+uint32 = DType("uint32", "u", 32, "u32")
+uint64 = DType("uint64", "u", 64, "u64")
+float16 = DType("float16", "f", 16, "f16")
+bfloat16 = DType("bfloat16", "f", 16, "bf16")
+float32 = DType("float32", "f", 32, "f32")
+float64 = DType("float64", "f", 64, "f64")
 
 ALL_DTYPES: tuple[DType, ...] = (
     bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64,

@@ -1,0 +1,167 @@
+"""The backend contract: what turns optimized tile IR into a loadable kernel image, and which backend a
+compile uses.
+
+A backend (``cuda``: CUDA C++ through NVRTC; ``tileir``: Tile IR bytecode through ``tileiras``) is a
+:class:`Backend` registered here by name and module path (the module's ``BACKEND``), imported only when
+first asked for; a registered module that is not there is a stand-in that says why it is not available.
+Every compile entry point (``@tj.kernel``, ``tj.compile``, ``tilejit compile``) picks one by the one rule
+of :func:`choose_backend`. Light to import, as must be each backend's registered module: a warm launch
+chooses its backend (``auto`` asks Tile IR's availability) and names its cache entry through them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tilejit.config import BACKEND
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from tilejit.compiler.targets import Target
+    from tilejit.language.ir.ops import Function
+    from tilejit.language.ir.types import ArrayHint
+
+#: Backend names a compile may ask for, and ``auto`` (see :func:`choose_backend`).
+CHOICES: tuple[str, ...] = BACKEND.choices
+
+#: Where each backend lives: its module holds ``BACKEND``, the :class:`Backend` instance.
+_MODULES = {"cuda": "tilejit.backends.cuda_backend", "tileir": "tilejit.backends.tileir.backend"}
+_TITLES = {"cuda": "CUDA C++ through NVRTC", "tileir": "Tile IR through tileiras"}
+_LOADED: dict[str, Backend] = {}
+
+ParamSpec = tuple[str, str, int] | tuple[str, str]
+
+
+class KernelImage:
+    """One compiled kernel as the loader needs it: the image (``kind`` "cubin" or "ptx"), its entry symbol,
+    threads per block, dynamic shared memory, parameter ABI, and the backend and identity it was built by.
+
+    A plain class, not a dataclass: a warm launch may meet it, and ``dataclasses`` costs it milliseconds."""
+
+    __slots__ = ("backend", "cache_identity", "image", "kind", "num_threads", "params", "shared_bytes", "symbol")
+
+    def __init__(self, *, backend: str, image: bytes, kind: str, symbol: str, num_threads: int, shared_bytes: int,
+                 params: tuple[tuple[str, ParamSpec], ...], cache_identity: str) -> None:
+        if kind not in ("cubin", "ptx"):
+            raise ValueError(f"KernelImage kind must be 'cubin' or 'ptx', got {kind!r}")
+        self.backend = backend
+        self.image = image
+        self.kind = kind
+        self.symbol = symbol
+        self.num_threads = num_threads
+        self.shared_bytes = shared_bytes
+        self.params = params
+        self.cache_identity = cache_identity
+
+    def __repr__(self) -> str:
+        return (f"KernelImage(backend={self.backend!r}, kind={self.kind!r}, symbol={self.symbol!r}, "
+                f"num_threads={self.num_threads}, shared_bytes={self.shared_bytes}, params={self.params!r}, "
+                f"{len(self.image)} bytes)")
+
+    def entry(self) -> dict[str, Any]:
+        """The kernel-level disk cache entry's launch fields (``tilejit.api.loader``)."""
+        return {"image": self.image, "kind": self.kind, "symbol": self.symbol, "num_threads": self.num_threads,
+                "shared_bytes": self.shared_bytes, "params": [[name, *spec] for name, spec in self.params]}
+
+
+class Backend:
+    """A way from optimized tile IR to a :class:`KernelImage`. Subclasses set ``name`` and ``title``
+    and implement every method; ``available`` and ``cache_identity`` must stay cheap (a warm launch calls them)."""
+
+    name = ""
+    title = ""
+
+    def available(self, target: Target) -> str | None:
+        """None when this backend can compile for ``target`` here, else why not (one clause)."""
+        raise NotImplementedError
+
+    def cache_identity(self) -> str:
+        """What, besides the kernel and its specialization, decides the image: toolchain file and version,
+        shipped headers... Part of the kernel-level cache key; must not import the backend's code generator."""
+        raise NotImplementedError
+
+    def launch_targets(self, target: Target) -> tuple[Target, ...]:
+        """The targets a launch on a GPU of ``target`` tries, in order: a ``TargetError`` from all but the last
+        goes on to the next (the CUDA backend's sm_90a, which an older NVRTC lacks)."""
+        return (target,)
+
+    def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,
+                 kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
+        """Compile ``fn`` for ``target`` into an image of ``kind``; ``memo`` (kept by the caller per
+        specialization) holds intermediate stages so each is computed at most once."""
+        raise NotImplementedError
+
+
+class _Missing(Backend):
+    """A registered backend whose module cannot be imported: never available, says why."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.title = _TITLES[name]
+        self.reason = reason
+
+    def available(self, target: Target) -> str | None:
+        return self.reason
+
+    def cache_identity(self) -> str:
+        return f"{self.name}:missing"
+
+    def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,
+                 kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
+        raise unavailable_error(self.name, self.reason, f"backend={self.name!r}")
+
+
+def get_backend(name: str) -> Backend:
+    """The backend registered as ``name`` ("cuda", "tileir"); one whose module is not there (yet) is a stand-in
+    that is never available and says why."""
+    backend = _LOADED.get(name)
+    if backend is not None:
+        return backend
+    module = _MODULES.get(name)
+    if module is None:
+        raise ValueError(f"backend must be one of {', '.join(CHOICES)}, got {name!r}")
+    try:
+        found = __import__(module, fromlist=["BACKEND"]).BACKEND  # no importlib on a warm launch
+    except (ImportError, AttributeError) as exc:
+        if name == "tileir" and isinstance(exc, ModuleNotFoundError):
+            reason = "the Tile IR backend is not available yet: this tilejit has no Tile IR code generator"
+        else:
+            reason = f"its module {module} cannot be imported: {exc}"
+        found = _Missing(name, reason)
+    _LOADED[name] = found
+    return found
+
+
+def unavailable_error(name: str, reason: str, given: str) -> Exception:
+    """The error for asking (``given``: where, e.g. ``backend='tileir'``) for a backend that is not available."""
+    from tilejit.errors import TargetError
+
+    return TargetError(f"{given}: {name} backend not available here: {reason}; use backend='cuda' "
+                       f"(CUDA C++ through NVRTC), or 'auto' to use the best backend available")
+
+
+def choose_backend(requested: str | None, target: Target) -> tuple[Backend, str]:
+    """The backend a compile for ``target`` uses, and why: ``requested`` ("cuda", "tileir", "auto") when given,
+    else ``TILEJIT_BACKEND`` (default "auto"). ``auto`` is Tile IR when that backend is available for
+    ``target``, else CUDA C++. An explicit backend that is not available is an error saying why."""
+    given = f"backend={requested!r}"
+    if requested is None:
+        requested = BACKEND.get()
+        given = f"{BACKEND.name}={requested}"
+    if requested not in CHOICES:
+        raise ValueError(f"backend must be one of {', '.join(repr(c) for c in CHOICES)}, got {requested!r}")
+    if requested != "auto":
+        backend = get_backend(requested)
+        reason = backend.available(target)
+        if reason is not None:
+            raise unavailable_error(backend.name, reason, given)
+        return backend, f"asked for by {given}"
+    tileir = get_backend("tileir")
+    reason = tileir.available(target)
+    if reason is None:
+        return tileir, f"auto picks it: a Tile IR toolchain is found and {target.sm} supports it"
+    return get_backend("cuda"), f"auto picks it since Tile IR cannot be used: {reason}"
+
+
+__all__ = ["CHOICES", "Backend", "KernelImage", "choose_backend", "get_backend", "unavailable_error"]
