@@ -1,0 +1,283 @@
+"""tilejit IR ``Function`` → ``TModule`` (one entry function), for the first subset of ops.
+
+Kernel parameters: an array becomes its base pointer (``tile<ptr<T>>``) followed by one ``tile<i64>``
+per dimension for the shape, then one per dimension for the strides in elements; a scalar stays a
+scalar tile. Loads and stores go through a tensor view and a partition view made once per array
+at the top of the entry. Memory ops are ordered with tokens: a load waits for the last store, and a
+store waits for that store and every load since it. Anything else raises a located
+``TileCompileError`` that names the op and suggests ``backend="cuda"``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+
+from tilejit.backends.cuda.plan import located
+from tilejit.backends.tileir.module import (
+    PartitionView,
+    Ptr,
+    Scalar,
+    TensorView,
+    TFunction,
+    Tile,
+    TModule,
+    Token,
+    TOp,
+    TValue,
+)
+from tilejit.errors import TileCompileError
+from tilejit.language.ir import ops as O
+from tilejit.language.ir.core import Op, Value
+from tilejit.language.ir.types import ArrayType, DType, TileType
+
+I32 = Tile(Scalar("i32"))
+I64 = Tile(Scalar("i64"))
+TOKEN = Token()
+
+#: tilejit dtypes the subset stores in memory and computes with: dtype name -> Tile IR element.
+ELEMENTS: dict[str, str] = {
+    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "i8", "uint16": "i16", "uint32": "i32", "uint64": "i64",
+}
+_PACK: dict[str, str] = {"f16": "<e", "f32": "<f", "f64": "<d", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q"}
+_FLOAT_BIN: dict[str, str] = {"add": "addf", "sub": "subf", "mul": "mulf", "truediv": "divf"}
+_INT_BIN: dict[str, str] = {"add": "addi", "sub": "subi", "mul": "muli"}
+
+
+def unsupported(op: Op, detail: str = "") -> TileCompileError:
+    """The located refusal for an op (or a form of one) Tile IR lowering does not cover."""
+    what = f"'{op.NAME}'" + (f" ({detail})" if detail else "")
+    return located(
+        op.loc, f'the Tile IR backend cannot express {what} yet; compile this kernel with backend="cuda"'
+    )
+
+
+def element(dtype: DType, op: Op) -> Scalar:
+    """The Tile IR element type of ``dtype``; refuses types the subset does not cover."""
+    name = ELEMENTS.get(dtype.name)
+    if name is None:
+        raise unsupported(op, f"dtype {dtype.name}")
+    return Scalar(name)
+
+
+def constant_bytes(value: object, elem: Scalar) -> bytes:
+    """One element's little-endian bytes (bf16: the float32 bits' upper half)."""
+    if elem.name == "bf16":
+        return struct.pack("<f", float(value))[2:]  # type: ignore[arg-type]
+    code = _PACK[elem.name]
+    if elem.name.startswith("f"):
+        return struct.pack(code, float(value))  # type: ignore[arg-type]
+    bits = int(elem.name[1:])
+    v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
+    return v.to_bytes(bits // 8, "little")
+
+
+def padding_name(value: object) -> str | None:
+    """The partition-view padding that reads ``value``, or ``None`` when Tile IR has none for it."""
+    v = float(value)  # type: ignore[arg-type]
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "pos_inf" if v > 0 else "neg_inf"
+    if v == 0:
+        return "neg_zero" if math.copysign(1.0, v) < 0 else "zero"
+    return None
+
+
+class Lowerer:
+    """Walks one tilejit ``Function`` and collects the entry's parameters, prologue and body."""
+
+    def __init__(self, fn: O.Function) -> None:
+        self.fn = fn
+        self.params: list[TValue] = []
+        self.prologue: list[TOp] = []
+        self.body: list[TOp] = []
+        self.vals: dict[Value, TValue] = {}
+        self.arrays: dict[Value, tuple[TValue, list[TValue], list[TValue]]] = {}
+        self.views: dict[tuple[Value, tuple[int, ...], str | None], TValue] = {}
+        self.block_ids: list[TValue] = []
+        self.last_store: TValue | None = None
+        self.loads_since: list[TValue] = []
+        self.rules: dict[type[Op], Callable[[Op], None]] = {
+            O.BlockIdOp: self.block_id,
+            O.ArrayDimOp: self.array_dim,
+            O.ConstantOp: self.constant,
+            O.LoadOp: self.load,
+            O.StoreOp: self.store,
+            O.BinaryOp: self.binary,
+            O.CastOp: self.cast,
+            O.BroadcastOp: self.broadcast,
+            O.ReturnOp: self.ret,
+        }
+
+    # ------------------------------------------------------------------ helpers
+
+    def emit(self, name: str, results: list[TValue], operands: list[object], op: Op, **attrs: object) -> TOp:
+        top = TOp(name, results, operands, dict(attrs), op.loc)  # type: ignore[arg-type]
+        self.body.append(top)
+        return top
+
+    def tile_type(self, t: object, op: Op) -> Tile:
+        if not isinstance(t, TileType):
+            raise unsupported(op, f"a value of type {t}")
+        return Tile(element(t.dtype, op), tuple(t.shape))
+
+    def value(self, v: Value) -> TValue:
+        return self.vals[v]
+
+    # ------------------------------------------------------------------ entry
+
+    def run(self) -> TModule:
+        fn = self.fn
+        for name, p in zip(fn.param_names, fn.params):
+            t = p.type
+            if isinstance(t, ArrayType):
+                ret = Op(loc=fn.body.ops[-1].loc) if fn.body.ops else Op()
+                base = TValue(Tile(Ptr(element(t.dtype, ret))), name)
+                shape = [TValue(I64, f"{name}_shape{d}") for d in range(t.ndim)]
+                strides = [TValue(I64, f"{name}_stride{d}") for d in range(t.ndim)]
+                self.params += [base, *shape, *strides]
+                self.arrays[p] = (base, shape, strides)
+            else:
+                tv = TValue(self.tile_type(t, Op(loc=fn.body.ops[-1].loc)), name)
+                self.params.append(tv)
+                self.vals[p] = tv
+        for op in fn.body.ops:
+            rule = self.rules.get(type(op))
+            if rule is None:
+                raise unsupported(op)
+            rule(op)
+        return TModule(fn.name, [TFunction(fn.name, self.params, self.prologue + self.body)])
+
+    # ------------------------------------------------------------------ ops
+
+    def block_id(self, op: Op) -> None:
+        assert isinstance(op, O.BlockIdOp)
+        if not self.block_ids:
+            self.block_ids = [TValue(I32, f"bid_{a}") for a in "xyz"]
+            self.prologue.append(TOp("get_tile_block_id", self.block_ids, [], {}, op.loc))
+        self.vals[op.result] = self.block_ids[op.axis]
+
+    def array_dim(self, op: Op) -> None:
+        assert isinstance(op, O.ArrayDimOp)
+        _, shape, strides = self.arrays[op.array]
+        self.vals[op.result] = (shape if op.which == "shape" else strides)[op.axis]
+
+    def constant(self, op: Op) -> None:
+        assert isinstance(op, O.ConstantOp)
+        t = self.tile_type(op.result.type, op)
+        assert isinstance(t.elem, Scalar)
+        r = TValue(t, op.result.name)
+        self.emit("constant", [r], [], op, data=constant_bytes(op.value, t.elem), value=op.value)
+        self.vals[op.result] = r
+
+    def view(self, op: Op, array: Value, tile: tuple[int, ...], padding: str | None) -> TValue:
+        """The partition view of ``array`` in tiles of ``tile`` (made once, at the top of the entry)."""
+        key = (array, tile, padding)
+        if key in self.views:
+            return self.views[key]
+        at = array.type
+        assert isinstance(at, ArrayType)
+        base, shape, strides = self.arrays[array]
+        assert isinstance(base.type, Tile) and isinstance(base.type.elem, Ptr)
+        n = at.ndim
+        static = tuple(1 if at.contiguous and d == n - 1 else None for d in range(n))
+        tv_type = TensorView(base.type.elem.elem, (None,) * n, static)
+        dyn_strides = [s for s, st in zip(strides, static) if st is None]
+        tv = TValue(tv_type, f"{base.name}_view")
+        self.prologue.append(TOp("make_tensor_view", [tv], [base, list(shape), dyn_strides], {}, op.loc))
+        pv = TValue(PartitionView(tile, tv_type, tuple(range(n)), padding), f"{base.name}_tiles")
+        self.prologue.append(TOp("make_partition_view", [pv], [tv], {}, op.loc))
+        self.views[key] = pv
+        return pv
+
+    def load(self, op: Op) -> None:
+        assert isinstance(op, O.LoadOp)
+        t = self.tile_type(op.result.type, op)
+        pad = padding_name(op.padding)
+        if pad is None:
+            raise unsupported(op, f"padding={op.padding!r}; Tile IR pads only with 0, -0.0, nan, inf or -inf")
+        pv = self.view(op, op.array, t.shape, pad)
+        r, tok = TValue(t, op.result.name), TValue(TOKEN)
+        idx = [self.value(i) for i in op.index]
+        self.emit("load_view_tko", [r, tok], [pv, idx, self.last_store], op, ordering="weak",
+                  inbounds=(False,) * len(idx))
+        self.loads_since.append(tok)
+        self.vals[op.result] = r
+
+    def store(self, op: Op) -> None:
+        assert isinstance(op, O.StoreOp)
+        t = self.tile_type(op.tile.type, op)
+        pv = self.view(op, op.array, t.shape, None)
+        waits = ([self.last_store] if self.last_store is not None else []) + self.loads_since
+        token: TValue | None = waits[0] if len(waits) == 1 else None
+        if len(waits) > 1:
+            token = TValue(TOKEN)
+            self.emit("join_tokens", [token], [waits], op)
+        tok = TValue(TOKEN)
+        idx = [self.value(i) for i in op.index]
+        self.emit("store_view_tko", [tok], [self.value(op.tile), pv, idx, token], op, ordering="weak",
+                  inbounds=(False,) * len(idx))
+        self.last_store, self.loads_since = tok, []
+
+    def binary(self, op: Op) -> None:
+        assert isinstance(op, O.BinaryOp)
+        t = self.tile_type(op.result.type, op)
+        dtype = op.result.type.dtype  # type: ignore[attr-defined]
+        r = TValue(t, op.result.name)
+        x, y = self.value(op.x), self.value(op.y)
+        if dtype.is_float and op.fn in _FLOAT_BIN:
+            self.emit(_FLOAT_BIN[op.fn], [r], [x, y], op, rounding="nearest_even")
+        elif dtype.is_int and op.fn in _INT_BIN:
+            self.emit(_INT_BIN[op.fn], [r], [x, y], op, overflow="none")
+        else:
+            raise unsupported(op, f"fn='{op.fn}' on {dtype.name}")
+        self.vals[op.result] = r
+
+    def cast(self, op: Op) -> None:
+        assert isinstance(op, O.CastOp)
+        src, dst = op.x.type, op.result.type
+        assert isinstance(src, TileType) and isinstance(dst, TileType)
+        t = self.tile_type(dst, op)
+        s = self.tile_type(src, op)
+        x = self.value(op.x)
+        if s == t:
+            self.vals[op.result] = x
+            return
+        r = TValue(t, op.result.name)
+        sign = "signed" if src.dtype.is_signed else "unsigned"
+        if src.dtype.is_float and dst.dtype.is_float:
+            self.emit("ftof", [r], [x], op, rounding="nearest_even")
+        elif src.dtype.is_int and dst.dtype.is_float:
+            self.emit("itof", [r], [x], op, signedness=sign, rounding="nearest_even")
+        elif src.dtype.is_int and dst.dtype.is_int and dst.dtype.bits > src.dtype.bits:
+            self.emit("exti", [r], [x], op, signedness=sign)
+        elif src.dtype.is_int and dst.dtype.is_int:
+            self.emit("trunci", [r], [x], op, overflow="none")
+        else:
+            raise unsupported(op, f"{src.dtype.name} to {dst.dtype.name}")
+        self.vals[op.result] = r
+
+    def broadcast(self, op: Op) -> None:
+        assert isinstance(op, O.BroadcastOp)
+        t = self.tile_type(op.result.type, op)
+        x = self.value(op.x)
+        assert isinstance(x.type, Tile)
+        if len(x.type.shape) != len(t.shape):
+            ones = TValue(Tile(t.elem, (1,) * len(t.shape)))
+            self.emit("reshape", [ones], [x], op)
+            x = ones
+        r = TValue(t, op.result.name)
+        self.emit("broadcast", [r], [x], op)
+        self.vals[op.result] = r
+
+    def ret(self, op: Op) -> None:
+        self.emit("return", [], [[]], op)
+
+
+def lower_function(fn: O.Function) -> TModule:
+    """The Tile IR module of kernel ``fn`` (raises a located ``TileCompileError`` for what it can't express)."""
+    return Lowerer(fn).run()
