@@ -29,7 +29,7 @@ from tilejit.backends.tileir.module import (
 )
 from tilejit.errors import TileCompileError
 from tilejit.language.ir import ops as O
-from tilejit.language.ir.core import Op, Value
+from tilejit.language.ir.core import UNKNOWN_LOC, Op, Value
 from tilejit.language.ir.types import ArrayType, DType, TileType
 
 I32 = Tile(Scalar("i32"))
@@ -132,23 +132,31 @@ class Lowerer:
 
     def run(self) -> TModule:
         fn = self.fn
+        def_loc = fn.body.ops[-1].loc if fn.body.ops else UNKNOWN_LOC  # the ReturnOp points at the def line
         for name, p in zip(fn.param_names, fn.params):
             t = p.type
+            elem = ELEMENTS.get(t.dtype.name) if isinstance(t, (ArrayType, TileType)) else None
+            if elem is None or (isinstance(t, TileType) and t.shape):
+                raise located(
+                    def_loc,
+                    f"the Tile IR backend cannot express parameter '{name}' of type {t} yet; "
+                    'compile this kernel with backend="cuda"',
+                )
             if isinstance(t, ArrayType):
-                ret = Op(loc=fn.body.ops[-1].loc) if fn.body.ops else Op()
-                base = TValue(Tile(Ptr(element(t.dtype, ret))), name)
+                base = TValue(Tile(Ptr(Scalar(elem))), name)
                 shape = [TValue(I64, f"{name}_shape{d}") for d in range(t.ndim)]
                 strides = [TValue(I64, f"{name}_stride{d}") for d in range(t.ndim)]
                 self.params += [base, *shape, *strides]
                 self.arrays[p] = (base, shape, strides)
             else:
-                tv = TValue(self.tile_type(t, Op(loc=fn.body.ops[-1].loc)), name)
+                tv = TValue(Tile(Scalar(elem)), name)
                 self.params.append(tv)
                 self.vals[p] = tv
         for op in fn.body.ops:
             rule = self.rules.get(type(op))
             if rule is None:
-                raise unsupported(op)
+                fn_attr = op.attributes().get("fn")
+                raise unsupported(op, f"fn='{fn_attr}'" if fn_attr else "")
             rule(op)
         return TModule(fn.name, [TFunction(fn.name, self.params, self.prologue + self.body)])
 

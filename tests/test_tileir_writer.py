@@ -1,0 +1,290 @@
+"""The Tile IR writer: bytecode layout, the text form, tileirdisasm reading back every module we write,
+tileiras compiling one to a CUBIN, and located refusals of what the Tile IR lowering can't express.
+
+tileirdisasm and tileiras come from TILEJIT_TILEIRDISASM / TILEJIT_TILEIRAS (paths to the programs)
+or from the toolchain .ci/run installs under .ci-cache/tileir; tests that need them skip without them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from source_lines import where_in
+
+import tilejit as tj
+from tilejit.backends.tileir import VERSIONS, generate_bytecode, module_text, parse_version
+from tilejit.backends.tileir.bytecode import MAGIC, varint
+from tilejit.errors import TileCompileError
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL_BIN = ROOT / ".ci-cache" / "tileir" / "nvidia" / "cu13" / "bin"
+sys.path.insert(0, str(ROOT / "examples"))
+
+from vector_add import vector_add  # noqa: E402
+
+
+def tool(name: str, env_var: str) -> Path | None:
+    """The program ``name`` from ``env_var`` or the CI toolchain folder, or ``None`` when neither has it."""
+    given = os.environ.get(env_var)
+    path = Path(given) if given else TOOL_BIN / name
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+@tj.kernel
+def mixed(x, y, out, s, TM: tj.Constant[int], TN: tj.Constant[int]):
+    i = tj.bid(0)
+    j = tj.bid(1)
+    a = tj.load(x, index=(i, j), shape=(TM, TN))
+    b = tj.load(y, index=(i, j), shape=(TM, TN), padding=float("-inf"))
+    c = (a - b) * 2.0 / s
+    tj.store(out, index=(i, j), tile=c.astype(tj.float16))
+
+
+@tj.kernel
+def int_ops(x, out, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(x, index=(i,), shape=(TILE,))
+    b = a * 3 + a.astype(tj.int64).astype(tj.int32) - 1
+    tj.store(out, index=(i,), tile=b.astype(tj.float32))
+
+
+@tj.kernel
+def in_place(x, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(x, index=(i,), shape=(TILE,))
+    tj.store(x, index=(i,), tile=a + a)
+    b = tj.load(x, index=(i,), shape=(TILE,))
+    tj.store(x, index=(i,), tile=b * b)
+
+
+@tj.kernel
+def uses_exp(x, out, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(x, index=(i,), shape=(TILE,))
+    tj.store(out, index=(i,), tile=tj.exp(a))
+
+
+@tj.kernel
+def odd_padding(x, out, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(x, index=(i,), shape=(TILE,), padding=1.5)
+    tj.store(out, index=(i,), tile=a)
+
+
+F32 = tj.float32[:]
+KERNELS = {
+    "vector_add": (vector_add, (F32, F32, F32), {"TILE": 1024}),
+    "mixed": (mixed, (tj.float32[:, :], tj.float32[:, ::1], tj.float16[:, :], tj.float32), {"TM": 16, "TN": 32}),
+    "int_ops": (int_ops, (tj.int32[:], F32), {"TILE": 256}),
+    "in_place": (in_place, (F32,), {"TILE": 128}),
+}
+
+
+def ir_of(name: str) -> tj.language.ir.ops.Function:  # type: ignore[name-defined]
+    kernel, sig, constants = KERNELS[name]
+    return tj.compile(kernel, sig, constants=constants, target="sm_90").ir()
+
+
+def sections(data: bytes) -> list[tuple[int, int]]:
+    """(section id byte, content length) of each section after the 12-byte header, up to the end byte."""
+    out, pos = [], 12
+    while data[pos] != 0:
+        sid = data[pos]
+        pos += 1
+        length, pos = read_varint(data, pos)
+        if sid & 0x80:
+            align, pos = read_varint(data, pos)
+            pos += -pos % align
+        out.append((sid, length))
+        pos += length
+    assert pos == len(data) - 1, "bytes after the end-of-bytecode byte"
+    return out
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, pos
+
+
+# --------------------------------------------------------------------------------------------- format
+
+
+@pytest.mark.parametrize("value, encoded", [(0, b"\x00"), (127, b"\x7f"), (128, b"\x80\x01"), (300, b"\xac\x02")])
+def test_varint_is_leb128(value: int, encoded: bytes) -> None:
+    buf = bytearray()
+    varint(value, buf)
+    assert bytes(buf) == encoded
+    assert read_varint(encoded, 0) == (value, len(encoded))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_header_and_sections(version: tuple[int, int]) -> None:
+    data = generate_bytecode(ir_of("vector_add"), "sm_90", f"{version[0]}.{version[1]}")
+    assert data[:8] == MAGIC == b"\x7fTileIR\x00"
+    assert data[8:12] == bytes([version[0], version[1], 0, 0])
+    # functions, constants, debug info (8-byte aligned), types, strings (4-byte aligned), then the end byte
+    assert [sid for sid, _ in sections(data)] == [0x82, 0x84, 0x83, 0x85, 0x81]
+    assert b"vector_add" in data
+
+
+def test_default_version_is_the_newest_and_bad_versions_are_refused() -> None:
+    fn = ir_of("vector_add")
+    assert parse_version(None) == VERSIONS[-1] == (13, 5)
+    assert generate_bytecode(fn, "sm_90") == generate_bytecode(fn, "sm_90", "13.5")
+    assert generate_bytecode(fn, "sm_90", (13, 3))[8:10] == b"\x0d\x03"
+    with pytest.raises(ValueError, match=r"^version: Tile IR bytecode version '12\.9' is not one of 13\.1, "):
+        generate_bytecode(fn, "sm_90", "12.9")
+    with pytest.raises(ValueError, match=r"^target: expected an architecture such as 'sm_90', got 'gfx90a'$"):
+        module_text(fn, "gfx90a")
+
+
+def test_output_is_deterministic() -> None:
+    assert generate_bytecode(ir_of("mixed"), "sm_90") == generate_bytecode(ir_of("mixed"), "sm_90")
+    assert module_text(ir_of("mixed"), "sm_90") == module_text(ir_of("mixed"), "sm_90")
+
+
+VECTOR_ADD_TEXT = """\
+cuda_tile.module @vector_add {
+  entry @vector_add(%x: tile<ptr<f32>>, %x_shape0: tile<i64>, %x_stride0: tile<i64>, %y: tile<ptr<f32>>, \
+%y_shape0: tile<i64>, %y_stride0: tile<i64>, %out: tile<ptr<f32>>, %out_shape0: tile<i64>, %out_stride0: tile<i64>) {
+    %bid_x, %bid_y, %bid_z = get_tile_block_id : tile<i32>
+    %x_view = make_tensor_view %x, shape = [%x_shape0], strides = [%x_stride0] : tile<i64> -> \
+tensor_view<?xf32, strides=[?]>
+    %x_tiles = make_partition_view %x_view : partition_view<tile=(1024), padding_value = zero, \
+tensor_view<?xf32, strides=[?]>>
+    %y_view = make_tensor_view %y, shape = [%y_shape0], strides = [%y_stride0] : tile<i64> -> \
+tensor_view<?xf32, strides=[?]>
+    %y_tiles = make_partition_view %y_view : partition_view<tile=(1024), padding_value = zero, \
+tensor_view<?xf32, strides=[?]>>
+    %out_view = make_tensor_view %out, shape = [%out_shape0], strides = [%out_stride0] : tile<i64> -> \
+tensor_view<?xf32, strides=[?]>
+    %out_tiles = make_partition_view %out_view : partition_view<tile=(1024), tensor_view<?xf32, strides=[?]>>
+    %a, %0 = load_view_tko weak %x_tiles[%bid_x] : partition_view<tile=(1024), padding_value = zero, \
+tensor_view<?xf32, strides=[?]>>, tile<i32> -> tile<1024xf32>, token
+    %b, %1 = load_view_tko weak %y_tiles[%bid_x] : partition_view<tile=(1024), padding_value = zero, \
+tensor_view<?xf32, strides=[?]>>, tile<i32> -> tile<1024xf32>, token
+    %2 = addf %a, %b : tile<1024xf32>
+    %3 = join_tokens %0, %1 : token
+    %4 = store_view_tko weak %2, %out_tiles[%bid_x] token = %3 : tile<1024xf32>, partition_view<tile=(1024), \
+tensor_view<?xf32, strides=[?]>>, tile<i32> -> token
+    return
+  }
+}
+"""
+
+
+def test_vector_add_text_golden() -> None:
+    assert module_text(ir_of("vector_add"), "sm_90") == VECTOR_ADD_TEXT
+
+
+def test_in_place_kernel_orders_its_memory_ops_with_tokens() -> None:
+    """Each store waits on the loads before it, and the second load waits on the first store."""
+    text = module_text(ir_of("in_place"), "sm_90")
+    loads = re.findall(r"load_view_tko weak \S+\[%bid_x\]( token = %\w+)?", text)
+    stores = re.findall(r"(%\w+) = store_view_tko weak \S+, \S+\[%bid_x\] token = (%\w+)", text)
+    assert loads[0] == "" and len(stores) == 2
+    assert loads[1] == f" token = {stores[0][0]}"
+    assert "join_tokens" in text  # the second store waits on the first store and the second load
+
+
+# --------------------------------------------------------------------------------------------- tools
+
+
+def normalized(text: str) -> list[str]:
+    """The entry's lines with value names replaced by their order of first appearance, spaces collapsed."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    body = [re.sub(r"\s+", " ", ln) for ln in lines if ln and not ln.startswith(("cuda_tile.module", "}"))]
+    names: dict[str, str] = {}
+    return [re.sub(r"%[\w]+", lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), ln) for ln in body]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_tileirdisasm_reads_every_module(kernel: str, version: tuple[int, int], tmp_path: Path) -> None:
+    """tileirdisasm parses the bytecode, and prints the module the text form shows (names aside)."""
+    disasm = tool("tileirdisasm", "TILEJIT_TILEIRDISASM")
+    if disasm is None:
+        pytest.skip("no tileirdisasm: set TILEJIT_TILEIRDISASM or install the toolchain into .ci-cache/tileir")
+    fn = ir_of(kernel)
+    path = tmp_path / f"{kernel}.tileirbc"
+    path.write_bytes(generate_bytecode(fn, "sm_90", version))
+    proc = subprocess.run([str(disasm), str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert normalized(proc.stdout) == normalized(module_text(fn, "sm_90"))
+
+
+def test_tileiras_compiles_vector_add_to_a_cubin(tmp_path: Path) -> None:
+    """With libnvvm and ptxas of the same release beside it, tileiras turns our bytecode into an ELF CUBIN."""
+    tileiras = tool("tileiras", "TILEJIT_TILEIRAS")
+    if tileiras is None:
+        pytest.skip("no tileiras: set TILEJIT_TILEIRAS or install the toolchain into .ci-cache/tileir")
+    bc, cubin = tmp_path / "vector_add.tileirbc", tmp_path / "vector_add.cubin"
+    bc.write_bytes(generate_bytecode(ir_of("vector_add"), "sm_90"))
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    env["TMPDIR"] = str(tmp_path)
+    proc = subprocess.run(
+        [str(tileiras), "--gpu-name=sm_90", "-o", str(cubin), str(bc)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    if proc.returncode == 5 and "failed to compile Tile IR program" in proc.stderr:
+        pytest.skip("tileiras found no libnvvm/ptxas of its release beside it")
+    assert proc.returncode == 0, proc.stderr
+    assert cubin.read_bytes()[:4] == b"\x7fELF"
+
+
+# --------------------------------------------------------------------------------------------- refusals
+
+
+def test_unsupported_op_is_a_located_error_naming_it() -> None:
+    fn = tj.compile(uses_exp, (F32, F32), constants={"TILE": 128}, target="sm_90").ir()
+    lines = Path(__file__).read_text().splitlines()
+    line, col = where_in(lines, "tj.exp(a)")
+    for produce in (lambda: generate_bytecode(fn, "sm_90"), lambda: module_text(fn, "sm_90")):
+        with pytest.raises(TileCompileError) as err:
+            produce()
+        e = err.value
+        assert (e.filename, e.line, e.col) == (__file__, line, col)
+        assert e.message == "the Tile IR backend cannot express 'unary' (fn='exp') yet; " \
+            'compile this kernel with backend="cuda"'
+        assert str(e).splitlines()[-1].strip() == "^"
+
+
+def test_padding_tile_ir_has_no_value_for_is_a_located_error() -> None:
+    fn = tj.compile(odd_padding, (F32, F32), constants={"TILE": 128}, target="sm_90").ir()
+    line, _ = where_in(Path(__file__).read_text().splitlines(), "padding=1.5)")
+    with pytest.raises(TileCompileError) as err:
+        generate_bytecode(fn, "sm_90")
+    assert err.value.line == line
+    assert err.value.message == (
+        "the Tile IR backend cannot express 'load' (padding=1.5; Tile IR pads only with 0, -0.0, nan, inf or -inf) "
+        'yet; compile this kernel with backend="cuda"'
+    )
+
+
+@tj.kernel
+def bool_mask(m, out, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    tj.store(out, index=(i,), tile=tj.load(m, index=(i,), shape=(TILE,)).astype(tj.float32))
+
+
+def test_parameter_of_a_type_the_lowering_lacks_is_a_located_error() -> None:
+    fn = tj.compile(bool_mask, (tj.bool_[:], F32), constants={"TILE": 128}, target="sm_90").ir()
+    line, _ = where_in(Path(__file__).read_text().splitlines(), "def bool_mask(")
+    with pytest.raises(TileCompileError) as err:
+        module_text(fn, "sm_90")
+    assert err.value.line == line
+    assert err.value.message == (
+        "the Tile IR backend cannot express parameter 'm' of type array<i1, 1> yet; "
+        'compile this kernel with backend="cuda"'
+    )

@@ -1,0 +1,237 @@
+"""Print a ``TModule`` in the ``cuda_tile.module`` text form, in the syntax ``tileirdisasm`` prints.
+
+Deterministic: values are named from the kernel's own names (made unique with ``_N``), others are
+numbered in order of definition, and nothing depends on ids or dict order beyond program order.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from collections.abc import Callable
+
+from tilejit.backends.tileir.module import (
+    FuncType,
+    PartitionView,
+    Ptr,
+    Scalar,
+    TensorView,
+    TFunction,
+    Tile,
+    TModule,
+    Token,
+    TOp,
+    TValue,
+    Type,
+)
+
+
+def type_text(t: Type) -> str:
+    """A type as the text form writes it, e.g. ``tile<16x32xf32>``."""
+    if isinstance(t, Scalar):
+        return t.name
+    if isinstance(t, Ptr):
+        return f"ptr<{t.elem.name}>"
+    if isinstance(t, Tile):
+        dims = "".join(f"{d}x" for d in t.shape)
+        return f"tile<{dims}{type_text(t.elem)}>"
+    if isinstance(t, TensorView):
+        dims = "".join(f"{'?' if d is None else d}x" for d in t.shape)
+        strides = ",".join("?" if s is None else str(s) for s in t.strides)
+        return f"tensor_view<{dims}{t.elem.name}, strides=[{strides}]>"
+    if isinstance(t, PartitionView):
+        tile = "x".join(str(d) for d in t.tile)
+        dim_map = "" if t.dim_map == tuple(range(len(t.tile))) else f", dim_map=[{', '.join(map(str, t.dim_map))}]"
+        pad = "" if t.padding is None else f", padding_value = {t.padding}"
+        return f"partition_view<tile=({tile}){dim_map}{pad}, {type_text(t.view)}>"
+    if isinstance(t, Token):
+        return "token"
+    if isinstance(t, FuncType):
+        return f"({', '.join(map(type_text, t.params))}) -> ({', '.join(map(type_text, t.results))})"
+    raise TypeError(f"no text form for {t!r}")  # pragma: no cover - the Type union is closed
+
+
+def constant_text(data: bytes, elem: Scalar) -> str:
+    """``<f32: 2.000000e+00>``: floats in %e form when that reads back exactly, else as hex bits."""
+    name = elem.name
+    if name.startswith("i"):
+        return f"<{name}: {int.from_bytes(data, 'little', signed=True)}>"
+    bits = int.from_bytes(data, "little")
+    if name == "bf16":
+        value = struct.unpack("<f", (bits << 16).to_bytes(4, "little"))[0]
+    else:
+        value = struct.unpack({"f16": "<e", "f32": "<f", "f64": "<d"}[name], data)[0]
+    text = f"{value:.6e}"
+    if math.isfinite(value) and _float_bits(float(text), name) == bits:
+        return f"<{name}: {text}>"
+    return f"<{name}: 0x{bits:0{2 * len(data)}X}>"
+
+
+def _float_bits(value: float, name: str) -> int:
+    if name == "bf16":
+        return int.from_bytes(struct.pack("<f", value)[2:], "little")
+    code = {"f16": "<e", "f32": "<f", "f64": "<d"}[name]
+    try:
+        return int.from_bytes(struct.pack(code, value), "little")
+    except OverflowError:
+        return -1
+
+
+class Printer:
+    """Names values and prints ops, one line each."""
+
+    def __init__(self) -> None:
+        self.names: dict[TValue, str] = {}
+        self.taken: set[str] = set()
+        self.count = 0
+        self.lines: list[str] = []
+
+    def name(self, v: TValue) -> str:
+        """The value's ``%name`` (assigned at its definition)."""
+        if v not in self.names:
+            hint = re.sub(r"[^A-Za-z0-9_]", "_", v.name)
+            if not hint or hint[0].isdigit():
+                hint = str(self.count)
+                self.count += 1
+            base, n = hint, 0
+            while hint in self.taken:
+                hint = f"{base}_{n}"
+                n += 1
+            self.taken.add(hint)
+            self.names[v] = hint
+        return "%" + self.names[v]
+
+    def names_of(self, values: list[TValue]) -> str:
+        return ", ".join(self.name(v) for v in values)
+
+    def function(self, fn: TFunction) -> None:
+        params = ", ".join(f"{self.name(p)}: {type_text(p.type)}" for p in fn.params)
+        self.lines.append(f"  entry @{fn.name}({params}) {{")
+        for op in fn.body:
+            results = f"{self.names_of(op.results)} = " if op.results else ""
+            self.lines.append(f"    {results}{OP_TEXT[op.name](self, op)}")
+        self.lines.append("  }")
+
+
+def _v(p: Printer, op: TOp, i: int) -> str:
+    value = op.operands[i]
+    assert isinstance(value, TValue)
+    return p.name(value)
+
+
+def _vs(p: Printer, op: TOp, i: int) -> list[TValue]:
+    values = op.operands[i]
+    assert isinstance(values, list)
+    return values
+
+
+def _t(op: TOp, i: int = 0) -> str:
+    return type_text(op.results[i].type)
+
+
+def _ot(op: TOp, i: int) -> str:
+    value = op.operands[i]
+    assert isinstance(value, TValue)
+    return type_text(value.type)
+
+
+def _rounding(op: TOp) -> str:
+    mode = op.attrs.get("rounding", "nearest_even")
+    return "" if mode == "nearest_even" else f" rounding<{mode}>"
+
+
+def _overflow(op: TOp) -> str:
+    mode = op.attrs.get("overflow", "none")
+    return "" if mode == "none" else f" overflow<{mode}>"
+
+
+def _float_binary(p: Printer, op: TOp) -> str:
+    ftz = " flush_to_zero" if op.attrs.get("ftz") else ""
+    return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{_rounding(op)}{ftz} : {_t(op)}"
+
+
+def _int_binary(p: Printer, op: TOp) -> str:
+    return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{_overflow(op)} : {_t(op)}"
+
+
+def _convert(p: Printer, op: TOp) -> str:
+    sign = f" {op.attrs['signedness']}" if "signedness" in op.attrs else ""
+    extra = _rounding(op) if op.name in ("ftof", "itof") else _overflow(op) if op.name == "trunci" else ""
+    return f"{op.name} {_v(p, op, 0)}{sign}{extra} : {_ot(op, 0)} -> {_t(op)}"
+
+
+def _constant(p: Printer, op: TOp) -> str:
+    t = op.results[0].type
+    assert isinstance(t, Tile) and isinstance(t.elem, Scalar)
+    return f"constant {constant_text(op.attrs['data'], t.elem)} : {_t(op)}"
+
+
+def _tensor_view(p: Printer, op: TOp) -> str:
+    t = op.results[0].type
+    assert isinstance(t, TensorView)
+    shape, strides = iter(_vs(p, op, 1)), iter(_vs(p, op, 2))
+    sh = ", ".join(p.name(next(shape)) if d is None else str(d) for d in t.shape)
+    st = ", ".join(p.name(next(strides)) if s is None else str(s) for s in t.strides)
+    dyn = _vs(p, op, 1) + _vs(p, op, 2)
+    index_type = f"{type_text(dyn[0].type)} -> " if dyn else ""
+    return f"make_tensor_view {_v(p, op, 0)}, shape = [{sh}], strides = [{st}] : {index_type}{_t(op)}"
+
+
+def _view_access(p: Printer, op: TOp, view: int) -> str:
+    """``%view[%i, %j] token = %t`` (the token part only when there is one)."""
+    index = _vs(p, op, view + 1)
+    token = op.operands[view + 2]
+    tok = f" token = {p.name(token)}" if isinstance(token, TValue) else ""
+    return f"{_v(p, op, view)}[{p.names_of(index)}]{tok}"
+
+
+def _index_type(p: Printer, op: TOp, view: int) -> str:
+    index = _vs(p, op, view + 1)
+    return f", {type_text(index[0].type)}" if index else ""
+
+
+def _load(p: Printer, op: TOp) -> str:
+    access = _view_access(p, op, 0)
+    return f"load_view_tko {op.attrs['ordering']} {access} : {_ot(op, 0)}{_index_type(p, op, 0)} -> {_t(op)}, token"
+
+
+def _store(p: Printer, op: TOp) -> str:
+    access = _view_access(p, op, 1)
+    types = f"{_ot(op, 0)}, {_ot(op, 1)}{_index_type(p, op, 1)}"
+    return f"store_view_tko {op.attrs['ordering']} {_v(p, op, 0)}, {access} : {types} -> token"
+
+
+OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
+    "addf": _float_binary,
+    "subf": _float_binary,
+    "mulf": _float_binary,
+    "divf": _float_binary,
+    "addi": _int_binary,
+    "subi": _int_binary,
+    "muli": _int_binary,
+    "ftof": _convert,
+    "itof": _convert,
+    "exti": _convert,
+    "trunci": _convert,
+    "reshape": _convert,
+    "broadcast": _convert,
+    "constant": _constant,
+    "get_tile_block_id": lambda p, op: f"get_tile_block_id : {_t(op)}",
+    "make_tensor_view": _tensor_view,
+    "make_partition_view": lambda p, op: f"make_partition_view {_v(p, op, 0)} : {_t(op)}",
+    "load_view_tko": _load,
+    "store_view_tko": _store,
+    "join_tokens": lambda p, op: f"join_tokens {p.names_of(_vs(p, op, 0))} : token",
+    "return": lambda p, op: "return",
+}
+
+
+def print_module(module: TModule) -> str:
+    """The module as text: ``cuda_tile.module @name { entry @k(...) { ... } }``, newline-terminated."""
+    p = Printer()
+    p.lines.append(f"cuda_tile.module @{module.name} {{")
+    for fn in module.functions:
+        p.function(fn)
+    p.lines.append("}")
+    return "\n".join(p.lines) + "\n"
