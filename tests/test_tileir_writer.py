@@ -63,6 +63,17 @@ def in_place(x, TILE: tj.Constant[int]):
 
 
 @tj.kernel
+def reductions(x, h, n, out, hout, nout, TM: tj.Constant[int], TN: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(x, index=(i, 0), shape=(TM, TN))
+    tj.store(out, index=(i,), tile=tj.max(a, axis=1) + tj.sum(a, axis=1) - tj.min(a, axis=1) * tj.prod(a, axis=1))
+    b = tj.load(h, index=(i,), shape=(TN,))
+    tj.store(hout, index=(i,), tile=tj.sum(b, axis=0, keepdims=True))
+    c = tj.load(n, index=(i, 0), shape=(TM, TN))
+    tj.store(nout, index=(i,), tile=tj.max(c, axis=1) - tj.min(c, axis=1) + tj.sum(c, axis=1) * tj.prod(c, axis=1))
+
+
+@tj.kernel
 def uses_exp(x, out, TILE: tj.Constant[int]):
     i = tj.bid(0)
     a = tj.load(x, index=(i,), shape=(TILE,))
@@ -82,6 +93,11 @@ KERNELS = {
     "mixed": (mixed, (tj.float32[:, :], tj.float32[:, ::1], tj.float16[:, :], tj.float32), {"TM": 16, "TN": 32}),
     "int_ops": (int_ops, (tj.int32[:], F32), {"TILE": 256}),
     "in_place": (in_place, (F32,), {"TILE": 128}),
+    "reductions": (
+        reductions,
+        (tj.float32[:, :], tj.float16[:], tj.uint32[:, :], F32, tj.float16[:], tj.uint32[:]),
+        {"TM": 16, "TN": 32},
+    ),
 }
 
 
@@ -291,3 +307,17 @@ def test_parameter_of_a_type_the_lowering_lacks_is_a_located_error() -> None:
         "the Tile IR backend cannot express parameter 'm' of type array<i1, 1> yet; "
         'compile this kernel with backend="cuda"'
     )
+
+
+def test_reductions_use_the_identity_of_their_dtype_and_accumulate_f16_in_f32() -> None:
+    text = module_text(ir_of("reductions"), "sm_90")
+    # float max starts at -inf and propagates NaN, as the CUDA backend's maximum does
+    assert re.search(r"reduce %a dim=1 identities=\[0xFF800000 : f32\] .*\n.*\n\s+%combined = maxf %elem, "
+                     r"%accum propagate_nan : tile<f32>", text)
+    # uint32 min starts at 0xFFFFFFFF and compares unsigned; uint32 max starts at 0
+    assert re.search(r"identities=\[-1 : i32\] .*\n.*\n\s+%combined = mini %elem, %accum unsigned", text)
+    assert re.search(r"identities=\[0 : i32\] .*\n.*\n\s+%combined = maxi %elem, %accum unsigned", text)
+    # the float16 sum widens to f32, reduces, and narrows its result
+    assert re.search(r"(%\d+) = ftof %b : tile<32xf16> -> tile<32xf32>\n\s+(%\d+) = reduce \1 dim=0 "
+                     r"identities=\[0\.000000e\+00 : f32\] : tile<32xf32> -> tile<f32>", text)
+    assert re.search(r"ftof %\d+ : tile<f32> -> tile<f16>", text)

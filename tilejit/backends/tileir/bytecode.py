@@ -18,6 +18,7 @@ from tilejit.backends.tileir.module import (
     PartitionView,
     Ptr,
     Scalar,
+    TBlock,
     TensorView,
     TFunction,
     Tile,
@@ -26,6 +27,8 @@ from tilejit.backends.tileir.module import (
     TOp,
     TValue,
     Type,
+    constant_bytes,
+    count_ops,
 )
 
 MAGIC = b"\x7fTileIR\x00"
@@ -35,7 +38,7 @@ DYNAMIC = -(1 << 63)
 # Section ids; the 0x80 bit on the id says an alignment varint follows the length.
 SEC_END, SEC_STRING, SEC_FUNC, SEC_DEBUG, SEC_CONSTANT, SEC_TYPE = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05
 PAD_BYTE = b"\xcb"
-TAG_ARRAY, TAG_HINTS = 0x06, 0x0B
+TAG_INTEGER, TAG_FLOAT, TAG_ARRAY, TAG_HINTS = 0x01, 0x02, 0x06, 0x0B
 FLAG_ENTRY = 0x02
 
 
@@ -164,18 +167,51 @@ class Writer:
         if self.version >= (13, 5):
             buf += bytes((TAG_HINTS, 0))  # optimization hints: an empty per-architecture dictionary
             buf += bytes((TAG_ARRAY, 0))  # argument attributes: an empty array
-        ids: dict[TValue, int] = {p: i for i, p in enumerate(fn.params)}
+        self.ids: dict[TValue, int] = {p: i for i, p in enumerate(fn.params)}
+        self.next_id = len(fn.params)
         body = bytearray()
-        for op in fn.body:
-            self.op(op, ids, body)
-            for r in op.results:
-                ids[r] = len(ids)
+        self.ops(fn.body, body)
         varint(len(body), buf)
         buf += body
-        return len(fn.body)
+        return count_ops(fn.body)
 
-    def op(self, op: TOp, ids: dict[TValue, int], buf: bytearray) -> None:
+    def define(self, values: list[TValue]) -> None:
+        for v in values:
+            self.ids[v] = self.next_id
+            self.next_id += 1
+
+    def ops(self, ops: list[TOp], buf: bytearray) -> None:
+        for op in ops:
+            self.op(op, buf)
+            self.define(op.results)
+
+    def region(self, block: TBlock, buf: bytearray) -> None:
+        """One block: its argument types, op count and ops; its values' ids end with it."""
+        buf.append(1)  # blocks in the region
+        varint(len(block.args), buf)
+        for a in block.args:
+            varint(self.type_id(a.type), buf)
+        varint(len(block.ops), buf)
+        saved = self.next_id
+        self.define(block.args)
+        self.ops(block.ops, buf)
+        self.next_id = saved
+
+    def attribute(self, value: object, elem: Scalar, buf: bytearray) -> None:
+        """A tagged integer or float attribute of element type ``elem``."""
+        bits = int.from_bytes(constant_bytes(value, elem), "little")
+        if elem.name.startswith("i"):
+            buf.append(TAG_INTEGER)
+            varint(self.type_id(elem), buf)
+            varint(bits, buf)
+        else:
+            buf.append(TAG_FLOAT)
+            varint(self.type_id(elem), buf)
+            varint(bits << 1, buf)  # a zigzag varint of the (non-negative) bit pattern
+
+    def op(self, op: TOp, buf: bytearray) -> None:
         """Append ``op`` following its layout in ``OPS``."""
+        ids = self.ids
         spec = OPS[op.name]
         varint(spec.opcode, buf)
         operands = iter(op.operands)
@@ -191,6 +227,18 @@ class Writer:
                     varint(self.type_id(r.type), buf)
             elif item == "ftz":
                 varint(int(bool(op.attrs.get("ftz", False))), buf)
+            elif item == "nan_ftz":
+                varint(int(bool(op.attrs.get("propagate_nan"))) | int(bool(op.attrs.get("ftz"))) << 1, buf)
+            elif item.startswith("int:"):
+                varint(op.attrs[item[4:]], buf)
+            elif item == "identities":
+                varint(len(op.attrs["identities"]), buf)
+                for value, elem in op.attrs["identities"]:
+                    self.attribute(value, elem, buf)
+            elif item == "regions":
+                varint(len(op.regions), buf)
+                for block in op.regions:
+                    self.region(block, buf)
             elif item == "tko":
                 varint(4 if op.operands[-1] is not None else 0, buf)
             elif item.startswith("enum:"):

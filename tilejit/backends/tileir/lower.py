@@ -11,7 +11,6 @@ store waits for that store and every load since it. Anything else raises a locat
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable
 
 from tilejit.backends.cuda.plan import located
@@ -19,6 +18,7 @@ from tilejit.backends.tileir.module import (
     PartitionView,
     Ptr,
     Scalar,
+    TBlock,
     TensorView,
     TFunction,
     Tile,
@@ -26,6 +26,7 @@ from tilejit.backends.tileir.module import (
     Token,
     TOp,
     TValue,
+    constant_bytes,
 )
 from tilejit.errors import TileCompileError
 from tilejit.language.ir import ops as O
@@ -42,7 +43,6 @@ ELEMENTS: dict[str, str] = {
     "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
     "uint8": "i8", "uint16": "i16", "uint32": "i32", "uint64": "i64",
 }
-_PACK: dict[str, str] = {"f16": "<e", "f32": "<f", "f64": "<d", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q"}
 _FLOAT_BIN: dict[str, str] = {"add": "addf", "sub": "subf", "mul": "mulf", "truediv": "divf"}
 _INT_BIN: dict[str, str] = {"add": "addi", "sub": "subi", "mul": "muli"}
 
@@ -63,16 +63,20 @@ def element(dtype: DType, op: Op) -> Scalar:
     return Scalar(name)
 
 
-def constant_bytes(value: object, elem: Scalar) -> bytes:
-    """One element's little-endian bytes (bf16: the float32 bits' upper half)."""
-    if elem.name == "bf16":
-        return struct.pack("<f", float(value))[2:]  # type: ignore[arg-type]
-    code = _PACK[elem.name]
-    if elem.name.startswith("f"):
-        return struct.pack(code, float(value))  # type: ignore[arg-type]
-    bits = int(elem.name[1:])
-    v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
-    return v.to_bytes(bits // 8, "little")
+#: Reductions: fn -> {"f": (combining op, identity), "i": (combining op, placeholder: see _int_identity)}.
+_REDUCE: dict[str, dict[str, tuple[str, object]]] = {
+    "sum": {"f": ("addf", 0.0), "i": ("addi", 0)},
+    "prod": {"f": ("mulf", 1.0), "i": ("muli", 1)},
+    "max": {"f": ("maxf", -math.inf), "i": ("maxi", 0)},
+    "min": {"f": ("minf", math.inf), "i": ("mini", 0)},
+}
+
+
+def _int_identity(fn: str, dtype: DType) -> int:
+    """The identity of an integer reduction in ``dtype``'s range (max starts at its lowest value)."""
+    lo = -(1 << (dtype.bits - 1)) if dtype.is_signed else 0
+    hi = (1 << (dtype.bits - 1)) - 1 if dtype.is_signed else (1 << dtype.bits) - 1
+    return {"sum": 0, "prod": 1, "max": lo, "min": hi}[fn]
 
 
 def padding_name(value: object) -> str | None:
@@ -110,6 +114,8 @@ class Lowerer:
             O.BinaryOp: self.binary,
             O.CastOp: self.cast,
             O.BroadcastOp: self.broadcast,
+            O.ReshapeOp: self.reshape,
+            O.ReduceOp: self.reduce,
             O.ReturnOp: self.ret,
         }
 
@@ -281,6 +287,52 @@ class Lowerer:
         r = TValue(t, op.result.name)
         self.emit("broadcast", [r], [x], op)
         self.vals[op.result] = r
+
+    def reshape(self, op: Op) -> None:
+        assert isinstance(op, O.ReshapeOp)
+        r = TValue(self.tile_type(op.result.type, op), op.result.name)
+        self.emit("reshape", [r], [self.value(op.x)], op)
+        self.vals[op.result] = r
+
+    def convert(self, x: TValue, elem: Scalar, op: Op) -> TValue:
+        """``x`` as float element type ``elem`` (``x`` itself when it already is)."""
+        assert isinstance(x.type, Tile)
+        if x.type.elem == elem:
+            return x
+        r = TValue(Tile(elem, x.type.shape))
+        self.emit("ftof", [r], [x], op, rounding="nearest_even")
+        return r
+
+    def reduce(self, op: Op) -> None:
+        """``reduce`` with a one-op body; floats under 32 bits accumulate in f32 (as the CUDA backend does)."""
+        assert isinstance(op, O.ReduceOp)
+        dtype = op.result.type.dtype  # type: ignore[attr-defined]
+        if op.fn not in _REDUCE or dtype.is_bool:
+            raise unsupported(op, f"fn='{op.fn}' on {dtype.name}")
+        out = self.tile_type(op.result.type, op)
+        assert isinstance(out.elem, Scalar)
+        acc = Scalar("f32") if dtype.is_float and dtype.bits < 32 else out.elem
+        x = self.value(op.x)
+        if dtype.is_float:
+            x = self.convert(x, acc, op)
+        scalar = Tile(acc)
+        elem, accum, combined = TValue(scalar, "elem"), TValue(scalar, "accum"), TValue(scalar, "combined")
+        combine, identity = _REDUCE[op.fn]["f" if dtype.is_float else "i"]
+        attrs: dict[str, object] = {"rounding": "nearest_even"} if dtype.is_float else {"overflow": "none"}
+        if combine in ("maxf", "minf"):
+            attrs = {"propagate_nan": True}
+        elif combine in ("maxi", "mini"):
+            attrs = {"signedness": "signed" if dtype.is_signed else "unsigned"}
+        if not dtype.is_float:
+            identity = _int_identity(op.fn, dtype)
+        body = [
+            TOp(combine, [combined], [elem, accum], attrs, op.loc),
+            TOp("yield", [], [[combined]], {}, op.loc),
+        ]
+        r = TValue(Tile(acc, out.shape), op.result.name if acc == out.elem else "")
+        top = self.emit("reduce", [r], [[x]], op, dim=op.axis, identities=[(identity, acc)])
+        top.regions.append(TBlock([elem, accum], body))
+        self.vals[op.result] = self.convert(r, out.elem, op) if dtype.is_float else r
 
     def ret(self, op: Op) -> None:
         self.emit("return", [], [[]], op)

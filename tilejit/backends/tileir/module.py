@@ -8,6 +8,7 @@ specification and the op registry of the public cuda-tile repository.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,13 +102,28 @@ Operand = TValue | list[TValue] | None
 
 @dataclass(eq=False)
 class TOp:
-    """One Tile IR op: ``operands`` follow the op's layout in ``OPS`` (a value, a list or ``None``)."""
+    """One Tile IR op: ``operands`` follow the op's layout in ``OPS`` (a value, a list or ``None``);
+    ``regions`` hold one block each (the body of a ``reduce``, ...)."""
 
     name: str
     results: list[TValue]
     operands: list[Operand] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
     loc: Loc = UNKNOWN_LOC
+    regions: list[TBlock] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class TBlock:
+    """A region's single block: arguments and ops (ending in its terminator, e.g. ``yield``)."""
+
+    args: list[TValue]
+    ops: list[TOp]
+
+
+def count_ops(ops: list[TOp]) -> int:
+    """How many ops ``ops`` hold, nested regions included (each has a debug-info entry)."""
+    return sum(1 + sum(count_ops(b.ops) for b in op.regions) for op in ops)
 
 
 @dataclass(eq=False)
@@ -135,8 +151,10 @@ class OpSpec:
     Layout items: ``res`` one result type; ``res*`` the counted list of result types; ``res3``
     three result types; ``ftz`` the flush-to-zero flag; ``tko`` the load/store flag bits (bit 2:
     a token operand follows); ``enum:<attr>`` one byte; ``const`` a constant-table index of
-    ``attrs['data']``; ``inbounds`` the per-dimension in-bounds flags (13.4+ only); ``o`` an
-    operand; ``o*`` a counted operand list; ``o?`` an optional operand.
+    ``attrs['data']``; ``inbounds`` the per-dimension in-bounds flags (13.4+ only); ``nan_ftz``
+    the maxf/minf flag bits (bit 0 propagate NaN); ``int:<attr>`` a varint; ``identities`` the
+    reduce identities (a tagged array); ``o`` an operand; ``o*`` a counted operand list; ``o?`` an
+    optional operand; ``regions`` the op's regions.
     """
 
     opcode: int
@@ -158,14 +176,20 @@ OPS: dict[str, OpSpec] = {
     "make_partition_view": OpSpec(66, ("res", "o")),
     "make_tensor_view": OpSpec(67, ("res*", "o", "o*", "o*")),
     "make_token": OpSpec(68, ("res",)),
+    "maxf": OpSpec(69, ("res", "nan_ftz", "o", "o")),
+    "maxi": OpSpec(70, ("res", "enum:signedness", "o", "o")),
+    "minf": OpSpec(71, ("res", "nan_ftz", "o", "o")),
+    "mini": OpSpec(72, ("res", "enum:signedness", "o", "o")),
     "mulf": OpSpec(76, ("res", "ftz", "enum:rounding", "o", "o")),
     "muli": OpSpec(78, ("res", "enum:overflow", "o", "o")),
+    "reduce": OpSpec(88, ("res*", "int:dim", "identities", "o*", "regions")),
     "reshape": OpSpec(91, ("res", "o")),
     "return": OpSpec(92, ("res*", "o*")),
     "store_view_tko": OpSpec(102, ("res*", "tko", "enum:ordering", "inbounds", "o", "o", "o*", "o?")),
     "subf": OpSpec(103, ("res", "ftz", "enum:rounding", "o", "o")),
     "subi": OpSpec(104, ("res", "enum:overflow", "o", "o")),
     "trunci": OpSpec(107, ("res", "enum:overflow", "o")),
+    "yield": OpSpec(109, ("res*", "o*")),
 }
 
 #: Enum attributes: attribute name -> (text value -> byte).
@@ -178,3 +202,18 @@ ENUMS: dict[str, dict[str, int]] = {
     "signedness": {"unsigned": 0, "signed": 1},
     "ordering": {"weak": 0, "relaxed": 1, "acquire": 2, "release": 3, "acq_rel": 4},
 }
+
+
+_PACK: dict[str, str] = {"f16": "<e", "f32": "<f", "f64": "<d", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q"}
+
+
+def constant_bytes(value: object, elem: Scalar) -> bytes:
+    """One element's little-endian bytes (bf16: the float32 bits' upper half)."""
+    if elem.name == "bf16":
+        return struct.pack("<f", float(value))[2:]  # type: ignore[arg-type]
+    code = _PACK[elem.name]
+    if elem.name.startswith("f"):
+        return struct.pack(code, float(value))  # type: ignore[arg-type]
+    bits = int(elem.name[1:])
+    v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
+    return v.to_bytes(bits // 8, "little")

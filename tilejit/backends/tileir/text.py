@@ -16,6 +16,7 @@ from tilejit.backends.tileir.module import (
     PartitionView,
     Ptr,
     Scalar,
+    TBlock,
     TensorView,
     TFunction,
     Tile,
@@ -24,6 +25,7 @@ from tilejit.backends.tileir.module import (
     TOp,
     TValue,
     Type,
+    constant_bytes,
 )
 
 
@@ -54,9 +56,14 @@ def type_text(t: Type) -> str:
 
 def constant_text(data: bytes, elem: Scalar) -> str:
     """``<f32: 2.000000e+00>``: floats in %e form when that reads back exactly, else as hex bits."""
+    return f"<{elem.name}: {number_text(data, elem)}>"
+
+
+def number_text(data: bytes, elem: Scalar) -> str:
+    """One element's value as the text form writes it (``2.000000e+00``, ``0xFF800000``, ``-3``)."""
     name = elem.name
     if name.startswith("i"):
-        return f"<{name}: {int.from_bytes(data, 'little', signed=True)}>"
+        return str(int.from_bytes(data, "little", signed=True))
     bits = int.from_bytes(data, "little")
     if name == "bf16":
         value = struct.unpack("<f", (bits << 16).to_bytes(4, "little"))[0]
@@ -64,8 +71,8 @@ def constant_text(data: bytes, elem: Scalar) -> str:
         value = struct.unpack({"f16": "<e", "f32": "<f", "f64": "<d"}[name], data)[0]
     text = f"{value:.6e}"
     if math.isfinite(value) and _float_bits(float(text), name) == bits:
-        return f"<{name}: {text}>"
-    return f"<{name}: 0x{bits:0{2 * len(data)}X}>"
+        return text
+    return f"0x{bits:0{2 * len(data)}X}"
 
 
 def _float_bits(value: float, name: str) -> int:
@@ -108,10 +115,24 @@ class Printer:
     def function(self, fn: TFunction) -> None:
         params = ", ".join(f"{self.name(p)}: {type_text(p.type)}" for p in fn.params)
         self.lines.append(f"  entry @{fn.name}({params}) {{")
-        for op in fn.body:
-            results = f"{self.names_of(op.results)} = " if op.results else ""
-            self.lines.append(f"    {results}{OP_TEXT[op.name](self, op)}")
+        self.ops(fn.body, "    ")
         self.lines.append("  }")
+
+    def ops(self, ops: list[TOp], indent: str) -> None:
+        for op in ops:
+            results = f"{self.names_of(op.results)} = " if op.results else ""
+            self.lines.append(f"{indent}{results}{OP_TEXT[op.name](self, op)}")
+            for block in op.regions:
+                self.region(block, indent)
+
+    def region(self, block: TBlock, indent: str) -> None:
+        """``(%a: type, ...) {`` ops ``}``; names made inside are free again after it (as in MLIR)."""
+        saved_taken, saved_count, saved_names = set(self.taken), self.count, dict(self.names)
+        args = ", ".join(f"{self.name(a)}: {type_text(a.type)}" for a in block.args)
+        self.lines.append(f"{indent}({args}) {{")
+        self.ops(block.ops, indent + "  ")
+        self.lines.append(f"{indent}}}")
+        self.taken, self.count, self.names = saved_taken, saved_count, saved_names
 
 
 def _v(p: Printer, op: TOp, i: int) -> str:
@@ -149,6 +170,25 @@ def _overflow(op: TOp) -> str:
 def _float_binary(p: Printer, op: TOp) -> str:
     ftz = " flush_to_zero" if op.attrs.get("ftz") else ""
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{_rounding(op)}{ftz} : {_t(op)}"
+
+
+def _max_min(p: Printer, op: TOp) -> str:
+    if op.name in ("maxi", "mini"):
+        flags = f" {op.attrs['signedness']}"
+    else:
+        flags = (" propagate_nan" if op.attrs.get("propagate_nan") else "") + (
+            " flush_to_zero" if op.attrs.get("ftz") else ""
+        )
+    return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{flags} : {_t(op)}"
+
+
+def _reduce(p: Printer, op: TOp) -> str:
+    operands = _vs(p, op, 0)
+    idents = ", ".join(
+        f"{number_text(constant_bytes(value, elem), elem)} : {elem.name}" for value, elem in op.attrs["identities"]
+    )
+    types = f"{', '.join(type_text(v.type) for v in operands)} -> {', '.join(type_text(r.type) for r in op.results)}"
+    return f"reduce {p.names_of(operands)} dim={op.attrs['dim']} identities=[{idents}] : {types}"
 
 
 def _int_binary(p: Printer, op: TOp) -> str:
@@ -224,6 +264,12 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "store_view_tko": _store,
     "join_tokens": lambda p, op: f"join_tokens {p.names_of(_vs(p, op, 0))} : token",
     "return": lambda p, op: "return",
+    "maxf": _max_min,
+    "minf": _max_min,
+    "maxi": _max_min,
+    "mini": _max_min,
+    "reduce": _reduce,
+    "yield": lambda p, op: f"yield {p.names_of(_vs(p, op, 0))} : {', '.join(type_text(v.type) for v in _vs(p, op, 0))}",
 }
 
 
