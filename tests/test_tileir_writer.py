@@ -74,6 +74,12 @@ def reductions(x, h, n, out, hout, nout, TM: tj.Constant[int], TN: tj.Constant[i
 
 
 @tj.kernel
+def row_of(x, out, row, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    tj.store(out, index=(row, i), tile=tj.load(x, index=(row, i), shape=(1, TILE)))
+
+
+@tj.kernel
 def uses_exp(x, out, TILE: tj.Constant[int]):
     i = tj.bid(0)
     a = tj.load(x, index=(i,), shape=(TILE,))
@@ -93,6 +99,7 @@ KERNELS = {
     "mixed": (mixed, (tj.float32[:, :], tj.float32[:, ::1], tj.float16[:, :], tj.float32), {"TM": 16, "TN": 32}),
     "int_ops": (int_ops, (tj.int32[:], F32), {"TILE": 256}),
     "in_place": (in_place, (F32,), {"TILE": 128}),
+    "row_of": (row_of, (tj.float32[:, :], tj.float32[:, :], tj.int64), {"TILE": 64}),
     "reductions": (
         reductions,
         (tj.float32[:, :], tj.float16[:], tj.uint32[:, :], F32, tj.float16[:], tj.uint32[:]),
@@ -321,3 +328,10 @@ def test_reductions_use_the_identity_of_their_dtype_and_accumulate_f16_in_f32() 
     assert re.search(r"(%\d+) = ftof %b : tile<32xf16> -> tile<32xf32>\n\s+(%\d+) = reduce \1 dim=0 "
                      r"identities=\[0\.000000e\+00 : f32\] : tile<32xf32> -> tile<f32>", text)
     assert re.search(r"ftof %\d+ : tile<f32> -> tile<f16>", text)
+
+
+def test_indices_of_mixed_widths_are_widened_to_one_type() -> None:
+    text = module_text(ir_of("row_of"), "sm_90")
+    assert "%0 = exti %bid_x signed : tile<i32> -> tile<i64>" in text
+    assert "load_view_tko weak %x_tiles[%row, %0] :" in text and ", tile<i64> -> tile<1x64xf32>, token" in text
+

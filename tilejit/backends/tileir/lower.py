@@ -127,9 +127,25 @@ class Lowerer:
         return top
 
     def tile_type(self, t: object, op: Op) -> Tile:
+        """The Tile IR type of an IR tile (the front end keeps tile dimensions powers of two, as Tile IR needs)."""
         if not isinstance(t, TileType):
             raise unsupported(op, f"a value of type {t}")
         return Tile(element(t.dtype, op), tuple(t.shape))
+
+    def indices(self, values: list[Value], op: Op) -> list[TValue]:
+        """A load/store's tile indices, all of one integer type (narrower ones sign-extended to the widest)."""
+        idx = [self.value(i) for i in values]
+        widest = max((v.type for v in idx), key=lambda t: int(t.elem.name[1:]), default=None)  # type: ignore[union-attr]
+        out = []
+        for v, src in zip(idx, values):
+            if v.type != widest:
+                assert widest is not None
+                signed = src.type.dtype.is_signed  # type: ignore[attr-defined]
+                wide = TValue(widest)
+                self.emit("exti", [wide], [v], op, signedness="signed" if signed else "unsigned")
+                v = wide
+            out.append(v)
+        return out
 
     def value(self, v: Value) -> TValue:
         return self.vals[v]
@@ -216,7 +232,7 @@ class Lowerer:
             raise unsupported(op, f"padding={op.padding!r}; Tile IR pads only with 0, -0.0, nan, inf or -inf")
         pv = self.view(op, op.array, t.shape, pad)
         r, tok = TValue(t, op.result.name), TValue(TOKEN)
-        idx = [self.value(i) for i in op.index]
+        idx = self.indices(op.index, op)
         self.emit("load_view_tko", [r, tok], [pv, idx, self.last_store], op, ordering="weak",
                   inbounds=(False,) * len(idx))
         self.loads_since.append(tok)
@@ -232,7 +248,7 @@ class Lowerer:
             token = TValue(TOKEN)
             self.emit("join_tokens", [token], [waits], op)
         tok = TValue(TOKEN)
-        idx = [self.value(i) for i in op.index]
+        idx = self.indices(op.index, op)
         self.emit("store_view_tko", [tok], [self.value(op.tile), pv, idx, token], op, ordering="weak",
                   inbounds=(False,) * len(idx))
         self.last_store, self.loads_since = tok, []
