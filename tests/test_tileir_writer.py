@@ -335,3 +335,22 @@ def test_indices_of_mixed_widths_are_widened_to_one_type() -> None:
     assert "%0 = exti %bid_x signed : tile<i32> -> tile<i64>" in text
     assert "load_view_tko weak %x_tiles[%row, %0] :" in text and ", tile<i64> -> tile<1x64xf32>, token" in text
 
+
+
+@pytest.mark.parametrize(
+    "value, elem, expected",
+    [
+        (2.0, "f32", "40000000"),
+        (0.1, "bf16", "3dcd"),  # float32 0x3dcccccd rounds up to 0x3dcd (truncating gives 0x3dcc)
+        (1.0 + 2**-8, "bf16", "3f80"),  # a tie rounds to even
+        (1e6, "f16", "7c00"),  # past the f16 range: inf, not an OverflowError
+        (-1e300, "f32", "ff800000"),
+        (float("nan"), "bf16", "7fc0"),
+        (-1, "i32", "ffffffff"),
+        (2**64 - 1, "i64", "ffffffffffffffff"),
+    ],
+)
+def test_constant_bytes_round_and_saturate_like_a_cast(value: float, elem: str, expected: str) -> None:
+    from tilejit.backends.tileir.module import Scalar, constant_bytes
+
+    assert constant_bytes(value, Scalar(elem))[::-1].hex() == expected

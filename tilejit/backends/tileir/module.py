@@ -8,6 +8,7 @@ specification and the op registry of the public cuda-tile repository.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -208,12 +209,26 @@ _PACK: dict[str, str] = {"f16": "<e", "f32": "<f", "f64": "<d", "i8": "<b", "i16
 
 
 def constant_bytes(value: object, elem: Scalar) -> bytes:
-    """One element's little-endian bytes (bf16: the float32 bits' upper half)."""
+    """One element's little-endian bytes, rounded to nearest even; floats too large for ``elem`` are inf."""
+    if elem.name.startswith("i"):
+        bits = int(elem.name[1:])
+        v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
+        return v.to_bytes(bits // 8, "little")
+    f = float(value)  # type: ignore[arg-type]
     if elem.name == "bf16":
-        return struct.pack("<f", float(value))[2:]  # type: ignore[arg-type]
-    code = _PACK[elem.name]
-    if elem.name.startswith("f"):
-        return struct.pack(code, float(value))  # type: ignore[arg-type]
-    bits = int(elem.name[1:])
-    v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
-    return v.to_bytes(bits // 8, "little")
+        b32 = int.from_bytes(struct.pack("<f", _to_f32(f)), "little")
+        if math.isnan(f):
+            return (0x7FC0 | (b32 >> 16) & 0x8000).to_bytes(2, "little")
+        return ((b32 + 0x7FFF + ((b32 >> 16) & 1)) >> 16).to_bytes(2, "little")
+    try:
+        return struct.pack(_PACK[elem.name], f)
+    except OverflowError:  # past the largest finite value of a narrower float
+        return struct.pack(_PACK[elem.name], math.copysign(math.inf, f))
+
+
+def _to_f32(f: float) -> float:
+    """``f`` as the nearest float32 (inf past its range)."""
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", f))[0])
+    except OverflowError:
+        return math.copysign(math.inf, f)
