@@ -17,7 +17,7 @@ import pytest
 from source_lines import where_in
 
 import tilejit as tj
-from tilejit.backends.tileir import VERSIONS, generate_bytecode, module_text, parse_version
+from tilejit.backends.tileir import VERSIONS, generate_bytecode, module_text, newest_accepted, parse_version
 from tilejit.backends.tileir.bytecode import MAGIC, varint
 from tilejit.errors import TileCompileError
 
@@ -354,3 +354,20 @@ def test_constant_bytes_round_and_saturate_like_a_cast(value: float, elem: str, 
     from tilejit.backends.tileir.module import Scalar, constant_bytes
 
     assert constant_bytes(value, Scalar(elem))[::-1].hex() == expected
+
+
+def test_newest_accepted_version_comes_from_tileiras_list() -> None:
+    assert newest_accepted("13.1\n13.2\n13.3\n13.4\n13.5\n") == (13, 5)
+    assert newest_accepted("13.1\n13.2\n13.3\n") == (13, 3)
+    assert newest_accepted("13.1\n13.2\n13.3\n13.4\n13.5\n13.6\n") == (13, 5)  # a newer tileiras
+    with pytest.raises(ValueError, match=r"^tileiras accepts bytecode versions 14\.0; this writer emits 13\.1, "):
+        newest_accepted("14.0\n")
+
+
+def test_newest_accepted_of_the_found_tileiras() -> None:
+    tileiras = tool("tileiras", "TILEJIT_TILEIRAS")
+    if tileiras is None:
+        pytest.skip("no tileiras: set TILEJIT_TILEIRAS or install the toolchain into .ci-cache/tileir")
+    out = subprocess.run([str(tileiras), "--list-versions"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert newest_accepted(out.stdout) == (13, 5)

@@ -11,7 +11,7 @@ import re
 from tilejit.backends.tileir.module import VERSIONS
 from tilejit.language.ir.ops import Function
 
-__all__ = ["VERSIONS", "generate_bytecode", "module_text", "parse_version"]
+__all__ = ["VERSIONS", "generate_bytecode", "module_text", "newest_accepted", "parse_version"]
 
 _TARGET = re.compile(r"sm_(\d+)[a-z]?")
 
@@ -29,6 +29,22 @@ def parse_version(version: str | tuple[int, int] | None) -> tuple[int, int]:
         known = ", ".join(f"{a}.{b}" for a, b in VERSIONS)
         raise ValueError(f"version: Tile IR bytecode version {version!r} is not one of {known}")
     return parsed  # type: ignore[return-value]
+
+
+def newest_accepted(list_versions_output: str) -> tuple[int, int]:
+    """The newest version this writer emits that ``tileiras --list-versions`` (its output, one version a line)
+    lists; a ``ValueError`` saying both lists when they share none."""
+    listed = set()
+    for line in list_versions_output.split():
+        m = re.fullmatch(r"(\d+)\.(\d+)", line)
+        if m:
+            listed.add((int(m.group(1)), int(m.group(2))))
+    common = [v for v in VERSIONS if v in listed]
+    if not common:
+        ours = ", ".join(f"{a}.{b}" for a, b in VERSIONS)
+        theirs = ", ".join(f"{a}.{b}" for a, b in sorted(listed)) or "none"
+        raise ValueError(f"tileiras accepts bytecode versions {theirs}; this writer emits {ours}")
+    return common[-1]
 
 
 def _check_target(target: str) -> None:
