@@ -80,6 +80,18 @@ def row_of(x, out, row, TILE: tj.Constant[int]):
 
 
 @tj.kernel
+def elementwise(x, n, out, nout, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(x, index=(i,), shape=(TILE,))
+    k = tj.load(n, index=(i,), shape=(TILE,))
+    pos = tj.arange(TILE) + i * TILE
+    f = tj.where(a != a, -a, tj.sqrt(tj.abs(a)) + tj.floor(a) - tj.ceil(a))
+    f = tj.where((pos < tj.num_blocks(0) * 7) & (a >= 0.5), tj.maximum(f, a), tj.minimum(f, 1.0))
+    tj.store(out, index=(i,), tile=f)
+    tj.store(nout, index=(i,), tile=tj.where(k > 3, -k, tj.abs(k)) + tj.maximum(k, pos) - tj.minimum(k, 2))
+
+
+@tj.kernel
 def uses_exp(x, out, TILE: tj.Constant[int]):
     i = tj.bid(0)
     a = tj.load(x, index=(i,), shape=(TILE,))
@@ -100,6 +112,7 @@ KERNELS = {
     "int_ops": (int_ops, (tj.int32[:], F32), {"TILE": 256}),
     "in_place": (in_place, (F32,), {"TILE": 128}),
     "row_of": (row_of, (tj.float32[:, :], tj.float32[:, :], tj.int64), {"TILE": 64}),
+    "elementwise": (elementwise, (F32, tj.int32[:], F32, tj.int32[:]), {"TILE": 128}),
     "reductions": (
         reductions,
         (tj.float32[:, :], tj.float16[:], tj.uint32[:, :], F32, tj.float16[:], tj.uint32[:]),
@@ -281,7 +294,7 @@ def test_unsupported_op_is_a_located_error_naming_it() -> None:
             produce()
         e = err.value
         assert (e.filename, e.line, e.col) == (__file__, line, col)
-        assert e.message == "the Tile IR backend cannot express 'unary' (fn='exp') yet; " \
+        assert e.message == "the Tile IR backend cannot express 'unary' (fn='exp' on float32) yet; " \
             'compile this kernel with backend="cuda"'
         assert str(e).splitlines()[-1].strip() == "^"
 

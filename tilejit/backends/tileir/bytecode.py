@@ -216,6 +216,9 @@ class Writer:
         varint(spec.opcode, buf)
         operands = iter(op.operands)
         for item in spec.layout:
+            item, _, since = item.partition("@")
+            if since and self.version < tuple(int(x) for x in since.split(".")):
+                continue
             if item == "res":
                 varint(self.type_id(op.results[0].type), buf)
             elif item == "res*":

@@ -41,10 +41,18 @@ TOKEN = Token()
 ELEMENTS: dict[str, str] = {
     "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
     "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "uint8": "i8", "uint16": "i16", "uint32": "i32", "uint64": "i64",
+    "uint8": "i8", "uint16": "i16", "uint32": "i32", "uint64": "i64", "bool": "i1",
 }
 _FLOAT_BIN: dict[str, str] = {"add": "addf", "sub": "subf", "mul": "mulf", "truediv": "divf"}
 _INT_BIN: dict[str, str] = {"add": "addi", "sub": "subi", "mul": "muli"}
+_BITWISE: dict[str, str] = {"and": "andi", "or": "ori", "xor": "xori"}
+#: Unary fns whose Tile IR op computes exactly what the CUDA backend does (exact or correctly rounded).
+_FLOAT_UNARY: dict[str, str] = {"neg": "negf", "abs": "absf", "floor": "floor", "ceil": "ceil", "sqrt": "sqrt"}
+_INT_UNARY: dict[str, str] = {"neg": "negi", "abs": "absi"}
+_PREDICATES: dict[str, str] = {
+    "eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_than_or_equal", "gt": "greater_than",
+    "ge": "greater_than_or_equal",
+}
 
 
 def unsupported(op: Op, detail: str = "") -> TileCompileError:
@@ -103,10 +111,16 @@ class Lowerer:
         self.arrays: dict[Value, tuple[TValue, list[TValue], list[TValue]]] = {}
         self.views: dict[tuple[Value, tuple[int, ...], str | None], TValue] = {}
         self.block_ids: list[TValue] = []
+        self.grid: list[TValue] = []
         self.last_store: TValue | None = None
         self.loads_since: list[TValue] = []
         self.rules: dict[type[Op], Callable[[Op], None]] = {
             O.BlockIdOp: self.block_id,
+            O.NumBlocksOp: self.num_blocks,
+            O.ArangeOp: self.arange,
+            O.UnaryOp: self.unary,
+            O.CompareOp: self.compare,
+            O.SelectOp: self.select,
             O.ArrayDimOp: self.array_dim,
             O.ConstantOp: self.constant,
             O.LoadOp: self.load,
@@ -158,7 +172,8 @@ class Lowerer:
         for name, p in zip(fn.param_names, fn.params):
             t = p.type
             elem = ELEMENTS.get(t.dtype.name) if isinstance(t, (ArrayType, TileType)) else None
-            if elem is None or (isinstance(t, TileType) and t.shape):
+            # bool parameters wait for the launcher: arrays hold bytes, and how an i1 scalar is passed is open
+            if elem is None or elem == "i1" or (isinstance(t, TileType) and t.shape):
                 raise located(
                     def_loc,
                     f"the Tile IR backend cannot express parameter '{name}' of type {t} yet; "
@@ -190,6 +205,54 @@ class Lowerer:
             self.block_ids = [TValue(I32, f"bid_{a}") for a in "xyz"]
             self.prologue.append(TOp("get_tile_block_id", self.block_ids, [], {}, op.loc))
         self.vals[op.result] = self.block_ids[op.axis]
+
+    def num_blocks(self, op: Op) -> None:
+        assert isinstance(op, O.NumBlocksOp)
+        if not self.grid:
+            self.grid = [TValue(I32, f"num_blocks_{a}") for a in "xyz"]
+            self.prologue.append(TOp("get_num_tile_blocks", self.grid, [], {}, op.loc))
+        self.vals[op.result] = self.grid[op.axis]
+
+    def arange(self, op: Op) -> None:
+        r = TValue(self.tile_type(op.result.type, op), op.result.name)
+        assert isinstance(r.type, Tile) and isinstance(r.type.elem, Scalar)
+        if not r.type.elem.name.startswith("i"):
+            raise unsupported(op, f"a {r.type.elem.name} range")
+        self.emit("iota", [r], [], op)
+        self.vals[op.result] = r
+
+    def unary(self, op: Op) -> None:
+        assert isinstance(op, O.UnaryOp)
+        dtype = op.result.type.dtype  # type: ignore[attr-defined]
+        name = (_FLOAT_UNARY if dtype.is_float else _INT_UNARY if dtype.is_signed else {}).get(op.fn)
+        if name is None:
+            raise unsupported(op, f"fn='{op.fn}' on {dtype.name}")
+        r = TValue(self.tile_type(op.result.type, op), op.result.name)
+        attrs = {"rounding": "nearest_even"} if name == "sqrt" else {"overflow": "none"} if name == "negi" else {}
+        self.emit(name, [r], [self.value(op.x)], op, **attrs)
+        self.vals[op.result] = r
+
+    def compare(self, op: Op) -> None:
+        """``cmpf`` (ordered, except ``!=`` which NaN makes true) or ``cmpi`` (signed or not) to an i1 tile."""
+        assert isinstance(op, O.CompareOp)
+        dtype = op.x.type.dtype  # type: ignore[attr-defined]
+        if dtype.is_bool:
+            raise unsupported(op, f"fn='{op.fn}' on bool")
+        r = TValue(self.tile_type(op.result.type, op), op.result.name)
+        x, y = self.value(op.x), self.value(op.y)
+        if dtype.is_float:
+            ordering = "unordered" if op.fn == "ne" else "ordered"
+            self.emit("cmpf", [r], [x, y], op, predicate=_PREDICATES[op.fn], comparison=ordering)
+        else:
+            sign = "signed" if dtype.is_signed else "unsigned"
+            self.emit("cmpi", [r], [x, y], op, predicate=_PREDICATES[op.fn], signedness=sign)
+        self.vals[op.result] = r
+
+    def select(self, op: Op) -> None:
+        assert isinstance(op, O.SelectOp)
+        r = TValue(self.tile_type(op.result.type, op), op.result.name)
+        self.emit("select", [r], [self.value(op.cond), self.value(op.x), self.value(op.y)], op)
+        self.vals[op.result] = r
 
     def array_dim(self, op: Op) -> None:
         assert isinstance(op, O.ArrayDimOp)
@@ -259,7 +322,14 @@ class Lowerer:
         dtype = op.result.type.dtype  # type: ignore[attr-defined]
         r = TValue(t, op.result.name)
         x, y = self.value(op.x), self.value(op.y)
-        if dtype.is_float and op.fn in _FLOAT_BIN:
+        if dtype.is_float and op.fn in ("maximum", "minimum"):
+            self.emit("maxf" if op.fn == "maximum" else "minf", [r], [x, y], op, propagate_nan=True)
+        elif dtype.is_int and op.fn in ("maximum", "minimum"):
+            sign = "signed" if dtype.is_signed else "unsigned"
+            self.emit("maxi" if op.fn == "maximum" else "mini", [r], [x, y], op, signedness=sign)
+        elif (dtype.is_int or dtype.is_bool) and op.fn in _BITWISE:
+            self.emit(_BITWISE[op.fn], [r], [x, y], op)
+        elif dtype.is_float and op.fn in _FLOAT_BIN:
             self.emit(_FLOAT_BIN[op.fn], [r], [x, y], op, rounding="nearest_even")
         elif dtype.is_int and op.fn in _INT_BIN:
             self.emit(_INT_BIN[op.fn], [r], [x, y], op, overflow="none")

@@ -155,7 +155,8 @@ class OpSpec:
     ``attrs['data']``; ``inbounds`` the per-dimension in-bounds flags (13.4+ only); ``nan_ftz``
     the maxf/minf flag bits (bit 0 propagate NaN); ``int:<attr>`` a varint; ``identities`` the
     reduce identities (a tagged array); ``o`` an operand; ``o*`` a counted operand list; ``o?`` an
-    optional operand; ``regions`` the op's regions.
+    optional operand; ``regions`` the op's regions. ``@13.2`` after an item: only from that version on
+    (an attribute the registry added later; older versions imply its default).
     """
 
     opcode: int
@@ -163,6 +164,21 @@ class OpSpec:
 
 
 OPS: dict[str, OpSpec] = {
+    "absf": OpSpec(0, ("res", "o")),
+    "absi": OpSpec(1, ("res", "o")),
+    "andi": OpSpec(4, ("res", "o", "o")),
+    "ori": OpSpec(82, ("res", "o", "o")),
+    "xori": OpSpec(108, ("res", "o", "o")),
+    "ceil": OpSpec(13, ("res", "o")),
+    "cmpf": OpSpec(14, ("res", "enum:predicate", "enum:comparison", "o", "o")),
+    "cmpi": OpSpec(15, ("res", "enum:predicate", "enum:signedness", "o", "o")),
+    "floor": OpSpec(39, ("res", "o")),
+    "get_num_tile_blocks": OpSpec(46, ("res3",)),
+    "iota": OpSpec(58, ("res",)),
+    "negf": OpSpec(79, ("res", "o")),
+    "negi": OpSpec(80, ("res", "enum:overflow@13.2", "o")),
+    "select": OpSpec(95, ("res", "o", "o", "o")),
+    "sqrt": OpSpec(100, ("res", "ftz", "enum:rounding", "o")),
     "addf": OpSpec(2, ("res", "ftz", "enum:rounding", "o", "o")),
     "addi": OpSpec(3, ("res", "enum:overflow", "o", "o")),
     "broadcast": OpSpec(11, ("res", "o")),
@@ -202,6 +218,11 @@ ENUMS: dict[str, dict[str, int]] = {
     "overflow": {"none": 0, "nsw": 1, "nuw": 2, "nw": 3},
     "signedness": {"unsigned": 0, "signed": 1},
     "ordering": {"weak": 0, "relaxed": 1, "acquire": 2, "release": 3, "acq_rel": 4},
+    "predicate": {
+        "equal": 0, "not_equal": 1, "less_than": 2, "less_than_or_equal": 3, "greater_than": 4,
+        "greater_than_or_equal": 5,
+    },
+    "comparison": {"unordered": 0, "ordered": 1},
 }
 
 
@@ -213,7 +234,7 @@ def constant_bytes(value: object, elem: Scalar) -> bytes:
     if elem.name.startswith("i"):
         bits = int(elem.name[1:])
         v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
-        return v.to_bytes(bits // 8, "little")
+        return v.to_bytes(max(1, bits // 8), "little")
     f = float(value)  # type: ignore[arg-type]
     if elem.name == "bf16":
         b32 = int.from_bytes(struct.pack("<f", _to_f32(f)), "little")

@@ -172,6 +172,22 @@ def _float_binary(p: Printer, op: TOp) -> str:
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{_rounding(op)}{ftz} : {_t(op)}"
 
 
+def _unary(p: Printer, op: TOp) -> str:
+    extra = _rounding(op) if op.name == "sqrt" else _overflow(op) if op.name == "negi" else ""
+    return f"{op.name} {_v(p, op, 0)}{extra} : {_t(op)}"
+
+
+def _plain_binary(p: Printer, op: TOp) -> str:
+    return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)} : {_t(op)}"
+
+
+def _compare(p: Printer, op: TOp) -> str:
+    types = f"{_ot(op, 0)} -> {_t(op)}"
+    if op.name == "cmpf":
+        return f"cmpf {op.attrs['predicate']} {op.attrs['comparison']} {_v(p, op, 0)}, {_v(p, op, 1)} : {types}"
+    return f"cmpi {op.attrs['predicate']} {_v(p, op, 0)}, {_v(p, op, 1)}, {op.attrs['signedness']} : {types}"
+
+
 def _max_min(p: Printer, op: TOp) -> str:
     if op.name in ("maxi", "mini"):
         flags = f" {op.attrs['signedness']}"
@@ -264,6 +280,21 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "store_view_tko": _store,
     "join_tokens": lambda p, op: f"join_tokens {p.names_of(_vs(p, op, 0))} : token",
     "return": lambda p, op: "return",
+    "get_num_tile_blocks": lambda p, op: f"get_num_tile_blocks : {_t(op)}",
+    "iota": lambda p, op: f"iota : {_t(op)}",
+    "absf": _unary,
+    "absi": _unary,
+    "negf": _unary,
+    "negi": _unary,
+    "floor": _unary,
+    "ceil": _unary,
+    "sqrt": _unary,
+    "andi": _plain_binary,
+    "ori": _plain_binary,
+    "xori": _plain_binary,
+    "cmpf": _compare,
+    "cmpi": _compare,
+    "select": lambda p, op: f"select {_v(p, op, 0)}, {_v(p, op, 1)}, {_v(p, op, 2)} : {_ot(op, 0)}, {_t(op)}",
     "maxf": _max_min,
     "minf": _max_min,
     "maxi": _max_min,
