@@ -88,7 +88,8 @@ def elementwise(x, n, out, nout, TILE: tj.Constant[int]):
     f = tj.where(a != a, -a, tj.sqrt(tj.abs(a)) + tj.floor(a) - tj.ceil(a))
     f = tj.where((pos < tj.num_blocks(0) * 7) & (a >= 0.5), tj.maximum(f, a), tj.minimum(f, 1.0))
     tj.store(out, index=(i,), tile=f)
-    tj.store(nout, index=(i,), tile=tj.where(k > 3, -k, tj.abs(k)) + tj.maximum(k, pos) - tj.minimum(k, 2))
+    far = (k > 3) | (k < -3)
+    tj.store(nout, index=(i,), tile=tj.where(far, -k, tj.abs(k)) + tj.maximum(k, pos) - tj.minimum(k ^ 5, 2))
 
 
 @tj.kernel
@@ -242,7 +243,7 @@ def normalized(text: str) -> list[str]:
     lines = [ln.strip() for ln in text.splitlines()]
     body = [re.sub(r"\s+", " ", ln) for ln in lines if ln and not ln.startswith(("cuda_tile.module", "}"))]
     names: dict[str, str] = {}
-    return [re.sub(r"%[\w]+", lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), ln) for ln in body]
+    return [re.sub(r"%[\w.$-]+", lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), ln) for ln in body]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -384,3 +385,17 @@ def test_newest_accepted_of_the_found_tileiras() -> None:
     out = subprocess.run([str(tileiras), "--list-versions"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert newest_accepted(out.stdout) == (13, 5)
+
+
+def test_every_op_in_the_encoding_table_is_printed_and_exercised_by_the_test_kernels() -> None:
+    """So every table row has gone through tileirdisasm and tileiras above (where they are installed)."""
+    from tilejit.backends.tileir.lower import lower_function
+    from tilejit.backends.tileir.module import OPS, TOp
+    from tilejit.backends.tileir.text import OP_TEXT
+
+    def names(ops: list[TOp]) -> set[str]:
+        return {op.name for op in ops} | {n for op in ops for b in op.regions for n in names(b.ops)}
+
+    used = set().union(*(names(lower_function(ir_of(k)).functions[0].body) for k in KERNELS))
+    assert set(OP_TEXT) == set(OPS)
+    assert used == set(OPS)
