@@ -281,6 +281,14 @@ def test_tileiras_compiles_to_a_cubin(kernel: str, version: tuple[int, int], tmp
         pytest.skip("tileiras found no libnvvm/ptxas of its release beside it")
     assert proc.returncode == 0, proc.stderr
     assert cubin.read_bytes()[:4] == b"\x7fELF"
+    if kernel == "vector_add":  # with --lineinfo, the CUBIN's line table names the kernel's file
+        lined = tmp_path / "lined.cubin"
+        proc = subprocess.run(
+            [str(tileiras), "--lineinfo", "--gpu-name=sm_90", "-o", str(lined), str(bc)],
+            capture_output=True, text=True, timeout=300, env=env,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert b"vector_add.py" in lined.read_bytes() and b"vector_add.py" not in cubin.read_bytes()
 
 
 # --------------------------------------------------------------------------------------------- refusals
@@ -399,3 +407,31 @@ def test_every_op_in_the_encoding_table_is_printed_and_exercised_by_the_test_ker
     used = set().union(*(names(lower_function(ir_of(k)).functions[0].body) for k in KERNELS))
     assert set(OP_TEXT) == set(OPS)
     assert used == set(OPS)
+
+
+@pytest.mark.parametrize("version", [VERSIONS[0], VERSIONS[-1]])
+def test_ops_carry_the_user_source_locations(version: tuple[int, int], tmp_path: Path) -> None:
+    """Each op's debug location is its kernel line and column (tileirdisasm -g shows them)."""
+    disasm = tool("tileirdisasm", "TILEJIT_TILEIRDISASM")
+    if disasm is None:
+        pytest.skip("no tileirdisasm: set TILEJIT_TILEIRDISASM or install the toolchain into .ci-cache/tileir")
+    path = tmp_path / "vector_add.tileirbc"
+    path.write_bytes(generate_bytecode(ir_of("vector_add"), "sm_90", version))
+    out = subprocess.run([str(disasm), "-g", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    src = ROOT / "examples" / "vector_add.py"
+    lines = src.read_text().splitlines()
+    refs = {ref: f"{path}:{line}:{col}" for ref, path, line, col in re.findall(
+        r'^(#loc\d*) = loc\("(.+)":(\d+):(\d+)\)$', out.stdout, re.M)}
+    scoped = dict(re.findall(r"^(#loc\d+) = #cuda_tile\.di_loc<(#loc\d*) in #di_subprogram>$", out.stdout, re.M))
+
+    def where(op_pattern: str) -> str:
+        m = re.search(op_pattern + r".* loc\((#loc\d+)\)$", out.stdout, re.M)
+        assert m, op_pattern
+        return refs[scoped[m.group(1)]]
+
+    for pattern, snippet in (("= addf ", "a + b"), ("load_view_tko weak %pview\\[", "tj.load(x"),
+                             ("store_view_tko ", "tj.store("), ("get_tile_block_id", "tj.bid(0)")):
+        line, col = where_in(lines, snippet)
+        assert where(pattern) == f"{src}:{line}:{col + 1}"
+    assert 'name = "vector_add", linkageName = "vector_add"' in out.stdout

@@ -7,7 +7,8 @@ tables are a count, fixed-width offsets and the concatenated entries. Details: T
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Sequence
 
 from tilejit.backends.tileir.module import (
     ENUMS,
@@ -28,8 +29,8 @@ from tilejit.backends.tileir.module import (
     TValue,
     Type,
     constant_bytes,
-    count_ops,
 )
+from tilejit.language.ir.core import Loc
 
 MAGIC = b"\x7fTileIR\x00"
 #: A dynamic extent in a tensor view's shape or strides (INT64_MIN).
@@ -39,6 +40,7 @@ DYNAMIC = -(1 << 63)
 SEC_END, SEC_STRING, SEC_FUNC, SEC_DEBUG, SEC_CONSTANT, SEC_TYPE = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05
 PAD_BYTE = b"\xcb"
 TAG_INTEGER, TAG_FLOAT, TAG_ARRAY, TAG_HINTS = 0x01, 0x02, 0x06, 0x0B
+DI_COMPILE_UNIT, DI_FILE, DI_LOC, DI_SUBPROGRAM = 0x01, 0x02, 0x04, 0x05
 FLAG_ENTRY = 0x02
 
 
@@ -96,6 +98,10 @@ class Writer:
         self.strings = Table()
         self.types = Table()
         self.constants = Table()
+        self.debug = Table(start=1)
+        self.debug_ids: list[list[int]] = []
+        self.op_locs: list[int] = []
+        self.subprogram: int | None = None
         # The reference writers give i1 and i32 the first two type ids.
         self.type_id(Scalar("i1"))
         self.type_id(Scalar("i32"))
@@ -158,8 +164,41 @@ class Writer:
         varint(len(data), buf)
         return self.constants[bytes(buf + data)]
 
-    def function(self, fn: TFunction, index: int, buf: bytearray) -> int:
-        """Append one entry function; returns how many ops it has (for the debug index)."""
+    def location(self, loc: Loc) -> int:
+        """The debug-attribute id of ``loc`` in the current function (0: unknown), made on first use."""
+        if not loc.line or loc.filename.startswith("<") or self.subprogram is None:
+            return 0
+        entry = bytearray((DI_LOC,))
+        for v in (self.subprogram, self.string_id(loc.filename), loc.line, loc.col + 1):
+            varint(v, entry)
+        return self.debug[bytes(entry)]
+
+    def start_debug(self, fn: TFunction) -> None:
+        """The file, compile unit and subprogram of ``fn`` (none when its source location is unknown)."""
+        self.subprogram = None
+        loc = fn.loc
+        if not loc.line or loc.filename.startswith("<"):
+            return
+        directory, base = os.path.split(loc.filename)
+        file = bytearray((DI_FILE,))
+        varint(self.string_id(base), file)
+        varint(self.string_id(directory), file)
+        file_id = self.debug[bytes(file)]
+        unit = bytearray((DI_COMPILE_UNIT,))
+        varint(file_id, unit)
+        sub = bytearray((DI_SUBPROGRAM,))
+        for v in (file_id, loc.line, self.string_id(fn.name), self.string_id(fn.name), self.debug[bytes(unit)]):
+            varint(v, sub)
+        varint(loc.line, sub)  # scope line
+        if self.version >= (13, 5):
+            varint(0, sub)  # subprogram flags
+        self.subprogram = self.debug[bytes(sub)]
+
+    def function(self, fn: TFunction, index: int, buf: bytearray) -> None:
+        """Append one entry function; its debug entries (its own, then one per op) go to ``debug_ids``."""
+        self.start_debug(fn)
+        self.op_locs = [self.location(fn.loc)]
+        self.debug_ids.append(self.op_locs)
         varint(self.string_id(fn.name), buf)
         varint(self.type_id(FuncType(tuple(p.type for p in fn.params))), buf)
         buf.append(FLAG_ENTRY)
@@ -173,7 +212,6 @@ class Writer:
         self.ops(fn.body, body)
         varint(len(body), buf)
         buf += body
-        return count_ops(fn.body)
 
     def define(self, values: list[TValue]) -> None:
         for v in values:
@@ -182,6 +220,7 @@ class Writer:
 
     def ops(self, ops: list[TOp], buf: bytearray) -> None:
         for op in ops:
+            self.op_locs.append(self.location(op.loc))  # before the ops of its regions
             self.op(op, buf)
             self.define(op.results)
 
@@ -283,23 +322,25 @@ def _section(section: int, alignment: int, content: bytes, buf: bytearray) -> No
     buf += content
 
 
-def _debug_section(op_counts: Iterable[int]) -> bytes:
-    """Debug info with no locations: every function and op points at attribute 0 (none).
+def _debug_section(debug_ids: list[list[int]], attrs: Table) -> bytes:
+    """Per function, the debug-attribute id of the function and of each op (0: none), then the attributes.
 
-    The readers reject an empty attribute table, so it holds one placeholder entry."""
-    counts = list(op_counts)
+    The readers reject an empty attribute table, so without locations it holds one placeholder entry."""
     buf = bytearray()
-    varint(len(counts), buf)
+    varint(len(debug_ids), buf)
     pad_to(4, buf)
     offset = 0
-    for n in counts:
+    for ids in debug_ids:
         buf += offset.to_bytes(4, "little")
-        offset += n + 1  # the function's own entry, then one per op
+        offset += len(ids)
     varint(offset, buf)
     pad_to(8, buf)
-    buf += bytes(8 * offset)
-    attrs = Table(start=1)
-    attrs[b"\x00"]
+    for ids in debug_ids:
+        for i in ids:
+            buf += i.to_bytes(8, "little")
+    if not attrs.ids:
+        attrs = Table(start=1)
+        attrs[b"\x00"]
     attrs.write(4, buf)
     return bytes(buf)
 
@@ -309,7 +350,8 @@ def encode_module(module: TModule, version: tuple[int, int]) -> bytes:
     w = Writer(version)
     funcs = bytearray()
     varint(len(module.functions), funcs)
-    counts = [w.function(fn, i, funcs) for i, fn in enumerate(module.functions)]
+    for i, fn in enumerate(module.functions):
+        w.function(fn, i, funcs)
     out = bytearray(MAGIC)
     out += bytes(version)
     out += (0).to_bytes(2, "little")
@@ -317,7 +359,7 @@ def encode_module(module: TModule, version: tuple[int, int]) -> bytes:
     consts = bytearray()
     w.constants.write(8, consts)
     _section(SEC_CONSTANT, 8, bytes(consts), out)
-    _section(SEC_DEBUG, 8, _debug_section(counts), out)
+    _section(SEC_DEBUG, 8, _debug_section(w.debug_ids, w.debug), out)
     types = bytearray()
     w.types.write(4, types)
     _section(SEC_TYPE, 4, bytes(types), out)

@@ -195,7 +195,7 @@ class Lowerer:
                 fn_attr = op.attributes().get("fn")
                 raise unsupported(op, f"fn='{fn_attr}'" if fn_attr else "")
             rule(op)
-        return TModule(fn.name, [TFunction(fn.name, self.params, self.prologue + self.body)])
+        return TModule(fn.name, [TFunction(fn.name, self.params, self.prologue + self.body, def_loc)])
 
     # ------------------------------------------------------------------ ops
 

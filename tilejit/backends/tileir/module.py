@@ -122,11 +122,6 @@ class TBlock:
     ops: list[TOp]
 
 
-def count_ops(ops: list[TOp]) -> int:
-    """How many ops ``ops`` hold, nested regions included (each has a debug-info entry)."""
-    return sum(1 + sum(count_ops(b.ops) for b in op.regions) for op in ops)
-
-
 @dataclass(eq=False)
 class TFunction:
     """An entry (kernel) function with its parameters and straight-line body."""
