@@ -93,6 +93,11 @@ def elementwise(x, n, out, nout, TILE: tj.Constant[int]):
 
 
 @tj.kernel
+def nothing(x, s):
+    pass
+
+
+@tj.kernel
 def uses_exp(x, out, TILE: tj.Constant[int]):
     i = tj.bid(0)
     a = tj.load(x, index=(i,), shape=(TILE,))
@@ -112,6 +117,7 @@ KERNELS = {
     "mixed": (mixed, (tj.float32[:, :], tj.float32[:, ::1], tj.float16[:, :], tj.float32), {"TM": 16, "TN": 32}),
     "int_ops": (int_ops, (tj.int32[:], F32), {"TILE": 256}),
     "in_place": (in_place, (F32,), {"TILE": 128}),
+    "nothing": (nothing, (F32, tj.float64), {}),
     "row_of": (row_of, (tj.float32[:, :], tj.float32[:, :], tj.int64), {"TILE": 64}),
     "elementwise": (elementwise, (F32, tj.int32[:], F32, tj.int32[:]), {"TILE": 128}),
     "reductions": (
