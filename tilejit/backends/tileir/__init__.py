@@ -48,6 +48,7 @@ def newest_accepted(list_versions_output: str) -> tuple[int, int]:
 
 
 def _check_target(target: str) -> None:
+    """Refuse a target that is not an ``sm_NN`` architecture name, naming the argument."""
     if not isinstance(target, str) or not _TARGET.fullmatch(target):
         raise ValueError(f"target: expected an architecture such as 'sm_90', got {target!r}")
 

@@ -74,6 +74,7 @@ class Table:
         self.ids: dict[bytes, int] = {}
 
     def __getitem__(self, entry: bytes) -> int:
+        """The id of ``entry``, added at the end when new."""
         if entry not in self.ids:
             self.ids[entry] = len(self.ids) + self.start
         return self.ids[entry]
@@ -107,6 +108,7 @@ class Writer:
         self.type_id(Scalar("i32"))
 
     def string_id(self, s: str) -> int:
+        """The string-table id of ``s``."""
         return self.strings[s.encode()]
 
     def type_id(self, t: Type) -> int:
@@ -160,6 +162,7 @@ class Writer:
         return self.types[bytes(buf)]
 
     def constant_id(self, data: bytes) -> int:
+        """The constant-table id of ``data`` (stored with its byte length in front)."""
         buf = bytearray()
         varint(len(data), buf)
         return self.constants[bytes(buf + data)]
@@ -214,11 +217,13 @@ class Writer:
         buf += body
 
     def define(self, values: list[TValue]) -> None:
+        """Give ``values`` the next value ids, in order."""
         for v in values:
             self.ids[v] = self.next_id
             self.next_id += 1
 
     def ops(self, ops: list[TOp], buf: bytearray) -> None:
+        """Append ``ops``, each with its debug entry and then its result ids."""
         for op in ops:
             self.op_locs.append(self.location(op.loc))  # before the ops of its regions
             self.op(op, buf)
@@ -308,6 +313,7 @@ class Writer:
 
 
 def _id(ids: dict[TValue, int], value: object) -> int:
+    """The id of an operand that must be a single value."""
     assert isinstance(value, TValue), value
     return ids[value]
 

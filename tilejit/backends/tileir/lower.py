@@ -136,6 +136,7 @@ class Lowerer:
     # ------------------------------------------------------------------ helpers
 
     def emit(self, name: str, results: list[TValue], operands: list[object], op: Op, **attrs: object) -> TOp:
+        """Append a Tile IR op for ``op`` (it takes ``op``'s location) to the body."""
         top = TOp(name, results, operands, dict(attrs), op.loc)  # type: ignore[arg-type]
         self.body.append(top)
         return top
@@ -162,11 +163,13 @@ class Lowerer:
         return out
 
     def value(self, v: Value) -> TValue:
+        """The Tile IR value of an IR value already lowered."""
         return self.vals[v]
 
     # ------------------------------------------------------------------ entry
 
     def run(self) -> TModule:
+        """Lower the parameters, then every op of the body, into one entry of a new module."""
         fn = self.fn
         def_loc = fn.body.ops[-1].loc if fn.body.ops else UNKNOWN_LOC  # the ReturnOp points at the def line
         for name, p in zip(fn.param_names, fn.params):
@@ -200,6 +203,7 @@ class Lowerer:
     # ------------------------------------------------------------------ ops
 
     def block_id(self, op: Op) -> None:
+        """``bid(axis)``: one ``get_tile_block_id`` at the top of the entry serves every axis."""
         assert isinstance(op, O.BlockIdOp)
         if not self.block_ids:
             self.block_ids = [TValue(I32, f"bid_{a}") for a in "xyz"]
@@ -207,6 +211,7 @@ class Lowerer:
         self.vals[op.result] = self.block_ids[op.axis]
 
     def num_blocks(self, op: Op) -> None:
+        """``num_blocks(axis)``: one ``get_num_tile_blocks`` at the top of the entry."""
         assert isinstance(op, O.NumBlocksOp)
         if not self.grid:
             self.grid = [TValue(I32, f"num_blocks_{a}") for a in "xyz"]
@@ -214,6 +219,7 @@ class Lowerer:
         self.vals[op.result] = self.grid[op.axis]
 
     def arange(self, op: Op) -> None:
+        """``arange(n)`` of an integer dtype: ``iota``."""
         r = TValue(self.tile_type(op.result.type, op), op.result.name)
         assert isinstance(r.type, Tile) and isinstance(r.type.elem, Scalar)
         if not r.type.elem.name.startswith("i"):
@@ -222,6 +228,7 @@ class Lowerer:
         self.vals[op.result] = r
 
     def unary(self, op: Op) -> None:
+        """Elementwise ``fn(x)`` for the fns whose Tile IR op computes what the CUDA backend does."""
         assert isinstance(op, O.UnaryOp)
         dtype = op.result.type.dtype  # type: ignore[attr-defined]
         name = (_FLOAT_UNARY if dtype.is_float else _INT_UNARY if dtype.is_signed else {}).get(op.fn)
@@ -249,17 +256,20 @@ class Lowerer:
         self.vals[op.result] = r
 
     def select(self, op: Op) -> None:
+        """``where(cond, x, y)``: ``select``."""
         assert isinstance(op, O.SelectOp)
         r = TValue(self.tile_type(op.result.type, op), op.result.name)
         self.emit("select", [r], [self.value(op.cond), self.value(op.x), self.value(op.y)], op)
         self.vals[op.result] = r
 
     def array_dim(self, op: Op) -> None:
+        """An array's shape or stride: the entry parameter that carries it."""
         assert isinstance(op, O.ArrayDimOp)
         _, shape, strides = self.arrays[op.array]
         self.vals[op.result] = (shape if op.which == "shape" else strides)[op.axis]
 
     def constant(self, op: Op) -> None:
+        """A constant tile: ``constant`` with one element of data (a splat)."""
         assert isinstance(op, O.ConstantOp)
         t = self.tile_type(op.result.type, op)
         assert isinstance(t.elem, Scalar)
@@ -288,6 +298,7 @@ class Lowerer:
         return pv
 
     def load(self, op: Op) -> None:
+        """``load``: ``load_view_tko`` through the array's padded partition view, after the last store."""
         assert isinstance(op, O.LoadOp)
         t = self.tile_type(op.result.type, op)
         pad = padding_name(op.padding)
@@ -302,6 +313,7 @@ class Lowerer:
         self.vals[op.result] = r
 
     def store(self, op: Op) -> None:
+        """``store``: ``store_view_tko`` through an unpadded view, after the last store and the loads since."""
         assert isinstance(op, O.StoreOp)
         t = self.tile_type(op.tile.type, op)
         pv = self.view(op, op.array, t.shape, None)
@@ -317,6 +329,7 @@ class Lowerer:
         self.last_store, self.loads_since = tok, []
 
     def binary(self, op: Op) -> None:
+        """Elementwise binary ops: float and int arithmetic, maximum/minimum, and/or/xor."""
         assert isinstance(op, O.BinaryOp)
         t = self.tile_type(op.result.type, op)
         dtype = op.result.type.dtype  # type: ignore[attr-defined]
@@ -338,6 +351,7 @@ class Lowerer:
         self.vals[op.result] = r
 
     def cast(self, op: Op) -> None:
+        """``astype``: ftof, itof, exti or trunci (nothing when the Tile IR type is the same)."""
         assert isinstance(op, O.CastOp)
         src, dst = op.x.type, op.result.type
         assert isinstance(src, TileType) and isinstance(dst, TileType)
@@ -362,6 +376,7 @@ class Lowerer:
         self.vals[op.result] = r
 
     def broadcast(self, op: Op) -> None:
+        """Broadcast to the result shape (a lower-rank operand is reshaped to rank first)."""
         assert isinstance(op, O.BroadcastOp)
         t = self.tile_type(op.result.type, op)
         x = self.value(op.x)
@@ -375,6 +390,7 @@ class Lowerer:
         self.vals[op.result] = r
 
     def reshape(self, op: Op) -> None:
+        """``reshape``: the same elements in a new shape."""
         assert isinstance(op, O.ReshapeOp)
         r = TValue(self.tile_type(op.result.type, op), op.result.name)
         self.emit("reshape", [r], [self.value(op.x)], op)
@@ -421,6 +437,7 @@ class Lowerer:
         self.vals[op.result] = self.convert(r, out.elem, op) if dtype.is_float else r
 
     def ret(self, op: Op) -> None:
+        """End of the kernel: ``return``."""
         self.emit("return", [], [[]], op)
 
 

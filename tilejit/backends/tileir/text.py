@@ -76,6 +76,7 @@ def number_text(data: bytes, elem: Scalar) -> str:
 
 
 def _float_bits(value: float, name: str) -> int:
+    """The bit pattern of ``value`` in float type ``name`` (-1 when it overflows)."""
     if name == "bf16":
         return int.from_bytes(struct.pack("<f", value)[2:], "little")
     code = {"f16": "<e", "f32": "<f", "f64": "<d"}[name]
@@ -110,15 +111,18 @@ class Printer:
         return "%" + self.names[v]
 
     def names_of(self, values: list[TValue]) -> str:
+        """Comma-separated names of ``values``."""
         return ", ".join(self.name(v) for v in values)
 
     def function(self, fn: TFunction) -> None:
+        """One ``entry`` with its parameters and body."""
         params = ", ".join(f"{self.name(p)}: {type_text(p.type)}" for p in fn.params)
         self.lines.append(f"  entry @{fn.name}({params}) {{")
         self.ops(fn.body, "    ")
         self.lines.append("  }")
 
     def ops(self, ops: list[TOp], indent: str) -> None:
+        """One line per op (and its regions below it) at ``indent``."""
         for op in ops:
             results = f"{self.names_of(op.results)} = " if op.results else ""
             self.lines.append(f"{indent}{results}{OP_TEXT[op.name](self, op)}")
@@ -136,52 +140,62 @@ class Printer:
 
 
 def _v(p: Printer, op: TOp, i: int) -> str:
+    """The name of single operand ``i``."""
     value = op.operands[i]
     assert isinstance(value, TValue)
     return p.name(value)
 
 
 def _vs(p: Printer, op: TOp, i: int) -> list[TValue]:
+    """Operand group ``i`` (a list of values)."""
     values = op.operands[i]
     assert isinstance(values, list)
     return values
 
 
 def _t(op: TOp, i: int = 0) -> str:
+    """The type text of result ``i``."""
     return type_text(op.results[i].type)
 
 
 def _ot(op: TOp, i: int) -> str:
+    """The type text of single operand ``i``."""
     value = op.operands[i]
     assert isinstance(value, TValue)
     return type_text(value.type)
 
 
 def _rounding(op: TOp) -> str:
+    """`` rounding<mode>`` unless it is the default (nearest_even)."""
     mode = op.attrs.get("rounding", "nearest_even")
     return "" if mode == "nearest_even" else f" rounding<{mode}>"
 
 
 def _overflow(op: TOp) -> str:
+    """`` overflow<mode>`` unless it is the default (none)."""
     mode = op.attrs.get("overflow", "none")
     return "" if mode == "none" else f" overflow<{mode}>"
 
 
 def _float_binary(p: Printer, op: TOp) -> str:
+    """``addf %a, %b : type`` and the other float arithmetic ops."""
     ftz = " flush_to_zero" if op.attrs.get("ftz") else ""
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{_rounding(op)}{ftz} : {_t(op)}"
 
 
 def _unary(p: Printer, op: TOp) -> str:
+    """``negf %x : type`` and the other one-operand ops."""
     extra = _rounding(op) if op.name == "sqrt" else _overflow(op) if op.name == "negi" else ""
     return f"{op.name} {_v(p, op, 0)}{extra} : {_t(op)}"
 
 
 def _plain_binary(p: Printer, op: TOp) -> str:
+    """``andi %a, %b : type`` (ops with no attributes)."""
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)} : {_t(op)}"
 
 
 def _compare(p: Printer, op: TOp) -> str:
+    """``cmpf <predicate> <ordering> %a, %b`` or ``cmpi <predicate> %a, %b, <signedness>``."""
     types = f"{_ot(op, 0)} -> {_t(op)}"
     if op.name == "cmpf":
         return f"cmpf {op.attrs['predicate']} {op.attrs['comparison']} {_v(p, op, 0)}, {_v(p, op, 1)} : {types}"
@@ -189,6 +203,7 @@ def _compare(p: Printer, op: TOp) -> str:
 
 
 def _max_min(p: Printer, op: TOp) -> str:
+    """``maxf %a, %b propagate_nan`` / ``maxi %a, %b signed`` and the min forms."""
     if op.name in ("maxi", "mini"):
         flags = f" {op.attrs['signedness']}"
     else:
@@ -199,6 +214,7 @@ def _max_min(p: Printer, op: TOp) -> str:
 
 
 def _reduce(p: Printer, op: TOp) -> str:
+    """The ``reduce`` line (its region follows on the next lines)."""
     operands = _vs(p, op, 0)
     idents = ", ".join(
         f"{number_text(constant_bytes(value, elem), elem)} : {elem.name}" for value, elem in op.attrs["identities"]
@@ -208,22 +224,26 @@ def _reduce(p: Printer, op: TOp) -> str:
 
 
 def _int_binary(p: Printer, op: TOp) -> str:
+    """``addi %a, %b : type`` and the other integer arithmetic ops."""
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{_overflow(op)} : {_t(op)}"
 
 
 def _convert(p: Printer, op: TOp) -> str:
+    """Conversions and shape changes: ``ftof %x : src -> dst`` and the like."""
     sign = f" {op.attrs['signedness']}" if "signedness" in op.attrs else ""
     extra = _rounding(op) if op.name in ("ftof", "itof") else _overflow(op) if op.name == "trunci" else ""
     return f"{op.name} {_v(p, op, 0)}{sign}{extra} : {_ot(op, 0)} -> {_t(op)}"
 
 
 def _constant(p: Printer, op: TOp) -> str:
+    """``constant <f32: 1.000000e+00> : tile<...>``."""
     t = op.results[0].type
     assert isinstance(t, Tile) and isinstance(t.elem, Scalar)
     return f"constant {constant_text(op.attrs['data'], t.elem)} : {_t(op)}"
 
 
 def _tensor_view(p: Printer, op: TOp) -> str:
+    """``make_tensor_view %base, shape = [...], strides = [...] : index type -> view type``."""
     t = op.results[0].type
     assert isinstance(t, TensorView)
     shape, strides = iter(_vs(p, op, 1)), iter(_vs(p, op, 2))
@@ -243,16 +263,19 @@ def _view_access(p: Printer, op: TOp, view: int) -> str:
 
 
 def _index_type(p: Printer, op: TOp, view: int) -> str:
+    """``, <index type>`` of a view access (one type for all indices)."""
     index = _vs(p, op, view + 1)
     return f", {type_text(index[0].type)}" if index else ""
 
 
 def _load(p: Printer, op: TOp) -> str:
+    """``load_view_tko weak %view[%i] token = %t : view, index -> tile, token``."""
     access = _view_access(p, op, 0)
     return f"load_view_tko {op.attrs['ordering']} {access} : {_ot(op, 0)}{_index_type(p, op, 0)} -> {_t(op)}, token"
 
 
 def _store(p: Printer, op: TOp) -> str:
+    """``store_view_tko weak %tile, %view[%i] token = %t : tile, view, index -> token``."""
     access = _view_access(p, op, 1)
     types = f"{_ot(op, 0)}, {_ot(op, 1)}{_index_type(p, op, 1)}"
     return f"store_view_tko {op.attrs['ordering']} {_v(p, op, 0)}, {access} : {types} -> token"
