@@ -1,0 +1,249 @@
+"""A small in-memory CUDA Tile IR module: types, SSA values, ops and one table of op encodings.
+
+The lowering builds this module from tilejit's IR; ``bytecode`` encodes it and ``text`` prints it,
+both driven by ``OPS`` so that one op is one table row, not a hand-written encoder and printer each.
+Facts about the format are in the project notes (TILEIR_FORMAT.md), from NVIDIA's Tile IR
+specification and the op registry of the public cuda-tile repository.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from tilejit.language.ir.core import UNKNOWN_LOC, Loc
+
+#: Bytecode versions this writer can emit, oldest first (the spec's stability chapters 13.1-13.5).
+VERSIONS: tuple[tuple[int, int], ...] = ((13, 1), (13, 2), (13, 3), (13, 4), (13, 5))
+
+#: Scalar element types: text name -> bytecode type tag.
+SCALARS: dict[str, int] = {
+    "i1": 0x00, "i8": 0x01, "i16": 0x02, "i32": 0x03, "i64": 0x04, "f16": 0x05, "bf16": 0x06,
+    "f32": 0x07, "tf32": 0x08, "f64": 0x09, "f8E4M3FN": 0x0A, "f8E5M2": 0x0B,
+}
+
+#: Padding values a partition view may name: text name -> bytecode byte.
+PADDINGS: dict[str, int] = {"zero": 0, "neg_zero": 1, "nan": 2, "pos_inf": 3, "neg_inf": 4}
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """An element type such as ``f32`` (only ever inside a tile, pointer or view)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Ptr:
+    """A global-memory pointer to ``elem``."""
+
+    elem: Scalar
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A tile of ``elem`` (a scalar or pointer) with a static shape; ``()`` is a scalar tile."""
+
+    elem: Scalar | Ptr
+    shape: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TensorView:
+    """A strided view of global memory; ``None`` in shape or strides is dynamic (an operand)."""
+
+    elem: Scalar
+    shape: tuple[int | None, ...]
+    strides: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """A tensor view cut into tiles of ``tile`` (indexed by tile coordinates), padded past the end."""
+
+    tile: tuple[int, ...]
+    view: TensorView
+    dim_map: tuple[int, ...]
+    padding: str | None = None
+
+
+@dataclass(frozen=True)
+class Token:
+    """An ordering token of the memory model."""
+
+
+@dataclass(frozen=True)
+class FuncType:
+    """A function signature."""
+
+    params: tuple[Type, ...]
+    results: tuple[Type, ...] = ()
+
+
+Type = Scalar | Ptr | Tile | TensorView | PartitionView | Token | FuncType
+
+
+class TValue:
+    """An SSA value of the module; ``name`` is only a hint for the text form."""
+
+    __slots__ = ("name", "type")
+
+    def __init__(self, type: Type, name: str = "") -> None:
+        self.type = type
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"TValue({self.name or '?'}: {self.type})"
+
+
+Operand = TValue | list[TValue] | None
+
+
+@dataclass(eq=False)
+class TOp:
+    """One Tile IR op: ``operands`` follow the op's layout in ``OPS`` (a value, a list or ``None``);
+    ``regions`` hold one block each (the body of a ``reduce``, ...)."""
+
+    name: str
+    results: list[TValue]
+    operands: list[Operand] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    loc: Loc = UNKNOWN_LOC
+    regions: list[TBlock] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class TBlock:
+    """A region's single block: arguments and ops (ending in its terminator, e.g. ``yield``)."""
+
+    args: list[TValue]
+    ops: list[TOp]
+
+
+@dataclass(eq=False)
+class TFunction:
+    """An entry (kernel) function with its parameters and straight-line body."""
+
+    name: str
+    params: list[TValue]
+    body: list[TOp]
+    loc: Loc = UNKNOWN_LOC
+
+
+@dataclass(eq=False)
+class TModule:
+    """A ``cuda_tile.module``: a name and its entries."""
+
+    name: str
+    functions: list[TFunction]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How one op is encoded: its opcode and its fields in order.
+
+    Layout items: ``res`` one result type; ``res*`` the counted list of result types; ``res3``
+    three result types; ``ftz`` the flush-to-zero flag; ``tko`` the load/store flag bits (bit 2:
+    a token operand follows); ``enum:<attr>`` one byte; ``const`` a constant-table index of
+    ``attrs['data']``; ``inbounds`` the per-dimension in-bounds flags (13.4+ only); ``nan_ftz``
+    the maxf/minf flag bits (bit 0 propagate NaN); ``int:<attr>`` a varint; ``identities`` the
+    reduce identities (a tagged array); ``o`` an operand; ``o*`` a counted operand list; ``o?`` an
+    optional operand; ``regions`` the op's regions. ``@13.2`` after an item: only from that version on
+    (an attribute the registry added later; older versions imply its default).
+    """
+
+    opcode: int
+    layout: tuple[str, ...]
+
+
+OPS: dict[str, OpSpec] = {
+    "absf": OpSpec(0, ("res", "o")),
+    "absi": OpSpec(1, ("res", "o")),
+    "addf": OpSpec(2, ("res", "ftz", "enum:rounding", "o", "o")),
+    "addi": OpSpec(3, ("res", "enum:overflow", "o", "o")),
+    "andi": OpSpec(4, ("res", "o", "o")),
+    "broadcast": OpSpec(11, ("res", "o")),
+    "ceil": OpSpec(13, ("res", "o")),
+    "cmpf": OpSpec(14, ("res", "enum:predicate", "enum:comparison", "o", "o")),
+    "cmpi": OpSpec(15, ("res", "enum:predicate", "enum:signedness", "o", "o")),
+    "constant": OpSpec(16, ("res", "const")),
+    "divf": OpSpec(20, ("res", "ftz", "enum:rounding", "o", "o")),
+    "exti": OpSpec(37, ("res", "enum:signedness", "o")),
+    "floor": OpSpec(39, ("res", "o")),
+    "ftof": OpSpec(42, ("res", "enum:rounding", "o")),
+    "get_num_tile_blocks": OpSpec(46, ("res3",)),
+    "get_tile_block_id": OpSpec(48, ("res3",)),
+    "iota": OpSpec(58, ("res",)),
+    "itof": OpSpec(59, ("res", "enum:signedness", "enum:rounding", "o")),
+    "join_tokens": OpSpec(60, ("res*", "o*")),
+    "load_view_tko": OpSpec(62, ("res*", "tko", "enum:ordering", "inbounds", "o", "o*", "o?")),
+    "make_partition_view": OpSpec(66, ("res", "o")),
+    "make_tensor_view": OpSpec(67, ("res*", "o", "o*", "o*")),
+    "maxf": OpSpec(69, ("res", "nan_ftz", "o", "o")),
+    "maxi": OpSpec(70, ("res", "enum:signedness", "o", "o")),
+    "minf": OpSpec(71, ("res", "nan_ftz", "o", "o")),
+    "mini": OpSpec(72, ("res", "enum:signedness", "o", "o")),
+    "mulf": OpSpec(76, ("res", "ftz", "enum:rounding", "o", "o")),
+    "muli": OpSpec(78, ("res", "enum:overflow", "o", "o")),
+    "negf": OpSpec(79, ("res", "o")),
+    "negi": OpSpec(80, ("res", "enum:overflow@13.2", "o")),
+    "ori": OpSpec(82, ("res", "o", "o")),
+    "reduce": OpSpec(88, ("res*", "int:dim", "identities", "o*", "regions")),
+    "reshape": OpSpec(91, ("res", "o")),
+    "return": OpSpec(92, ("res*", "o*")),
+    "select": OpSpec(95, ("res", "o", "o", "o")),
+    "sqrt": OpSpec(100, ("res", "ftz", "enum:rounding", "o")),
+    "store_view_tko": OpSpec(102, ("res*", "tko", "enum:ordering", "inbounds", "o", "o", "o*", "o?")),
+    "subf": OpSpec(103, ("res", "ftz", "enum:rounding", "o", "o")),
+    "subi": OpSpec(104, ("res", "enum:overflow", "o", "o")),
+    "trunci": OpSpec(107, ("res", "enum:overflow", "o")),
+    "xori": OpSpec(108, ("res", "o", "o")),
+    "yield": OpSpec(109, ("res*", "o*")),
+}
+
+#: Enum attributes: attribute name -> (text value -> byte).
+ENUMS: dict[str, dict[str, int]] = {
+    "rounding": {
+        "nearest_even": 0, "zero": 1, "negative_inf": 2, "positive_inf": 3, "approx": 4, "full": 5,
+        "nearest_int_to_zero": 6, "nearest_away": 7,
+    },
+    "overflow": {"none": 0, "nsw": 1, "nuw": 2, "nw": 3},
+    "signedness": {"unsigned": 0, "signed": 1},
+    "ordering": {"weak": 0, "relaxed": 1, "acquire": 2, "release": 3, "acq_rel": 4},
+    "predicate": {
+        "equal": 0, "not_equal": 1, "less_than": 2, "less_than_or_equal": 3, "greater_than": 4,
+        "greater_than_or_equal": 5,
+    },
+    "comparison": {"unordered": 0, "ordered": 1},
+}
+
+
+_PACK: dict[str, str] = {"f16": "<e", "f32": "<f", "f64": "<d", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q"}
+
+
+def constant_bytes(value: object, elem: Scalar) -> bytes:
+    """One element's little-endian bytes, rounded to nearest even; floats too large for ``elem`` are inf."""
+    if elem.name.startswith("i"):
+        bits = int(elem.name[1:])
+        v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
+        return v.to_bytes(max(1, bits // 8), "little")
+    f = float(value)  # type: ignore[arg-type]
+    if elem.name == "bf16":
+        b32 = int.from_bytes(struct.pack("<f", _to_f32(f)), "little")
+        if math.isnan(f):
+            return (0x7FC0 | (b32 >> 16) & 0x8000).to_bytes(2, "little")
+        return ((b32 + 0x7FFF + ((b32 >> 16) & 1)) >> 16).to_bytes(2, "little")
+    try:
+        return struct.pack(_PACK[elem.name], f)
+    except OverflowError:  # past the largest finite value of a narrower float
+        return struct.pack(_PACK[elem.name], math.copysign(math.inf, f))
+
+
+def _to_f32(f: float) -> float:
+    """``f`` as the nearest float32 (inf past its range)."""
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", f))[0])
+    except OverflowError:
+        return math.copysign(math.inf, f)
