@@ -74,8 +74,9 @@ def _with_tileir(monkeypatch: pytest.MonkeyPatch, backend: Backend) -> None:
 def test_auto_is_cuda_while_tile_ir_is_not_available_and_says_why() -> None:
     backend, why = choose_backend(None, parse_target("sm_90"))
     assert backend.name == "cuda" and isinstance(backend, CudaBackend)
-    assert why == ("auto picks it since Tile IR cannot be used: the Tile IR backend is not available yet: this "
-                   "tilejit has no Tile IR code generator")
+    assert why == ("auto picks it since Tile IR cannot be used: the Tile IR backend is not available yet: its "
+                   "bytecode writer (tilejit.backends.tileir) covers part of the language and is not connected to "
+                   "compiles and launches")
     assert choose_backend("auto", parse_target("sm_80"))[0] is backend
 
 
@@ -113,9 +114,9 @@ def test_asking_for_tile_ir_says_why_not_and_suggests_cuda(monkeypatch: pytest.M
     with pytest.raises(TargetError) as err:
         choose_backend("tileir", parse_target("sm_90"))
     assert str(err.value) == (
-        "backend='tileir': tileir backend not available here: the Tile IR backend is not available yet: this "
-        "tilejit has no Tile IR code generator; use backend='cuda' (CUDA C++ through NVRTC), or 'auto' to use the "
-        "best backend available"
+        "backend='tileir': tileir backend not available here: the Tile IR backend is not available yet: its "
+        "bytecode writer (tilejit.backends.tileir) covers part of the language and is not connected to compiles and "
+        "launches; use backend='cuda' (CUDA C++ through NVRTC), or 'auto' to use the best backend available"
     )
     monkeypatch.setenv("TILEJIT_BACKEND", "tileir")
     with pytest.raises(TargetError, match=r"^TILEJIT_BACKEND=tileir: tileir backend not available here: "):
@@ -296,12 +297,13 @@ def test_doctor_says_which_backend_is_used_and_why(toolkit: Toolkit, tmp_path: P
     lines = _backends_section(r.stdout)
     assert lines[:2] == [
         "  cuda (CUDA C++ through NVRTC): available",
-        "  tileir (Tile IR through tileiras): not available: the Tile IR backend is not available yet: this tilejit "
-        "has no Tile IR code generator",
+        "  tileir (Tile IR through tileiras): not available: the Tile IR backend is not available yet: its bytecode "
+        "writer (tilejit.backends.tileir) covers part of the language and is not connected to compiles and launches",
     ]
     if "TILEJIT_ARCH" in lines[2]:  # no GPU here: the configured target
         assert lines[2] == ("  used for sm_80 (TILEJIT_ARCH): cuda (auto picks it since Tile IR cannot be used: the "
-                            "Tile IR backend is not available yet: this tilejit has no Tile IR code generator)")
+                            "Tile IR backend is not available yet: its bytecode writer (tilejit.backends.tileir) "
+                            "covers part of the language and is not connected to compiles and launches)")
     else:
         assert lines[2].startswith("  used for sm_") and "(this GPU's target): cuda (auto picks it" in lines[2]
     r = _cli("doctor", env={**env, "TILEJIT_BACKEND": "cuda"})

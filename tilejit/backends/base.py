@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 CHOICES: tuple[str, ...] = BACKEND.choices
 
 #: Where each backend lives: its module holds ``BACKEND``, the :class:`Backend` instance.
-_MODULES = {"cuda": "tilejit.backends.cuda_backend", "tileir": "tilejit.backends.tileir.backend"}
+_MODULES = {"cuda": "tilejit.backends.cuda_backend", "tileir": "tilejit.backends.tileir_backend"}
 _TITLES = {"cuda": "CUDA C++ through NVRTC", "tileir": "Tile IR through tileiras"}
 _LOADED: dict[str, Backend] = {}
 
@@ -125,7 +125,8 @@ def get_backend(name: str) -> Backend:
         found = __import__(module, fromlist=["BACKEND"]).BACKEND  # no importlib on a warm launch
     except (ImportError, AttributeError) as exc:
         if name == "tileir" and isinstance(exc, ModuleNotFoundError):
-            reason = "the Tile IR backend is not available yet: this tilejit has no Tile IR code generator"
+            reason = ("the Tile IR backend is not available yet: its bytecode writer (tilejit.backends.tileir) covers "
+                      "part of the language and is not connected to compiles and launches")
         else:
             reason = f"its module {module} cannot be imported: {exc}"
         found = _Missing(name, reason)
