@@ -57,7 +57,7 @@ def elf_sections(image: bytes) -> dict[str, bytes]:
             start = names_at + h[0]
             name = image[start:image.index(b"\0", start)].decode("utf-8", "replace")
             out[name] = image[h[4]:h[4] + h[5]] if h[1] != 8 else b""  # SHT_NOBITS holds no bytes in the file
-    except (struct.error, IndexError, ValueError) as exc:
+    except (struct.error, IndexError, ValueError, OverflowError) as exc:
         raise ValueError(f"a damaged ELF file: {exc}") from None
     return out
 
