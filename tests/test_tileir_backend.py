@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,31 @@ def test_the_cache_key_differs_by_backend_and_a_warm_hit_runs_no_tileiras(
     assert warm["image"] == cold["image"] and warm["num_threads"] == cold["num_threads"]
     assert warm["params"] == [["x", "array", "float32", 1], ["y", "array", "float32", 1],
                               ["out", "array", "float32", 1]]
+
+
+def test_a_warm_key_with_backend_tileir_imports_neither_the_writer_nor_the_runner(tileiras: Any,
+                                                                                   tmp_path: Path) -> None:
+    """Choosing the Tile IR backend and naming its cache entry, as a warm launch does, find the toolchain but
+    import no bytecode writer (its ``dataclasses``), no tileiras runner and no front end."""
+    code = textwrap.dedent("""
+        import sys
+        from tilejit.api.compile import Artifact
+        from tilejit.api.loader import _specialization_key
+        from tilejit.backends.base import choose_backend
+        from tilejit.compiler.targets import Target
+        from tilejit.language.ir.types import ArrayType, float32
+        backend, _ = choose_backend(None, Target(9, 0))
+        target = backend.launch_targets(Target(9, 0))[0]
+        art = Artifact(None, "k", {"x": ArrayType(float32, 1)}, {}, target, None, {}, backend.name)
+        key = _specialization_key(art, "fp")
+        heavy = ["tilejit.backends.tileir", "tilejit.backends.tileir.module", "tilejit.compiler.tileiras",
+                 "tilejit.language.frontend.translate", "dataclasses", "json"]
+        print(backend.name, target.sm, len(key), [m for m in heavy if m in sys.modules])
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
+    env.update({"TILEJIT_CACHE_DIR": str(tmp_path), "TILEJIT_BACKEND": "tileir", "TILEJIT_TILEIRAS": tileiras.tileiras})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["tileir", "sm_90", "64", "[]"]
 
 
 # ------------------------------------------------------------------ command line
