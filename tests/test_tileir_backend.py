@@ -245,6 +245,25 @@ def test_a_warm_key_with_backend_tileir_imports_neither_the_writer_nor_the_runne
     assert out.stdout.split() == ["tileir", "sm_90", "64", "[]"]
 
 
+def test_a_launch_on_a_driver_older_than_r580_is_refused_before_loading(tileiras: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tilejit.errors import DriverVersionError
+    from tilejit.runtime import device, module
+
+    class OldDriver:
+        version = 12080
+
+    def load(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("the CUBIN was loaded")
+
+    monkeypatch.setenv("TILEJIT_CACHE", "0")
+    monkeypatch.setattr(device, "initialized_driver", lambda: OldDriver())
+    monkeypatch.setattr(module.Module, "load", load)
+    art = tj.compile(vector_add, SIG, constants=TILE, target="sm_90", backend="tileir")
+    with pytest.raises(DriverVersionError, match=r"driver r580\) or newer; the driver supports CUDA 12.8"):
+        loader.load_artifact(art, "fp")
+
+
 # ------------------------------------------------------------------ command line
 
 
