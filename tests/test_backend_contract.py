@@ -54,6 +54,9 @@ class _FakeTileIR(Backend):
                            shared_bytes=0, params=(("x", ("array", "float32", 1)),), cache_identity=self.identity)
 
 
+INCOMPLETE = "the Tile IR writer covers part of the language yet, so auto uses CUDA C++"
+
+
 @pytest.fixture(autouse=True)
 def _no_backend_setting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts with TILEJIT_BACKEND unset and the registry as tilejit fills it."""
@@ -68,16 +71,40 @@ def _with_tileir(monkeypatch: pytest.MonkeyPatch, backend: Backend) -> None:
     monkeypatch.setitem(base._LOADED, "tileir", backend)
 
 
+@pytest.fixture
+def no_toolchain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """No CUDA Tile IR toolchain here (TILEJIT_TILEIRAS names an empty folder): why the Tile IR backend says so."""
+    from tilejit.bindings.tileiras import unavailable
+
+    empty = tmp_path / "no-tileiras"
+    empty.mkdir()
+    monkeypatch.setenv("TILEJIT_TILEIRAS", str(empty))
+    reason = unavailable()
+    assert reason is not None and str(empty) in reason
+    return reason
+
+
 # ------------------------------------------------------------------ the selection rule
 
 
-def test_auto_is_cuda_while_tile_ir_is_not_available_and_says_why() -> None:
+def test_auto_is_cuda_while_the_tile_ir_writer_is_incomplete_and_says_why(no_toolchain: str) -> None:
     backend, why = choose_backend(None, parse_target("sm_90"))
     assert backend.name == "cuda" and isinstance(backend, CudaBackend)
-    assert why == ("auto picks it since Tile IR cannot be used: the Tile IR backend is not available yet: its "
-                   "bytecode writer (tilejit.backends.tileir) covers part of the language and is not connected to "
-                   "compiles and launches")
+    assert why == f"auto picks it: {INCOMPLETE}"
     assert choose_backend("auto", parse_target("sm_80"))[0] is backend
+    assert get_backend("tileir").incomplete() == INCOMPLETE and get_backend("cuda").incomplete() is None
+
+
+def test_auto_is_cuda_even_where_the_tile_ir_toolchain_is(tileir_toolchain: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that works must not turn into an error because a toolchain got installed."""
+    monkeypatch.setenv("TILEJIT_TILEIRAS", tileir_toolchain.tileiras)
+    tileir = get_backend("tileir")
+    assert tileir.available(parse_target("sm_100")) is None
+    assert choose_backend(None, parse_target("sm_100")) == (get_backend("cuda"), f"auto picks it: {INCOMPLETE}")
+    assert choose_backend("tileir", parse_target("sm_100")) == (tileir, "asked for by backend='tileir'")
+    monkeypatch.setenv("TILEJIT_BACKEND", "tileir")
+    assert choose_backend(None, parse_target("sm_90a"))[0] is tileir
 
 
 def test_auto_is_tile_ir_only_where_the_tile_ir_backend_says_it_is_available(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,13 +137,13 @@ def test_a_bad_environment_value_is_a_config_error_naming_the_variable(monkeypat
     assert str(err.value) == f"environment variable TILEJIT_BACKEND={value!r}: expected one of auto, cuda, tileir"
 
 
-def test_asking_for_tile_ir_says_why_not_and_suggests_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_asking_for_tile_ir_says_why_not_and_suggests_cuda(monkeypatch: pytest.MonkeyPatch,
+                                                           no_toolchain: str) -> None:
     with pytest.raises(TargetError) as err:
         choose_backend("tileir", parse_target("sm_90"))
     assert str(err.value) == (
-        "backend='tileir': tileir backend not available here: the Tile IR backend is not available yet: its "
-        "bytecode writer (tilejit.backends.tileir) covers part of the language and is not connected to compiles and "
-        "launches; use backend='cuda' (CUDA C++ through NVRTC), or 'auto' to use the best backend available"
+        f"backend='tileir': tileir backend not available here: {no_toolchain}; use backend='cuda' (CUDA C++ through "
+        "NVRTC), or 'auto' to use the best backend available"
     )
     monkeypatch.setenv("TILEJIT_BACKEND", "tileir")
     with pytest.raises(TargetError, match=r"^TILEJIT_BACKEND=tileir: tileir backend not available here: "):
@@ -126,11 +153,15 @@ def test_asking_for_tile_ir_says_why_not_and_suggests_cuda(monkeypatch: pytest.M
         choose_backend("tileir", parse_target("sm_90"))
 
 
-def test_the_missing_tile_ir_backend_never_generates_a_fake_image() -> None:
+def test_a_backend_whose_module_is_missing_never_generates_a_fake_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(base._MODULES, "tileir", "tilejit.backends.no_such_backend")
+    base._LOADED.pop("tileir", None)
     missing = get_backend("tileir")
-    assert missing.available(parse_target("sm_100")) is not None
+    reason = ("its module tilejit.backends.no_such_backend cannot be imported: No module named "
+              "'tilejit.backends.no_such_backend'")
+    assert missing.available(parse_target("sm_100")) == reason
     fn = tj.compile(_copy, SIG, constants={"TILE": 128}, target="sm_80").ir()
-    with pytest.raises(TargetError, match="the Tile IR backend is not available yet"):
+    with pytest.raises(TargetError, match=f"^backend='tileir': tileir backend not available here: {reason}; use "):
         missing.generate(fn, parse_target("sm_100"), {})
 
 
@@ -144,7 +175,7 @@ def test_unknown_backend_names_are_refused() -> None:
 # ------------------------------------------------------------------ entry points
 
 
-def test_compile_takes_backend_and_the_artifact_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compile_takes_backend_and_the_artifact_names_it(monkeypatch: pytest.MonkeyPatch, no_toolchain: str) -> None:
     art = tj.compile(_copy, SIG, constants={"TILE": 128}, target="sm_80", backend="cuda")
     assert art.backend == "cuda" and "backend='cuda'" in repr(art)
     assert art.backend_impl() is get_backend("cuda")
@@ -208,7 +239,8 @@ def test_a_launch_tries_the_targets_the_backend_names(monkeypatch: pytest.Monkey
     assert CudaBackend().launch_targets(parse_target("sm_100")) == (parse_target("sm_100"),)
 
 
-def test_a_launch_asking_for_an_unavailable_backend_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_launch_asking_for_an_unavailable_backend_is_not_retried(monkeypatch: pytest.MonkeyPatch,
+                                                                   no_toolchain: str) -> None:
     with pytest.raises(TargetError, match=r"^backend='tileir': tileir backend not available here"):
         _tried(monkeypatch, tj.kernel(_copy.func, backend="tileir"))
     _with_tileir(monkeypatch, _FakeTileIR(("sm_90",)))
@@ -290,31 +322,58 @@ def _backends_section(out: str) -> list[str]:
     return out.split("\nBackends\n", 1)[1].split("\n\n", 1)[0].splitlines()
 
 
+def _no_tileiras_env(tmp_path: Path) -> dict[str, str]:
+    """Settings for a CLI run that finds no Tile IR toolchain (TILEJIT_TILEIRAS names an empty folder)."""
+    empty = tmp_path / "no-tileiras"
+    empty.mkdir(exist_ok=True)
+    return {"TILEJIT_TILEIRAS": str(empty)}
+
+
+def _used_line(lines: list[str]) -> str:
+    (used,) = [line for line in lines if line.startswith("  used")]
+    return used
+
+
 def test_doctor_says_which_backend_is_used_and_why(toolkit: Toolkit, tmp_path: Path) -> None:
-    env = {"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path), "TILEJIT_ARCH": "sm_80"}
+    env = {"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path), "TILEJIT_ARCH": "sm_80",
+           **_no_tileiras_env(tmp_path)}
     r = _cli("doctor", env=env)
     assert "Traceback" not in r.stdout + r.stderr
     lines = _backends_section(r.stdout)
-    assert lines[:2] == [
+    assert lines[:3] == [
         "  cuda (CUDA C++ through NVRTC): available",
-        "  tileir (Tile IR through tileiras): not available: the Tile IR backend is not available yet: its bytecode "
-        "writer (tilejit.backends.tileir) covers part of the language and is not connected to compiles and launches",
+        "  tileir (Tile IR through tileiras): not available: could not load tileiras (the CUDA Tile IR assembler); "
+        "tried:",
+        f"      - {tmp_path / 'no-tileiras' / 'tileiras'} ($TILEJIT_TILEIRAS): file does not exist",
     ]
-    if "TILEJIT_ARCH" in lines[2]:  # no GPU here: the configured target
-        assert lines[2] == ("  used for sm_80 (TILEJIT_ARCH): cuda (auto picks it since Tile IR cannot be used: the "
-                            "Tile IR backend is not available yet: its bytecode writer (tilejit.backends.tileir) "
-                            "covers part of the language and is not connected to compiles and launches)")
+    assert lines[3].startswith("    install the CUDA Tile IR toolchain") and lines[3].endswith(
+        f"; auto does not use it: {INCOMPLETE}")
+    used = _used_line(lines)
+    if "TILEJIT_ARCH" in used:  # no GPU here: the configured target
+        assert used == f"  used for sm_80 (TILEJIT_ARCH): cuda (auto picks it: {INCOMPLETE})"
     else:
-        assert lines[2].startswith("  used for sm_") and "(this GPU's target): cuda (auto picks it" in lines[2]
+        assert used.startswith("  used for sm_") and "(this GPU's target): cuda (auto picks it" in used
     r = _cli("doctor", env={**env, "TILEJIT_BACKEND": "cuda"})
-    assert _backends_section(r.stdout)[2].endswith(": cuda (asked for by TILEJIT_BACKEND=cuda)")
+    assert _used_line(_backends_section(r.stdout)).endswith(": cuda (asked for by TILEJIT_BACKEND=cuda)")
     r = _cli("doctor", env={**env, "TILEJIT_BACKEND": "tileir"})
-    assert _backends_section(r.stdout)[2].startswith("  used: none: TILEJIT_BACKEND=tileir: tileir backend not "
-                                                     "available here: ")
+    assert _used_line(_backends_section(r.stdout)).startswith("  used: none: TILEJIT_BACKEND=tileir: tileir backend "
+                                                              "not available here: could not load tileiras")
     r = _cli("doctor", env={**env, "TILEJIT_BACKEND": "fast"})
     assert "Traceback" not in r.stdout + r.stderr
-    assert _backends_section(r.stdout)[2] == ("  used: none: environment variable TILEJIT_BACKEND='fast': expected "
-                                              "one of auto, cuda, tileir")
+    assert _used_line(_backends_section(r.stdout)) == ("  used: none: environment variable TILEJIT_BACKEND='fast': "
+                                                       "expected one of auto, cuda, tileir")
+
+
+def test_doctor_says_tile_ir_is_available_but_not_used_by_auto(toolkit: Toolkit, tileir_toolchain: Any,
+                                                               tmp_path: Path) -> None:
+    env = {"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path), "TILEJIT_ARCH": "sm_100",
+           "TILEJIT_TILEIRAS": tileir_toolchain.tileiras}
+    lines = _backends_section(_cli("doctor", env=env).stdout)
+    assert lines[1] == f"  tileir (Tile IR through tileiras): available; auto does not use it: {INCOMPLETE}"
+    if "TILEJIT_ARCH" in lines[2]:
+        assert lines[2] == f"  used for sm_100 (TILEJIT_ARCH): cuda (auto picks it: {INCOMPLETE})"
+    lines = _backends_section(_cli("doctor", env={**env, "TILEJIT_BACKEND": "tileir"}).stdout)
+    assert lines[2].endswith(": tileir (asked for by TILEJIT_BACKEND=tileir)")
 
 
 def _kernel_file(tmp_path: Path) -> Path:
@@ -331,11 +390,11 @@ def test_cli_compile_takes_backend(tmp_path: Path) -> None:
     r = _cli(*common, "--backend", "cuda")
     assert r.returncode == 0, r.stderr
     assert "tj::Array<float, 1>" in (tmp_path / "out" / "kernels.copy.sm_80.cu").read_text()
-    r = _cli(*common, "--backend", "tileir")
+    r = _cli(*common, "--backend", "tileir", env=_no_tileiras_env(tmp_path))
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert r.stderr.startswith("tilejit compile: error: backend='tileir': tileir backend not available here: the "
-                               "Tile IR backend is not available yet")
-    r = _cli(*common, env={"TILEJIT_BACKEND": "tileir"})
+    assert r.stderr.startswith("tilejit compile: error: backend='tileir': tileir backend not available here: could "
+                               "not load tileiras (the CUDA Tile IR assembler)")
+    r = _cli(*common, env={"TILEJIT_BACKEND": "tileir", **_no_tileiras_env(tmp_path)})
     assert r.returncode == 1 and "TILEJIT_BACKEND=tileir: tileir backend not available here" in r.stderr
     r = _cli(*common, "--backend", "ptx")
     assert r.returncode == 2 and "argument --backend: invalid choice: 'ptx'" in r.stderr
@@ -353,6 +412,7 @@ def test_doctor_backends_without_nvrtc_or_with_a_bad_target(tmp_path: Path) -> N
     assert "Traceback" not in r.stdout + r.stderr
     lines = _backends_section(r.stdout)
     assert lines[0] == "  cuda (CUDA C++ through NVRTC): not available: no NVRTC (see above)"
+    assert lines[1].endswith(f"; auto does not use it: {INCOMPLETE}")
     if "this GPU's target" not in lines[-1]:
         assert lines[-1] == "  used: none: no target to choose for (no GPU, no NVRTC, TILEJIT_ARCH unset)"
     r = _cli("doctor", env={**env, "TILEJIT_ARCH": "sm_x"})
@@ -368,6 +428,8 @@ def test_a_launch_goes_through_the_chosen_backend(monkeypatch: pytest.MonkeyPatc
     import numpy as np
 
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    (tmp_path / "no-tileiras").mkdir()
+    monkeypatch.setenv("TILEJIT_TILEIRAS", str(tmp_path / "no-tileiras"))  # the refusals below need no toolchain
     x = np.arange(300, dtype=np.float32)
     for backend in ("cuda", "auto", None):
         k = tj.kernel(_copy.func, backend=backend)

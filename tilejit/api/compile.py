@@ -1,4 +1,4 @@
-"""Compile a tile kernel for a named target with no GPU: IR text, CUDA C++, PTX and CUBIN on demand.
+"""Compile a tile kernel for a named target with no GPU: IR text, CUDA C++, PTX, Tile IR and CUBIN on demand.
 
 The same pipeline serves launches (``tilejit.api.kernel``): front end → passes → a backend (the contract
 of ``tilejit.backends.base``; CUDA C++ → NVRTC by default), with each stage's output kept on the artifact
@@ -136,6 +136,23 @@ class Artifact:
     def ptx(self) -> str:
         return self.image("ptx").image.decode()
 
+    def tileir_bytecode(self, version: str | tuple[int, int] | None = None) -> bytes:
+        """The kernel as Tile IR bytecode (what ``tileiras`` reads) at ``version`` ("13.1" .. "13.5"; default the
+        newest the writer emits), whatever this artifact's backend; needs no toolchain."""
+        from tilejit.backends.tileir_backend import TileIRBackend
+
+        return TileIRBackend.bytecode(self.ir(), self.target, version, self._stages)
+
+    def tileir_text(self) -> str:
+        """The Tile IR bytecode's module in text form (``cuda_tile.module @name { ... }``); needs no toolchain."""
+        text: str | None = self._stages.get("tileir_text")
+        if text is None:
+            from tilejit.backends.tileir import module_text
+            from tilejit.backends.tileir_backend import tileiras_target
+
+            text = self._stages["tileir_text"] = module_text(self.ir(), tileiras_target(self.target))
+        return text
+
     def cubin(self) -> bytes:
         return self.image("cubin").image
 
@@ -256,7 +273,8 @@ def compile(
     base and row strides, as a kernel launched from Python would detect, so the compile gets the same
     vectorized/pipelined code. Stages run when their output is first asked for.
     ``backend``: "cuda" (CUDA C++ through NVRTC), "tileir" (Tile IR through tileiras) or "auto"; default: the
-    kernel's own ``@tj.kernel(backend=...)``, else ``TILEJIT_BACKEND`` (auto: Tile IR where available, else CUDA).
+    kernel's own ``@tj.kernel(backend=...)``, else ``TILEJIT_BACKEND`` (auto: CUDA C++ while the Tile IR writer
+    covers part of the language).
     """
     from tilejit.backends.base import choose_backend
     from tilejit.compiler.targets import resolve_target

@@ -6,7 +6,7 @@ A backend (``cuda``: CUDA C++ through NVRTC; ``tileir``: Tile IR bytecode throug
 first asked for; a registered module that is not there is a stand-in that says why it is not available.
 Every compile entry point (``@tj.kernel``, ``tj.compile``, ``tilejit compile``) picks one by the one rule
 of :func:`choose_backend`. Light to import, as must be each backend's registered module: a warm launch
-chooses its backend (``auto`` asks Tile IR's availability) and names its cache entry through them.
+chooses its backend (``auto`` asks whether Tile IR is complete) and names its cache entry through them.
 """
 
 from __future__ import annotations
@@ -76,6 +76,11 @@ class Backend:
         """None when this backend can compile for ``target`` here, else why not (one clause)."""
         raise NotImplementedError
 
+    def incomplete(self) -> str | None:
+        """None when this backend compiles the whole language, else why ``auto`` must not pick it (a kernel
+        that works with CUDA C++ must not become an error because this backend's toolchain is installed)."""
+        return None
+
     def cache_identity(self) -> str:
         """What, besides the kernel and its specialization, decides the image: toolchain file and version,
         shipped headers... Part of the kernel-level cache key; must not import the backend's code generator."""
@@ -113,7 +118,7 @@ class _Missing(Backend):
 
 
 def get_backend(name: str) -> Backend:
-    """The backend registered as ``name`` ("cuda", "tileir"); one whose module is not there (yet) is a stand-in
+    """The backend registered as ``name`` ("cuda", "tileir"); one whose module cannot be imported is a stand-in
     that is never available and says why."""
     backend = _LOADED.get(name)
     if backend is not None:
@@ -124,11 +129,7 @@ def get_backend(name: str) -> Backend:
     try:
         found = __import__(module, fromlist=["BACKEND"]).BACKEND  # no importlib on a warm launch
     except (ImportError, AttributeError) as exc:
-        if name == "tileir" and isinstance(exc, ModuleNotFoundError):
-            reason = ("the Tile IR backend is not available yet: its bytecode writer (tilejit.backends.tileir) covers "
-                      "part of the language and is not connected to compiles and launches")
-        else:
-            reason = f"its module {module} cannot be imported: {exc}"
+        reason = f"its module {module} cannot be imported: {exc}"
         found = _Missing(name, reason)
     _LOADED[name] = found
     return found
@@ -144,8 +145,9 @@ def unavailable_error(name: str, reason: str, given: str) -> Exception:
 
 def choose_backend(requested: str | None, target: Target) -> tuple[Backend, str]:
     """The backend a compile for ``target`` uses, and why: ``requested`` ("cuda", "tileir", "auto") when given,
-    else ``TILEJIT_BACKEND`` (default "auto"). ``auto`` is Tile IR when that backend is available for
-    ``target``, else CUDA C++. An explicit backend that is not available is an error saying why."""
+    else ``TILEJIT_BACKEND`` (default "auto"). ``auto`` is Tile IR when that backend compiles the whole
+    language (``Backend.incomplete``) and is available for ``target``, else CUDA C++. An explicit backend that
+    is not available is an error saying why."""
     given = f"backend={requested!r}"
     if requested is None:
         requested = BACKEND.get()
@@ -159,6 +161,9 @@ def choose_backend(requested: str | None, target: Target) -> tuple[Backend, str]
             raise unavailable_error(backend.name, reason, given)
         return backend, f"asked for by {given}"
     tileir = get_backend("tileir")
+    reason = tileir.incomplete()
+    if reason is not None:
+        return get_backend("cuda"), f"auto picks it: {reason}"
     reason = tileir.available(target)
     if reason is None:
         return tileir, f"auto picks it: a Tile IR toolchain is found and {target.sm} supports it"

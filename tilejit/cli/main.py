@@ -211,7 +211,11 @@ def _backend_lines(archs: list[int], gpus: list[str]) -> list[str]:
             reason = None if archs else "no NVRTC (see above)"
         else:
             reason = backend.available(target) if target is not None else problem
-        lines.append(f"{name} ({backend.title}): " + ("available" if reason is None else f"not available: {reason}"))
+        status = "available" if reason is None else f"not available: {reason}"
+        incomplete = backend.incomplete()
+        if incomplete is not None:  # ask for it by name; auto does not pick it
+            status += f"; auto does not use it: {incomplete}"
+        lines.append(f"{name} ({backend.title}): {status}".replace("\n", "\n    "))  # a reason's lines indented
     if target is None:
         lines.append(f"used: none: {problem}")
         return lines
@@ -290,8 +294,10 @@ def _feature_targets(lib: NVRTC, archs: list[int], suffix: Suffix) -> str:
 # ---------------------------------------------------------------- compile
 
 EMITS = ("ptx", "cubin", "ltoir")
-TILE_EMITS = ("ir", "cuda", "ptx", "cubin")
-_TILE_SUFFIX = {"ir": "ir", "cuda": "cu", "ptx": "ptx", "cubin": "cubin"}
+TILE_EMITS = ("ir", "cuda", "ptx", "cubin", "tileir", "tileirbc")
+_TILE_SUFFIX = {"ir": "ir", "cuda": "cu", "ptx": "ptx", "cubin": "cubin", "tileir": "tileir", "tileirbc": "tileirbc"}
+# What the CUDA C++ backend alone makes, and so a compile with another backend refuses to emit.
+_CUDA_EMITS = ("cuda", "ptx")
 # Options that only one kind of input file takes, and why the other kind refuses them instead of ignoring them.
 _CUDA_ONLY_FLAGS = (
     ("include", "-I", "a tile kernel's CUDA C++ is generated, with tilejit's headers built in"),
@@ -322,7 +328,8 @@ def _job_count(text: str) -> int:
 def _configure_compile(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Compile a CUDA C++ file with NVRTC, writing FILE.<arch>.ptx / .cubin / .ltoir; or a tile kernel of a "
-        "Python file (--kernel, --signature, -C), writing FILE.<kernel>.<arch>.ir / .cu / .ptx / .cubin. "
+        "Python file (--kernel, --signature, -C), writing FILE.<kernel>.<arch>.ir / .cu / .ptx / .cubin / .tileir / "
+        ".tileirbc. "
         "Several targets build at once, each in a process of its own. Needs no GPU."
     )
     p.add_argument("file", type=Path, help="a CUDA C++ source file (.cu) or a Python file with @tj.kernel functions")
@@ -342,7 +349,7 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--emit", default="cubin",
         help="outputs, comma-separated: for CUDA C++ from ptx, cubin, ltoir; for Python files from ir, cuda, ptx, "
-             "cubin (default: cubin)",
+             "cubin, tileir (Tile IR text), tileirbc (Tile IR bytecode) (default: cubin)",
     )
     p.add_argument(
         "--backend", default=None, choices=("auto", "cuda", "tileir"),
@@ -556,9 +563,10 @@ def _compile_python_file(args: argparse.Namespace) -> int:
         raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
     try:
         # the signature fits and the backend is available: checked once
-        tj.compile(kernel, signature, constants=constants, target=targets[0], backend=args.backend)
+        art = tj.compile(kernel, signature, constants=constants, target=targets[0], backend=args.backend)
     except TypeError as exc:
         raise _UsageError(str(exc)) from None
+    _check_backend_emits(art.backend, emits, args.kernel)
     out_dir = _output_dir(args)
     path = str(args.file.resolve())
     jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, args.backend)
@@ -670,9 +678,7 @@ class _TileBuild:
             raise _Failure(f"{self.path}, run again to build {self.target}, has no @tj.kernel named {self.kernel!r}")
         art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target,
                          backend=self.backend)
-        if art.backend != "cuda" and "cuda" in self.emits:
-            raise _Failure(f"--emit cuda: {self.kernel} compiles with the {art.backend} backend, which generates no "
-                           "CUDA C++ (pass --backend cuda for it)")
+        _check_backend_emits(art.backend, self.emits, self.kernel)
         data: dict[str, bytes] = {}
         if art.backend == "cuda" and "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both
             ck = art.cuda_kernel()
@@ -682,12 +688,22 @@ class _TileBuild:
         producers: dict[str, Callable[[], bytes]] = {
             "ir": lambda: art.ir_text().encode(), "cuda": lambda: art.cuda_source().encode(),
             "ptx": lambda: art.ptx().encode(), "cubin": art.cubin,
+            "tileir": lambda: art.tileir_text().encode(), "tileirbc": art.tileir_bytecode,
         }
         files = [
             (f"{self.stem}.{self.kernel}.{art.target.sm}.{_TILE_SUFFIX[e]}", data[e] if e in data else producers[e]())
             for e in self.emits
         ]
         return _Built(target=art.target.sm, files=files)
+
+
+def _check_backend_emits(backend: str, emits: tuple[str, ...], kernel: str) -> None:
+    """Outputs only the CUDA C++ backend makes (CUDA C++, PTX) are a usage error for a kernel compiled by another."""
+    wrong = [e for e in emits if e in _CUDA_EMITS and backend != "cuda"]
+    if wrong:
+        raise _UsageError(f"--emit {','.join(wrong)}: {kernel} compiles with the {backend} backend, which makes "
+                          "CUBINs only (no CUDA C++, no PTX); pass --backend cuda for them, or --emit tileir,tileirbc "
+                          "for the Tile IR it compiles")
 
 
 def _build(job: _CudaBuild | _TileBuild) -> _Built:

@@ -1,0 +1,270 @@
+"""The Tile IR backend behind the backend contract: tile IR → Tile IR bytecode (``backends.tileir``) →
+``tileiras`` → CUBIN.
+
+Outside the ``tileir`` package on purpose, and light to import: a launch asks the registered backend's
+module for its cache identity and whether ``auto`` may pick it, and must not import the bytecode writer
+or run the toolchain's discovery for that. The writer covers part of the language, so ``auto`` never
+picks this backend (:meth:`TileIRBackend.incomplete`); ``backend="tileir"`` uses it where a toolchain is.
+
+The launch ABI: the Tile IR entry's parameters (per array: base pointer, then each shape, then each
+stride, all 8 bytes; scalars as themselves) are laid out as tilejit's array struct (``ParamKind.array``),
+so the image's ``params`` are the CUDA backend's; :func:`check_param_offsets` checks that on each CUBIN.
+The block size is not ours to choose: tileiras fixes it (the CUBIN's ``REQNTID``), and it is the image's.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any
+
+from tilejit.backends.base import Backend, KernelImage, ParamSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from tilejit.bindings.tileiras import Toolchain
+    from tilejit.compiler.targets import Target
+    from tilejit.language.ir.ops import Function
+
+#: The writer's output format: part of the cache identity; raise it when the writer's bytecode for the same
+#: kernel changes (importing the writer to ask it would cost a warm launch its ``dataclasses``).
+WRITER_FORMAT = "1"
+
+#: Why ``auto`` does not pick Tile IR while the writer lowers only part of the language.
+INCOMPLETE = "the Tile IR writer covers part of the language yet, so auto uses CUDA C++"
+
+EIATTR_KPARAM_INFO = 0x17
+EIATTR_REQNTID = 0x10
+_EIFMT_SVAL = 4  # an attribute with a payload of its stated size; the other formats have none
+
+
+def tileiras_target(target: Target) -> str:
+    """The ``--gpu-name`` of ``target``: tileiras takes no a/f suffix (it compiles sm_90 as sm_90a itself)."""
+    return f"sm_{target.number}"
+
+
+def elf_sections(image: bytes) -> dict[str, bytes]:
+    """The sections of a 64-bit little-endian ELF file (a CUBIN) by name; ``ValueError`` if it is not one."""
+    if image[:4] != b"\x7fELF" or len(image) < 64 or image[4] != 2 or image[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF file")
+    try:
+        (shoff,) = struct.unpack_from("<Q", image, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 0x3A)
+        headers = [struct.unpack_from("<IIQQQQIIQQ", image, shoff + i * shentsize) for i in range(shnum)]
+        names_at = headers[shstrndx][4]
+        out: dict[str, bytes] = {}
+        for h in headers:
+            start = names_at + h[0]
+            name = image[start:image.index(b"\0", start)].decode("utf-8", "replace")
+            out[name] = image[h[4]:h[4] + h[5]] if h[1] != 8 else b""  # SHT_NOBITS holds no bytes in the file
+    except (struct.error, IndexError, ValueError, OverflowError) as exc:
+        raise ValueError(f"a damaged ELF file: {exc}") from None
+    return out
+
+
+def nv_info(image: bytes, symbol: str) -> list[tuple[int, bytes]]:
+    """The EIATTR attributes of kernel ``symbol`` (its ``.nv.info.<symbol>`` section) as (attribute, payload).
+
+    Each entry: format (1 byte), attribute (1 byte), then a 2-byte value, which for the format with a
+    payload (``EIFMT_SVAL``) is the payload's size."""
+    section = elf_sections(image).get(f".nv.info.{symbol}")
+    if section is None:
+        raise ValueError(f"no .nv.info.{symbol} section")
+    out = []
+    i = 0
+    while i + 4 <= len(section):
+        fmt, attr, size = struct.unpack_from("<BBH", section, i)
+        i += 4
+        payload = b""
+        if fmt == _EIFMT_SVAL:
+            payload = section[i:i + size]
+            i += size
+        out.append((attr, payload))
+    return out
+
+
+def required_threads(image: bytes, symbol: str) -> tuple[int, int, int]:
+    """The block size the CUBIN's kernel ``symbol`` must be launched with (EIATTR_REQNTID)."""
+    for attr, payload in nv_info(image, symbol):
+        if attr == EIATTR_REQNTID and len(payload) == 12:
+            x, y, z = struct.unpack("<3I", payload)
+            return x, y, z
+    raise ValueError(f"kernel {symbol} states no required block size (EIATTR_REQNTID)")
+
+
+def param_offsets(image: bytes, symbol: str) -> list[tuple[int, int]]:
+    """(byte offset, size) of each parameter of kernel ``symbol``, in parameter order (EIATTR_KPARAM_INFO)."""
+    found = []
+    for attr, payload in nv_info(image, symbol):
+        if attr == EIATTR_KPARAM_INFO and len(payload) >= 12:
+            _, ordinal, offset, flags = struct.unpack_from("<IHHI", payload)
+            found.append((ordinal, offset, (flags >> 18) & 0x3FFF))
+    return [(offset, size) for _, offset, size in sorted(found)]
+
+
+def flat_params(params: tuple[tuple[str, ParamSpec], ...]) -> list[tuple[int, int]]:
+    """(byte offset, size) of each Tile IR entry parameter for tilejit's launch ABI ``params``: an array's base
+    pointer, shapes and strides are one struct of 8-byte fields."""
+    from tilejit.runtime.launch import ParamKind, param_layout
+
+    kinds = [ParamKind.from_spec(spec) for _, spec in params]
+    _, offsets, _ = param_layout(kinds)
+    out: list[tuple[int, int]] = []
+    for kind, offset in zip(kinds, offsets):
+        if kind.kind == "array":
+            out += [(offset + 8 * i, 8) for i in range(1 + 2 * int(kind.ndim or 0))]
+        else:
+            out.append((offset, kind.size))
+    return out
+
+
+def launch_params(fn: Function) -> tuple[tuple[str, ParamSpec], ...]:
+    """The launch ABI of ``fn``'s parameters, as the CUDA backend states it: arrays, then scalars as themselves."""
+    from tilejit.errors import CompileError
+    from tilejit.language.ir.types import ArrayType, TileType
+
+    params: list[tuple[str, ParamSpec]] = []
+    for name, v in zip(fn.param_names, fn.params):
+        t = v.type
+        if isinstance(t, ArrayType):
+            params.append((name, ("array", t.dtype.name, t.ndim)))
+        elif isinstance(t, TileType) and t.is_scalar:
+            params.append((name, ("scalar", t.dtype.name)))
+        else:
+            raise CompileError(f"kernel {fn.name}: parameter '{name}' has type {t}; only arrays and scalars")
+    return tuple(params)
+
+
+class TileIRBackend(Backend):
+    """Tile IR bytecode from tile IR, compiled to a CUBIN by tileiras; available where a consistent CUDA Tile
+    IR toolchain is found that compiles for the target."""
+
+    name = "tileir"
+    title = "Tile IR through tileiras"
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str | None, ...], Toolchain | str] = {}
+
+    def incomplete(self) -> str | None:
+        return INCOMPLETE
+
+    def toolchain(self) -> Toolchain | str:
+        """The toolchain found (once per process for the settings discovery reads), or why there is none."""
+        import os
+
+        from tilejit import config
+
+        key = tuple(os.environ.get(v) for v in (config.TILEIRAS.name, "CUDA_HOME", "CUDA_PATH", "PATH"))
+        found = self._found.get(key)
+        if found is None:
+            from tilejit.bindings.tileiras import find_toolchain
+            from tilejit.errors import LibraryNotFoundError
+
+            try:
+                found = find_toolchain()
+            except LibraryNotFoundError as exc:
+                found = str(exc)
+            self._found[key] = found
+        return found
+
+    def available(self, target: Target) -> str | None:
+        tc = self.toolchain()
+        if isinstance(tc, str):
+            return tc
+        from tilejit.errors import TargetError
+
+        try:
+            tc.check_target(tileiras_target(target))
+        except TargetError as exc:
+            return str(exc)
+        return None
+
+    @staticmethod
+    def bytecode_version(tc: Toolchain) -> tuple[int, int]:
+        """The newest bytecode version both the writer emits and ``tc``'s tileiras reads."""
+        from tilejit.backends.tileir import newest_accepted
+
+        return newest_accepted("\n".join(f"{a}.{b}" for a, b in tc.bytecode_versions))
+
+    def cache_identity(self) -> str:
+        tc = self.toolchain()
+        if isinstance(tc, str):
+            return f"tileir:{WRITER_FORMAT}:no toolchain"
+        # The bytecode version chosen is the newest of these that the writer emits: these name it without
+        # importing the writer.
+        reads = ",".join(f"{a}.{b}" for a, b in tc.bytecode_versions)
+        return f"tileir:{WRITER_FORMAT}|tileiras {tc.tileiras_version} at {tc.tileiras}|reads bytecode {reads}"
+
+    def launch_targets(self, target: Target) -> tuple[Target, ...]:
+        """The plain target of the GPU (sm_90 for sm_90a): tileiras takes no a/f suffix."""
+        if target.suffix:
+            from tilejit.compiler.targets import Target
+
+            return (Target(target.major, target.minor),)
+        return (target,)
+
+    def generate(self, fn: Function, target: Target, hints: Mapping[str, Any], *, num_threads: int | None = None,
+                 kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
+        from tilejit.errors import CompileError, TargetError
+
+        if kind != "cubin":
+            raise ValueError(f"kind={kind!r}: the Tile IR backend makes CUBINs only (tileiras writes no PTX); "
+                             "use kind='cubin', or backend='cuda' for PTX")
+        if num_threads is not None:
+            raise ValueError(f"kernel {fn.name}: num_threads={num_threads}: the Tile IR backend cannot choose the "
+                             "block size (tileiras fixes it); leave num_threads unset, or use backend='cuda'")
+        memo = {} if memo is None else memo
+        tc = self.toolchain()
+        if isinstance(tc, str):
+            from tilejit.backends.base import unavailable_error
+
+            raise unavailable_error(self.name, tc, "backend='tileir'")
+        gpu = tileiras_target(target)
+        tc.check_target(gpu)
+        params = launch_params(fn)
+        cubin: bytes | None = memo.get("tileir_cubin")
+        if cubin is None:
+            from tilejit.compiler.tileiras import run_tileiras
+
+            try:
+                version = self.bytecode_version(tc)
+            except ValueError as exc:
+                raise TargetError(f"backend='tileir': {exc}") from None
+            bytecode = self.bytecode(fn, target, version, memo)
+            cubin = memo["tileir_cubin"] = run_tileiras(bytecode, gpu, toolchain=tc)
+        symbol = fn.name
+        try:
+            threads = required_threads(cubin, symbol)
+            offsets = param_offsets(cubin, symbol)
+        except ValueError as exc:
+            raise CompileError(f"kernel {fn.name}: the CUBIN tileiras {tc.tileiras_version} made for {gpu} cannot "
+                               f"be launched: {exc}") from None
+        if threads[1:] != (1, 1) or not 1 <= threads[0] <= 1024:
+            raise CompileError(f"kernel {fn.name}: tileiras {tc.tileiras_version} asks for a block of {threads} "
+                               "threads; tilejit launches blocks of (n, 1, 1) threads only")
+        if offsets != flat_params(params):
+            raise CompileError(f"kernel {fn.name}: the CUBIN tileiras {tc.tileiras_version} made for {gpu} lays out "
+                               f"its parameters as {offsets} (offset, size), not as tilejit passes them "
+                               f"({flat_params(params)}); use backend='cuda'")
+        return KernelImage(backend=self.name, image=cubin, kind="cubin", symbol=symbol, num_threads=threads[0],
+                           shared_bytes=0, params=params, cache_identity=self.cache_identity())
+
+    @staticmethod
+    def bytecode(fn: Function, target: Target, version: str | tuple[int, int] | None = None,
+                 memo: dict[str, Any] | None = None) -> bytes:
+        """The Tile IR bytecode of ``fn`` at ``version`` (default: the newest the writer emits), kept in ``memo``."""
+        from tilejit.backends.tileir import generate_bytecode, parse_version
+
+        v = parse_version(version)
+        memo = {} if memo is None else memo
+        key = f"tileirbc-{v[0]}.{v[1]}"
+        data: bytes | None = memo.get(key)
+        if data is None:
+            data = memo[key] = generate_bytecode(fn, tileiras_target(target), v)
+        return data
+
+
+BACKEND = TileIRBackend()
+
+__all__ = ["BACKEND", "INCOMPLETE", "WRITER_FORMAT", "TileIRBackend", "elf_sections", "nv_info", "param_offsets",
+           "required_threads", "tileiras_target"]
