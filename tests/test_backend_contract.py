@@ -54,7 +54,7 @@ class _FakeTileIR(Backend):
                            shared_bytes=0, params=(("x", ("array", "float32", 1)),), cache_identity=self.identity)
 
 
-INCOMPLETE = "the Tile IR writer covers part of the language yet, so auto uses CUDA C++"
+INCOMPLETE = base.INCOMPLETE["tileir"]
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +68,9 @@ def _no_backend_setting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _with_tileir(monkeypatch: pytest.MonkeyPatch, backend: Backend) -> None:
+    """``backend`` as the Tile IR backend, and one that compiles the whole language (``auto`` may pick it)."""
     monkeypatch.setitem(base._LOADED, "tileir", backend)
+    monkeypatch.delitem(base.INCOMPLETE, "tileir")
 
 
 @pytest.fixture

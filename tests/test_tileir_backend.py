@@ -18,9 +18,8 @@ from conftest import Toolkit
 import tilejit as tj
 from tilejit.api import loader
 from tilejit.backends import base
-from tilejit.backends.base import choose_backend, get_backend
+from tilejit.backends.base import INCOMPLETE, choose_backend, get_backend
 from tilejit.backends.tileir_backend import (
-    INCOMPLETE,
     TileIRBackend,
     elf_sections,
     param_offsets,
@@ -139,7 +138,8 @@ def test_ptx_and_num_threads_are_refused(tileiras: Any) -> None:
 def test_auto_stays_cuda_with_the_toolchain_present(tileiras: Any) -> None:
     assert get_backend("tileir").available(parse_target("sm_90")) is None
     assert tj.compile(vector_add, SIG, constants=TILE, target="sm_90").backend == "cuda"
-    assert choose_backend("auto", parse_target("sm_100")) == (get_backend("cuda"), f"auto picks it: {INCOMPLETE}")
+    why = f"auto picks it: {INCOMPLETE['tileir']}"
+    assert choose_backend("auto", parse_target("sm_100")) == (get_backend("cuda"), why)
 
 
 def test_explicit_tileir_without_a_toolchain_names_what_is_missing(no_tileiras: Path) -> None:

@@ -29,6 +29,10 @@ CHOICES: tuple[str, ...] = BACKEND.choices
 _MODULES = {"cuda": "tilejit.backends.cuda_backend", "tileir": "tilejit.backends.tileir_backend"}
 _TITLES = {"cuda": "CUDA C++ through NVRTC", "tileir": "Tile IR through tileiras"}
 _LOADED: dict[str, Backend] = {}
+#: Backends whose compilers cover part of the language yet, and why ``auto`` must not pick them (a kernel that
+#: works with CUDA C++ must not become an error because another toolchain is installed). Kept here, not asked
+#: of the backend's module, so that ``auto`` on a warm launch imports no module but the CUDA backend's.
+INCOMPLETE = {"tileir": "the Tile IR writer covers part of the language yet, so auto uses CUDA C++"}
 
 ParamSpec = tuple[str, str, int] | tuple[str, str]
 
@@ -77,9 +81,8 @@ class Backend:
         raise NotImplementedError
 
     def incomplete(self) -> str | None:
-        """None when this backend compiles the whole language, else why ``auto`` must not pick it (a kernel
-        that works with CUDA C++ must not become an error because this backend's toolchain is installed)."""
-        return None
+        """None when this backend compiles the whole language, else why ``auto`` must not pick it (``INCOMPLETE``)."""
+        return INCOMPLETE.get(self.name)
 
     def cache_identity(self) -> str:
         """What, besides the kernel and its specialization, decides the image: toolchain file and version,
@@ -160,14 +163,14 @@ def choose_backend(requested: str | None, target: Target) -> tuple[Backend, str]
         if reason is not None:
             raise unavailable_error(backend.name, reason, given)
         return backend, f"asked for by {given}"
-    tileir = get_backend("tileir")
-    reason = tileir.incomplete()
+    reason = INCOMPLETE.get("tileir")
     if reason is not None:
         return get_backend("cuda"), f"auto picks it: {reason}"
+    tileir = get_backend("tileir")
     reason = tileir.available(target)
     if reason is None:
         return tileir, f"auto picks it: a Tile IR toolchain is found and {target.sm} supports it"
     return get_backend("cuda"), f"auto picks it since Tile IR cannot be used: {reason}"
 
 
-__all__ = ["CHOICES", "Backend", "KernelImage", "choose_backend", "get_backend", "unavailable_error"]
+__all__ = ["CHOICES", "INCOMPLETE", "Backend", "KernelImage", "choose_backend", "get_backend", "unavailable_error"]

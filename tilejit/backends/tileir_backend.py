@@ -4,7 +4,7 @@
 Outside the ``tileir`` package on purpose, and light to import: a launch asks the registered backend's
 module for its cache identity and whether ``auto`` may pick it, and must not import the bytecode writer
 or run the toolchain's discovery for that. The writer covers part of the language, so ``auto`` never
-picks this backend (:meth:`TileIRBackend.incomplete`); ``backend="tileir"`` uses it where a toolchain is.
+picks this backend (``base.INCOMPLETE``); ``backend="tileir"`` uses it where a toolchain is.
 
 The launch ABI: the Tile IR entry's parameters (per array: base pointer, then each shape, then each
 stride, all 8 bytes; scalars as themselves) are laid out as tilejit's array struct (``ParamKind.array``),
@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 #: The writer's output format: part of the cache identity; raise it when the writer's bytecode for the same
 #: kernel changes (importing the writer to ask it would cost a warm launch its ``dataclasses``).
 WRITER_FORMAT = "1"
-
-#: Why ``auto`` does not pick Tile IR while the writer lowers only part of the language.
-INCOMPLETE = "the Tile IR writer covers part of the language yet, so auto uses CUDA C++"
 
 EIATTR_KPARAM_INFO = 0x17
 EIATTR_REQNTID = 0x10
@@ -144,9 +141,6 @@ class TileIRBackend(Backend):
 
     def __init__(self) -> None:
         self._found: dict[tuple[str | None, ...], Toolchain | str] = {}
-
-    def incomplete(self) -> str | None:
-        return INCOMPLETE
 
     def toolchain(self) -> Toolchain | str:
         """The toolchain found (once per process for the settings discovery reads), or why there is none."""
@@ -266,5 +260,5 @@ class TileIRBackend(Backend):
 
 BACKEND = TileIRBackend()
 
-__all__ = ["BACKEND", "INCOMPLETE", "WRITER_FORMAT", "TileIRBackend", "elf_sections", "nv_info", "param_offsets",
+__all__ = ["BACKEND", "WRITER_FORMAT", "TileIRBackend", "elf_sections", "nv_info", "param_offsets",
            "required_threads", "tileiras_target"]
