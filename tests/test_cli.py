@@ -830,3 +830,26 @@ def test_compile_py_missing_file(tmp_path: Path) -> None:
     r = tilejit("compile", str(tmp_path / "nope.py"), "--kernel", "k", "--signature", "float32[:]", "--arch", "sm_80")
     assert (r.returncode, r.stderr.strip()) == (2, f"tilejit compile: error: cannot read {tmp_path / 'nope.py'}: "
                                                    "no such file")
+
+
+def test_ctrl_c_while_build_processes_start_is_held_not_lost() -> None:
+    """While the build processes start, Ctrl-C is held back (so none of them prints a traceback), then stops the
+    command: ignoring it there lost a Ctrl-C that came in the first moments, and the command ran on."""
+    if not hasattr(signal, "pthread_sigmask"):
+        pytest.skip("no signal masks here: Ctrl-C is ignored while the processes start")
+    code = textwrap.dedent(
+        """
+        import os, signal, time
+        from tilejit.cli.main import _interrupts_held
+        try:
+            with _interrupts_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+                print("held", flush=True)
+            print("lost")
+        except KeyboardInterrupt:
+            print("stopped")
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (r.stdout.split(), r.stderr) == (["held", "stopped"], "")

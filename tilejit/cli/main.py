@@ -718,21 +718,34 @@ def _build(job: _CudaBuild | _TileBuild) -> _Built:
 
 def _end_on_interrupt() -> None:
     """A worker process ends at once on Ctrl-C (which a terminal sends to the parent and every worker), even
-    inside an NVRTC call and with no traceback; the parent drops the builds not yet run and exits 130."""
+    inside an NVRTC call and with no traceback; the parent drops the builds not yet run and exits 130. A Ctrl-C
+    that came while the worker started (SIGINT held, see ``_interrupts_held``) ends it here."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 @contextlib.contextmanager
-def _interrupts_ignored() -> Iterator[None]:
-    """Ignore Ctrl-C in this block, and so in the processes it starts: a Python interpreter interrupted while it
-    starts prints a traceback (an ignored SIGINT stays ignored through exec; ``_end_on_interrupt`` ends that)."""
+def _interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C back in this block, and so in the processes it starts: a Python interpreter interrupted while
+    it starts prints a traceback. SIGINT is blocked (a blocked signal stays blocked through exec, and
+    ``_end_on_interrupt`` unblocks it), so one that comes meanwhile is delivered at the block's end: this
+    process then stops (KeyboardInterrupt), where ignoring it lost it. Without signal masks (Windows) it is
+    ignored in the block instead."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
+        return
+    if hasattr(signal, "pthread_sigmask"):
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -817,7 +830,7 @@ def _results(jobs: Sequence[_CudaBuild | _TileBuild], workers: int) -> Iterator[
 
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_end_on_interrupt)
     try:
-        with _interrupts_ignored():  # the workers start now (at submit), ignoring Ctrl-C until they are ready
+        with _interrupts_held():  # the workers start now (at submit), holding Ctrl-C back until they are ready
             futures = {pool.submit(_build, job): job for job in jobs}
         for future in as_completed(futures):
             try:
