@@ -9,8 +9,8 @@ import pytest
 from conftest import Toolkit, has_gpu
 
 from tilejit.bindings.nvrtc import NVRTC, load_nvrtc
-from tilejit.compiler.nvrtc import CompiledProgram, compile_cuda, default_target
-from tilejit.compiler.targets import Target
+from tilejit.compiler.nvrtc import CompiledProgram, compile_cuda
+from tilejit.compiler.targets import Target, default_target
 from tilejit.errors import CompileError, TargetError
 
 ADD = """

@@ -576,7 +576,7 @@ def _compile_python_file(args: argparse.Namespace) -> int:
 
 def _compile_cuda_file(args: argparse.Namespace) -> int:
     from tilejit import config
-    from tilejit.compiler.nvrtc import default_target
+    from tilejit.compiler.targets import default_target
     from tilejit.errors import TargetError
 
     emits = _emit_list(args.emit, EMITS, "choose from")

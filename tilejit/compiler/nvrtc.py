@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from tilejit import config
-from tilejit.compiler.targets import Target, check_supported, default_target, resolve_target
+from tilejit.compiler.targets import Target, check_supported, resolve_target
 from tilejit.errors import CompileError, refuse_lone_surrogates
 from tilejit.records import Record
 
@@ -569,6 +569,5 @@ __all__ = [
     "CompiledProgram",
     "compile_cuda",
     "compile_cuda_ptx_and_cubin",
-    "default_target",
     "nvrtc_identity",
 ]
