@@ -1,0 +1,3 @@
+"""Lowering rules for matrix multiply-accumulate (``mma``, ``@``)."""
+
+from __future__ import annotations
