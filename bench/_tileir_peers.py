@@ -1,0 +1,152 @@
+"""The peers of ``bench_tileir.py``: Triton's tutorial kernels and cuTile Python equivalents of tilejit's examples.
+
+Each builder imports its library when called and returns its kernels, so this module imports nothing heavy and a
+missing library is the caller's "n/a (why)". The kernels compute what ``examples/`` compute, the same way: one
+block (program) per row for softmax and layer norm with float32 statistics, one output tile per block for matmul
+with float32 accumulation.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+#: The Triton tutorial's CUDA autotune configs for matmul (BLOCK_SIZE_M, N, K, GROUP_SIZE_M, stages, warps).
+TRITON_MATMUL_CONFIGS = (
+    (128, 256, 64, 8, 3, 8),
+    (64, 256, 32, 8, 4, 4),
+    (128, 128, 32, 8, 4, 4),
+    (128, 64, 32, 8, 4, 4),
+    (64, 128, 32, 8, 4, 4),
+    (128, 32, 32, 8, 4, 4),
+    (64, 32, 32, 8, 5, 2),
+    (32, 64, 32, 8, 5, 2),
+)
+#: The fixed config used without ``--triton-autotune``: the tutorial's first, good for bf16 on an H100.
+TRITON_MATMUL_FIXED = TRITON_MATMUL_CONFIGS[0]
+
+
+def triton_softmax_warps(block: int) -> int:
+    """The fused-softmax tutorial's warps per row program: 4, 8 from 2048 columns, 16 from 4096."""
+    return 16 if block >= 4096 else 8 if block >= 2048 else 4
+
+
+def triton_layer_norm_block(n: int, itemsize: int) -> tuple[int, int]:
+    """The layer-norm tutorial's (BLOCK_SIZE, num_warps) for rows of ``n`` elements of ``itemsize`` bytes: at most
+    64 KB of a row per step (the kernel loops over wider rows; the tutorial's host code refuses them instead)."""
+    block = min(65536 // itemsize, 1 << (n - 1).bit_length())
+    return block, min(max(block // 256, 1), 8)
+
+
+def triton_kernels(autotune: bool = False) -> SimpleNamespace:
+    """Triton's tutorial kernels: ``softmax`` (fused softmax, one row per program), ``layer_norm`` (layer norm
+    forward, fused), ``matmul`` (grouped-order tile matmul; autotuned over the tutorial's configs when
+    ``autotune``, else plain, given its config at launch) and ``add`` (vector add)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+    @triton.jit
+    def softmax(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(in_ptr + row * in_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        num = tl.exp(x - tl.max(x, axis=0))
+        y = num / tl.sum(num, axis=0)
+        tl.store(out_ptr + row * out_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def layer_norm(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, stride, n, eps,  # type: ignore[no-untyped-def]
+                   BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        y_ptr += row * stride
+        x_ptr += row * stride
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for off in range(0, n, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            acc += tl.load(x_ptr + cols, mask=cols < n, other=0.0).to(tl.float32)
+        mean = tl.sum(acc, axis=0) / n
+        acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+        for off in range(0, n, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + cols, mask=cols < n, other=0.0).to(tl.float32)
+            x = tl.where(cols < n, x - mean, 0.0)
+            acc2 += x * x
+        rstd = 1 / tl.sqrt(tl.sum(acc2, axis=0) / n + eps)
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+        for off in range(0, n, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            mask = cols < n
+            w = tl.load(w_ptr + cols, mask=mask)
+            b = tl.load(b_ptr + cols, mask=mask)
+            x = tl.load(x_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_ptr + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def matmul(a_ptr, b_ptr, c_ptr, M, N, K,  # type: ignore[no-untyped-def]
+               stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+               BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+               GROUP_SIZE_M: tl.constexpr):
+        pid = tl.program_id(axis=0)
+        num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+        num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+        num_pid_in_group = GROUP_SIZE_M * num_pid_n
+        group_id = pid // num_pid_in_group
+        first_pid_m = group_id * GROUP_SIZE_M
+        group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+        pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+        pid_n = (pid % num_pid_in_group) // group_size_m
+        offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+        offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+        offs_k = tl.arange(0, BLOCK_SIZE_K)
+        a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+        b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_SIZE_K * stride_ak
+            b_ptrs += BLOCK_SIZE_K * stride_bk
+        offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+        offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+        c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+        c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+    tuned = None
+    if autotune:
+        configs = [
+            triton.Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g},
+                          num_stages=s, num_warps=w)
+            for bm, bn, bk, g, s, w in TRITON_MATMUL_CONFIGS
+        ]
+        tuned = triton.autotune(configs=configs, key=["M", "N", "K"])(matmul)
+    return SimpleNamespace(triton=triton, add=add, softmax=softmax, layer_norm=layer_norm, matmul=matmul,
+                           matmul_tuned=tuned)
+
+
+def triton_matmul_launch(k: SimpleNamespace, a: Any, b: Any, c: Any) -> Any:
+    """A no-argument function that runs the Triton matmul ``c = a @ b`` (autotuned when ``k.matmul_tuned``)."""
+    m, kk = a.shape
+    n = b.shape[1]
+    strides = (a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    if k.matmul_tuned is not None:
+        tuned = k.matmul_tuned
+
+        def grid(meta: dict[str, int]) -> tuple[int]:
+            """One program per output tile of the config being run."""
+            return (k.triton.cdiv(m, meta["BLOCK_SIZE_M"]) * k.triton.cdiv(n, meta["BLOCK_SIZE_N"]),)
+
+        return lambda: tuned[grid](a, b, c, m, n, kk, *strides)
+    bm, bn, bk, g, s, w = TRITON_MATMUL_FIXED
+    fixed = (k.triton.cdiv(m, bm) * k.triton.cdiv(n, bn),)
+    return lambda: k.matmul[fixed](a, b, c, m, n, kk, *strides, BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk,
+                                   GROUP_SIZE_M=g, num_stages=s, num_warps=w)
