@@ -37,7 +37,8 @@ def layer_norm(x, weight, bias, out, eps: float, BLOCK: ct.Constant[int]):  # ty
     mean = ct.sum(t, axis=1, keepdims=True) / n
     inside = ct.arange(BLOCK, dtype=ct.int32) < n
     d = ct.where(inside, t - mean, 0.0)
-    rstd = ct.rsqrt(ct.sum(d * d, axis=1, keepdims=True) / n + eps)
+    # a Python float argument may arrive as float64: keep the statistics in float32 as the other kernels do
+    rstd = ct.rsqrt(ct.sum(d * d, axis=1, keepdims=True) / n + ct.astype(eps, ct.float32))
     w = ct.load(weight, index=(0,), shape=(BLOCK,), padding_mode=ct.PaddingMode.ZERO).astype(ct.float32)
     b = ct.load(bias, index=(0,), shape=(BLOCK,), padding_mode=ct.PaddingMode.ZERO).astype(ct.float32)
     ct.store(out, index=(row, 0), tile=(d * rstd * w + b).astype(out.dtype))
