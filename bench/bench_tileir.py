@@ -179,7 +179,8 @@ def group_table(results: list[dict[str, Any]], group: str) -> list[str]:
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     cells = {(r["shape"], r["contender"]): r for r in rows}
     rat = ratios(results, group)
-    lines = [f"### {group} ({unit}; ratio to {ref})", "",
+    what = "; shape MxNxK" if unit == "TFLOP/s" else "; shape rows x length" if "x" in rows[0]["shape"] else ""
+    lines = [f"### {group} ({unit}; ratio to {ref}{what})", "",
              "| shape | " + " | ".join(contenders) + " |", "| --- |" + " --- |" * len(contenders)]
     for shape in shapes:
         out = []
@@ -512,7 +513,12 @@ class Runner:
         except AssertionError as exc:
             self.results.append(result(group, shape, contender, unit, status=f"wrong: {first_line(exc)}"))
             return
-        self.results.append(result(group, shape, contender, unit, ms=self.bench(fn), work=work))
+        try:
+            ms = self.bench(fn)
+        except Exception as exc:  # it ran once and was right, then failed while timed
+            self.results.append(result(group, shape, contender, unit, status=f"{failure(contender, exc)} (timing)"))
+            return
+        self.results.append(result(group, shape, contender, unit, ms=ms, work=work))
 
     def peer(self, what: Any, make: Callable[[Any], Callable[[], Any]]) -> Callable[[], Any] | str:
         """``make(what)``, or ``what`` itself when it is the text of why the peer is not available."""
@@ -669,7 +675,9 @@ def versions(cutile: Any, triton: Any) -> list[str]:
         lines.append(f"cuTile Python {getattr(cutile.ct, '__version__', '?')}")
     from tilejit.backends.base import get_backend
 
-    tc = get_backend("tileir").toolchain()  # type: ignore[attr-defined]
+    backend = get_backend("tileir")
+    find = getattr(backend, "toolchain", None)  # a stand-in for a backend that cannot be imported has none
+    tc = find() if find else f"n/a ({getattr(backend, 'reason', 'the Tile IR backend is not there')})"
     lines.append(f"tileiras: {tc}" if isinstance(tc, str) else f"tileiras {tc.tileiras_version} at {tc.tileiras}")
     return lines
 

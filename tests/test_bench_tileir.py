@@ -112,7 +112,7 @@ def test_ratios_are_against_the_units_reference(bt: ModuleType) -> None:
 
 def test_group_table_cells_and_geomean_row(bt: ModuleType) -> None:
     lines = bt.group_table(fake_results(bt), "softmax f32")
-    assert lines[0] == "### softmax f32 (GB/s; ratio to tilejit cuda)"
+    assert lines[0] == "### softmax f32 (GB/s; ratio to tilejit cuda; shape rows x length)"
     assert lines[2] == "| shape | tilejit cuda | tilejit tileir | torch | cuTile |"
     rows = {ln.split(" | ")[0]: ln.split(" | ")[1:] for ln in lines[4:]}
     assert rows["| 64x1024"][:2] == ["2000 (1.00x)", "1000 (0.50x)"]
@@ -124,7 +124,7 @@ def test_group_table_cells_and_geomean_row(bt: ModuleType) -> None:
     assert gm[1:4] == ["1.00x", "0.50x (1/2)", "2.00x (1/2)"]
     assert gm[4] == " |"  # no ratio at all for cuTile
     mm = bt.group_table(fake_results(bt), "matmul bf16")
-    assert mm[0] == "### matmul bf16 (TFLOP/s; ratio to cuBLAS)"
+    assert mm[0] == "### matmul bf16 (TFLOP/s; ratio to cuBLAS; shape MxNxK)"
     assert mm[-1].endswith("| 1.00x | 1.00x |")  # geomean(0.8, 1.25) = 1
 
 
