@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tilejit.backends.tileir.lower.core import I1, I64, TOKEN, Lowerer, rule
+from tilejit.backends.tileir.lower.core import I1, I64, TOKEN, Lowerer, rule, unsupported
 from tilejit.backends.tileir.module import Scalar, TBlock, Tile, TOp, TValue, constant_bytes
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Block, Op, Value
@@ -277,5 +277,7 @@ def break_(lo: Lowerer, op: O.BreakOp) -> None:
 
 @rule(O.ReturnOp)
 def ret(lo: Lowerer, op: O.ReturnOp) -> None:
-    """End of the kernel: ``return``."""
+    """End of the kernel: ``return`` (at the top or in an ``if``; Tile IR's ``return`` may not leave a loop)."""
+    if any(isinstance(c, _Loop) for c in lo.control):
+        raise unsupported(op, "inside a loop: Tile IR cannot return from a loop body")
     lo.emit("return", [], [[]], op)
