@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_tileir_writer import tool
+from test_tileir_writer import normalized, tool
 
 import tilejit as tj
 from tilejit.backends.tileir import VERSIONS, generate_bytecode, module_text
@@ -215,41 +215,6 @@ def text_of(name: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------- CPU: the toolchain
-
-
-def normalized(text: str) -> list[str]:
-    """The entry's lines with value names replaced by numbers in order of definition, spaces collapsed; a
-    region's names are its own (sibling regions may reuse names, as both printers do, for different values)."""
-    body = [re.sub(r"\s+", " ", ln.strip()) for ln in text.splitlines() if ln.strip()]
-    if body[0].startswith("cuda_tile.module"):  # our wrapper; tileirdisasm prints the entry alone
-        body = body[1:-1]
-    scopes: list[dict[str, str]] = [{}]
-    count = 0
-
-    def rename(part: str) -> str:
-        def one(m: re.Match[str]) -> str:
-            nonlocal count
-            for scope in reversed(scopes):
-                if m.group(0) in scope:
-                    return scope[m.group(0)]
-            count += 1
-            scopes[-1][m.group(0)] = f"%v{count}"
-            return f"%v{count}"
-
-        return re.sub(r"%[\w.$-]+", one, part)
-
-    out = []
-    for ln in body:
-        if ln.startswith("}"):
-            scopes.pop()
-        if not ln.endswith("{"):
-            out.append(rename(ln))
-            continue
-        results, eq, rest = ln.partition(" = ") if re.match(r"%[\w:#]+ = ", ln) else ("", "", ln)
-        head = rename(results) + eq
-        scopes.append({})  # the region's arguments, named on its op's line, are the region's
-        out.append(head + rename(rest))
-    return out
 
 
 #: (target, bytecode version): the oldest version a target takes (sm_100 13.1, sm_80 13.2, sm_90 13.3), the newest.
