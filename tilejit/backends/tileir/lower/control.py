@@ -145,10 +145,11 @@ def _bounds(lo: Lowerer, op: O.ForOp) -> tuple[TValue, TValue, TValue]:
     cannot overflow; a step not known positive gives ``upper = lower, step = 1`` when it is not (no iterations,
     as in the CUDA backend)."""
     iv_t = lo.tile_type(op.body.args[0].type, op)
-    known = [_constant(lo, v) for v in (op.lower, op.upper, op.step)]
+    bounds = (op.lower, op.upper, op.step)
+    known = [_constant(lo, v) for v in bounds]
     small = all(k is not None and -_SMALL <= k < _SMALL for k in known) and (known[2] or 0) > 0
-    t = iv_t if small and iv_t.elem == Scalar("i32") else I64
-    lower, upper, step = (_counter(lo, v, t, op) for v in (op.lower, op.upper, op.step))
+    t = iv_t if small and all(lo.value(v).type == iv_t == Tile(Scalar("i32")) for v in bounds) else I64
+    lower, upper, step = (_counter(lo, v, t, op) for v in bounds)
     if known[2] is not None and known[2] > 0:
         return lower, upper, step
     zero, one = _integer(lo, 0, t, op), _integer(lo, 1, t, op)
