@@ -170,6 +170,36 @@ def return_in_loop(x, out, n, TILE: tj.Constant[int]):
 
 
 @tj.kernel
+def half_break(x, out, n, TILE: tj.Constant[int]):
+    """An if with values whose other branch breaks (the if's results, tokens too, come from one branch)."""
+    i = tj.bid(0)
+    t = tj.load(x, index=(i,), shape=(TILE,))
+    for k in range(n):
+        if k > 5:
+            break
+        else:
+            t = t + 1.0
+            tj.store(out, index=(i,), tile=t)
+    tj.store(out, index=(i,), tile=t * 2.0)
+
+
+@tj.kernel
+def nested_memory(x, out, n, TILE: tj.Constant[int]):
+    """Loads in an inner for (with a continue), a store in a while inside the outer for, a store after."""
+    i = tj.bid(0)
+    t = tj.zeros((TILE,), tj.float32)
+    for a in range(n):
+        for b in range(3):
+            if b == a:
+                continue
+            t = t + tj.load(x, index=(i,), shape=(TILE,))
+        while True:
+            tj.store(out, index=(i,), tile=t)
+            break
+    tj.store(out, index=(i,), tile=t + 1.0)
+
+
+@tj.kernel
 def exp_in_loop(x, out, n, TILE: tj.Constant[int]):
     i = tj.bid(0)
     t = tj.load(x, index=(i,), shape=(TILE,))
@@ -192,6 +222,8 @@ KERNELS: dict[str, tuple[Any, tuple[Any, ...], dict[str, int]]] = {
     "store_in_branch": (store_in_branch, (F32[:], F32[:], I32), {"TILE": 128}),
     "skip_odd": (skip_odd, (F32[:], F32[:], I32), {"TILE": 128}),
     "early_exit": (early_exit, (F32[:], F32[:], I32), {"TILE": 128}),
+    "half_break": (half_break, (F32[:], F32[:], I32), {"TILE": 128}),
+    "nested_memory": (nested_memory, (F32[:], F32[:], I32), {"TILE": 128}),
 }
 
 
@@ -618,3 +650,22 @@ def test_gpu_early_return(live: int, backend: str) -> None:
     if done:
         assert_close(got[:done], x[:done].astype(np.float64) + 1.0)
     assert np.isnan(got[done:]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 3, 6, 9])
+def test_gpu_if_with_values_whose_other_branch_breaks(n: int, backend: str) -> None:
+    x = np.random.default_rng().standard_normal(L).astype(np.float32)
+    out = nan_out(L)
+    on("half_break", backend)[tj.cdiv(L, 128)](tj.asarray(x), out, np.int32(n), TILE=128)
+    assert_close(out.numpy(), 2.0 * (x.astype(np.float64) + min(n, 6)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 2, 5])
+def test_gpu_nested_loops_with_loads_and_stores(n: int, backend: str) -> None:
+    x = np.random.default_rng().standard_normal(L).astype(np.float32)
+    out = nan_out(L)
+    on("nested_memory", backend)[tj.cdiv(L, 128)](tj.asarray(x), out, np.int32(n), TILE=128)
+    count = sum(1 for a in range(n) for b in range(3) if b != a)
+    assert_close(out.numpy(), x.astype(np.float64) * count + 1.0)
