@@ -111,6 +111,20 @@ def odd_padding(x, out, TILE: tj.Constant[int]):
     tj.store(out, index=(i,), tile=a)
 
 
+@tj.kernel
+def control(x, out, n, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    t = tj.load(x, index=(i,), shape=(TILE,))
+    for k in range(n):
+        if k == 2:
+            continue
+        t = t + 1.0
+    for k in range(n):
+        if k > 5:
+            break
+        tj.store(out, index=(i,), tile=t)
+
+
 F32 = tj.float32[:]
 KERNELS = {
     "vector_add": (vector_add, (F32, F32, F32), {"TILE": 1024}),
@@ -120,6 +134,7 @@ KERNELS = {
     "nothing": (nothing, (F32, tj.float64), {}),
     "row_of": (row_of, (tj.float32[:, :], tj.float32[:, :], tj.int64), {"TILE": 64}),
     "elementwise": (elementwise, (F32, tj.int32[:], F32, tj.int32[:]), {"TILE": 128}),
+    "control": (control, (F32, F32, tj.int32), {"TILE": 128}),
     "reductions": (
         reductions,
         (tj.float32[:, :], tj.float16[:], tj.uint32[:, :], F32, tj.float16[:], tj.uint32[:]),
@@ -245,11 +260,38 @@ def test_in_place_kernel_orders_its_memory_ops_with_tokens() -> None:
 
 
 def normalized(text: str) -> list[str]:
-    """The entry's lines with value names replaced by their order of first appearance, spaces collapsed."""
-    lines = [ln.strip() for ln in text.splitlines()]
-    body = [re.sub(r"\s+", " ", ln) for ln in lines if ln and not ln.startswith(("cuda_tile.module", "}"))]
-    names: dict[str, str] = {}
-    return [re.sub(r"%[\w.$-]+", lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), ln) for ln in body]
+    """The entry's lines with value names replaced by numbers in order of definition, spaces collapsed; a
+    region's names are its own (sibling regions may reuse names, as both printers do, for different values)."""
+    body = [re.sub(r"\s+", " ", ln.strip()) for ln in text.splitlines() if ln.strip()]
+    if body[0].startswith("cuda_tile.module"):  # our wrapper; tileirdisasm prints the entry alone
+        body = body[1:-1]
+    scopes: list[dict[str, str]] = [{}]
+    count = 0
+
+    def rename(part: str) -> str:
+        def one(m: re.Match[str]) -> str:
+            nonlocal count
+            for scope in reversed(scopes):
+                if m.group(0) in scope:
+                    return scope[m.group(0)]
+            count += 1
+            scopes[-1][m.group(0)] = f"%v{count}"
+            return f"%v{count}"
+
+        return re.sub(r"%[\w.$-]+", one, part)
+
+    out = []
+    for ln in body:
+        if ln.startswith("}"):
+            scopes.pop()
+        if not ln.endswith("{"):
+            out.append(rename(ln))
+            continue
+        results, eq, rest = ln.partition(" = ") if re.match(r"%[\w:#]+ = ", ln) else ("", "", ln)
+        head = rename(results) + eq
+        scopes.append({})  # the region's arguments, named on its op's line, are the region's
+        out.append(head + rename(rest))
+    return out
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from tilejit.backends.tileir.module import (
     FuncType,
@@ -121,22 +122,68 @@ class Printer:
         self.ops(fn.body, "    ")
         self.lines.append("  }")
 
+    def define(self, ops: list[TOp]) -> None:
+        """Name the results of ``ops`` (one block's level) before any region inside them, as MLIR does: a
+        region's names follow all of its parent block's. A control-flow op's results are one ``%name:N``."""
+        for op in ops:
+            if op.name in CONTROL and len(op.results) > 1:
+                pack = self.name(TValue(op.results[0].type, op.results[0].name))[1:]
+                for i, r in enumerate(op.results):
+                    self.names[r] = f"{pack}#{i}"
+            else:
+                for r in op.results:
+                    self.name(r)
+
+    def results(self, op: TOp) -> str:
+        """``%a, %b = `` (``%a:2 = `` for a control-flow op), or nothing when ``op`` has no results."""
+        if not op.results:
+            return ""
+        if op.name in CONTROL and len(op.results) > 1:
+            return f"%{self.names[op.results[0]].partition('#')[0]}:{len(op.results)} = "
+        return f"{self.names_of(op.results)} = "
+
     def ops(self, ops: list[TOp], indent: str) -> None:
         """One line per op (and its regions below it) at ``indent``."""
+        self.define(ops)
         for op in ops:
-            results = f"{self.names_of(op.results)} = " if op.results else ""
-            self.lines.append(f"{indent}{results}{OP_TEXT[op.name](self, op)}")
+            self.lines.append(f"{indent}{self.results(op)}{OP_TEXT[op.name](self, op)}")
+            if op.name in CONTROL:
+                for i, block in enumerate(op.regions):
+                    if i:
+                        self.lines.append(f"{indent}}} else {{")
+                    self.body(block, indent, CONTROL[op.name])
+                self.lines.append(f"{indent}}}")
+                continue
             for block in op.regions:
                 self.region(block, indent)
 
     def region(self, block: TBlock, indent: str) -> None:
-        """``(%a: type, ...) {`` ops ``}``; names made inside are free again after it (as in MLIR)."""
+        """``(%a: type, ...) {`` ops ``}``."""
+        with self.scope():
+            args = ", ".join(f"{self.name(a)}: {type_text(a.type)}" for a in block.args)
+            self.lines.append(f"{indent}({args}) {{")
+            self.ops(block.ops, indent + "  ")
+            self.lines.append(f"{indent}}}")
+
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        """Names made inside the ``with`` (a region's) are free again after it, as in MLIR."""
         saved_taken, saved_count, saved_names = set(self.taken), self.count, dict(self.names)
-        args = ", ".join(f"{self.name(a)}: {type_text(a.type)}" for a in block.args)
-        self.lines.append(f"{indent}({args}) {{")
-        self.ops(block.ops, indent + "  ")
-        self.lines.append(f"{indent}}}")
-        self.taken, self.count, self.names = saved_taken, saved_count, saved_names
+        try:
+            yield
+        finally:
+            self.taken, self.count, self.names = saved_taken, saved_count, saved_names
+
+    def body(self, block: TBlock, indent: str, implicit: str) -> None:
+        """A control-flow region's ops (its arguments are on the op's line); a terminator ``implicit`` with
+        no operands is left out, as tileirdisasm does."""
+        with self.scope():
+            for a in block.args:
+                self.name(a)
+            ops = block.ops
+            if ops and ops[-1].name == implicit and not ops[-1].operands[0]:
+                ops = ops[:-1]
+            self.ops(ops, indent + "  ")
 
 
 def _v(p: Printer, op: TOp, i: int) -> str:
@@ -323,8 +370,67 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "maxi": _max_min,
     "mini": _max_min,
     "reduce": _reduce,
-    "yield": lambda p, op: f"yield {p.names_of(_vs(p, op, 0))} : {', '.join(type_text(v.type) for v in _vs(p, op, 0))}",
+    "yield": lambda p, op: _exit(p, op),
+    "break": lambda p, op: _exit(p, op),
+    "continue": lambda p, op: _exit(p, op),
+    "make_token": lambda p, op: "make_token : token",
+    "for": lambda p, op: _for(p, op),
+    "loop": lambda p, op: _loop(p, op),
+    "if": lambda p, op: _if(p, op),
 }
+
+
+def _exit(p: Printer, op: TOp) -> str:
+    """``yield``/``break``/``continue`` with its operands and their types (``%a, %b : t1, t2``) if any."""
+    values = _vs(p, op, 0)
+    if not values:
+        return op.name
+    return f"{op.name} {p.names_of(values)} : {', '.join(type_text(v.type) for v in values)}"
+
+
+def _types(values: list[TValue]) -> str:
+    """Comma-separated types of ``values``."""
+    return ", ".join(type_text(v.type) for v in values)
+
+
+def _iter_values(p: Printer, args: list[TValue], init: list[TValue]) -> str:
+    """`` iter_values(%arg = %init, ...)`` (nothing when there are none)."""
+    if not args:
+        return ""
+    return f" iter_values({', '.join(f'{p.name(a)} = {p.name(v)}' for a, v in zip(args, init))})"
+
+
+def _for(p: Printer, op: TOp) -> str:
+    """``for %iv in (%lb to %ub, step %s) : type iter_values(%a = %init, ...) -> (types) {``."""
+    lower, upper, step, *init = _vs(p, op, 0)
+    block = op.regions[0]
+    with p.scope():
+        iv = p.name(block.args[0])
+        carried = _iter_values(p, block.args[1:], init)
+    results = f" -> ({_types(op.results)})" if op.results else ""
+    bounds = f"({p.name(lower)} to {p.name(upper)}, step {p.name(step)})"
+    return f"for {iv} in {bounds} : {type_text(lower.type)}{carried}{results} {{"
+
+
+def _loop(p: Printer, op: TOp) -> str:
+    """``loop iter_values(%a = %init, ...) : types -> types {``."""
+    block = op.regions[0]
+    with p.scope():
+        carried = _iter_values(p, block.args, _vs(p, op, 0))
+    types = f" : {_types(block.args)}" if block.args else ""
+    results = f" -> {_types(op.results)}" if op.results else ""
+    return f"loop{carried}{types}{results} {{"
+
+
+def _if(p: Printer, op: TOp) -> str:
+    """``if %c -> (types) {`` (its regions follow, ``} else {`` between them)."""
+    results = f" -> ({_types(op.results)})" if op.results else ""
+    return f"if {_v(p, op, 0)}{results} {{"
+
+
+#: Control-flow ops (their regions' arguments print on the op's line, the regions as braces) -> the
+#: terminator their regions may leave implicit.
+CONTROL: dict[str, str] = {"for": "continue", "loop": "continue", "if": "yield"}
 
 
 def print_module(module: TModule) -> str:

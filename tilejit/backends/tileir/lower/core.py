@@ -98,6 +98,7 @@ class Lowerer:
         self.grid: list[TValue] = []
         self.last_store: TValue | None = None
         self.loads_since: list[TValue] = []
+        self.control: list[Any] = []  # the enclosing loops and if branches, innermost last (control.py)
 
     # ------------------------------------------------------------------ helpers
 
