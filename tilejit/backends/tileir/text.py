@@ -281,6 +281,49 @@ def _store(p: Printer, op: TOp) -> str:
     return f"store_view_tko {op.attrs['ordering']} {_v(p, op, 0)}, {access} : {types} -> token"
 
 
+def _optional(p: Printer, op: TOp, first: int) -> tuple[str, str]:
+    """The optional operands from ``first`` on (mask, padding, ..., then the token): their text after the
+    required operands (``, %mask, %pad token=%t``) and their types' text (``, tile<8xi1>, ...``)."""
+    *extra, token = op.operands[first:]
+    given = [v for v in extra if isinstance(v, TValue)]
+    text = "".join(f", {p.name(v)}" for v in given)
+    if isinstance(token, TValue):
+        text += f" token={p.name(token)}"
+    return text, "".join(f", {type_text(v.type)}" for v in given)
+
+
+def _scope(op: TOp) -> str:
+    """`` <scope>`` when the op names a memory scope."""
+    return f" {op.attrs['scope']}" if op.attrs.get("scope") is not None else ""
+
+
+def _load_ptr(p: Printer, op: TOp) -> str:
+    """``load_ptr_tko weak %ptrs, %mask, %pad token=%t : ptrs, mask, pad -> tile, token``."""
+    extra, types = _optional(p, op, 1)
+    head = f"load_ptr_tko {op.attrs['ordering']}{_scope(op)} {_v(p, op, 0)}"
+    return f"{head}{extra} : {_ot(op, 0)}{types} -> {_t(op)}, token"
+
+
+def _store_ptr(p: Printer, op: TOp) -> str:
+    """``store_ptr_tko weak %ptrs, %tile, %mask token=%t : ptrs, tile, mask -> token``."""
+    extra, types = _optional(p, op, 2)
+    head = f"store_ptr_tko {op.attrs['ordering']}{_scope(op)} {_v(p, op, 0)}, {_v(p, op, 1)}"
+    return f"{head}{extra} : {_ot(op, 0)}, {_ot(op, 1)}{types} -> token"
+
+
+def _atomic(p: Printer, op: TOp) -> str:
+    """``atomic_rmw_tko relaxed device %ptrs, addf, %v, %mask token=%t : ptrs, v, mask -> tile, token`` and
+    ``atomic_cas_tko relaxed device %ptrs, %cmp, %v, ...``."""
+    head = f"{op.name} {op.attrs['ordering']}{_scope(op)} {_v(p, op, 0)}, "
+    if op.name == "atomic_cas_tko":
+        head += f"{_v(p, op, 1)}, {_v(p, op, 2)}"
+        extra, types = _optional(p, op, 3)
+    else:
+        head += f"{op.attrs['mode']}, {_v(p, op, 1)}"
+        extra, types = _optional(p, op, 2)
+    return f"{head}{extra} : {_ot(op, 0)}, {_t(op)}{types} -> {_t(op)}, token"
+
+
 OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "addf": _float_binary,
     "subf": _float_binary,
@@ -323,6 +366,11 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "maxi": _max_min,
     "mini": _max_min,
     "reduce": _reduce,
+    "offset": lambda p, op: f"offset {_v(p, op, 0)}, {_v(p, op, 1)} : {_ot(op, 0)}, {_ot(op, 1)} -> {_t(op)}",
+    "load_ptr_tko": _load_ptr,
+    "store_ptr_tko": _store_ptr,
+    "atomic_rmw_tko": _atomic,
+    "atomic_cas_tko": _atomic,
     "yield": lambda p, op: f"yield {p.names_of(_vs(p, op, 0))} : {', '.join(type_text(v.type) for v in _vs(p, op, 0))}",
 }
 
