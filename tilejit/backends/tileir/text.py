@@ -60,8 +60,10 @@ def constant_text(data: bytes, elem: Scalar) -> str:
 
 
 def number_text(data: bytes, elem: Scalar) -> str:
-    """One element's value as the text form writes it (``2.000000e+00``, ``0xFF800000``, ``-3``)."""
+    """One element's value as the text form writes it (``2.000000e+00``, ``0xFF800000``, ``-3``, ``true``)."""
     name = elem.name
+    if name == "i1":
+        return "true" if data[0] & 1 else "false"
     if name.startswith("i"):
         return str(int.from_bytes(data, "little", signed=True))
     bits = int.from_bytes(data, "little")
