@@ -70,6 +70,10 @@ def bool_mask(m, out, TILE: tj.Constant[int]):
     tj.store(out, index=(i,), tile=tj.where(tj.load(m, index=(i,), shape=(TILE,)), 1.0, -1.0))
 
 
+def copy_at(x, out, at, TILE: tj.Constant[int], PAD: tj.Constant):
+    tj.store(out, index=(at,), tile=tj.load(x, index=(at,), shape=(TILE,), padding=PAD))
+
+
 def atomic_add(h, idx, v, old, TILE: tj.Constant[int]):
     i = tj.bid(0)
     j = tj.load(idx, index=(i,), shape=(TILE,), padding=-1)
@@ -142,6 +146,7 @@ KERNELS: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] =
     "bool_scalar": (bool_scalar, (F32[:], F32[:], tj.bool_), {"TILE": 256}),
     "bool_mask": (bool_mask, (tj.bool_[:], F32[:]), {"TILE": 256}),
     "add_then_gather": (add_then_gather, (I32[:], I32[:], I32[:]), {"TILE": 128}),
+    "copy_at": (copy_at, (F32[:], F32[:], I32), {"TILE": 64, "PAD": 2.5}),
 }
 for _kind, _cases in ATOMIC_SIG.items():
     for _dt, _it in _cases:
@@ -494,6 +499,27 @@ def test_load_any_padding_gpu(backend: str, dtype: str, pad: Any, rng: np.random
     want = np.full((gr * bm, gc * bn), pad, dtype=np_dtype(dtype))
     want[:rows, :cols] = x
     np.testing.assert_array_equal(out.numpy(), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pad", [0.0, 2.5])
+def test_tile_index_outside_the_array_reads_padding_and_writes_nothing_gpu(backend: str, pad: float,
+                                                                           rng: np.random.Generator) -> None:
+    """Tile indices before the array (negative) or far past it: the load reads only padding and the store at
+    the same index writes nothing (``out`` has the same shape, inside guard cells)."""
+    from test_ops_gpu import rand
+
+    n, tile = 300, 64
+    x = rand((n,), "float32", rng)
+    k = tj.kernel(copy_at, backend=backend)
+    for at in (0, 4, -1, -2, 5, 1000, 2**31 - 1, -(2**31)):
+        big, out, start = guarded(np.full(n, np.nan, np.float32), tile, np.float32(-9.0))
+        k[1](tj.asarray(x), out, np.int32(at), TILE=tile, PAD=pad)
+        want = start.copy()
+        if 0 <= at * tile < n:
+            lo, hi = at * tile, min(n, (at + 1) * tile)
+            want[tile + lo:tile + hi] = x[lo:hi]
+        np.testing.assert_array_equal(big.numpy(), want, err_msg=f"tile index {at}")
 
 
 @pytest.mark.gpu
