@@ -44,7 +44,7 @@ def gather_scalar(x, idx, out):
 
 def scatter_2d(x, r, c, out, TILE: tj.Constant[int]):
     i = tj.bid(0)
-    a = tj.load(r, index=(i,), shape=(TILE,))
+    a = tj.load(r, index=(i,), shape=(TILE,), padding=-1)  # the lanes past the end write nothing
     b = tj.load(c, index=(i,), shape=(TILE,))
     tj.scatter(out, (a, b), tj.load(x, index=(i,), shape=(TILE,)))
 
