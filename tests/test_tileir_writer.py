@@ -105,13 +105,6 @@ def uses_exp(x, out, TILE: tj.Constant[int]):
 
 
 @tj.kernel
-def odd_padding(x, out, TILE: tj.Constant[int]):
-    i = tj.bid(0)
-    a = tj.load(x, index=(i,), shape=(TILE,), padding=1.5)
-    tj.store(out, index=(i,), tile=a)
-
-
-@tj.kernel
 def control(x, out, n, TILE: tj.Constant[int]):
     i = tj.bid(0)
     t = tj.load(x, index=(i,), shape=(TILE,))
@@ -356,36 +349,6 @@ def test_unsupported_op_is_a_located_error_naming_it() -> None:
         assert str(e).splitlines()[-1].strip() == "^"
 
 
-def test_padding_tile_ir_has_no_value_for_is_a_located_error() -> None:
-    fn = tj.compile(odd_padding, (F32, F32), constants={"TILE": 128}, target="sm_90").ir()
-    line, _ = where_in(Path(__file__).read_text().splitlines(), "padding=1.5)")
-    with pytest.raises(TileCompileError) as err:
-        generate_bytecode(fn, "sm_90")
-    assert err.value.line == line
-    assert err.value.message == (
-        "the Tile IR backend cannot express 'load' (padding=1.5; Tile IR pads only with 0, -0.0, nan, inf or -inf) "
-        'yet; compile this kernel with backend="cuda"'
-    )
-
-
-@tj.kernel
-def bool_mask(m, out, TILE: tj.Constant[int]):
-    i = tj.bid(0)
-    tj.store(out, index=(i,), tile=tj.load(m, index=(i,), shape=(TILE,)).astype(tj.float32))
-
-
-def test_parameter_of_a_type_the_lowering_lacks_is_a_located_error() -> None:
-    fn = tj.compile(bool_mask, (tj.bool_[:], F32), constants={"TILE": 128}, target="sm_90").ir()
-    line, _ = where_in(Path(__file__).read_text().splitlines(), "def bool_mask(")
-    with pytest.raises(TileCompileError) as err:
-        module_text(fn, "sm_90")
-    assert err.value.line == line
-    assert err.value.message == (
-        "the Tile IR backend cannot express parameter 'm' of type array<i1, 1> yet; "
-        'compile this kernel with backend="cuda"'
-    )
-
-
 def test_reductions_use_the_identity_of_their_dtype_and_accumulate_f16_in_f32() -> None:
     text = module_text(ir_of("reductions"), "sm_90")
     # float max starts at -inf and propagates NaN, as the CUDA backend's maximum does
@@ -444,7 +407,8 @@ def test_newest_accepted_of_the_found_tileiras() -> None:
 
 
 def test_every_op_in_the_encoding_table_is_printed_and_exercised_by_the_test_kernels() -> None:
-    """So every table row has gone through tileirdisasm and tileiras above (where they are installed)."""
+    """So every table row has gone through tileirdisasm and tileiras above or in test_tileir_memory (where they
+    are installed)."""
     from tilejit.backends.tileir.lower import lower_function
     from tilejit.backends.tileir.module import OPS, TOp
     from tilejit.backends.tileir.text import OP_TEXT
@@ -452,7 +416,11 @@ def test_every_op_in_the_encoding_table_is_printed_and_exercised_by_the_test_ker
     def names(ops: list[TOp]) -> set[str]:
         return {op.name for op in ops} | {n for op in ops for b in op.regions for n in names(b.ops)}
 
+    from test_tileir_memory import KERNELS as MEMORY_KERNELS
+    from test_tileir_memory import ir_of as memory_ir
+
     used = set().union(*(names(lower_function(ir_of(k)).functions[0].body) for k in KERNELS))
+    used |= set().union(*(names(lower_function(memory_ir(k)).functions[0].body) for k in MEMORY_KERNELS))
     assert set(OP_TEXT) == set(OPS)
     assert used == set(OPS)
 

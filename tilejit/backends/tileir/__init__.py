@@ -60,7 +60,7 @@ def generate_bytecode(fn: Function, target: str, version: str | tuple[int, int] 
     from tilejit.backends.tileir.bytecode import encode_module
     from tilejit.backends.tileir.lower import lower_function
 
-    return encode_module(lower_function(fn), v)
+    return encode_module(lower_function(fn, target), v)
 
 
 def module_text(fn: Function, target: str) -> str:
@@ -69,4 +69,4 @@ def module_text(fn: Function, target: str) -> str:
     from tilejit.backends.tileir.lower import lower_function
     from tilejit.backends.tileir.text import print_module
 
-    return print_module(lower_function(fn))
+    return print_module(lower_function(fn, target))

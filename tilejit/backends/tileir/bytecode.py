@@ -259,6 +259,7 @@ class Writer:
         spec = OPS[op.name]
         varint(spec.opcode, buf)
         operands = iter(op.operands)
+        named = _named_operands(spec.layout, op)
         for item in spec.layout:
             item, _, since = item.partition("@")
             if since and self.version < tuple(int(x) for x in since.split(".")):
@@ -269,7 +270,7 @@ class Writer:
                 varint(len(op.results), buf)
                 for r in op.results:
                     varint(self.type_id(r.type), buf)
-            elif item == "res3":
+            elif item in ("res2", "res3"):
                 for r in op.results:
                     varint(self.type_id(r.type), buf)
             elif item == "ftz":
@@ -291,6 +292,16 @@ class Writer:
             elif item.startswith("enum:"):
                 key = item[5:]
                 buf.append(ENUMS[key][op.attrs[key]])
+            elif item.startswith("enum?:"):
+                key = item[6:]
+                if op.attrs.get(key) is not None:
+                    buf.append(ENUMS[key][op.attrs[key]])
+            elif item.startswith("flags:"):
+                bits = 0
+                for i, name in enumerate(item[6:].split(",")):
+                    present = named[name] if name in named else op.attrs.get(name)
+                    bits |= int(present is not None) << i
+                varint(bits, buf)
             elif item == "const":
                 varint(self.constant_id(op.attrs["data"]), buf)
             elif item == "inbounds":
@@ -304,12 +315,22 @@ class Writer:
                 varint(len(group), buf)
                 for v in group:
                     varint(ids[v], buf)
-            elif item == "o?":
+            elif item.startswith("o?"):
                 value = next(operands)
                 if value is not None:
                     varint(_id(ids, value), buf)
             else:  # pragma: no cover - a typo in OPS
                 raise AssertionError(f"unknown layout item {item!r} of {op.name}")
+
+
+def _named_operands(layout: tuple[str, ...], op: TOp) -> dict[str, object]:
+    """The optional operands a layout names (``o?:<name>``) by name, for its ``flags`` item."""
+    named: dict[str, object] = {}
+    consumers = [item for item in layout if item.split("@")[0] in ("o", "o*") or item.startswith("o?")]
+    for item, value in zip(consumers, op.operands):
+        if item.startswith("o?:"):
+            named[item[3:]] = value
+    return named
 
 
 def _id(ids: dict[TValue, int], value: object) -> int:

@@ -150,8 +150,10 @@ class OpSpec:
     ``attrs['data']``; ``inbounds`` the per-dimension in-bounds flags (13.4+ only); ``nan_ftz``
     the maxf/minf flag bits (bit 0 propagate NaN); ``int:<attr>`` a varint; ``identities`` the
     reduce identities (a tagged array); ``o`` an operand; ``o*`` a counted operand list; ``o?`` an
-    optional operand; ``regions`` the op's regions. ``@13.2`` after an item: only from that version on
-    (an attribute the registry added later; older versions imply its default).
+    optional operand (``o?:<name>`` names it for ``flags``); ``flags:<a>,<b>,...`` a varint of
+    presence bits, bit i for name i (an attribute or a named optional operand); ``enum?:<attr>``
+    one byte when the attribute is given; ``regions`` the op's regions. ``@13.2`` after an item:
+    only from that version on (an attribute the registry added later; older versions imply its default).
     """
 
     opcode: int
@@ -165,6 +167,12 @@ OPS: dict[str, OpSpec] = {
     "addi": OpSpec(3, ("res", "enum:overflow", "o", "o")),
     "andi": OpSpec(4, ("res", "o", "o")),
     "break": OpSpec(10, ("res*", "o*")),
+    "atomic_cas_tko": OpSpec(
+        7, ("res2", "flags:mask,token", "enum:ordering", "enum:scope", "o", "o", "o", "o?:mask", "o?:token")
+    ),
+    "atomic_rmw_tko": OpSpec(
+        8, ("res2", "flags:mask,token", "enum:ordering", "enum:scope", "enum:mode", "o", "o", "o?:mask", "o?:token")
+    ),
     "broadcast": OpSpec(11, ("res", "o")),
     "ceil": OpSpec(13, ("res", "o")),
     "cmpf": OpSpec(14, ("res", "enum:predicate", "enum:comparison", "o", "o")),
@@ -182,6 +190,10 @@ OPS: dict[str, OpSpec] = {
     "iota": OpSpec(58, ("res",)),
     "itof": OpSpec(59, ("res", "enum:signedness", "enum:rounding", "o")),
     "join_tokens": OpSpec(60, ("res*", "o*")),
+    "load_ptr_tko": OpSpec(
+        61, ("res2", "flags:scope,hints,mask,padding,token", "enum:ordering", "enum?:scope", "o", "o?:mask",
+             "o?:padding", "o?:token")
+    ),
     "load_view_tko": OpSpec(62, ("res*", "tko", "enum:ordering", "inbounds", "o", "o*", "o?")),
     "loop": OpSpec(65, ("res*", "o*", "regions")),
     "make_partition_view": OpSpec(66, ("res", "o")),
@@ -195,12 +207,16 @@ OPS: dict[str, OpSpec] = {
     "muli": OpSpec(78, ("res", "enum:overflow", "o", "o")),
     "negf": OpSpec(79, ("res", "o")),
     "negi": OpSpec(80, ("res", "enum:overflow@13.2", "o")),
+    "offset": OpSpec(81, ("res", "o", "o")),
     "ori": OpSpec(82, ("res", "o", "o")),
     "reduce": OpSpec(88, ("res*", "int:dim", "identities", "o*", "regions")),
     "reshape": OpSpec(91, ("res", "o")),
     "return": OpSpec(92, ("res*", "o*")),
     "select": OpSpec(95, ("res", "o", "o", "o")),
     "sqrt": OpSpec(100, ("res", "ftz", "enum:rounding", "o")),
+    "store_ptr_tko": OpSpec(
+        101, ("res", "flags:scope,hints,mask,token", "enum:ordering", "enum?:scope", "o", "o", "o?:mask", "o?:token")
+    ),
     "store_view_tko": OpSpec(102, ("res*", "tko", "enum:ordering", "inbounds", "o", "o", "o*", "o?")),
     "subf": OpSpec(103, ("res", "ftz", "enum:rounding", "o", "o")),
     "subi": OpSpec(104, ("res", "enum:overflow", "o", "o")),
@@ -223,6 +239,10 @@ ENUMS: dict[str, dict[str, int]] = {
         "greater_than_or_equal": 5,
     },
     "comparison": {"unordered": 0, "ordered": 1},
+    "scope": {"tl_blk": 0, "device": 1, "sys": 2},
+    "mode": {
+        "and": 0, "or": 1, "xor": 2, "add": 3, "addf": 4, "max": 5, "min": 6, "umax": 7, "umin": 8, "xchg": 9,
+    },
 }
 
 

@@ -61,8 +61,10 @@ def constant_text(data: bytes, elem: Scalar) -> str:
 
 
 def number_text(data: bytes, elem: Scalar) -> str:
-    """One element's value as the text form writes it (``2.000000e+00``, ``0xFF800000``, ``-3``)."""
+    """One element's value as the text form writes it (``2.000000e+00``, ``0xFF800000``, ``-3``, ``true``)."""
     name = elem.name
+    if name == "i1":
+        return "true" if data[0] & 1 else "false"
     if name.startswith("i"):
         return str(int.from_bytes(data, "little", signed=True))
     bits = int.from_bytes(data, "little")
@@ -328,6 +330,49 @@ def _store(p: Printer, op: TOp) -> str:
     return f"store_view_tko {op.attrs['ordering']} {_v(p, op, 0)}, {access} : {types} -> token"
 
 
+def _optional(p: Printer, op: TOp, first: int) -> tuple[str, str]:
+    """The optional operands from ``first`` on (mask, padding, ..., then the token): their text after the
+    required operands (``, %mask, %pad token=%t``) and their types' text (``, tile<8xi1>, ...``)."""
+    *extra, token = op.operands[first:]
+    given = [v for v in extra if isinstance(v, TValue)]
+    text = "".join(f", {p.name(v)}" for v in given)
+    if isinstance(token, TValue):
+        text += f" token={p.name(token)}"
+    return text, "".join(f", {type_text(v.type)}" for v in given)
+
+
+def _scope(op: TOp) -> str:
+    """`` <scope>`` when the op names a memory scope."""
+    return f" {op.attrs['scope']}" if op.attrs.get("scope") is not None else ""
+
+
+def _load_ptr(p: Printer, op: TOp) -> str:
+    """``load_ptr_tko weak %ptrs, %mask, %pad token=%t : ptrs, mask, pad -> tile, token``."""
+    extra, types = _optional(p, op, 1)
+    head = f"load_ptr_tko {op.attrs['ordering']}{_scope(op)} {_v(p, op, 0)}"
+    return f"{head}{extra} : {_ot(op, 0)}{types} -> {_t(op)}, token"
+
+
+def _store_ptr(p: Printer, op: TOp) -> str:
+    """``store_ptr_tko weak %ptrs, %tile, %mask token=%t : ptrs, tile, mask -> token``."""
+    extra, types = _optional(p, op, 2)
+    head = f"store_ptr_tko {op.attrs['ordering']}{_scope(op)} {_v(p, op, 0)}, {_v(p, op, 1)}"
+    return f"{head}{extra} : {_ot(op, 0)}, {_ot(op, 1)}{types} -> token"
+
+
+def _atomic(p: Printer, op: TOp) -> str:
+    """``atomic_rmw_tko relaxed device %ptrs, addf, %v, %mask token=%t : ptrs, v, mask -> tile, token`` and
+    ``atomic_cas_tko relaxed device %ptrs, %cmp, %v, ...``."""
+    head = f"{op.name} {op.attrs['ordering']}{_scope(op)} {_v(p, op, 0)}, "
+    if op.name == "atomic_cas_tko":
+        head += f"{_v(p, op, 1)}, {_v(p, op, 2)}"
+        extra, types = _optional(p, op, 3)
+    else:
+        head += f"{op.attrs['mode']}, {_v(p, op, 1)}"
+        extra, types = _optional(p, op, 2)
+    return f"{head}{extra} : {_ot(op, 0)}, {_t(op)}{types} -> {_t(op)}, token"
+
+
 OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "addf": _float_binary,
     "subf": _float_binary,
@@ -377,6 +422,11 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "for": lambda p, op: _for(p, op),
     "loop": lambda p, op: _loop(p, op),
     "if": lambda p, op: _if(p, op),
+    "offset": lambda p, op: f"offset {_v(p, op, 0)}, {_v(p, op, 1)} : {_ot(op, 0)}, {_ot(op, 1)} -> {_t(op)}",
+    "load_ptr_tko": _load_ptr,
+    "store_ptr_tko": _store_ptr,
+    "atomic_rmw_tko": _atomic,
+    "atomic_cas_tko": _atomic,
 }
 
 

@@ -3,7 +3,8 @@ facts every rule shares (element types, the located refusal).
 
 Kernel parameters: an array becomes its base pointer (``tile<ptr<T>>``) followed by one ``tile<i64>``
 per dimension for the shape, then one per dimension for the strides in elements; a scalar stays a
-scalar tile. The rules for each kind of op live in their own module (``elementwise``, ``memory``,
+scalar tile. Bools are bytes in memory and as parameters (the launcher's ``?``): ``ptr<i8>`` and
+``tile<i8>``, read as ``!= 0``. The rules for each kind of op live in their own module (``elementwise``, ``memory``,
 ``reduce``, ``control``, ``mma``) and register themselves with ``@rule``. An op with no rule, or a
 form of one a rule does not cover, raises a located ``TileCompileError`` that names the op and
 suggests ``backend="cuda"``.
@@ -25,10 +26,11 @@ from tilejit.backends.tileir.module import (
     Token,
     TOp,
     TValue,
+    constant_bytes,
 )
 from tilejit.errors import TileCompileError
 from tilejit.language.ir import ops as O
-from tilejit.language.ir.core import UNKNOWN_LOC, Op, Value
+from tilejit.language.ir.core import UNKNOWN_LOC, Loc, Op, Value
 from tilejit.language.ir.types import ArrayType, DType, TileType
 
 I1 = Tile(Scalar("i1"))
@@ -42,6 +44,8 @@ ELEMENTS: dict[str, str] = {
     "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
     "uint8": "i8", "uint16": "i16", "uint32": "i32", "uint64": "i64", "bool": "i1",
 }
+#: Element types held in memory (and passed as parameters) as another: a bool is one byte, 0 or 1.
+STORED: dict[str, str] = {"i1": "i8"}
 
 Rule = Callable[["Lowerer", Any], None]
 #: IR op type -> the function that lowers it (filled by the rule modules through ``@rule``).
@@ -86,8 +90,9 @@ class Lowerer:
     ``loads_since`` the tokens of the loads after it; a load waits for ``last_store``, a store for both.
     """
 
-    def __init__(self, fn: O.Function) -> None:
+    def __init__(self, fn: O.Function, target: str = "") -> None:
         self.fn = fn
+        self.target = target
         self.params: list[TValue] = []
         self.prologue: list[TOp] = []
         self.blocks: list[list[TOp]] = [[]]
@@ -144,6 +149,15 @@ class Lowerer:
         """The Tile IR value of an IR value already lowered."""
         return self.vals[v]
 
+    def nonzero(self, x: TValue, loc: Loc, into: list[TOp], name: str = "") -> TValue:
+        """``x != 0`` as an i1 tile, appended to ``into``: a bool read as its byte (any non-zero byte is true)."""
+        assert isinstance(x.type, Tile) and isinstance(x.type.elem, Scalar)
+        zero = TValue(x.type)
+        r = TValue(Tile(Scalar("i1"), x.type.shape), name)
+        into.append(TOp("constant", [zero], [], {"data": constant_bytes(0, x.type.elem), "value": 0}, loc))
+        into.append(TOp("cmpi", [r], [x, zero], {"predicate": "not_equal", "signedness": "unsigned"}, loc))
+        return r
+
     # ------------------------------------------------------------------ entry
 
     def run(self) -> TModule:
@@ -153,30 +167,31 @@ class Lowerer:
         for name, p in zip(fn.param_names, fn.params):
             t = p.type
             elem = ELEMENTS.get(t.dtype.name) if isinstance(t, (ArrayType, TileType)) else None
-            # bool parameters wait for the launcher: arrays hold bytes, and how an i1 scalar is passed is open
-            if elem is None or elem == "i1" or (isinstance(t, TileType) and t.shape):
+            if elem is None or (isinstance(t, TileType) and t.shape):
                 raise located(
                     def_loc,
                     f"the Tile IR backend cannot express parameter '{name}' of type {t} yet; "
                     'compile this kernel with backend="cuda"',
                 )
+            stored = STORED.get(elem, elem)
             if isinstance(t, ArrayType):
-                base = TValue(Tile(Ptr(Scalar(elem))), name)
+                base = TValue(Tile(Ptr(Scalar(stored))), name)
                 shape = [TValue(I64, f"{name}_shape{d}") for d in range(t.ndim)]
                 strides = [TValue(I64, f"{name}_stride{d}") for d in range(t.ndim)]
                 self.params += [base, *shape, *strides]
                 self.arrays[p] = (base, shape, strides)
             else:
-                tv = TValue(Tile(Scalar(elem)), name)
+                tv = TValue(Tile(Scalar(stored)), f"{name}_byte" if stored != elem else name)
                 self.params.append(tv)
-                self.vals[p] = tv
+                self.vals[p] = tv if stored == elem else self.nonzero(tv, def_loc, self.prologue, name)
         self.lower_ops(fn.body.ops)
         body = self.prologue + self.blocks[0]
         return TModule(fn.name, [TFunction(fn.name, self.params, body, def_loc)])
 
 
-def lower_function(fn: O.Function) -> TModule:
-    """The Tile IR module of kernel ``fn`` (raises a located ``TileCompileError`` for what it can't express)."""
+def lower_function(fn: O.Function, target: str = "") -> TModule:
+    """The Tile IR module of kernel ``fn`` for ``target`` (``sm_NN``; ``""``: any) (raises a located
+    ``TileCompileError`` for what it can't express)."""
     from tilejit.backends.tileir.lower import control, elementwise, memory, mma, reduce  # noqa: F401 (rules)
 
-    return Lowerer(fn).run()
+    return Lowerer(fn, target).run()

@@ -1,15 +1,42 @@
 """Lowering rules for memory: loads and stores through tensor and partition views (made once per array
-and tile shape at the top of the entry), ordered with tokens (see ``Lowerer``)."""
+and tile shape at the top of the entry), gather/scatter and atomics through tiles of pointers, all
+ordered with tokens (see ``Lowerer``: a gather is a load; a scatter or an atomic is a store).
+
+As in the CUDA backend, an element is in range when each index, as an unsigned 64-bit number, is below
+its dimension (so negative indices are out of range): out-of-range elements of a load or gather read the
+padding, of a store or scatter are not written, and of an atomic are not touched and give 0. Bools are
+one byte in memory (``STORED``): read as ``!= 0``, written as 0 or 1.
+"""
 
 from __future__ import annotations
 
 import math
 
-from tilejit.backends.tileir.lower.core import TOKEN, Lowerer, rule, unsupported
-from tilejit.backends.tileir.module import PartitionView, Ptr, TensorView, Tile, TOp, TValue
+from tilejit.backends.tileir.lower.core import I64, STORED, TOKEN, Lowerer, rule, unsupported
+from tilejit.backends.tileir.module import (
+    PartitionView,
+    Ptr,
+    Scalar,
+    TensorView,
+    Tile,
+    TOp,
+    TValue,
+    constant_bytes,
+)
+from tilejit.compiler.targets import parse_target
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Op, Value
-from tilejit.language.ir.types import ArrayType
+from tilejit.language.ir.types import ArrayType, DType
+
+BOOL = Scalar("i1")
+#: Atomic kinds: kind -> Tile IR ``atomic_rmw_tko`` mode for (float, signed int, unsigned int) arrays;
+#: ``None``: no mode computes it (float max/min: the CUDA backend's NaN-propagating CAS loop).
+_ATOMIC_MODES: dict[str, tuple[str | None, str, str]] = {
+    "add": ("addf", "add", "add"),
+    "max": (None, "max", "umax"),
+    "min": (None, "min", "umin"),
+    "xchg": ("xchg", "xchg", "xchg"),
+}
 
 
 def padding_name(value: object) -> str | None:
@@ -61,33 +88,250 @@ def view(lo: Lowerer, op: Op, array: Value, tile: tuple[int, ...], padding: str 
     return pv
 
 
+# ------------------------------------------------------------------ small value helpers
+
+
+def elem_of(v: TValue) -> Scalar:
+    """The scalar element type of tile ``v``."""
+    assert isinstance(v.type, Tile) and isinstance(v.type.elem, Scalar)
+    return v.type.elem
+
+
+def shape_of(v: TValue) -> tuple[int, ...]:
+    """The shape of tile ``v``."""
+    assert isinstance(v.type, Tile)
+    return v.type.shape
+
+
+def stored_elem(elem: Scalar | Ptr) -> Scalar:
+    """The element type memory holds for ``elem`` (i8 for a bool)."""
+    assert isinstance(elem, Scalar)
+    return Scalar(STORED.get(elem.name, elem.name))
+
+
+def constant(lo: Lowerer, value: object, elem: Scalar | Ptr, shape: tuple[int, ...], op: Op) -> TValue:
+    """A tile of ``shape`` filled with ``value``."""
+    assert isinstance(elem, Scalar)
+    r = TValue(Tile(elem, shape))
+    lo.emit("constant", [r], [], op, data=constant_bytes(value, elem), value=value)
+    return r
+
+
+def splat(lo: Lowerer, v: TValue, shape: tuple[int, ...], op: Op) -> TValue:
+    """Tile ``v`` (a scalar tile, or one with dims of 1 where ``shape`` differs) broadcast to ``shape``."""
+    t = v.type
+    assert isinstance(t, Tile)
+    if t.shape == shape:
+        return v
+    if len(t.shape) != len(shape):
+        ones = TValue(Tile(t.elem, (1,) * len(shape)))
+        lo.emit("reshape", [ones], [v], op)
+        v = ones
+    r = TValue(Tile(t.elem, shape))
+    lo.emit("broadcast", [r], [v], op)
+    return r
+
+
+def to_i64(lo: Lowerer, v: TValue, dtype: DType, op: Op) -> TValue:
+    """Integer tile ``v`` of ``dtype`` as i64, sign- or zero-extended as C++'s ``(int64_t)`` cast does."""
+    if elem_of(v).name == "i64":
+        return v
+    r = TValue(Tile(I64.elem, shape_of(v)))
+    lo.emit("exti", [r], [v], op, signedness="signed" if dtype.is_signed else "unsigned")
+    return r
+
+
+def binary(lo: Lowerer, name: str, x: TValue, y: TValue, op: Op, **attrs: object) -> TValue:
+    """``name x, y`` (``muli``, ``addi``, ``andi``) with a result of ``x``'s type."""
+    r = TValue(x.type)
+    lo.emit(name, [r], [x, y], op, **attrs)
+    return r
+
+
+def below(lo: Lowerer, x: TValue, extent: TValue, op: Op) -> TValue:
+    """``(u64)x < (u64)extent`` elementwise: in range along a dimension of ``extent`` (a scalar tile)."""
+    r = TValue(Tile(BOOL, shape_of(x)))
+    lo.emit("cmpi", [r], [x, splat(lo, extent, shape_of(x), op)], op, predicate="less_than", signedness="unsigned")
+    return r
+
+
+def select(lo: Lowerer, cond: TValue, x: TValue, y: TValue, op: Op, name: str = "") -> TValue:
+    """``cond ? x : y`` elementwise."""
+    r = TValue(x.type, name)
+    lo.emit("select", [r], [cond, x, y], op)
+    return r
+
+
+def waits(lo: Lowerer, op: Op) -> TValue | None:
+    """The token a store-like op waits on: the last store and every load since (joined when several)."""
+    tokens = ([lo.last_store] if lo.last_store is not None else []) + lo.loads_since
+    if len(tokens) <= 1:
+        return tokens[0] if tokens else None
+    token = TValue(TOKEN)
+    lo.emit("join_tokens", [token], [tokens], op)
+    return token
+
+
+def stored_form(lo: Lowerer, v: TValue, op: Op) -> TValue:
+    """Tile ``v`` as memory holds it: a bool tile as bytes 0 and 1 (zero-extended), anything else as is."""
+    elem = elem_of(v)
+    if elem.name not in STORED:
+        return v
+    r = TValue(Tile(Scalar(STORED[elem.name]), shape_of(v)))
+    lo.emit("exti", [r], [v], op, signedness="unsigned")
+    return r
+
+
+def loaded_form(lo: Lowerer, raw: TValue, result: Value, op: Op) -> TValue:
+    """A tile read from memory as the IR value ``result`` (bytes of a bool array read ``!= 0``)."""
+    t = lo.tile_type(result.type, op)
+    if elem_of(raw) == t.elem:
+        return raw
+    return lo.nonzero(raw, op.loc, lo.blocks[-1])
+
+
+# ------------------------------------------------------------------ tile loads and stores
+
+
+def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...]) -> TValue:
+    """Which elements of the tile ``op`` loads lie inside the array: per dim, ``index * tile + iota``
+    below the dim's extent (a 1-d mask, broadcast), all dims and-ed."""
+    _, extents, _ = lo.arrays[op.array]
+    mask: TValue | None = None
+    for d, (ix, n) in enumerate(zip(op.index, shape)):
+        i = to_i64(lo, lo.value(ix), ix.type.dtype, op)  # type: ignore[attr-defined]
+        origin = binary(lo, "muli", i, constant(lo, n, I64.elem, (), op), op, overflow="none")
+        iota = TValue(Tile(I64.elem, (n,)))
+        lo.emit("iota", [iota], [], op)
+        coords = binary(lo, "addi", iota, splat(lo, origin, (n,), op), op, overflow="none")
+        ok = below(lo, coords, extents[d], op)
+        if len(shape) > 1:
+            line = TValue(Tile(BOOL, tuple(n if k == d else 1 for k in range(len(shape)))))
+            lo.emit("reshape", [line], [ok], op)
+            ok = splat(lo, line, shape, op)
+        mask = ok if mask is None else binary(lo, "andi", mask, ok, op)
+    assert mask is not None
+    return mask
+
+
 @rule(O.LoadOp)
 def load(lo: Lowerer, op: O.LoadOp) -> None:
-    """``load``: ``load_view_tko`` through the array's padded partition view, after the last store."""
+    """``load``: ``load_view_tko`` through the array's padded partition view, after the last store. A padding
+    Tile IR views lack (or a true bool) reads zeros, then ``select``s the padding outside the array."""
     t = lo.tile_type(op.result.type, op)
-    pad = padding_name(op.padding)
-    if pad is None:
-        raise unsupported(op, f"padding={op.padding!r}; Tile IR pads only with 0, -0.0, nan, inf or -inf")
-    pv = view(lo, op, op.array, t.shape, pad)
+    if not t.shape:
+        raise unsupported(op, "a 0-d array")
+    is_bool = t.elem == BOOL
+    pad = None if is_bool else padding_name(op.padding)
+    exact = pad is not None or (is_bool and not op.padding)
+    pv = view(lo, op, op.array, t.shape, pad or "zero")
     idx = indices(lo, op.index, op)
     tok = TValue(TOKEN)
-    lo.emit("load_view_tko", [lo.result(op), tok], [pv, idx, lo.last_store], op, ordering="weak",
+    raw = lo.result(op) if not is_bool and exact else TValue(Tile(stored_elem(t.elem), t.shape))
+    lo.emit("load_view_tko", [raw, tok], [pv, idx, lo.last_store], op, ordering="weak",
             inbounds=(False,) * len(idx))
     lo.loads_since.append(tok)
+    value = loaded_form(lo, raw, op.result, op)
+    if not exact:
+        padding = constant(lo, op.padding, t.elem, t.shape, op)
+        value = select(lo, tile_in_range(lo, op, t.shape), value, padding, op, op.result.name)
+    lo.vals[op.result] = value
 
 
 @rule(O.StoreOp)
 def store(lo: Lowerer, op: O.StoreOp) -> None:
     """``store``: ``store_view_tko`` through an unpadded view, after the last store and the loads since."""
     t = lo.tile_type(op.tile.type, op)
+    if not t.shape:
+        raise unsupported(op, "a 0-d array")
     pv = view(lo, op, op.array, t.shape, None)
-    waits = ([lo.last_store] if lo.last_store is not None else []) + lo.loads_since
-    token: TValue | None = waits[0] if len(waits) == 1 else None
-    if len(waits) > 1:
-        token = TValue(TOKEN)
-        lo.emit("join_tokens", [token], [waits], op)
+    token = waits(lo, op)
     tok = TValue(TOKEN)
     idx = indices(lo, op.index, op)
-    lo.emit("store_view_tko", [tok], [lo.value(op.tile), pv, idx, token], op, ordering="weak",
-            inbounds=(False,) * len(idx))
+    value = stored_form(lo, lo.value(op.tile), op)
+    lo.emit("store_view_tko", [tok], [value, pv, idx, token], op, ordering="weak", inbounds=(False,) * len(idx))
     lo.last_store, lo.loads_since = tok, []
+
+
+# ------------------------------------------------------------------ element accesses
+
+
+def element_pointers(lo: Lowerer, op: Op, array: Value, index_values: list[Value]) -> tuple[TValue, TValue]:
+    """The pointers to ``array[indices...]`` for each element, and which elements are in range.
+
+    The offset is ``sum(index[d] * stride[d])`` in i64 (wrapping, as the CUDA backend's), taken as 0 where
+    out of range so no pointer is made past the array."""
+    at = array.type
+    assert isinstance(at, ArrayType)
+    if at.ndim == 0:
+        raise unsupported(op, "a 0-d array")
+    base, extents, strides = lo.arrays[array]
+    shape = shape_of(lo.value(index_values[0]))
+    mask: TValue | None = None
+    offset: TValue | None = None
+    for d, ix in enumerate(index_values):
+        i = to_i64(lo, lo.value(ix), ix.type.dtype, op)  # type: ignore[attr-defined]
+        ok = below(lo, i, extents[d], op)
+        mask = ok if mask is None else binary(lo, "andi", mask, ok, op)
+        term = binary(lo, "muli", i, splat(lo, strides[d], shape, op), op, overflow="none")
+        offset = term if offset is None else binary(lo, "addi", offset, term, op, overflow="none")
+    assert mask is not None and offset is not None
+    offset = select(lo, mask, offset, constant(lo, 0, I64.elem, shape, op), op)
+    assert isinstance(base.type, Tile)
+    ptrs = TValue(Tile(base.type.elem, shape), f"{base.name}_ptrs")
+    lo.emit("offset", [ptrs], [splat(lo, base, shape, op), offset], op)
+    return ptrs, mask
+
+
+@rule(O.GatherOp)
+def gather(lo: Lowerer, op: O.GatherOp) -> None:
+    """``gather``: ``load_ptr_tko`` of the element pointers, masked to those in range (the others read
+    ``padding``), after the last store."""
+    t = lo.tile_type(op.result.type, op)
+    ptrs, mask = element_pointers(lo, op, op.array, op.indices)
+    stored = stored_elem(t.elem)
+    raw = lo.result(op) if stored == t.elem else TValue(Tile(stored, t.shape))
+    padding = constant(lo, op.padding, stored, t.shape, op)
+    tok = TValue(TOKEN)
+    lo.emit("load_ptr_tko", [raw, tok], [ptrs, mask, padding, lo.last_store], op, ordering="weak")
+    lo.loads_since.append(tok)
+    lo.vals[op.result] = loaded_form(lo, raw, op.result, op)
+
+
+@rule(O.ScatterOp)
+def scatter(lo: Lowerer, op: O.ScatterOp) -> None:
+    """``scatter``: ``store_ptr_tko`` of the element pointers, masked to those in range, after the last
+    store and the loads since."""
+    value = stored_form(lo, lo.value(op.tile), op)
+    ptrs, mask = element_pointers(lo, op, op.array, op.indices)
+    token = waits(lo, op)
+    tok = TValue(TOKEN)
+    lo.emit("store_ptr_tko", [tok], [ptrs, value, mask, token], op, ordering="weak")
+    lo.last_store, lo.loads_since = tok, []
+
+
+@rule(O.AtomicOp)
+def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
+    """``atomic_*``: ``atomic_rmw_tko`` / ``atomic_cas_tko``, relaxed at device scope (CUDA's ``atomicAdd``
+    and kin), masked to the elements in range; their results are the old values, 0 where out of range."""
+    dtype = op.array.type.dtype  # type: ignore[attr-defined]
+    t = lo.tile_type(op.result.type, op)
+    value = lo.value(op.value)
+    attrs: dict[str, object] = {"ordering": "relaxed", "scope": "device"}
+    if op.kind != "cas":
+        modes = _ATOMIC_MODES.get(op.kind)
+        mode = None if modes is None else modes[0 if dtype.is_float else 1 if dtype.is_signed else 2]
+        if mode is None:
+            raise unsupported(op, f"atomic_{op.kind} on {dtype.name}")
+        if mode == "addf" and dtype.name == "bfloat16" and lo.target and parse_target(lo.target).number < 90:
+            raise unsupported(op, f"atomic_add on bfloat16 for {lo.target}; Tile IR has it from sm_90 on")
+        attrs["mode"] = mode
+    ptrs, mask = element_pointers(lo, op, op.array, op.indices)
+    token = waits(lo, op)
+    old, tok = TValue(t), TValue(TOKEN)
+    if op.kind == "cas":
+        lo.emit("atomic_cas_tko", [old, tok], [ptrs, lo.value(op.compare[0]), value, mask, token], op, **attrs)
+    else:
+        lo.emit("atomic_rmw_tko", [old, tok], [ptrs, value, mask, token], op, **attrs)
+    lo.last_store, lo.loads_since = tok, []
+    lo.vals[op.result] = select(lo, mask, old, constant(lo, 0, elem_of(old), t.shape, op), op, op.result.name)
