@@ -278,6 +278,10 @@ class Writer:
                 varint(int(bool(op.attrs.get("propagate_nan"))) | int(bool(op.attrs.get("ftz"))) << 1, buf)
             elif item.startswith("int:"):
                 varint(op.attrs[item[4:]], buf)
+            elif item.startswith("flag:"):
+                varint(int(bool(op.attrs.get(item[5:], False))), buf)
+            elif item.startswith("i32s:"):
+                int_list(op.attrs[item[5:]], 4, buf)
             elif item == "identities":
                 varint(len(op.attrs["identities"]), buf)
                 for value, elem in op.attrs["identities"]:

@@ -184,9 +184,34 @@ def _float_binary(p: Printer, op: TOp) -> str:
 
 
 def _unary(p: Printer, op: TOp) -> str:
-    """``negf %x : type`` and the other one-operand ops."""
-    extra = _rounding(op) if op.name == "sqrt" else _overflow(op) if op.name == "negi" else ""
-    return f"{op.name} {_v(p, op, 0)}{extra} : {_t(op)}"
+    """``negf %x : type`` and the other one-operand ops (``exp``/``tanh`` show a rounding other than full)."""
+    if op.name in ("exp", "tanh"):
+        mode = op.attrs.get("rounding", "full")
+        extra = "" if mode == "full" else f" rounding<{mode}>"
+    else:
+        extra = _rounding(op) if op.name == "sqrt" else _overflow(op) if op.name == "negi" else ""
+    ftz = " flush_to_zero" if op.attrs.get("ftz") else ""
+    return f"{op.name} {_v(p, op, 0)}{extra}{ftz} : {_t(op)}"
+
+
+def _int_division(p: Printer, op: TOp) -> str:
+    """``divi %a, %b signed : type`` (a rounding other than zero shown), ``remi``, ``shri`` and ``shli``."""
+    extra = f" {op.attrs['signedness']}" if "signedness" in op.attrs else _overflow(op)
+    mode = op.attrs.get("rounding", "zero")
+    if op.name == "divi" and mode != "zero":
+        extra += f" rounding<{mode}>"
+    return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{extra} : {_t(op)}"
+
+
+def _scan(p: Printer, op: TOp) -> str:
+    """The ``scan`` line (its region follows on the next lines)."""
+    operands = _vs(p, op, 0)
+    idents = ", ".join(
+        f"{number_text(constant_bytes(value, elem), elem)} : {elem.name}" for value, elem in op.attrs["identities"]
+    )
+    types = f"{', '.join(type_text(v.type) for v in operands)} -> {', '.join(type_text(r.type) for r in op.results)}"
+    reverse = "true" if op.attrs.get("reverse") else "false"
+    return f"scan {p.names_of(operands)} dim={op.attrs['dim']} reverse={reverse} identities=[{idents}] : {types}"
 
 
 def _plain_binary(p: Printer, op: TOp) -> str:
@@ -232,6 +257,10 @@ def _convert(p: Printer, op: TOp) -> str:
     """Conversions and shape changes: ``ftof %x : src -> dst`` and the like."""
     sign = f" {op.attrs['signedness']}" if "signedness" in op.attrs else ""
     extra = _rounding(op) if op.name in ("ftof", "itof") else _overflow(op) if op.name == "trunci" else ""
+    if op.name == "ftoi":
+        extra = " saturating" if op.attrs.get("saturating") else ""
+    if op.name == "permute":
+        extra = f" [{', '.join(map(str, op.attrs['permutation']))}]"
     return f"{op.name} {_v(p, op, 0)}{sign}{extra} : {_ot(op, 0)} -> {_t(op)}"
 
 
@@ -323,6 +352,24 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "maxi": _max_min,
     "mini": _max_min,
     "reduce": _reduce,
+    "scan": _scan,
+    "exp": _unary,
+    "exp2": _unary,
+    "log": _unary,
+    "log2": _unary,
+    "rsqrt": _unary,
+    "sin": _unary,
+    "cos": _unary,
+    "tanh": _unary,
+    "divi": _int_division,
+    "remi": _int_division,
+    "shli": _int_division,
+    "shri": _int_division,
+    "remf": _plain_binary,
+    "pow": _plain_binary,
+    "ftoi": _convert,
+    "bitcast": _convert,
+    "permute": _convert,
     "yield": lambda p, op: f"yield {p.names_of(_vs(p, op, 0))} : {', '.join(type_text(v.type) for v in _vs(p, op, 0))}",
 }
 
