@@ -251,7 +251,10 @@ class Writer:
         else:
             buf.append(TAG_FLOAT)
             varint(self.type_id(elem), buf)
-            varint(bits << 1, buf)  # a zigzag varint of the (non-negative) bit pattern
+            # a zigzag varint of the bit pattern read as a signed 64-bit integer (so an f64 with its sign bit
+            # set, such as -inf, survives the reader's 64 bits)
+            signed = bits - (1 << 64) if bits >> 63 else bits
+            varint(signed << 1 if signed >= 0 else ~(signed << 1), buf)
 
     def op(self, op: TOp, buf: bytearray) -> None:
         """Append ``op`` following its layout in ``OPS``."""

@@ -10,6 +10,7 @@ import math
 import re
 import struct
 from collections.abc import Callable
+from decimal import Decimal
 
 from tilejit.backends.tileir.module import (
     FuncType,
@@ -60,8 +61,12 @@ def constant_text(data: bytes, elem: Scalar) -> str:
 
 
 def number_text(data: bytes, elem: Scalar) -> str:
-    """One element's value as the text form writes it (``2.000000e+00``, ``0xFF800000``, ``-3``)."""
+    """One element's value as the text form writes it (``2.000000e+00``, ``123456.703``, ``0xFF800000``, ``-3``,
+    ``true``): MLIR's float printing, which tileirdisasm uses (6 significant digits when they read back exactly,
+    else LLVM APFloat's natural form when it has a decimal point, else the hex bits)."""
     name = elem.name
+    if name == "i1":
+        return "true" if data[0] & 1 else "false"
     if name.startswith("i"):
         return str(int.from_bytes(data, "little", signed=True))
     bits = int.from_bytes(data, "little")
@@ -69,21 +74,51 @@ def number_text(data: bytes, elem: Scalar) -> str:
         value = struct.unpack("<f", (bits << 16).to_bytes(4, "little"))[0]
     else:
         value = struct.unpack({"f16": "<e", "f32": "<f", "f64": "<d"}[name], data)[0]
-    text = f"{value:.6e}"
-    if math.isfinite(value) and _float_bits(float(text), name) == bits:
-        return text
+    if math.isfinite(value):
+        sign = "-" if math.copysign(1.0, value) < 0 else ""
+        digits, exp = _decimal_digits(value, 6)
+        mantissa = (digits[0] + "." + digits[1:]).ljust(8, "0")
+        text = f"{sign}{mantissa}e{exp + len(digits) - 1:+03d}"
+        if constant_bytes(float(text), elem) == data:
+            return text
+        text = sign + _natural_text(value, _NATURAL_DIGITS[name])
+        if "." in text:
+            return text
     return f"0x{bits:0{2 * len(data)}X}"
 
 
-def _float_bits(value: float, name: str) -> int:
-    """The bit pattern of ``value`` in float type ``name`` (-1 when it overflows)."""
-    if name == "bf16":
-        return int.from_bytes(struct.pack("<f", value)[2:], "little")
-    code = {"f16": "<e", "f32": "<f", "f64": "<d"}[name]
-    try:
-        return int.from_bytes(struct.pack(code, value), "little")
-    except OverflowError:
-        return -1
+#: LLVM APFloat's natural precision (significant decimal digits) of each float type: 2 + bits * 59 / 196.
+_NATURAL_DIGITS: dict[str, int] = {"f16": 5, "bf16": 4, "f32": 9, "f64": 17}
+
+
+def _decimal_digits(value: float, precision: int) -> tuple[str, int]:
+    """APFloat's decimal digits of ``|value|``: the exact expansion rounded (half up) to at most ``precision``
+    significant digits, trailing zeros dropped; ``(digits, exp)`` with ``|value| == int(digits) * 10**exp``."""
+    if value == 0:
+        return "0", 0
+    t = Decimal(abs(value)).as_tuple()
+    digits, exp = "".join(map(str, t.digits)).lstrip("0"), int(t.exponent)
+    if len(digits) > precision:
+        up = digits[precision] >= "5"
+        exp += len(digits) - precision
+        digits = str(int(digits[:precision]) + up)
+    stripped = digits.rstrip("0")
+    return stripped, exp + len(digits) - len(stripped)
+
+
+def _natural_text(value: float, precision: int) -> str:
+    """``APFloat::toString`` of ``|value|`` with its defaults (natural precision, padding up to 3 zeros):
+    ``123456.703``, ``4.29496704E+9``, ``0.00125``, ``1234567`` (no point)."""
+    digits, exp = _decimal_digits(value, precision)
+    n = len(digits)
+    scientific = (exp > 3 or n + exp > precision) if exp >= 0 else (exp + n - 1 < 0 and -(exp + n - 1) > 3)
+    if scientific:
+        e = exp + n - 1
+        return f"{digits[0]}.{digits[1:] or '0'}E{'+' if e >= 0 else '-'}{abs(e)}"
+    if exp >= 0:
+        return digits + "0" * exp
+    whole = exp + n
+    return f"{digits[:whole]}.{digits[whole:]}" if whole > 0 else "0." + "0" * -whole + digits
 
 
 class Printer:
@@ -125,6 +160,10 @@ class Printer:
         """One line per op (and its regions below it) at ``indent``."""
         for op in ops:
             results = f"{self.names_of(op.results)} = " if op.results else ""
+            if op.name in ("reduce", "scan") and len(op.results) > 1:  # MLIR's result group: %r:2, used as %r#1
+                base = self.name(op.results[0])[1:]
+                self.names.update({r: f"{base}#{i}" for i, r in enumerate(op.results)})
+                results = f"%{base}:{len(op.results)} = "
             self.lines.append(f"{indent}{results}{OP_TEXT[op.name](self, op)}")
             for block in op.regions:
                 self.region(block, indent)
@@ -206,9 +245,7 @@ def _int_division(p: Printer, op: TOp) -> str:
 def _scan(p: Printer, op: TOp) -> str:
     """The ``scan`` line (its region follows on the next lines)."""
     operands = _vs(p, op, 0)
-    idents = ", ".join(
-        f"{number_text(constant_bytes(value, elem), elem)} : {elem.name}" for value, elem in op.attrs["identities"]
-    )
+    idents = _identities(op)
     types = f"{', '.join(type_text(v.type) for v in operands)} -> {', '.join(type_text(r.type) for r in op.results)}"
     reverse = "true" if op.attrs.get("reverse") else "false"
     return f"scan {p.names_of(operands)} dim={op.attrs['dim']} reverse={reverse} identities=[{idents}] : {types}"
@@ -238,12 +275,21 @@ def _max_min(p: Printer, op: TOp) -> str:
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{flags} : {_t(op)}"
 
 
+def _identities(op: TOp) -> str:
+    """A reduce's or scan's identities: ``0.000000e+00 : f32, 2147483647 : i32`` (as MLIR prints attributes: no
+    type for f64 and i64, its default types, unless in hex, and i1 as ``true``/``false``)."""
+    out = []
+    for value, elem in op.attrs["identities"]:
+        text = number_text(constant_bytes(value, elem), elem)
+        default = elem.name == "i1" or (elem.name in ("i64", "f64") and not text.startswith("0x"))
+        out.append(text if default else f"{text} : {elem.name}")
+    return ", ".join(out)
+
+
 def _reduce(p: Printer, op: TOp) -> str:
     """The ``reduce`` line (its region follows on the next lines)."""
     operands = _vs(p, op, 0)
-    idents = ", ".join(
-        f"{number_text(constant_bytes(value, elem), elem)} : {elem.name}" for value, elem in op.attrs["identities"]
-    )
+    idents = _identities(op)
     types = f"{', '.join(type_text(v.type) for v in operands)} -> {', '.join(type_text(r.type) for r in op.results)}"
     return f"reduce {p.names_of(operands)} dim={op.attrs['dim']} identities=[{idents}] : {types}"
 
@@ -366,7 +412,7 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "shli": _int_division,
     "shri": _int_division,
     "remf": _plain_binary,
-    "pow": _plain_binary,
+    "fpowf": _plain_binary,
     "ftoi": _convert,
     "bitcast": _convert,
     "permute": _convert,

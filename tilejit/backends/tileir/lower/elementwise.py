@@ -89,7 +89,7 @@ def compute_elem(elem: Scalar) -> Scalar:
 def cmp(lo: Lowerer, op: Op, fn: str, x: TValue, y: TValue, signed: bool = True) -> TValue:
     """``x fn y`` as an i1 tile with C++'s answer for NaN (false, except ``!=`` which is true)."""
     t = like(x, BOOL)
-    if elem_of(x).name.startswith("f"):
+    if elem_of(x).name in FLOAT_BITS:
         ordering = "unordered" if fn == "ne" else "ordered"
         return new(lo, op, "cmpf", t, [x, y], predicate=PREDICATES[fn], comparison=ordering)
     return new(lo, op, "cmpi", t, [x, y], predicate=PREDICATES[fn], signedness="signed" if signed else "unsigned")
@@ -311,9 +311,9 @@ def _shift(lo: Lowerer, op: Op, fn: str, a: TValue, b: TValue, signed: bool) -> 
     Tile IR shift only ever sees counts inside the width."""
     bits = int(elem_of(a).name[1:])
     out = cmp(lo, op, "ge", b, splat(lo, op, bits, a), signed=False)  # a negative count is huge unsigned
-    zero = splat(lo, op, 0, a)
     if fn == "rshift" and signed:  # shifting by width - 1 gives the sign fill, 0 or -1
         return ibin(lo, op, "shri", a, select(lo, op, out, splat(lo, op, bits - 1, a), b), signedness="signed")
+    zero = splat(lo, op, 0, a)
     count = select(lo, op, out, zero, b)
     if fn == "lshift":
         r = ibin(lo, op, "shli", a, count)
@@ -357,7 +357,7 @@ def binary(lo: Lowerer, op: O.BinaryOp) -> None:
         if fn == "truediv":  # tj::truediv: div.full.f32 (2 ulp) for f32, IEEE for f64
             rc = fbin(lo, op, "divf", xc, yc, "full" if elem_of(xc) == F32 else "nearest_even")
         elif fn == "pow":
-            rc = new(lo, op, "pow", xc.type, [xc, yc])  # type: ignore[arg-type]
+            rc = new(lo, op, "fpowf", xc.type, [xc, yc])  # type: ignore[arg-type]
         else:
             rc = _float_floordiv_mod(lo, op, fn, xc, yc)
         r = fconvert(lo, op, rc, elem)

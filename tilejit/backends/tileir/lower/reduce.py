@@ -8,6 +8,7 @@ import math
 
 from tilejit.backends.tileir.lower.core import I32, Lowerer, rule, unsupported
 from tilejit.backends.tileir.lower.elementwise import (
+    FLOAT_BITS,
     compute_elem,
     elem_of,
     fconvert,
@@ -107,8 +108,8 @@ def _arg_body(lo: Lowerer, op: O.ArgReduceOp, acc: Scalar, is_max: bool) -> TBlo
         return r
 
     def compare(fn: str, x: TValue, y: TValue, signed: bool = True) -> TValue:
-        if acc.name.startswith("f") and x.type == v_t:
-            ordering = "unordered" if fn == "ne" else "ordered"
+        if acc.name in FLOAT_BITS and x.type == v_t:
+            ordering = "unordered" if fn == "not_equal" else "ordered"  # NaN != NaN
             return emit("cmpf", b_t, [x, y], predicate=fn, comparison=ordering)
         return emit("cmpi", b_t, [x, y], predicate=fn, signedness="signed" if signed else "unsigned")
 
@@ -116,7 +117,7 @@ def _arg_body(lo: Lowerer, op: O.ArgReduceOp, acc: Scalar, is_max: bool) -> TBlo
     b_first = compare("less_than", bi, ai)
     better = compare("greater_than" if is_max else "less_than", bv, av, signed)
     take_b = emit("select", b_t, [compare("equal", bv, av, signed), b_first, better])
-    if acc.name.startswith("f"):
+    if acc.name in FLOAT_BITS:
         an, bn = compare("not_equal", av, av), compare("not_equal", bv, bv)
         true = emit("constant", b_t, [], data=b"\x01", value=True)
         a_num = emit("xori", b_t, [an, true])
