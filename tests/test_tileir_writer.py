@@ -309,8 +309,8 @@ def test_unsupported_op_is_a_located_error_naming_it() -> None:
             produce()
         e = err.value
         assert (e.filename, e.line, e.col) == (__file__, line, col)
-        assert e.message == "the Tile IR backend cannot express 'unary' (fn='erf' on float32: Tile IR has no erf) yet; " \
-            'compile this kernel with backend="cuda"'
+        assert e.message == "the Tile IR backend cannot express 'unary' (fn='erf' on float32: Tile IR has no " \
+            'erf) yet; compile this kernel with backend="cuda"'
         assert str(e).splitlines()[-1].strip() == "^"
 
 
