@@ -257,10 +257,10 @@ def binary_out(op: str, dtype: str) -> str:
     """The dtype of ``x op y`` for two ``dtype`` operands, as memory holds it."""
     if op in COMPARE:
         return "uint8"
+    if op == "truediv" and dtype not in FLOATS:
+        return "float32"
     if dtype == "bool":
         return "int8" if op in ("floordiv", "mod", "pow") else "uint8"
-    if op == "truediv" and dtype in INTS:
-        return "float32"
     return dtype
 
 
@@ -661,7 +661,7 @@ def ref_unary(fn: str, x: np.ndarray, name: str) -> np.ndarray:
         if name in INTS and fn == "abs":
             return wrap([abs(int(v)) for v in x.ravel()], name).reshape(x.shape)
         return x if name in INTS or name == "bool" else getattr(np, fn)(x)
-    xf = x.astype(np.float64)
+    xf = (x if name in FLOATS else x.astype(np.float32)).astype(np.float64)  # ints and bools: float32 first
     with np.errstate(all="ignore"):
         if fn == "rsqrt":
             r = 1 / np.sqrt(xf)
@@ -799,11 +799,11 @@ def ref_reduce(fn: str, x: np.ndarray, name: str, axis: int) -> np.ndarray:
     if name == "bool":
         x = x.astype(bool)
     if fn.startswith("arg"):
-        return getattr(np, fn)(x, axis=axis)
+        return getattr(np, fn)(f32(x), axis=axis)
     if fn in ("max", "min"):
         return getattr(np, fn)(f32(x), axis=axis).astype(np_dtype(out))
     if out in FLOATS:
-        r = getattr(np, fn if fn != "cumsum" else "cumsum")(x.astype(np.float64), axis=axis)
+        r = getattr(np, fn)(x.astype(np.float64), axis=axis)
         return np.asarray(r).astype(np_dtype(out))
     with np.errstate(all="ignore"):
         return getattr(np, fn)(x.astype(out), axis=axis, dtype=out)
