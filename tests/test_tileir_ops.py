@@ -672,8 +672,14 @@ def ref_unary(fn: str, x: np.ndarray, name: str) -> np.ndarray:
     return r
 
 
+#: Integer and bool float math is a cast to float32 and the float32 function (each checked on its own): on the GPU
+#: a few of those dtypes stand for all.
+GPU_MATH_DTYPES = ["bool", "int16", "uint64", *FLOATS]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize(("fn", "dtype"), [(fn, d) for fn in UNARY for d in unary_dtypes(fn)])
+@pytest.mark.parametrize(("fn", "dtype"), [(fn, d) for fn in UNARY for d in unary_dtypes(fn)
+                                           if fn not in MATH or d in GPU_MATH_DTYPES])
 def test_unary_on_both_backends(fn: str, dtype: str, rng: np.random.Generator, backends: None) -> None:
     n, tile = 1000, 128
     x = rand((n,), dtype, rng)
