@@ -251,7 +251,10 @@ class Writer:
         else:
             buf.append(TAG_FLOAT)
             varint(self.type_id(elem), buf)
-            varint(bits << 1, buf)  # a zigzag varint of the (non-negative) bit pattern
+            # a zigzag varint of the bit pattern read as a signed 64-bit integer (so an f64 with its sign bit
+            # set, such as -inf, survives the reader's 64 bits)
+            signed = bits - (1 << 64) if bits >> 63 else bits
+            varint(signed << 1 if signed >= 0 else ~(signed << 1), buf)
 
     def op(self, op: TOp, buf: bytearray) -> None:
         """Append ``op`` following its layout in ``OPS``."""
@@ -279,6 +282,10 @@ class Writer:
                 varint(int(bool(op.attrs.get("propagate_nan"))) | int(bool(op.attrs.get("ftz"))) << 1, buf)
             elif item.startswith("int:"):
                 varint(op.attrs[item[4:]], buf)
+            elif item.startswith("flag:"):
+                varint(int(bool(op.attrs.get(item[5:], False))), buf)
+            elif item.startswith("i32s:"):
+                int_list(op.attrs[item[5:]], 4, buf)
             elif item == "identities":
                 varint(len(op.attrs["identities"]), buf)
                 for value, elem in op.attrs["identities"]:

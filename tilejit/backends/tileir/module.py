@@ -148,12 +148,14 @@ class OpSpec:
     three result types; ``ftz`` the flush-to-zero flag; ``tko`` the load/store flag bits (bit 2:
     a token operand follows); ``enum:<attr>`` one byte; ``const`` a constant-table index of
     ``attrs['data']``; ``inbounds`` the per-dimension in-bounds flags (13.4+ only); ``nan_ftz``
-    the maxf/minf flag bits (bit 0 propagate NaN); ``int:<attr>`` a varint; ``identities`` the
-    reduce identities (a tagged array); ``o`` an operand; ``o*`` a counted operand list; ``o?`` an
-    optional operand (``o?:<name>`` names it for ``flags``); ``flags:<a>,<b>,...`` a varint of
-    presence bits, bit i for name i (an attribute or a named optional operand); ``enum?:<attr>``
-    one byte when the attribute is given; ``regions`` the op's regions. ``@13.2`` after an item:
-    only from that version on (an attribute the registry added later; older versions imply its default).
+    the maxf/minf flag bits (bit 0 propagate NaN); ``int:<attr>`` a varint; ``flag:<attr>`` a
+    boolean attribute as one varint (0 when absent); ``i32s:<attr>`` a counted array of 32-bit
+    integers; ``identities`` the reduce/scan identities (a tagged array); ``o`` an operand; ``o*`` a
+    counted operand list; ``o?`` an optional operand (``o?:<name>`` names it for ``flags``);
+    ``flags:<a>,<b>,...`` a varint of presence bits, bit i for name i (an attribute or a named optional
+    operand); ``enum?:<attr>`` one byte when the attribute is given; ``regions`` the op's regions.
+    ``@13.2`` after an item: only from that version on (an attribute the registry added later; older
+    versions imply its default).
     """
 
     opcode: int
@@ -166,24 +168,31 @@ OPS: dict[str, OpSpec] = {
     "addf": OpSpec(2, ("res", "ftz", "enum:rounding", "o", "o")),
     "addi": OpSpec(3, ("res", "enum:overflow", "o", "o")),
     "andi": OpSpec(4, ("res", "o", "o")),
-    "break": OpSpec(10, ("res*", "o*")),
     "atomic_cas_tko": OpSpec(
         7, ("res2", "flags:mask,token", "enum:ordering", "enum:scope", "o", "o", "o", "o?:mask", "o?:token")
     ),
     "atomic_rmw_tko": OpSpec(
         8, ("res2", "flags:mask,token", "enum:ordering", "enum:scope", "enum:mode", "o", "o", "o?:mask", "o?:token")
     ),
+    "bitcast": OpSpec(9, ("res", "o")),
+    "break": OpSpec(10, ("res*", "o*")),
     "broadcast": OpSpec(11, ("res", "o")),
     "ceil": OpSpec(13, ("res", "o")),
     "cmpf": OpSpec(14, ("res", "enum:predicate", "enum:comparison", "o", "o")),
     "cmpi": OpSpec(15, ("res", "enum:predicate", "enum:signedness", "o", "o")),
     "constant": OpSpec(16, ("res", "const")),
     "continue": OpSpec(17, ("res*", "o*")),
+    "cos": OpSpec(18, ("res", "o")),
     "divf": OpSpec(20, ("res", "ftz", "enum:rounding", "o", "o")),
+    "divi": OpSpec(21, ("res", "enum:signedness", "enum:rounding", "o", "o")),
+    "exp": OpSpec(23, ("res", "enum:rounding@13.3", "o")),
+    "exp2": OpSpec(24, ("res", "ftz", "o")),
     "exti": OpSpec(37, ("res", "enum:signedness", "o")),
     "floor": OpSpec(39, ("res", "o")),
     "for": OpSpec(41, ("res*", "int:unsigned_cmp@13.2", "o*", "regions")),
+    "fpowf": OpSpec(84, ("res", "o", "o")),
     "ftof": OpSpec(42, ("res", "enum:rounding", "o")),
+    "ftoi": OpSpec(43, ("res", "flag:saturating@13.4", "enum:signedness", "enum:rounding", "o")),
     "get_num_tile_blocks": OpSpec(46, ("res3",)),
     "get_tile_block_id": OpSpec(48, ("res3",)),
     "if": OpSpec(50, ("res*", "o", "regions")),
@@ -195,6 +204,8 @@ OPS: dict[str, OpSpec] = {
              "o?:padding", "o?:token")
     ),
     "load_view_tko": OpSpec(62, ("res*", "tko", "enum:ordering", "inbounds", "o", "o*", "o?")),
+    "log": OpSpec(63, ("res", "o")),
+    "log2": OpSpec(64, ("res", "o")),
     "loop": OpSpec(65, ("res*", "o*", "regions")),
     "make_partition_view": OpSpec(66, ("res", "o")),
     "make_tensor_view": OpSpec(67, ("res*", "o", "o*", "o*")),
@@ -209,10 +220,18 @@ OPS: dict[str, OpSpec] = {
     "negi": OpSpec(80, ("res", "enum:overflow@13.2", "o")),
     "offset": OpSpec(81, ("res", "o", "o")),
     "ori": OpSpec(82, ("res", "o", "o")),
+    "permute": OpSpec(83, ("res", "i32s:permutation", "o")),
     "reduce": OpSpec(88, ("res*", "int:dim", "identities", "o*", "regions")),
+    "remf": OpSpec(89, ("res", "o", "o")),
+    "remi": OpSpec(90, ("res", "enum:signedness", "o", "o")),
     "reshape": OpSpec(91, ("res", "o")),
     "return": OpSpec(92, ("res*", "o*")),
+    "rsqrt": OpSpec(93, ("res", "ftz", "o")),
+    "scan": OpSpec(94, ("res*", "int:dim", "flag:reverse", "identities", "o*", "regions")),
     "select": OpSpec(95, ("res", "o", "o", "o")),
+    "shli": OpSpec(96, ("res", "enum:overflow", "o", "o")),
+    "shri": OpSpec(97, ("res", "enum:signedness", "o", "o")),
+    "sin": OpSpec(98, ("res", "o")),
     "sqrt": OpSpec(100, ("res", "ftz", "enum:rounding", "o")),
     "store_ptr_tko": OpSpec(
         101, ("res", "flags:scope,hints,mask,token", "enum:ordering", "enum?:scope", "o", "o", "o?:mask", "o?:token")
@@ -220,6 +239,7 @@ OPS: dict[str, OpSpec] = {
     "store_view_tko": OpSpec(102, ("res*", "tko", "enum:ordering", "inbounds", "o", "o", "o*", "o?")),
     "subf": OpSpec(103, ("res", "ftz", "enum:rounding", "o", "o")),
     "subi": OpSpec(104, ("res", "enum:overflow", "o", "o")),
+    "tanh": OpSpec(106, ("res", "enum:rounding@13.2", "o")),
     "trunci": OpSpec(107, ("res", "enum:overflow", "o")),
     "xori": OpSpec(108, ("res", "o", "o")),
     "yield": OpSpec(109, ("res*", "o*")),

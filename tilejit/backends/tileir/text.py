@@ -11,6 +11,7 @@ import re
 import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 
 from tilejit.backends.tileir.module import (
     FuncType,
@@ -61,7 +62,9 @@ def constant_text(data: bytes, elem: Scalar) -> str:
 
 
 def number_text(data: bytes, elem: Scalar) -> str:
-    """One element's value as the text form writes it (``2.000000e+00``, ``0xFF800000``, ``-3``, ``true``)."""
+    """One element's value as the text form writes it (``2.000000e+00``, ``123456.703``, ``0xFF800000``, ``-3``,
+    ``true``): MLIR's float printing, which tileirdisasm uses (6 significant digits when they read back exactly,
+    else LLVM APFloat's natural form when it has a decimal point, else the hex bits)."""
     name = elem.name
     if name == "i1":
         return "true" if data[0] & 1 else "false"
@@ -72,21 +75,51 @@ def number_text(data: bytes, elem: Scalar) -> str:
         value = struct.unpack("<f", (bits << 16).to_bytes(4, "little"))[0]
     else:
         value = struct.unpack({"f16": "<e", "f32": "<f", "f64": "<d"}[name], data)[0]
-    text = f"{value:.6e}"
-    if math.isfinite(value) and _float_bits(float(text), name) == bits:
-        return text
+    if math.isfinite(value):
+        sign = "-" if math.copysign(1.0, value) < 0 else ""
+        digits, exp = _decimal_digits(value, 6)
+        mantissa = (digits[0] + "." + digits[1:]).ljust(8, "0")
+        text = f"{sign}{mantissa}e{exp + len(digits) - 1:+03d}"
+        if constant_bytes(float(text), elem) == data:
+            return text
+        text = sign + _natural_text(value, _NATURAL_DIGITS[name])
+        if "." in text:
+            return text
     return f"0x{bits:0{2 * len(data)}X}"
 
 
-def _float_bits(value: float, name: str) -> int:
-    """The bit pattern of ``value`` in float type ``name`` (-1 when it overflows)."""
-    if name == "bf16":
-        return int.from_bytes(struct.pack("<f", value)[2:], "little")
-    code = {"f16": "<e", "f32": "<f", "f64": "<d"}[name]
-    try:
-        return int.from_bytes(struct.pack(code, value), "little")
-    except OverflowError:
-        return -1
+#: LLVM APFloat's natural precision (significant decimal digits) of each float type: 2 + bits * 59 / 196.
+_NATURAL_DIGITS: dict[str, int] = {"f16": 5, "bf16": 4, "f32": 9, "f64": 17}
+
+
+def _decimal_digits(value: float, precision: int) -> tuple[str, int]:
+    """APFloat's decimal digits of ``|value|``: the exact expansion rounded (half up) to at most ``precision``
+    significant digits, trailing zeros dropped; ``(digits, exp)`` with ``|value| == int(digits) * 10**exp``."""
+    if value == 0:
+        return "0", 0
+    t = Decimal(abs(value)).as_tuple()
+    digits, exp = "".join(map(str, t.digits)).lstrip("0"), int(t.exponent)
+    if len(digits) > precision:
+        up = digits[precision] >= "5"
+        exp += len(digits) - precision
+        digits = str(int(digits[:precision]) + up)
+    stripped = digits.rstrip("0")
+    return stripped, exp + len(digits) - len(stripped)
+
+
+def _natural_text(value: float, precision: int) -> str:
+    """``APFloat::toString`` of ``|value|`` with its defaults (natural precision, padding up to 3 zeros):
+    ``123456.703``, ``4.29496704E+9``, ``0.00125``, ``1234567`` (no point)."""
+    digits, exp = _decimal_digits(value, precision)
+    n = len(digits)
+    scientific = (exp > 3 or n + exp > precision) if exp >= 0 else (exp + n - 1 < 0 and -(exp + n - 1) > 3)
+    if scientific:
+        e = exp + n - 1
+        return f"{digits[0]}.{digits[1:] or '0'}E{'+' if e >= 0 else '-'}{abs(e)}"
+    if exp >= 0:
+        return digits + "0" * exp
+    whole = exp + n
+    return f"{digits[:whole]}.{digits[whole:]}" if whole > 0 else "0." + "0" * -whole + digits
 
 
 class Printer:
@@ -128,7 +161,7 @@ class Printer:
         """Name the results of ``ops`` (one block's level) before any region inside them, as MLIR does: a
         region's names follow all of its parent block's. A control-flow op's results are one ``%name:N``."""
         for op in ops:
-            if op.name in CONTROL and len(op.results) > 1:
+            if op.name in GROUPED and len(op.results) > 1:
                 pack = self.name(TValue(op.results[0].type, op.results[0].name))[1:]
                 for i, r in enumerate(op.results):
                     self.names[r] = f"{pack}#{i}"
@@ -140,7 +173,7 @@ class Printer:
         """``%a, %b = `` (``%a:2 = `` for a control-flow op), or nothing when ``op`` has no results."""
         if not op.results:
             return ""
-        if op.name in CONTROL and len(op.results) > 1:
+        if op.name in GROUPED and len(op.results) > 1:
             return f"%{self.names[op.results[0]].partition('#')[0]}:{len(op.results)} = "
         return f"{self.names_of(op.results)} = "
 
@@ -233,9 +266,32 @@ def _float_binary(p: Printer, op: TOp) -> str:
 
 
 def _unary(p: Printer, op: TOp) -> str:
-    """``negf %x : type`` and the other one-operand ops."""
-    extra = _rounding(op) if op.name == "sqrt" else _overflow(op) if op.name == "negi" else ""
-    return f"{op.name} {_v(p, op, 0)}{extra} : {_t(op)}"
+    """``negf %x : type`` and the other one-operand ops (``exp``/``tanh`` show a rounding other than full)."""
+    if op.name in ("exp", "tanh"):
+        mode = op.attrs.get("rounding", "full")
+        extra = "" if mode == "full" else f" rounding<{mode}>"
+    else:
+        extra = _rounding(op) if op.name == "sqrt" else _overflow(op) if op.name == "negi" else ""
+    ftz = " flush_to_zero" if op.attrs.get("ftz") else ""
+    return f"{op.name} {_v(p, op, 0)}{extra}{ftz} : {_t(op)}"
+
+
+def _int_division(p: Printer, op: TOp) -> str:
+    """``divi %a, %b signed : type`` (a rounding other than zero shown), ``remi``, ``shri`` and ``shli``."""
+    extra = f" {op.attrs['signedness']}" if "signedness" in op.attrs else _overflow(op)
+    mode = op.attrs.get("rounding", "zero")
+    if op.name == "divi" and mode != "zero":
+        extra += f" rounding<{mode}>"
+    return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{extra} : {_t(op)}"
+
+
+def _scan(p: Printer, op: TOp) -> str:
+    """The ``scan`` line (its region follows on the next lines)."""
+    operands = _vs(p, op, 0)
+    idents = _identities(op)
+    types = f"{', '.join(type_text(v.type) for v in operands)} -> {', '.join(type_text(r.type) for r in op.results)}"
+    reverse = "true" if op.attrs.get("reverse") else "false"
+    return f"scan {p.names_of(operands)} dim={op.attrs['dim']} reverse={reverse} identities=[{idents}] : {types}"
 
 
 def _plain_binary(p: Printer, op: TOp) -> str:
@@ -262,12 +318,21 @@ def _max_min(p: Printer, op: TOp) -> str:
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{flags} : {_t(op)}"
 
 
+def _identities(op: TOp) -> str:
+    """A reduce's or scan's identities: ``0.000000e+00 : f32, 2147483647 : i32`` (as MLIR prints attributes: no
+    type for f64 and i64, its default types, unless in hex, and i1 as ``true``/``false``)."""
+    out = []
+    for value, elem in op.attrs["identities"]:
+        text = number_text(constant_bytes(value, elem), elem)
+        default = elem.name == "i1" or (elem.name in ("i64", "f64") and not text.startswith("0x"))
+        out.append(text if default else f"{text} : {elem.name}")
+    return ", ".join(out)
+
+
 def _reduce(p: Printer, op: TOp) -> str:
     """The ``reduce`` line (its region follows on the next lines)."""
     operands = _vs(p, op, 0)
-    idents = ", ".join(
-        f"{number_text(constant_bytes(value, elem), elem)} : {elem.name}" for value, elem in op.attrs["identities"]
-    )
+    idents = _identities(op)
     types = f"{', '.join(type_text(v.type) for v in operands)} -> {', '.join(type_text(r.type) for r in op.results)}"
     return f"reduce {p.names_of(operands)} dim={op.attrs['dim']} identities=[{idents}] : {types}"
 
@@ -281,6 +346,10 @@ def _convert(p: Printer, op: TOp) -> str:
     """Conversions and shape changes: ``ftof %x : src -> dst`` and the like."""
     sign = f" {op.attrs['signedness']}" if "signedness" in op.attrs else ""
     extra = _rounding(op) if op.name in ("ftof", "itof") else _overflow(op) if op.name == "trunci" else ""
+    if op.name == "ftoi":
+        extra = " saturating" if op.attrs.get("saturating") else ""
+    if op.name == "permute":
+        extra = f" [{', '.join(map(str, op.attrs['permutation']))}]"
     return f"{op.name} {_v(p, op, 0)}{sign}{extra} : {_ot(op, 0)} -> {_t(op)}"
 
 
@@ -427,6 +496,24 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "store_ptr_tko": _store_ptr,
     "atomic_rmw_tko": _atomic,
     "atomic_cas_tko": _atomic,
+    "scan": _scan,
+    "exp": _unary,
+    "exp2": _unary,
+    "log": _unary,
+    "log2": _unary,
+    "rsqrt": _unary,
+    "sin": _unary,
+    "cos": _unary,
+    "tanh": _unary,
+    "divi": _int_division,
+    "remi": _int_division,
+    "shli": _int_division,
+    "shri": _int_division,
+    "remf": _plain_binary,
+    "fpowf": _plain_binary,
+    "ftoi": _convert,
+    "bitcast": _convert,
+    "permute": _convert,
 }
 
 
@@ -481,6 +568,8 @@ def _if(p: Printer, op: TOp) -> str:
 #: Control-flow ops (their regions' arguments print on the op's line, the regions as braces) -> the
 #: terminator their regions may leave implicit.
 CONTROL: dict[str, str] = {"for": "continue", "loop": "continue", "if": "yield"}
+#: Ops whose several results print as one MLIR result group ``%r:2`` (used as ``%r#1``).
+GROUPED = {*CONTROL, "reduce", "scan"}
 
 
 def print_module(module: TModule) -> str:

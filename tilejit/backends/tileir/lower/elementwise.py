@@ -1,23 +1,134 @@
 """Lowering rules for values from nothing (block ids, ranges, constants, array dims), elementwise math,
-comparisons, select, casts and shape ops. Each follows the numpy rules the CUDA backend follows."""
+comparisons, select, casts and shape ops. Each computes what the CUDA backend computes (its tables.py and
+math.cuh): wrapping integers, Python floor division, NaN-propagating maximum, 16-bit floats computed in f32
+and rounded once, float to integer casts that saturate with NaN giving 0."""
 
 from __future__ import annotations
+
+import math
 
 from tilejit.backends.tileir.lower.core import I32, Lowerer, rule, unsupported
 from tilejit.backends.tileir.module import Scalar, Tile, TOp, TValue, constant_bytes
 from tilejit.language.ir import ops as O
-from tilejit.language.ir.types import TileType
+from tilejit.language.ir.core import Op
+from tilejit.language.ir.types import DType, TileType
 
-_FLOAT_BIN: dict[str, str] = {"add": "addf", "sub": "subf", "mul": "mulf", "truediv": "divf"}
+_FLOAT_BIN: dict[str, str] = {"add": "addf", "sub": "subf", "mul": "mulf"}
 _INT_BIN: dict[str, str] = {"add": "addi", "sub": "subi", "mul": "muli"}
 _BITWISE: dict[str, str] = {"and": "andi", "or": "ori", "xor": "xori"}
-#: Unary fns whose Tile IR op computes exactly what the CUDA backend does (exact or correctly rounded).
-_FLOAT_UNARY: dict[str, str] = {"neg": "negf", "abs": "absf", "floor": "floor", "ceil": "ceil", "sqrt": "sqrt"}
-_INT_UNARY: dict[str, str] = {"neg": "negi", "abs": "absi"}
+#: bool + - * and maximum/minimum are logical: or, xor (``!=``), and; or, and.
+_BOOL_BIN: dict[str, str] = {"add": "ori", "sub": "xori", "mul": "andi", "maximum": "ori", "minimum": "andi"}
+#: Float math computed in the compute type (f32 for 16-bit floats): fn -> (Tile IR op, its attributes). The
+#: ``full`` modes are the CUDA Math API functions the CUDA backend calls (expf, tanhf, ...); nothing flushes.
+_FLOAT_MATH: dict[str, tuple[str, dict[str, object]]] = {
+    "exp": ("exp", {"rounding": "full"}), "exp2": ("exp2", {}), "log": ("log", {}), "log2": ("log2", {}),
+    "sqrt": ("sqrt", {"rounding": "nearest_even"}), "rsqrt": ("rsqrt", {}), "sin": ("sin", {}),
+    "cos": ("cos", {}), "tanh": ("tanh", {"rounding": "full"}),
+}
+#: Unary fns that leave an integer or bool tile unchanged (numpy 2's floor/ceil; abs of unsigned and bool).
+_IDENTITY_UNARY = ("floor", "ceil")
 PREDICATES: dict[str, str] = {
     "eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_than_or_equal", "gt": "greater_than",
     "ge": "greater_than_or_equal",
 }
+F32 = Scalar("f32")
+BOOL = Scalar("i1")
+FLOAT_BITS: dict[str, int] = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
+
+
+# ------------------------------------------------------------------ helpers shared by the rules
+
+
+def kind(dtype: DType) -> str:
+    """The CUDA backend's table kind of ``dtype``: 'b' bool, 'f' float, 'i' signed, 'u' unsigned."""
+    return "b" if dtype.is_bool else "f" if dtype.is_float else "i" if dtype.is_signed else "u"
+
+
+def like(x: TValue, elem: Scalar) -> Tile:
+    """A tile type of ``x``'s shape with element ``elem``."""
+    assert isinstance(x.type, Tile)
+    return Tile(elem, x.type.shape)
+
+
+def elem_of(x: TValue) -> Scalar:
+    """The element type of tile value ``x``."""
+    assert isinstance(x.type, Tile) and isinstance(x.type.elem, Scalar)
+    return x.type.elem
+
+
+def new(lo: Lowerer, op: Op, name: str, t: Tile, operands: list[TValue], **attrs: object) -> TValue:
+    """Emit Tile IR op ``name`` for ``op`` with one fresh result of type ``t``; the result."""
+    r = TValue(t)
+    lo.emit(name, [r], list(operands), op, **attrs)
+    return r
+
+
+def const(lo: Lowerer, op: Op, value: object, t: Tile) -> TValue:
+    """A constant tile of type ``t`` with every element ``value``."""
+    assert isinstance(t.elem, Scalar)
+    return new(lo, op, "constant", t, [], data=constant_bytes(value, t.elem), value=value)
+
+
+def splat(lo: Lowerer, op: Op, value: object, like_x: TValue) -> TValue:
+    """A constant of ``like_x``'s type with every element ``value``."""
+    return const(lo, op, value, like(like_x, elem_of(like_x)))
+
+
+def fconvert(lo: Lowerer, op: Op, x: TValue, elem: Scalar) -> TValue:
+    """Float ``x`` as float element type ``elem`` (rounded to nearest even; ``x`` itself when it already is)."""
+    if elem_of(x) == elem:
+        return x
+    return new(lo, op, "ftof", like(x, elem), [x], rounding="nearest_even")
+
+
+def compute_elem(elem: Scalar) -> Scalar:
+    """The element type float arithmetic on ``elem`` happens in: 16-bit floats compute in f32."""
+    return F32 if elem.name in ("f16", "bf16") else elem
+
+
+def cmp(lo: Lowerer, op: Op, fn: str, x: TValue, y: TValue, signed: bool = True) -> TValue:
+    """``x fn y`` as an i1 tile with C++'s answer for NaN (false, except ``!=`` which is true)."""
+    t = like(x, BOOL)
+    if elem_of(x).name in FLOAT_BITS:
+        ordering = "unordered" if fn == "ne" else "ordered"
+        return new(lo, op, "cmpf", t, [x, y], predicate=PREDICATES[fn], comparison=ordering)
+    return new(lo, op, "cmpi", t, [x, y], predicate=PREDICATES[fn], signedness="signed" if signed else "unsigned")
+
+
+def select(lo: Lowerer, op: Op, c: TValue, x: TValue, y: TValue) -> TValue:
+    """``c ? x : y``."""
+    return new(lo, op, "select", x.type, [c, x, y])  # type: ignore[arg-type]
+
+
+def fbin(lo: Lowerer, op: Op, name: str, x: TValue, y: TValue, rounding: str = "nearest_even") -> TValue:
+    """A float ``addf``/``subf``/``mulf``/``divf``, rounded once (no flush to zero)."""
+    return new(lo, op, name, x.type, [x, y], rounding=rounding)  # type: ignore[arg-type]
+
+
+def ibin(lo: Lowerer, op: Op, name: str, x: TValue, y: TValue, **attrs: object) -> TValue:
+    """An integer op of two operands (``addi``... with wrapping overflow unless ``attrs`` say otherwise)."""
+    if name in ("addi", "subi", "muli", "shli"):
+        attrs.setdefault("overflow", "none")
+    return new(lo, op, name, x.type, [x, y], **attrs)  # type: ignore[arg-type]
+
+
+def set_result(lo: Lowerer, op: Op, r: TValue) -> None:
+    """Record ``r`` as the lowering of ``op.result`` (named after it)."""
+    r.name = op.result.name
+    lo.vals[op.result] = r
+
+
+def zero_with_sign_of(lo: Lowerer, op: Op, x: TValue) -> TValue:
+    """``copysign(0, x)`` for float ``x``: its sign bit alone, through its integer bits."""
+    e = elem_of(x)
+    width = FLOAT_BITS[e.name]
+    bits = Scalar(f"i{width}")
+    xi = new(lo, op, "bitcast", like(x, bits), [x])
+    mask = const(lo, op, -(1 << (width - 1)), like(x, bits))
+    return new(lo, op, "bitcast", like(x, e), [new(lo, op, "andi", like(x, bits), [xi, mask])])
+
+
+# ------------------------------------------------------------------ values from nothing
 
 
 @rule(O.BlockIdOp)
@@ -40,12 +151,17 @@ def num_blocks(lo: Lowerer, op: O.NumBlocksOp) -> None:
 
 @rule(O.ArangeOp)
 def arange(lo: Lowerer, op: O.ArangeOp) -> None:
-    """``arange(n)`` of an integer dtype: ``iota``."""
+    """``arange(n)``: ``iota``; a float range converts an i32 ``iota`` (16-bit floats through f32, as
+    the CUDA backend's ``tj::cast`` of the index does)."""
     r = lo.result(op)
-    assert isinstance(r.type, Tile) and isinstance(r.type.elem, Scalar)
-    if not r.type.elem.name.startswith("i"):
-        raise unsupported(op, f"a {r.type.elem.name} range")
-    lo.emit("iota", [r], [], op)
+    assert isinstance(r.type, Tile)
+    elem = elem_of(r)
+    if elem.name.startswith("i"):
+        lo.emit("iota", [r], [], op)
+        return
+    idx = new(lo, op, "iota", Tile(I32.elem, r.type.shape), [])
+    f = new(lo, op, "itof", like(idx, compute_elem(elem)), [idx], signedness="signed", rounding="nearest_even")
+    set_result(lo, op, fconvert(lo, op, f, elem))
 
 
 @rule(O.ArrayDimOp)
@@ -63,82 +179,272 @@ def constant(lo: Lowerer, op: O.ConstantOp) -> None:
     lo.emit("constant", [r], [], op, data=constant_bytes(op.value, r.type.elem), value=op.value)
 
 
+# ------------------------------------------------------------------ unary
+
+
+def _sigmoid(lo: Lowerer, op: Op, x: TValue) -> TValue:
+    """tj::sigmoid: ``e = exp(-|x|)``, then ``(x < 0 ? e : 1) / (1 + e)`` with an IEEE division."""
+    e = new(lo, op, "exp", x.type, [new(lo, op, "negf", x.type, [new(lo, op, "absf", x.type, [x])])],  # type: ignore[arg-type]
+            rounding="full")
+    one = splat(lo, op, 1.0, x)
+    num = select(lo, op, cmp(lo, op, "lt", x, splat(lo, op, 0.0, x)), e, one)
+    return fbin(lo, op, "divf", num, fbin(lo, op, "addf", one, e))
+
+
 @rule(O.UnaryOp)
 def unary(lo: Lowerer, op: O.UnaryOp) -> None:
-    """Elementwise ``fn(x)`` for the fns whose Tile IR op computes what the CUDA backend does."""
-    dtype = op.result.type.dtype  # type: ignore[attr-defined]
-    name = (_FLOAT_UNARY if dtype.is_float else _INT_UNARY if dtype.is_signed else {}).get(op.fn)
-    if name is None:
-        raise unsupported(op, f"fn='{op.fn}' on {dtype.name}")
-    attrs = {"rounding": "nearest_even"} if name == "sqrt" else {"overflow": "none"} if name == "negi" else {}
+    """Elementwise ``fn(x)`` as the CUDA backend's UNARY table computes it."""
+    dtype = op.x.type.dtype  # type: ignore[attr-defined]
+    k, fn = kind(dtype), op.fn
     x = lo.value(op.x)
-    lo.emit(name, [lo.result(op)], [x], op, **attrs)
+    if fn == "neg" and k in "iu":
+        r = new(lo, op, "negi", x.type, [x], overflow="none")  # type: ignore[arg-type]
+    elif fn == "neg" and k == "f":
+        r = new(lo, op, "negf", x.type, [x])  # type: ignore[arg-type]
+    elif fn in ("not", "invert") and k == "b":
+        r = ibin(lo, op, "xori", x, splat(lo, op, True, x))
+    elif fn == "not":
+        r = cmp(lo, op, "eq", x, splat(lo, op, 0, x))
+    elif fn == "invert" and k in "iu":
+        r = ibin(lo, op, "xori", x, splat(lo, op, -1, x))
+    elif fn == "abs" and k == "f":
+        r = new(lo, op, "absf", x.type, [x])  # type: ignore[arg-type]
+    elif fn == "abs" and k == "i":
+        r = new(lo, op, "absi", x.type, [x])  # type: ignore[arg-type]  # |MIN| wraps to MIN, as tj::abs
+    elif (fn == "abs" and k in "ub") or (fn in _IDENTITY_UNARY and k in "iub"):
+        lo.vals[op.result] = x
+        return
+    elif fn in _IDENTITY_UNARY:
+        r = new(lo, op, fn, x.type, [x])  # type: ignore[arg-type]
+    elif k == "f" and (fn in _FLOAT_MATH or fn == "sigmoid"):
+        elem = elem_of(x)
+        xc = fconvert(lo, op, x, compute_elem(elem))
+        if fn == "sigmoid":
+            rc = _sigmoid(lo, op, xc)
+        else:
+            name, attrs = _FLOAT_MATH[fn]
+            rc = new(lo, op, name, xc.type, [xc], **attrs)  # type: ignore[arg-type]
+        r = fconvert(lo, op, rc, elem)
+    elif fn == "erf" and k == "f":
+        raise unsupported(op, f"fn='erf' on {dtype.name}: Tile IR has no erf")
+    else:
+        raise unsupported(op, f"fn='{fn}' on {dtype.name}")
+    set_result(lo, op, r)
+
+
+# ------------------------------------------------------------------ binary
+
+
+def _int_floordiv_mod(lo: Lowerer, op: Op, fn: str, a: TValue, b: TValue, signed: bool) -> TValue:
+    """tj::floordiv / tj::mod on integers: Python's floor semantics, ``x // 0 == x % 0 == 0`` and
+    ``MIN // -1`` wrapping to MIN; ``divi``/``remi`` never see a zero or (signed) -1 divisor."""
+    sign = "signed" if signed else "unsigned"
+    zero, one = splat(lo, op, 0, a), splat(lo, op, 1, a)
+    bzero = cmp(lo, op, "eq", b, zero)
+    special = bneg1 = bzero
+    if signed:
+        bneg1 = cmp(lo, op, "eq", b, splat(lo, op, -1, a))
+        special = ibin(lo, op, "ori", bzero, bneg1)
+    bs = select(lo, op, special, one, b)
+    r = ibin(lo, op, "remi", a, bs, signedness=sign)
+    if fn == "mod":
+        if not signed:
+            return r
+        # r != 0 and sign(r) != sign(b): r + b
+        fix = ibin(lo, op, "andi", cmp(lo, op, "ne", r, zero),
+                   ibin(lo, op, "xori", cmp(lo, op, "lt", r, zero), cmp(lo, op, "lt", bs, zero)))
+        return select(lo, op, fix, ibin(lo, op, "addi", r, bs), r)
+    q = ibin(lo, op, "divi", a, bs, signedness=sign, rounding="zero")
+    if signed:
+        fix = ibin(lo, op, "andi", cmp(lo, op, "ne", r, zero),
+                   ibin(lo, op, "xori", cmp(lo, op, "lt", a, zero), cmp(lo, op, "lt", bs, zero)))
+        q = select(lo, op, fix, ibin(lo, op, "subi", q, one), q)
+        q = select(lo, op, bneg1, new(lo, op, "negi", a.type, [a], overflow="none"), q)  # type: ignore[arg-type]
+    return select(lo, op, bzero, zero, q)
+
+
+def _float_floordiv_mod(lo: Lowerer, op: Op, fn: str, a: TValue, b: TValue) -> TValue:
+    """tj::floordiv / tj::mod on floats: numpy's npy_divmod, step for step (fmod is ``remf``)."""
+    m = new(lo, op, "remf", a.type, [a, b])  # type: ignore[arg-type]
+    zero = splat(lo, op, 0.0, a)
+    mnz = cmp(lo, op, "ne", m, zero)  # NaN != 0, as in C++
+    adj = ibin(lo, op, "andi", mnz, ibin(lo, op, "xori", cmp(lo, op, "lt", b, zero), cmp(lo, op, "lt", m, zero)))
+    bzero = cmp(lo, op, "eq", b, zero)
+    if fn == "mod":
+        m1 = select(lo, op, adj, fbin(lo, op, "addf", m, b), select(lo, op, mnz, m, zero_with_sign_of(lo, op, b)))
+        return select(lo, op, bzero, m, m1)
+    one = splat(lo, op, 1.0, a)
+    div = fbin(lo, op, "divf", fbin(lo, op, "subf", a, m), b)
+    div = select(lo, op, adj, fbin(lo, op, "subf", div, one), div)
+    fd = new(lo, op, "floor", div.type, [div])  # type: ignore[arg-type]
+    up = cmp(lo, op, "gt", fbin(lo, op, "subf", div, fd), splat(lo, op, 0.5, a))
+    fd = select(lo, op, up, fbin(lo, op, "addf", fd, one), fd)
+    q = fbin(lo, op, "divf", a, b)
+    fd = select(lo, op, cmp(lo, op, "ne", div, zero), fd, zero_with_sign_of(lo, op, q))
+    return select(lo, op, bzero, q, fd)
+
+
+def _ipow(lo: Lowerer, op: Op, a: TValue, b: TValue, signed: bool) -> TValue:
+    """tj::ipow: wrapping power by squaring over every bit of the exponent (unrolled); a negative exponent
+    gives 1 for a == 1, +-1 for a == -1 and 0 otherwise."""
+    bits = int(elem_of(a).name[1:])
+    steps = bits - 1 if signed else bits  # a signed exponent that counts here has its top bit clear
+    zero, one = splat(lo, op, 0, a), splat(lo, op, 1, a)
+    r, base, e = one, a, b
+    for i in range(steps):
+        odd = cmp(lo, op, "ne", ibin(lo, op, "andi", e, one), zero)
+        r = select(lo, op, odd, ibin(lo, op, "muli", r, base), r)
+        if i < steps - 1:
+            base = ibin(lo, op, "muli", base, base)
+            e = ibin(lo, op, "shri", e, one, signedness="unsigned")
+    if not signed:
+        return r
+    minus_one = splat(lo, op, -1, a)
+    odd_b = cmp(lo, op, "ne", ibin(lo, op, "andi", b, one), zero)
+    neg = select(lo, op, cmp(lo, op, "eq", a, one), one,
+                 select(lo, op, cmp(lo, op, "eq", a, minus_one), select(lo, op, odd_b, minus_one, one), zero))
+    return select(lo, op, cmp(lo, op, "lt", b, zero), neg, r)
+
+
+def _shift(lo: Lowerer, op: Op, fn: str, a: TValue, b: TValue, signed: bool) -> TValue:
+    """tj::lshift / tj::rshift: a count < 0 or >= the width gives 0 (-1 for ``>>`` of a negative); the
+    Tile IR shift only ever sees counts inside the width."""
+    bits = int(elem_of(a).name[1:])
+    out = cmp(lo, op, "ge", b, splat(lo, op, bits, a), signed=False)  # a negative count is huge unsigned
+    if fn == "rshift" and signed:  # shifting by width - 1 gives the sign fill, 0 or -1
+        return ibin(lo, op, "shri", a, select(lo, op, out, splat(lo, op, bits - 1, a), b), signedness="signed")
+    zero = splat(lo, op, 0, a)
+    count = select(lo, op, out, zero, b)
+    if fn == "lshift":
+        r = ibin(lo, op, "shli", a, count)
+    else:
+        r = ibin(lo, op, "shri", a, count, signedness="unsigned")
+    return select(lo, op, out, zero, r)
+
+
+@rule(O.BinaryOp)
+def binary(lo: Lowerer, op: O.BinaryOp) -> None:
+    """Elementwise binary ops as the CUDA backend's BINARY table computes them."""
+    dtype = op.result.type.dtype  # type: ignore[attr-defined]
+    k, fn = kind(dtype), op.fn
+    x, y = lo.value(op.x), lo.value(op.y)
+    signed = k == "i"
+    if k == "b" and fn in _BOOL_BIN:
+        r = ibin(lo, op, _BOOL_BIN[fn], x, y)
+    elif k in "iub" and fn in _BITWISE:
+        r = ibin(lo, op, _BITWISE[fn], x, y)
+    elif k == "b" and fn == "floordiv":
+        r = ibin(lo, op, "andi", x, y)  # b ? a : false
+    elif k == "b" and fn == "mod":
+        r = splat(lo, op, False, x)
+    elif k == "f" and fn in ("maximum", "minimum"):
+        r = new(lo, op, "maxf" if fn == "maximum" else "minf", x.type, [x, y], propagate_nan=True)  # type: ignore[arg-type]
+    elif k in "iu" and fn in ("maximum", "minimum"):
+        r = ibin(lo, op, "maxi" if fn == "maximum" else "mini", x, y, signedness="signed" if signed else "unsigned")
+    elif k == "f" and fn in _FLOAT_BIN:
+        r = fbin(lo, op, _FLOAT_BIN[fn], x, y)  # a 16-bit result rounded once equals tj's f32 op then cast
+    elif k in "iu" and fn in _INT_BIN:
+        r = ibin(lo, op, _INT_BIN[fn], x, y)
+    elif k in "iu" and fn in ("floordiv", "mod"):
+        r = _int_floordiv_mod(lo, op, fn, x, y, signed)
+    elif k in "iu" and fn == "pow":
+        r = _ipow(lo, op, x, y, signed)
+    elif k in "iu" and fn in ("lshift", "rshift"):
+        r = _shift(lo, op, fn, x, y, signed)
+    elif k == "f" and fn in ("truediv", "floordiv", "mod", "pow"):
+        elem = elem_of(x)
+        xc, yc = fconvert(lo, op, x, compute_elem(elem)), fconvert(lo, op, y, compute_elem(elem))
+        if fn == "truediv":  # tj::truediv: div.full.f32 (2 ulp) for f32, IEEE for f64
+            rc = fbin(lo, op, "divf", xc, yc, "full" if elem_of(xc) == F32 else "nearest_even")
+        elif fn == "pow":
+            rc = new(lo, op, "fpowf", xc.type, [xc, yc])  # type: ignore[arg-type]
+        else:
+            rc = _float_floordiv_mod(lo, op, fn, xc, yc)
+        r = fconvert(lo, op, rc, elem)
+    else:
+        raise unsupported(op, f"fn='{fn}' on {dtype.name}")
+    set_result(lo, op, r)
+
+
+# ------------------------------------------------------------------ compare, select
 
 
 @rule(O.CompareOp)
 def compare(lo: Lowerer, op: O.CompareOp) -> None:
-    """``cmpf`` (ordered, except ``!=`` which NaN makes true) or ``cmpi`` (signed or not) to an i1 tile."""
+    """``cmpf`` (ordered, except ``!=`` which NaN makes true) or ``cmpi`` (signed or not; bool unsigned)."""
     dtype = op.x.type.dtype  # type: ignore[attr-defined]
-    if dtype.is_bool:
-        raise unsupported(op, f"fn='{op.fn}' on bool")
     x, y = lo.value(op.x), lo.value(op.y)
-    r = lo.result(op)
-    if dtype.is_float:
-        ordering = "unordered" if op.fn == "ne" else "ordered"
-        lo.emit("cmpf", [r], [x, y], op, predicate=PREDICATES[op.fn], comparison=ordering)
-    else:
-        sign = "signed" if dtype.is_signed else "unsigned"
-        lo.emit("cmpi", [r], [x, y], op, predicate=PREDICATES[op.fn], signedness=sign)
+    set_result(lo, op, cmp(lo, op, op.fn, x, y, signed=dtype.is_signed))
 
 
 @rule(O.SelectOp)
-def select(lo: Lowerer, op: O.SelectOp) -> None:
+def select_op(lo: Lowerer, op: O.SelectOp) -> None:
     """``where(cond, x, y)``: ``select``."""
     operands = [lo.value(op.cond), lo.value(op.x), lo.value(op.y)]
     lo.emit("select", [lo.result(op)], operands, op)
 
 
-@rule(O.BinaryOp)
-def binary(lo: Lowerer, op: O.BinaryOp) -> None:
-    """Elementwise binary ops: float and int arithmetic, maximum/minimum, and/or/xor."""
-    dtype = op.result.type.dtype  # type: ignore[attr-defined]
-    x, y = lo.value(op.x), lo.value(op.y)
-    if dtype.is_float and op.fn in ("maximum", "minimum"):
-        lo.emit("maxf" if op.fn == "maximum" else "minf", [lo.result(op)], [x, y], op, propagate_nan=True)
-    elif dtype.is_int and op.fn in ("maximum", "minimum"):
-        sign = "signed" if dtype.is_signed else "unsigned"
-        lo.emit("maxi" if op.fn == "maximum" else "mini", [lo.result(op)], [x, y], op, signedness=sign)
-    elif (dtype.is_int or dtype.is_bool) and op.fn in _BITWISE:
-        lo.emit(_BITWISE[op.fn], [lo.result(op)], [x, y], op)
-    elif dtype.is_float and op.fn in _FLOAT_BIN:
-        lo.emit(_FLOAT_BIN[op.fn], [lo.result(op)], [x, y], op, rounding="nearest_even")
-    elif dtype.is_int and op.fn in _INT_BIN:
-        lo.emit(_INT_BIN[op.fn], [lo.result(op)], [x, y], op, overflow="none")
-    else:
-        raise unsupported(op, f"fn='{op.fn}' on {dtype.name}")
+# ------------------------------------------------------------------ casts
+
+
+def _float_to_int(lo: Lowerer, op: Op, x: TValue, dst: DType) -> TValue:
+    """tj::cast float -> int: NaN gives 0; truncate toward zero, saturating at the 32-bit range (64-bit for
+    64-bit results; unsigned at 0 and 2**N - 1); 8- and 16-bit results keep the low bits of the 32-bit value.
+    ``ftoi`` only ever sees values inside the range (elsewhere it is undefined)."""
+    x = fconvert(lo, op, x, compute_elem(elem_of(x)))
+    bits = 64 if dst.bits == 64 else 32
+    lo_v, hi_v = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if dst.is_signed else (0, 2 ** bits)
+    wide = Scalar(f"i{bits}")
+    hi_below = math.nextafter(float(hi_v), 0.0)
+    if elem_of(x) == F32:
+        hi_below = float(hi_v) * (1 - 2.0 ** -24)  # the float32 just below 2**N
+    x = select(lo, op, cmp(lo, op, "ne", x, x), splat(lo, op, 0.0, x), x)
+    clamped = new(lo, op, "maxf", x.type, [x, splat(lo, op, float(lo_v), x)])  # type: ignore[arg-type]
+    clamped = new(lo, op, "minf", x.type, [clamped, splat(lo, op, hi_below, x)])  # type: ignore[arg-type]
+    sign = "signed" if dst.is_signed else "unsigned"
+    r = new(lo, op, "ftoi", like(x, wide), [clamped], signedness=sign, rounding="nearest_int_to_zero")
+    r = select(lo, op, cmp(lo, op, "ge", x, splat(lo, op, float(hi_v), x)), splat(lo, op, hi_v - 1, r), r)
+    if dst.bits < bits:
+        r = new(lo, op, "trunci", like(r, Scalar(f"i{dst.bits}")), [r], overflow="none")
+    return r
 
 
 @rule(O.CastOp)
 def cast(lo: Lowerer, op: O.CastOp) -> None:
-    """``astype``: ftof, itof, exti or trunci (nothing when the Tile IR type is the same)."""
+    """``astype`` as tj::cast: to bool is ``!= 0`` (NaN is true), bool is 0 or 1, 16-bit floats go through f32
+    (an f64 -> f16 cast rounds once, as the CUDA backend's), float -> int as ``_float_to_int``."""
     src, dst = op.x.type, op.result.type
     assert isinstance(src, TileType) and isinstance(dst, TileType)
     t = lo.tile_type(dst, op)
     x = lo.value(op.x)
+    s, d = src.dtype, dst.dtype
+    assert isinstance(t.elem, Scalar)
     if lo.tile_type(src, op) == t:
         lo.vals[op.result] = x
         return
-    sign = "signed" if src.dtype.is_signed else "unsigned"
-    if src.dtype.is_float and dst.dtype.is_float:
-        lo.emit("ftof", [lo.result(op)], [x], op, rounding="nearest_even")
-    elif src.dtype.is_int and dst.dtype.is_float:
-        lo.emit("itof", [lo.result(op)], [x], op, signedness=sign, rounding="nearest_even")
-    elif src.dtype.is_int and dst.dtype.is_int and dst.dtype.bits > src.dtype.bits:
-        lo.emit("exti", [lo.result(op)], [x], op, signedness=sign)
-    elif src.dtype.is_int and dst.dtype.is_int:
-        lo.emit("trunci", [lo.result(op)], [x], op, overflow="none")
+    if d.is_bool:
+        r = cmp(lo, op, "ne", x, splat(lo, op, 0, x))
+    elif s.is_bool and d.is_float:
+        r = select(lo, op, x, const(lo, op, 1.0, t), const(lo, op, 0.0, t))
+    elif s.is_bool:
+        r = new(lo, op, "exti", t, [x], signedness="unsigned")
+    elif s.is_float and d.is_float:  # widening is exact; only f64 -> f16 rounds once, the rest go through f32
+        direct = d.bits > s.bits or (s.name == "float64" and d.name != "bfloat16")
+        r = fconvert(lo, op, x if direct else fconvert(lo, op, x, F32), t.elem)
+    elif s.is_int and d.is_float:
+        sign = "signed" if s.is_signed else "unsigned"
+        f = new(lo, op, "itof", like(x, compute_elem(t.elem)), [x], signedness=sign, rounding="nearest_even")
+        r = fconvert(lo, op, f, t.elem)
+    elif s.is_float:
+        r = _float_to_int(lo, op, x, d)
+    elif d.bits > s.bits:
+        r = new(lo, op, "exti", t, [x], signedness="signed" if s.is_signed else "unsigned")
     else:
-        raise unsupported(op, f"{src.dtype.name} to {dst.dtype.name}")
+        r = new(lo, op, "trunci", t, [x], overflow="none")
+    set_result(lo, op, r)
+
+
+# ------------------------------------------------------------------ shape
 
 
 @rule(O.BroadcastOp)
@@ -159,3 +465,10 @@ def reshape(lo: Lowerer, op: O.ReshapeOp) -> None:
     """``reshape``: the same elements in a new shape."""
     x = lo.value(op.x)
     lo.emit("reshape", [lo.result(op)], [x], op)
+
+
+@rule(O.PermuteOp)
+def permute(lo: Lowerer, op: O.PermuteOp) -> None:
+    """``transpose(x, perm)``: ``permute`` (result dimension i is source dimension perm[i], as numpy)."""
+    x = lo.value(op.x)
+    lo.emit("permute", [lo.result(op)], [x], op, permutation=list(op.perm))

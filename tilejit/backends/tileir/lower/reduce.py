@@ -1,69 +1,161 @@
-"""Lowering rules for reductions along one axis: ``reduce`` with a one-op region; floats narrower than 32
-bits accumulate in f32, as the CUDA backend does."""
+"""Lowering rules for reductions, arg-reductions and scans along one axis: ``reduce``/``scan`` with a small
+region; floats narrower than 32 bits accumulate in f32 and integers in their own type (wrapping), as the CUDA
+backend's reduce.cuh does."""
 
 from __future__ import annotations
 
 import math
 
-from tilejit.backends.tileir.lower.core import Lowerer, rule, unsupported
+from tilejit.backends.tileir.lower.core import I32, Lowerer, rule, unsupported
+from tilejit.backends.tileir.lower.elementwise import (
+    FLOAT_BITS,
+    compute_elem,
+    elem_of,
+    fconvert,
+    kind,
+)
 from tilejit.backends.tileir.module import Scalar, TBlock, Tile, TOp, TValue
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Op
 from tilejit.language.ir.types import DType
+from tilejit.language.ir.types import TileType as IRTile
 
-#: Reductions: fn -> {"f": (combining op, identity), "i": (combining op, placeholder: see int_identity)}.
-_REDUCE: dict[str, dict[str, tuple[str, object]]] = {
-    "sum": {"f": ("addf", 0.0), "i": ("addi", 0)},
-    "prod": {"f": ("mulf", 1.0), "i": ("muli", 1)},
-    "max": {"f": ("maxf", -math.inf), "i": ("maxi", 0)},
-    "min": {"f": ("minf", math.inf), "i": ("mini", 0)},
+#: Combining op of a reduction or scan: fn -> {kind: Tile IR op} (bool max/min are or/and).
+_COMBINE: dict[str, dict[str, str]] = {
+    "sum": {"f": "addf", "i": "addi", "u": "addi"},
+    "prod": {"f": "mulf", "i": "muli", "u": "muli"},
+    "max": {"f": "maxf", "i": "maxi", "u": "maxi", "b": "ori"},
+    "min": {"f": "minf", "i": "mini", "u": "mini", "b": "andi"},
 }
+_FLOAT_IDENTITY: dict[str, float] = {"sum": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}
 
 
 def int_identity(fn: str, dtype: DType) -> int:
-    """The identity of an integer reduction in ``dtype``'s range (max starts at its lowest value)."""
+    """The identity of an integer (or bool) reduction in ``dtype``'s range (max starts at its lowest value)."""
+    if dtype.is_bool:
+        return {"max": 0, "min": 1}[fn]
     lo = -(1 << (dtype.bits - 1)) if dtype.is_signed else 0
     hi = (1 << (dtype.bits - 1)) - 1 if dtype.is_signed else (1 << dtype.bits) - 1
     return {"sum": 0, "prod": 1, "max": lo, "min": hi}[fn]
 
 
-def convert(lo: Lowerer, x: TValue, elem: Scalar, op: Op) -> TValue:
-    """``x`` as float element type ``elem`` (``x`` itself when it already is)."""
-    assert isinstance(x.type, Tile)
-    if x.type.elem == elem:
-        return x
-    r = TValue(Tile(elem, x.type.shape))
-    lo.emit("ftof", [r], [x], op, rounding="nearest_even")
-    return r
+def _combine_attrs(name: str, dtype: DType) -> dict[str, object]:
+    """The attributes of combining op ``name`` on ``dtype`` (NaN-propagating max/min, wrapping integers)."""
+    if name in ("maxf", "minf"):
+        return {"propagate_nan": True}
+    if name in ("maxi", "mini"):
+        return {"signedness": "signed" if dtype.is_signed else "unsigned"}
+    if name in ("addf", "mulf"):
+        return {"rounding": "nearest_even"}
+    if name in ("addi", "muli"):
+        return {"overflow": "none"}
+    return {}
+
+
+def _widened(lo: Lowerer, op: Op, x: TValue, dtype: DType) -> TValue:
+    """``x`` in its accumulation type: 16-bit floats as f32, everything else as it is."""
+    return fconvert(lo, op, x, compute_elem(elem_of(x))) if dtype.is_float else x
+
+
+def _fold(lo: Lowerer, op: O.ReduceOp | O.ScanOp, name: str) -> None:
+    """A ``reduce`` or ``scan`` (``name``) of ``op.x`` along ``op.axis`` with ``op.fn``'s one-op body."""
+    dtype = op.x.type.dtype  # type: ignore[attr-defined]
+    combine = _COMBINE.get(op.fn, {}).get(kind(dtype))
+    if combine is None:
+        raise unsupported(op, f"fn='{op.fn}' on {dtype.name}")
+    out = lo.tile_type(op.result.type, op)
+    assert isinstance(out.elem, Scalar)
+    x = _widened(lo, op, lo.value(op.x), dtype)
+    acc = elem_of(x)
+    scalar = Tile(acc)
+    elem, accum, combined = TValue(scalar, "elem"), TValue(scalar, "accum"), TValue(scalar, "combined")
+    identity = _FLOAT_IDENTITY[op.fn] if dtype.is_float else int_identity(op.fn, dtype)
+    body = [
+        TOp(combine, [combined], [elem, accum], _combine_attrs(combine, dtype), op.loc),
+        TOp("yield", [], [[combined]], {}, op.loc),
+    ]
+    r = TValue(Tile(acc, out.shape), op.result.name if acc == out.elem else "")
+    attrs: dict[str, object] = {"dim": op.axis, "identities": [(identity, acc)]}
+    if name == "scan":
+        attrs["reverse"] = False
+    top = lo.emit(name, [r], [[x]], op, **attrs)
+    top.regions.append(TBlock([elem, accum], body))
+    lo.vals[op.result] = fconvert(lo, op, r, out.elem) if dtype.is_float else r
 
 
 @rule(O.ReduceOp)
 def reduce(lo: Lowerer, op: O.ReduceOp) -> None:
-    """``reduce`` with a one-op body; floats under 32 bits accumulate in f32 (as the CUDA backend does)."""
-    dtype = op.result.type.dtype  # type: ignore[attr-defined]
-    if op.fn not in _REDUCE or dtype.is_bool:
-        raise unsupported(op, f"fn='{op.fn}' on {dtype.name}")
-    out = lo.tile_type(op.result.type, op)
-    assert isinstance(out.elem, Scalar)
-    acc = Scalar("f32") if dtype.is_float and dtype.bits < 32 else out.elem
-    x = lo.value(op.x)
+    """sum/prod/max/min: ``reduce`` with a one-op body (bool max/min: or/and)."""
+    _fold(lo, op, "reduce")
+
+
+@rule(O.ScanOp)
+def scan(lo: Lowerer, op: O.ScanOp) -> None:
+    """cumsum: an inclusive forward ``scan`` with an add body (16-bit floats accumulate in f32)."""
+    _fold(lo, op, "scan")
+
+
+def _arg_body(lo: Lowerer, op: O.ArgReduceOp, acc: Scalar, is_max: bool) -> TBlock:
+    """The combining region of tj::ArgOp: keep the pair with the larger (smaller) value, a NaN over any
+    number, and of equals (or of two NaNs) the smaller index."""
+    v_t, i_t, b_t = Tile(acc), I32, Tile(Scalar("i1"))
+    av, ai, bv, bi = TValue(v_t, "value"), TValue(i_t, "index"), TValue(v_t, "acc_value"), TValue(i_t, "acc_index")
+    ops: list[TOp] = []
+
+    def emit(name: str, t: Tile, operands: list[TValue], **attrs: object) -> TValue:
+        r = TValue(t)
+        ops.append(TOp(name, [r], list(operands), dict(attrs), op.loc))
+        return r
+
+    def compare(fn: str, x: TValue, y: TValue, signed: bool = True) -> TValue:
+        if acc.name in FLOAT_BITS and x.type == v_t:
+            ordering = "unordered" if fn == "not_equal" else "ordered"  # NaN != NaN
+            return emit("cmpf", b_t, [x, y], predicate=fn, comparison=ordering)
+        return emit("cmpi", b_t, [x, y], predicate=fn, signedness="signed" if signed else "unsigned")
+
+    signed = acc.name.startswith("i") and op.x.type.dtype.is_signed  # type: ignore[attr-defined]
+    b_first = compare("less_than", bi, ai)
+    better = compare("greater_than" if is_max else "less_than", bv, av, signed)
+    take_b = emit("select", b_t, [compare("equal", bv, av, signed), b_first, better])
+    if acc.name in FLOAT_BITS:
+        an, bn = compare("not_equal", av, av), compare("not_equal", bv, bv)
+        true = emit("constant", b_t, [], data=b"\x01", value=True)
+        a_num = emit("xori", b_t, [an, true])
+        nan_take_b = emit("andi", b_t, [bn, emit("ori", b_t, [a_num, b_first])])
+        take_b = emit("select", b_t, [emit("ori", b_t, [an, bn]), nan_take_b, take_b])
+    rv = emit("select", v_t, [take_b, bv, av])
+    ri = emit("select", i_t, [take_b, bi, ai])
+    ops.append(TOp("yield", [], [[rv, ri]], {}, op.loc))
+    return TBlock([av, bv, ai, bi], ops)
+
+
+@rule(O.ArgReduceOp)
+def argreduce(lo: Lowerer, op: O.ArgReduceOp) -> None:
+    """argmax/argmin: a two-operand ``reduce`` of (value, index) pairs; the index tile is an i32 ``iota`` along
+    the axis, broadcast to the input's shape."""
+    dtype = op.x.type.dtype  # type: ignore[attr-defined]
+    rt = op.result.type
+    if op.fn not in ("argmax", "argmin") or not isinstance(rt, IRTile) or rt.dtype.name != "int32":
+        raise unsupported(op, f"fn='{op.fn}' to {getattr(rt, 'dtype', rt)}")
+    is_max = op.fn == "argmax"
+    x = _widened(lo, op, lo.value(op.x), dtype)
+    acc = elem_of(x)
+    assert isinstance(x.type, Tile)
+    shape = x.type.shape
+    idx = TValue(Tile(I32.elem, (shape[op.axis],)))
+    lo.emit("iota", [idx], [], op)
+    if len(shape) > 1:
+        col = TValue(Tile(I32.elem, tuple(s if d == op.axis else 1 for d, s in enumerate(shape))))
+        lo.emit("reshape", [col], [idx], op)
+        idx = TValue(Tile(I32.elem, shape))
+        lo.emit("broadcast", [idx], [col], op)
     if dtype.is_float:
-        x = convert(lo, x, acc, op)
-    scalar = Tile(acc)
-    elem, accum, combined = TValue(scalar, "elem"), TValue(scalar, "accum"), TValue(scalar, "combined")
-    combine, identity = _REDUCE[op.fn]["f" if dtype.is_float else "i"]
-    attrs: dict[str, object] = {"rounding": "nearest_even"} if dtype.is_float else {"overflow": "none"}
-    if combine in ("maxf", "minf"):
-        attrs = {"propagate_nan": True}
-    elif combine in ("maxi", "mini"):
-        attrs = {"signedness": "signed" if dtype.is_signed else "unsigned"}
-    if not dtype.is_float:
-        identity = int_identity(op.fn, dtype)
-    body = [
-        TOp(combine, [combined], [elem, accum], attrs, op.loc),
-        TOp("yield", [], [[combined]], {}, op.loc),
-    ]
-    r = TValue(Tile(acc, out.shape), op.result.name if acc == out.elem else "")
-    top = lo.emit("reduce", [r], [[x]], op, dim=op.axis, identities=[(identity, acc)])
-    top.regions.append(TBlock([elem, accum], body))
-    lo.vals[op.result] = convert(lo, r, out.elem, op) if dtype.is_float else r
+        start: object = -math.inf if is_max else math.inf
+    else:
+        start = int_identity("max" if is_max else "min", dtype)
+    out = lo.tile_type(rt, op)
+    value = TValue(Tile(acc, out.shape))
+    index = lo.result(op)
+    top = lo.emit("reduce", [value, index], [[x, idx]], op, dim=op.axis,
+                  identities=[(start, acc), ((1 << 31) - 1, I32.elem)])
+    top.regions.append(_arg_body(lo, op, acc, is_max))
