@@ -185,6 +185,8 @@ OPS: dict[str, OpSpec] = {
     "maxi": OpSpec(70, ("res", "enum:signedness", "o", "o")),
     "minf": OpSpec(71, ("res", "nan_ftz", "o", "o")),
     "mini": OpSpec(72, ("res", "enum:signedness", "o", "o")),
+    "mmaf": OpSpec(73, ("res", "int:fast_acc@13.3", "o", "o", "o")),
+    "mmai": OpSpec(74, ("res", "enum:signedness", "enum:signedness", "o", "o", "o")),
     "mulf": OpSpec(76, ("res", "ftz", "enum:rounding", "o", "o")),
     "muli": OpSpec(78, ("res", "enum:overflow", "o", "o")),
     "negf": OpSpec(79, ("res", "o")),

@@ -223,6 +223,14 @@ def _reduce(p: Printer, op: TOp) -> str:
     return f"reduce {p.names_of(operands)} dim={op.attrs['dim']} identities=[{idents}] : {types}"
 
 
+def _mma(p: Printer, op: TOp) -> str:
+    """``mmaf %a, %b, %acc : a, b, acc`` or ``mmai %a, %b, %acc signed signed : a, b, acc``."""
+    sign = f" {op.attrs['signedness']} {op.attrs['signedness']}" if op.name == "mmai" else ""
+    fast = " fast_acc" if op.attrs.get("fast_acc") else ""
+    types = ", ".join(_ot(op, i) for i in range(3))
+    return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}, {_v(p, op, 2)}{sign}{fast} : {types}"
+
+
 def _int_binary(p: Printer, op: TOp) -> str:
     """``addi %a, %b : type`` and the other integer arithmetic ops."""
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{_overflow(op)} : {_t(op)}"
@@ -323,6 +331,8 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "maxi": _max_min,
     "mini": _max_min,
     "reduce": _reduce,
+    "mmaf": _mma,
+    "mmai": _mma,
     "yield": lambda p, op: f"yield {p.names_of(_vs(p, op, 0))} : {', '.join(type_text(v.type) for v in _vs(p, op, 0))}",
 }
 
