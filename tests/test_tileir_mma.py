@@ -1,0 +1,265 @@
+"""``mma`` on the Tile IR backend: mmaf (f16, bf16, f32, tf32, f64) and mmai (int8, uint8) compiled by tileiras
+for sm_80, sm_90 and sm_100 and read back by tileirdisasm, the text form, the refusals; on a GPU, one K tile
+per block on both backends against numpy (sizes off the tile, outputs poisoned first)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from source_lines import where_in
+
+import tilejit as tj
+from tilejit.backends.tileir import generate_bytecode, module_text
+from tilejit.backends.tileir.lower.mma import MAX_INT_K
+from tilejit.compiler import tileiras as runner
+from tilejit.errors import TileCompileError
+from tilejit.language.ir import ops as O
+
+
+@tj.kernel
+def mma_tile(a, b, d, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    i, j = tj.bid(0), tj.bid(1)
+    ta = tj.load(a, index=(i, 0), shape=(BM, BK))
+    tb = tj.load(b, index=(0, j), shape=(BK, BN))
+    acc = tj.load(d, index=(i, j), shape=(BM, BN))
+    tj.store(c, index=(i, j), tile=tj.mma(ta, tb, acc))
+
+
+@tj.kernel
+def matmul_tile(a, b, c, T: tj.Constant[int]):
+    tj.store(c, index=(0, 0), tile=tj.load(a, index=(0, 0), shape=(T, T)) @ tj.load(b, index=(0, 0), shape=(T, T)))
+
+
+#: name -> (input dtype, accumulator dtype, tf32 allowed)
+DTYPES: dict[str, tuple[Any, Any, bool]] = {
+    "float16": (tj.float16, tj.float32, False), "bfloat16": (tj.bfloat16, tj.float32, False),
+    "float32": (tj.float32, tj.float32, False), "tf32": (tj.float32, tj.float32, True),
+    "float64": (tj.float64, tj.float64, False), "int8": (tj.int8, tj.int32, False),
+    "uint8": (tj.uint8, tj.int32, False),
+}
+#: Each target with the oldest bytecode version tileiras compiles for it, and the newest.
+TARGETS = {"sm_80": ["13.2", "13.5"], "sm_90": ["13.3", "13.5"], "sm_100": ["13.1", "13.5"]}
+
+
+def artifact(name: str, target: str, backend: str = "tileir", tile: tuple[int, int, int] = (64, 64, 32)) -> Any:
+    """The single-K-tile mma kernel for dtype ``name`` (tf32: the IR's MmaOp allows tf32, which only IR can say)."""
+    dt, acc, tf32 = DTYPES[name]
+    bm, bn, bk = tile
+    art = tj.compile(mma_tile, (dt[:, :], dt[:, :], acc[:, :], acc[:, :]), constants={"BM": bm, "BN": bn, "BK": bk},
+                     target=target, backend=backend)
+    (mma,) = [op for op in art.ir().body.ops if isinstance(op, O.MmaOp)]
+    mma.tf32 = tf32
+    return art
+
+
+def tileir_fn(name: str, tile: tuple[int, int, int] = (64, 64, 32)) -> O.Function:
+    return artifact(name, "sm_90", "cuda", tile).ir()
+
+
+# --------------------------------------------------------------------------------------------- CPU
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_mma_of_every_dtype_compiles_for_every_target_and_reads_back(name: str, tileir_toolchain: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEJIT_TILEIRAS", tileir_toolchain.tileiras)
+    fn = tileir_fn(name)
+    elem = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "tf32": "tf32", "float64": "f64",
+            "int8": "i8", "uint8": "i8"}[name]
+    acc = {"float64": "f64", "int8": "i32", "uint8": "i32"}.get(name, "f32")
+    op = "mmai" if name.endswith("int8") else "mmaf"
+    sign = {"int8": " signed signed", "uint8": " unsigned unsigned"}.get(name, "")
+    want = f"{op} %\\w+, %\\w+, %\\w+{sign} : tile<64x32x{elem}>, tile<32x64x{elem}>, tile<64x64x{acc}>"
+    for target, versions in TARGETS.items():
+        image = artifact(name, target).image()  # through the backend: the newest version, tileiras, the ELF
+        assert image.image[:4] == b"\x7fELF" and image.symbol == "mma_tile"
+        for version in versions:
+            bc = generate_bytecode(fn, target, version)
+            assert runner.run_tileiras(bc, target, toolchain=tileir_toolchain)[:4] == b"\x7fELF"
+            text = runner.disassemble(bc, toolchain=tileir_toolchain)
+            assert re.search(want, text), text
+            assert len(re.findall(r"= mma[fi] ", text)) == 1
+
+
+GOLDEN = """\
+cuda_tile.module @matmul_tile {
+  entry @matmul_tile(%a: tile<ptr<f16>>, %a_shape0: tile<i64>, %a_shape1: tile<i64>, %a_stride0: tile<i64>, \
+%a_stride1: tile<i64>, %b: tile<ptr<f16>>, %b_shape0: tile<i64>, %b_shape1: tile<i64>, %b_stride0: \
+tile<i64>, %b_stride1: tile<i64>, %c: tile<ptr<f16>>, %c_shape0: tile<i64>, %c_shape1: tile<i64>, \
+%c_stride0: tile<i64>, %c_stride1: tile<i64>) {
+    %a_view = make_tensor_view %a, shape = [%a_shape0, %a_shape1], strides = [%a_stride0, %a_stride1] : \
+tile<i64> -> tensor_view<?x?xf16, strides=[?,?]>
+    %a_tiles = make_partition_view %a_view : partition_view<tile=(16x16), padding_value = zero, \
+tensor_view<?x?xf16, strides=[?,?]>>
+    %b_view = make_tensor_view %b, shape = [%b_shape0, %b_shape1], strides = [%b_stride0, %b_stride1] : \
+tile<i64> -> tensor_view<?x?xf16, strides=[?,?]>
+    %b_tiles = make_partition_view %b_view : partition_view<tile=(16x16), padding_value = zero, \
+tensor_view<?x?xf16, strides=[?,?]>>
+    %c_view = make_tensor_view %c, shape = [%c_shape0, %c_shape1], strides = [%c_stride0, %c_stride1] : \
+tile<i64> -> tensor_view<?x?xf16, strides=[?,?]>
+    %c_tiles = make_partition_view %c_view : partition_view<tile=(16x16), tensor_view<?x?xf16, strides=[?,?]>>
+    %0 = constant <i32: 0> : tile<i32>
+    %1, %2 = load_view_tko weak %a_tiles[%0, %0] : partition_view<tile=(16x16), padding_value = zero, \
+tensor_view<?x?xf16, strides=[?,?]>>, tile<i32> -> tile<16x16xf16>, token
+    %3, %4 = load_view_tko weak %b_tiles[%0, %0] : partition_view<tile=(16x16), padding_value = zero, \
+tensor_view<?x?xf16, strides=[?,?]>>, tile<i32> -> tile<16x16xf16>, token
+    %5 = constant <f32: 0.000000e+00> : tile<16x16xf32>
+    %6 = mmaf %1, %3, %5 : tile<16x16xf16>, tile<16x16xf16>, tile<16x16xf32>
+    %7 = ftof %6 : tile<16x16xf32> -> tile<16x16xf16>
+    %8 = join_tokens %2, %4 : token
+    %9 = store_view_tko weak %7, %c_tiles[%0, %0] token = %8 : tile<16x16xf16>, \
+partition_view<tile=(16x16), tensor_view<?x?xf16, strides=[?,?]>>, tile<i32> -> token
+    return
+  }
+}
+"""
+
+
+def test_mma_text_golden() -> None:
+    fn = tj.compile(matmul_tile, (tj.float16[:, :], tj.float16[:, :], tj.float16[:, :]), constants={"T": 16},
+                    target="sm_90").ir()
+    assert module_text(fn, "sm_90") == GOLDEN
+
+
+def test_tf32_rounds_the_operands_to_tf32_and_f32_stays_f32() -> None:
+    tf32 = module_text(tileir_fn("tf32"), "sm_90")
+    assert "ftof %ta : tile<64x32xf32> -> tile<64x32xtf32>" in tf32
+    assert "ftof %tb : tile<32x64xf32> -> tile<32x64xtf32>" in tf32
+    assert "tile<64x32xtf32>, tile<32x64xtf32>, tile<64x64xf32>" in tf32
+    f32 = module_text(tileir_fn("float32"), "sm_90")
+    assert "tf32" not in f32 and "ftof" not in f32
+
+
+@pytest.mark.parametrize("name", ["int8", "uint8"])
+def test_int_mma_sums_from_zero_and_adds_acc_wrapping(name: str) -> None:
+    """tileiras's mmai saturates (and folds a plain addi of acc back into it): the products are summed from a
+    zero accumulator and acc is added as (acc ^ p) + 2 * (acc & p), which wraps like the CUDA backend."""
+    text = module_text(tileir_fn(name), "sm_90")
+    sign = "signed" if name == "int8" else "unsigned"
+    lines = text.split("\n")
+    mma = next(i for i, line in enumerate(lines) if " mmai " in line)
+    assert lines[mma - 1].strip() == "%4 = constant <i32: 0> : tile<64x64xi32>"
+    types = "tile<64x32xi8>, tile<32x64xi8>, tile<64x64xi32>"
+    assert lines[mma].strip() == f"%5 = mmai %ta, %tb, %4 {sign} {sign} : {types}"
+    assert [line.strip() for line in lines[mma + 1:mma + 5]] == [
+        "%6 = xori %acc, %5 : tile<64x64xi32>",
+        "%7 = andi %acc, %5 : tile<64x64xi32>",
+        "%8 = addi %7, %7 : tile<64x64xi32>",
+        "%9 = addi %6, %8 : tile<64x64xi32>",
+    ]
+
+
+def test_int_mma_bound_is_the_largest_exact_k() -> None:
+    for name, largest in (("int8", 128 * 128), ("uint8", 255 * 255)):
+        assert MAX_INT_K[name] * largest <= 2**31 - 1 < (MAX_INT_K[name] + 1) * largest
+
+
+def test_a_k_past_the_exact_int_bound_is_a_located_error() -> None:
+    k = 65536  # uint8: 65536 * 255**2 overflows int32
+    fn = tileir_fn("uint8", (1, 1, k))
+    line, col = where_in(Path(__file__).read_text().splitlines(), "tj.mma(ta, tb, acc)")
+    with pytest.raises(TileCompileError) as err:
+        generate_bytecode(fn, "sm_90")
+    e = err.value
+    assert (e.filename, e.line, e.col) == (__file__, line, col)
+    assert e.message == (
+        f"the Tile IR backend cannot express 'mma' (uint8 inputs with K = {k}: Tile IR's mmai saturates where "
+        f'tilejit wraps, exact only for K <= {MAX_INT_K["uint8"]}) yet; compile this kernel with backend="cuda"'
+    )
+
+
+# --------------------------------------------------------------------------------------------- GPU
+
+#: name -> relative error allowed against float64 numpy (ints: exact)
+TOLERANCE = {"float16": 1e-3, "bfloat16": 1e-2, "float32": 1e-5, "tf32": 5e-3, "float64": 1e-12, "int8": 0.0,
+             "uint8": 0.0}
+
+
+def launch(name: str, backend: str, host: dict[str, np.ndarray], tile: tuple[int, int, int]) -> np.ndarray:
+    """Compile the mma kernel for this GPU with ``backend``, launch it over ``host`` and return ``c``."""
+    import ctypes
+
+    from test_backend_gpu import driver
+
+    drv = driver()
+    image = artifact(name, f"sm_{drv.arch}", backend, tile).image()
+    m, n = host["c"].shape
+    grid = (-(-m // tile[0]), -(-n // tile[1]), 1)
+    mod, kfn = drv.load(image.image, image.symbol)
+    ptrs: dict[str, int] = {}
+    params: list[Any] = []
+    try:
+        for pname, spec in image.params:
+            a = host[pname]
+            ptrs[pname] = drv.alloc(a)
+            nd = spec[2]
+
+            class Arr(ctypes.Structure):
+                _fields_ = [("ptr", ctypes.c_uint64), ("shape", ctypes.c_int64 * nd), ("stride", ctypes.c_int64 * nd)]
+
+            params.append(Arr(ptrs[pname], (ctypes.c_int64 * nd)(*a.shape),
+                              (ctypes.c_int64 * nd)(*[s // a.itemsize for s in a.strides])))
+        drv.launch(kfn, grid, image, params)
+        return drv.fetch(ptrs["c"], host["c"])
+    finally:
+        for p in ptrs.values():
+            drv.free(p)
+        drv.lib.cuModuleUnload(mod)
+
+
+@pytest.fixture
+def both_backends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The Tile IR toolchain of the tests, found through TILEJIT_TILEIRAS; a private cache."""
+    from conftest import _tileir_toolchain
+
+    found = _tileir_toolchain()
+    if isinstance(found, str):
+        pytest.skip(found)
+    monkeypatch.setenv("TILEJIT_TILEIRAS", found.tileiras)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "tileir"])
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_single_k_tile_mma_matches_numpy(name: str, backend: str, both_backends: None) -> None:
+    """c = a @ b + d with M, N, K off the 64x64x64 tile (K < BK: the zero padding of one K tile)."""
+    from test_backend_gpu import np_dtype, poison, rel_err
+
+    dt, acc, _ = DTYPES[name]
+    m, n, k = 100, 90, 50
+    rng = np.random.default_rng(17)
+    if dt.is_int:
+        lo_, hi_ = (-128, 128) if dt.is_signed else (0, 256)
+        a, b = (rng.integers(lo_, hi_, s).astype(np_dtype(dt)) for s in ((m, k), (k, n)))
+        d = rng.integers(-1000, 1000, (m, n)).astype(np.int32)
+    else:
+        a, b = (rng.standard_normal(s).astype(np_dtype(dt)) for s in ((m, k), (k, n)))
+        d = rng.standard_normal((m, n)).astype(np_dtype(acc))
+    host = {"a": a, "b": b, "d": d, "c": poison((m, n), acc)}
+    out = launch(name, backend, host, (64, 64, 64))
+    want = a.astype(np.float64) @ b.astype(np.float64) + d.astype(np.float64)
+    if dt.is_int:
+        np.testing.assert_array_equal(out, want.astype(np.int64).astype(np.int32))
+    else:
+        assert rel_err(out, want) <= TOLERANCE[name]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "tileir"])
+@pytest.mark.parametrize("name", ["int8", "uint8"])
+def test_int_mma_wraps_past_int32_like_numpy(name: str, backend: str, both_backends: None) -> None:
+    """acc near the int32 limits: a @ b + acc wraps (tileiras's mmai alone would saturate)."""
+    dt = DTYPES[name][0]
+    m, n, k = 70, 40, 64
+    big = 127 if dt.is_signed else 255
+    a, b = np.full((m, k), big, np.dtype(dt.name)), np.full((k, n), big, np.dtype(dt.name))
+    d = np.where(np.arange(m * n).reshape(m, n) % 2 == 0, 2**31 - 5, -(2**31) + 5).astype(np.int32)
+    host = {"a": a, "b": b, "d": d, "c": np.full((m, n), 0x5A, np.int32)}
+    out = launch(name, backend, host, (64, 64, 64))
+    want = (a.astype(np.int64) @ b.astype(np.int64) + d).astype(np.int32)  # numpy's astype wraps
+    np.testing.assert_array_equal(out, want)
