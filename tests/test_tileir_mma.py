@@ -34,6 +34,16 @@ def matmul_tile(a, b, c, T: tj.Constant[int]):
     tj.store(c, index=(0, 0), tile=tj.load(a, index=(0, 0), shape=(T, T)) @ tj.load(b, index=(0, 0), shape=(T, T)))
 
 
+@tj.kernel
+def mma_both(a, b, c, i, j, k, T: tj.Constant[int]):
+    """mmaf and mmai in one kernel (test_tileir_writer's table test runs every op of the OPS table)."""
+    ta, tb = tj.load(a, index=(0, 0), shape=(T, T)), tj.load(b, index=(0, 0), shape=(T, T))
+    tj.store(c, index=(0, 0), tile=tj.mma(ta, tb, tj.zeros((T, T), tj.float32)))
+    tj.store(k, index=(0, 0), tile=tj.load(i, index=(0, 0), shape=(T, T)) @ tj.load(j, index=(0, 0), shape=(T, T)))
+
+
+MMA_BOTH_SIG = (tj.float16[:, :], tj.float16[:, :], tj.float32[:, :], tj.int8[:, :], tj.int8[:, :], tj.int32[:, :])
+
 #: name -> (input dtype, accumulator dtype, tf32 allowed)
 DTYPES: dict[str, tuple[Any, Any, bool]] = {
     "float16": (tj.float16, tj.float32, False), "bfloat16": (tj.bfloat16, tj.float32, False),
@@ -83,6 +93,15 @@ def test_mma_of_every_dtype_compiles_for_every_target_and_reads_back(name: str, 
             text = runner.disassemble(bc, toolchain=tileir_toolchain)
             assert re.search(want, text), text
             assert len(re.findall(r"= mma[fi] ", text)) == 1
+
+
+def test_float_and_int_mma_in_one_kernel(tileir_toolchain: Any) -> None:
+    fn = tj.compile(mma_both, MMA_BOTH_SIG, constants={"T": 16}, target="sm_90").ir()
+    for version in ("13.3", "13.5"):
+        bc = generate_bytecode(fn, "sm_90", version)
+        assert runner.run_tileiras(bc, "sm_90", toolchain=tileir_toolchain)[:4] == b"\x7fELF"
+        text = runner.disassemble(bc, toolchain=tileir_toolchain)
+        assert " = mmaf " in text and " = mmai " in text
 
 
 GOLDEN = """\
@@ -170,6 +189,74 @@ def test_a_k_past_the_exact_int_bound_is_a_located_error() -> None:
         f"the Tile IR backend cannot express 'mma' (uint8 inputs with K = {k}: Tile IR's mmai saturates where "
         f'tilejit wraps, exact only for K <= {MAX_INT_K["uint8"]}) yet; compile this kernel with backend="cuda"'
     )
+
+
+# --------------------------------------------------------------------------------------------- entry hints
+
+HINTED = [
+    ("sm_90", "13.3", {"sm_90": {"num_cta_in_cga": 2, "occupancy": 2}}),
+    ("sm_90", "13.5", {"sm_90": {"num_cta_in_cga": 2}, "sm_100": {"num_cta_in_cga": 4, "occupancy": 1}}),
+    ("sm_100", "13.1", {"sm_100": {"num_cta_in_cga": 4}}),
+    ("sm_80", "13.4", {"default": {"occupancy": 2}, "sm_80": {"num_cta_in_cga": 1}}),
+    ("sm_90", "13.5", {"sm_90": {"num_worker_warps_per_cta": 8}}),
+]
+
+
+def hinted_module(hints: dict[str, dict[str, int]]) -> Any:
+    from tilejit.backends.tileir.lower import lower_function
+
+    module = lower_function(tileir_fn("bfloat16", (128, 128, 64)))
+    module.functions[0].hints = hints
+    return module
+
+
+@pytest.mark.parametrize(("target", "version", "hints"), HINTED)
+def test_entry_optimization_hints_are_written_read_back_and_compiled(target: str, version: str,
+                                                                     hints: dict[str, dict[str, int]],
+                                                                     tileir_toolchain: Any) -> None:
+    from tilejit.backends.tileir import parse_version
+    from tilejit.backends.tileir.bytecode import encode_module
+    from tilejit.backends.tileir.text import print_module
+
+    module = hinted_module(hints)
+    text = print_module(module)
+    bc = encode_module(module, parse_version(version))
+    shown = ", ".join(f"{arch} = {{{', '.join(f'{k} = {v}' for k, v in sorted(d.items()))}}}"
+                      for arch, d in sorted(hints.items()))
+    assert f") optimization_hints=<{shown}> {{\n" in text
+    assert f") optimization_hints=<{shown}> {{\n" in runner.disassemble(bc, toolchain=tileir_toolchain)
+    plain = encode_module(hinted_module({}), parse_version(version))
+    assert runner.run_tileiras(bc, target, toolchain=tileir_toolchain) != runner.run_tileiras(
+        plain, target, toolchain=tileir_toolchain)
+
+
+def test_no_hints_are_an_empty_dictionary_from_13_5_and_absent_before() -> None:
+    from tilejit.backends.tileir.bytecode import encode_module
+
+    module = hinted_module({})
+    assert "optimization_hints" not in module_text(tileir_fn("bfloat16", (128, 128, 64)), "sm_90")
+    assert b"\x0b\x00\x06\x00" in encode_module(module, (13, 5))  # empty hints, empty argument attributes
+    assert b"num_cta_in_cga" not in encode_module(hinted_module({"sm_90": {"occupancy": 1}}), (13, 4))
+
+
+@pytest.mark.parametrize(("hints", "version", "message"), [
+    ({"sm_80": {"num_cta_in_cga": 2}}, (13, 5), "optimization hints: sm_80.num_cta_in_cga = 2; expected one of 1"),
+    ({"sm_90": {"num_cta_in_cga": 3}}, (13, 5),
+     "optimization hints: sm_90.num_cta_in_cga = 3; expected one of 1, 2, 4, 8, 16"),
+    ({"sm_90": {"occupancy": 0}}, (13, 5), "optimization hints: sm_90.occupancy = 0; expected one of 1, 2, 3, "),
+    ({"sm_90": {"allow_tma": 1}}, (13, 5), "optimization hints: sm_90.allow_tma is not an entry hint "
+                                           "(one of num_cta_in_cga, occupancy, num_worker_warps_per_cta)"),
+    ({"sm_75": {"occupancy": 1}}, (13, 5), "optimization hints: unknown architecture 'sm_75' (one of default, "),
+    ({"sm_90": {"num_worker_warps_per_cta": 4}}, (13, 2),
+     "optimization hints: sm_90.num_worker_warps_per_cta needs bytecode version 13.3 or newer, not 13.2"),
+])
+def test_hints_tileiras_would_reject_are_refused(hints: dict[str, dict[str, int]], version: tuple[int, int],
+                                                 message: str) -> None:
+    from tilejit.backends.tileir.bytecode import encode_module
+
+    with pytest.raises(ValueError) as err:
+        encode_module(hinted_module(hints), version)
+    assert str(err.value).startswith(message)
 
 
 # --------------------------------------------------------------------------------------------- GPU

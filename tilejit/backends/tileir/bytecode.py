@@ -28,6 +28,7 @@ from tilejit.backends.tileir.module import (
     TOp,
     TValue,
     Type,
+    check_entry_hints,
     constant_bytes,
 )
 from tilejit.language.ir.core import Loc
@@ -39,9 +40,10 @@ DYNAMIC = -(1 << 63)
 # Section ids; the 0x80 bit on the id says an alignment varint follows the length.
 SEC_END, SEC_STRING, SEC_FUNC, SEC_DEBUG, SEC_CONSTANT, SEC_TYPE = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05
 PAD_BYTE = b"\xcb"
-TAG_INTEGER, TAG_FLOAT, TAG_ARRAY, TAG_HINTS = 0x01, 0x02, 0x06, 0x0B
+TAG_INTEGER, TAG_FLOAT, TAG_ARRAY, TAG_DICT, TAG_HINTS = 0x01, 0x02, 0x06, 0x0A, 0x0B
 DI_COMPILE_UNIT, DI_FILE, DI_LOC, DI_SUBPROGRAM = 0x01, 0x02, 0x04, 0x05
 FLAG_ENTRY = 0x02
+FLAG_HINTS = 0x04  # before 13.5: optimization hints follow (from 13.5 an entry always has them)
 
 
 def varint(x: int, buf: bytearray) -> None:
@@ -204,10 +206,12 @@ class Writer:
         self.debug_ids.append(self.op_locs)
         varint(self.string_id(fn.name), buf)
         varint(self.type_id(FuncType(tuple(p.type for p in fn.params))), buf)
-        buf.append(FLAG_ENTRY)
+        check_entry_hints(fn.hints, self.version)
+        buf.append(FLAG_ENTRY | (FLAG_HINTS if fn.hints and self.version < (13, 5) else 0))
         varint(index + 1, buf)  # 1-based index of this function's debug-info entries
+        if fn.hints or self.version >= (13, 5):
+            self.hints(fn.hints, buf)
         if self.version >= (13, 5):
-            buf += bytes((TAG_HINTS, 0))  # optimization hints: an empty per-architecture dictionary
             buf += bytes((TAG_ARRAY, 0))  # argument attributes: an empty array
         self.ids: dict[TValue, int] = {p: i for i, p in enumerate(fn.params)}
         self.next_id = len(fn.params)
@@ -215,6 +219,18 @@ class Writer:
         self.ops(fn.body, body)
         varint(len(body), buf)
         buf += body
+
+    def hints(self, hints: dict[str, dict[str, int]], buf: bytearray) -> None:
+        """Optimization hints: per architecture, a dictionary of i32 hint values (keys sorted, as in MLIR)."""
+        buf.append(TAG_HINTS)
+        varint(len(hints), buf)
+        for arch, items in sorted(hints.items()):
+            varint(self.string_id(arch), buf)
+            buf.append(TAG_DICT)
+            varint(len(items), buf)
+            for key, value in sorted(items.items()):
+                varint(self.string_id(key), buf)
+                self.attribute(value, Scalar("i32"), buf)
 
     def define(self, values: list[TValue]) -> None:
         """Give ``values`` the next value ids, in order."""

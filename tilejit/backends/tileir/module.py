@@ -124,12 +124,14 @@ class TBlock:
 
 @dataclass(eq=False)
 class TFunction:
-    """An entry (kernel) function with its parameters and straight-line body."""
+    """An entry (kernel) function with its parameters and straight-line body; ``hints`` are its optimization
+    hints per architecture (``"sm_90"``, ``"default"``, ...): hint name -> value (see ``ENTRY_HINTS``)."""
 
     name: str
     params: list[TValue]
     body: list[TOp]
     loc: Loc = UNKNOWN_LOC
+    hints: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -220,6 +222,37 @@ ENUMS: dict[str, dict[str, int]] = {
     },
     "comparison": {"unordered": 0, "ordered": 1},
 }
+
+
+#: Entry optimization hints: name -> (first bytecode version that has it, the values tileiras accepts).
+ENTRY_HINTS: dict[str, tuple[tuple[int, int], tuple[int, ...]]] = {
+    "num_cta_in_cga": ((13, 1), (1, 2, 4, 8, 16)),
+    "occupancy": ((13, 1), tuple(range(1, 33))),
+    "num_worker_warps_per_cta": ((13, 3), (4, 8)),
+}
+#: Architectures (and ``default``) an optimization-hints dictionary may name; sm_8x runs one CTA per CGA.
+HINT_ARCHS = ("default", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110",
+              "sm_120", "sm_121")
+
+
+def check_entry_hints(hints: dict[str, dict[str, int]], version: tuple[int, int]) -> None:
+    """Refuse entry hints that tileiras would reject (or that ``version`` cannot carry), naming the hint."""
+    for arch, items in hints.items():
+        if arch not in HINT_ARCHS:
+            raise ValueError(f"optimization hints: unknown architecture {arch!r} (one of {', '.join(HINT_ARCHS)})")
+        for key, value in items.items():
+            if key not in ENTRY_HINTS:
+                raise ValueError(f"optimization hints: {arch}.{key} is not an entry hint "
+                                 f"(one of {', '.join(ENTRY_HINTS)})")
+            since, allowed = ENTRY_HINTS[key]
+            if arch.startswith("sm_8") and key == "num_cta_in_cga":
+                allowed = (1,)
+            if type(value) is not int or value not in allowed:
+                raise ValueError(f"optimization hints: {arch}.{key} = {value!r}; expected one of "
+                                 f"{', '.join(map(str, allowed))}")
+            if version < since:
+                raise ValueError(f"optimization hints: {arch}.{key} needs bytecode version "
+                                 f"{since[0]}.{since[1]} or newer, not {version[0]}.{version[1]}")
 
 
 _PACK: dict[str, str] = {"f16": "<e", "f32": "<f", "f64": "<d", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q"}

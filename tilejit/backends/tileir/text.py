@@ -117,7 +117,12 @@ class Printer:
     def function(self, fn: TFunction) -> None:
         """One ``entry`` with its parameters and body."""
         params = ", ".join(f"{self.name(p)}: {type_text(p.type)}" for p in fn.params)
-        self.lines.append(f"  entry @{fn.name}({params}) {{")
+        hints = ", ".join(  # keys sorted, as MLIR dictionaries are
+            f"{arch} = {{{', '.join(f'{k} = {v}' for k, v in sorted(items.items()))}}}"
+            for arch, items in sorted(fn.hints.items())
+        )
+        hints = f" optimization_hints=<{hints}>" if fn.hints else ""
+        self.lines.append(f"  entry @{fn.name}({params}){hints} {{")
         self.ops(fn.body, "    ")
         self.lines.append("  }")
 
