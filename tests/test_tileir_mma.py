@@ -55,12 +55,14 @@ DTYPES: dict[str, tuple[Any, Any, bool]] = {
 TARGETS = {"sm_80": ["13.2", "13.5"], "sm_90": ["13.3", "13.5"], "sm_100": ["13.1", "13.5"]}
 
 
-def artifact(name: str, target: str, backend: str = "tileir", tile: tuple[int, int, int] = (64, 64, 32)) -> Any:
-    """The single-K-tile mma kernel for dtype ``name`` (tf32: the IR's MmaOp allows tf32, which only IR can say)."""
+def artifact(name: str, target: str, backend: str = "tileir", tile: tuple[int, int, int] = (64, 64, 32),
+             rows: bool = False) -> Any:
+    """The single-K-tile mma kernel for dtype ``name`` (tf32: the IR's MmaOp allows tf32, which only IR can say);
+    ``rows``: arrays typed ``[:, ::1]`` (unit inner stride)."""
     dt, acc, tf32 = DTYPES[name]
     bm, bn, bk = tile
-    art = tj.compile(mma_tile, (dt[:, :], dt[:, :], acc[:, :], acc[:, :]), constants={"BM": bm, "BN": bn, "BK": bk},
-                     target=target, backend=backend)
+    sig = tuple(t[:, ::1] if rows else t[:, :] for t in (dt, dt, acc, acc))
+    art = tj.compile(mma_tile, sig, constants={"BM": bm, "BN": bn, "BK": bk}, target=target, backend=backend)
     (mma,) = [op for op in art.ir().body.ops if isinstance(op, O.MmaOp)]
     mma.tf32 = tf32
     return art
@@ -257,6 +259,99 @@ def test_hints_tileiras_would_reject_are_refused(hints: dict[str, dict[str, int]
     with pytest.raises(ValueError) as err:
         encode_module(hinted_module(hints), version)
     assert str(err.value).startswith(message)
+
+
+# --------------------------------------------------------------------------------------------- assume (for TMA)
+
+
+def with_view_facts(module: Any, facts: set[str]) -> Any:
+    """``module`` with the alignment and range facts a launch could check, as ``assume`` ops before each
+    ``make_tensor_view``: base div_by 16 ("base"), row strides div_by 8 bf16 elements ("strides"), shapes and
+    strides in [0, 2**31) ("bounded")."""
+    from tilejit.backends.tileir.module import TOp, TValue
+
+    fn = module.functions[0]
+    body = []
+    for op in fn.body:
+        if op.name == "make_tensor_view":
+            base, shape, strides = op.operands
+
+            def assume(v: TValue, pred: tuple[Any, ...]) -> TValue:
+                r = TValue(v.type, v.name + "_known")
+                body.append(TOp("assume", [r], [v], {"predicate": pred}))
+                return r
+
+            if "bounded" in facts:
+                shape = [assume(v, ("bounded", 0, 2**31 - 1)) for v in shape]
+                strides = [assume(v, ("bounded", 0, 2**31 - 1)) for v in strides]
+            if "strides" in facts:
+                strides = [assume(v, ("div_by", 8)) for v in strides]
+            if "base" in facts:
+                base = assume(base, ("div_by", 16))
+            op.operands = [base, shape, strides]
+        body.append(op)
+    fn.body = body
+    return module
+
+
+@pytest.mark.parametrize("version", ["13.3", "13.5"])
+def test_assume_is_written_read_back_and_lets_tileiras_use_tma(version: str, tileir_toolchain: Any) -> None:
+    """With 16-byte aligned bases and rows and i32-sized shapes and strides (what cuTile's matmul states),
+    tileiras 13.5 picks TMA loads and a warp-specialized 256-thread CTA for a bf16 mma tile; any two of the
+    three facts leave it at element-wise loads in 128 threads."""
+    from tilejit.backends.tileir import parse_version
+    from tilejit.backends.tileir.bytecode import encode_module
+    from tilejit.backends.tileir.lower import lower_function
+    from tilejit.backends.tileir.text import print_module
+    from tilejit.backends.tileir_backend import required_threads
+
+    fn = artifact("bfloat16", "sm_90", "cuda", (128, 128, 64), rows=True).ir()
+    all_facts = {"base", "strides", "bounded"}
+    threads = {}
+    for facts in (all_facts, *(all_facts - {f} for f in all_facts)):
+        module = with_view_facts(lower_function(fn), facts)
+        bc = encode_module(module, parse_version(version))
+        ours = [line.strip() for line in print_module(module).splitlines() if " assume " in line]
+        theirs = [line.strip() for line in runner.disassemble(bc, toolchain=tileir_toolchain).splitlines()
+                  if " assume " in line]
+        assert len(ours) == len(theirs) > 0
+        for a, b in zip(ours, theirs):  # value names differ
+            assert re.sub(r"%\w+", "%v", a) == re.sub(r"%\w+", "%v", b)
+        cubin = runner.run_tileiras(bc, "sm_90", toolchain=tileir_toolchain)
+        threads[frozenset(facts)] = required_threads(cubin, "mma_tile")[0]
+    assert threads.pop(frozenset(all_facts)) == 256
+    assert set(threads.values()) == {128}
+
+
+def test_assume_open_and_negative_bounds_read_back(tileir_toolchain: Any) -> None:
+    from tilejit.backends.tileir.bytecode import encode_module
+    from tilejit.backends.tileir.lower import lower_function
+    from tilejit.backends.tileir.module import TOp, TValue
+    from tilejit.backends.tileir.text import print_module
+
+    module = lower_function(tileir_fn("int8"))
+    fn = module.functions[0]
+    shape0 = fn.params[1]
+    preds = [("bounded", 0, None), ("bounded", None, -3), ("bounded", -(2**40), 2**40), ("div_by", 64)]
+    fn.body[:0] = [TOp("assume", [TValue(shape0.type)], [shape0], {"predicate": p}) for p in preds]
+    want = ["bounded<0, ?>", "bounded<?, -3>", f"bounded<{-(2**40)}, {2**40}>", "div_by<64>"]
+    ours = re.findall(r"assume (\S+ \S+|\S+), %a_shape0 : tile<i64>", print_module(module))
+    assert [o.rstrip(",") for o in ours] == want
+    for version in ((13, 1), (13, 5)):
+        text = runner.disassemble(encode_module(module, version), toolchain=tileir_toolchain)
+        assert [o.rstrip(",") for o in re.findall(r"assume (\S+ \S+|\S+), %arg1 : tile<i64>", text)] == want
+
+
+def test_assume_text() -> None:
+    from tilejit.backends.tileir.lower import lower_function
+    from tilejit.backends.tileir.text import print_module
+
+    text = print_module(with_view_facts(lower_function(tileir_fn("bfloat16")), {"base", "strides", "bounded"}))
+    assert "    %a_shape0_known = assume bounded<0, 2147483647>, %a_shape0 : tile<i64>\n" in text
+    assert "    %a_stride0_known = assume bounded<0, 2147483647>, %a_stride0 : tile<i64>\n" in text
+    assert "    %a_stride0_known_known = assume div_by<8>, %a_stride0_known : tile<i64>\n" in text
+    assert "    %a_known = assume div_by<16>, %a : tile<ptr<bf16>>\n" in text
+    assert "make_tensor_view %a_known, shape = [%a_shape0_known, %a_shape1_known], strides = " in text
 
 
 # --------------------------------------------------------------------------------------------- GPU

@@ -41,6 +41,7 @@ DYNAMIC = -(1 << 63)
 SEC_END, SEC_STRING, SEC_FUNC, SEC_DEBUG, SEC_CONSTANT, SEC_TYPE = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05
 PAD_BYTE = b"\xcb"
 TAG_INTEGER, TAG_FLOAT, TAG_ARRAY, TAG_DICT, TAG_HINTS = 0x01, 0x02, 0x06, 0x0A, 0x0B
+TAG_DIV_BY, TAG_BOUNDED = 0x08, 0x0C  # assume predicates
 DI_COMPILE_UNIT, DI_FILE, DI_LOC, DI_SUBPROGRAM = 0x01, 0x02, 0x04, 0x05
 FLAG_ENTRY = 0x02
 FLAG_HINTS = 0x04  # before 13.5: optimization hints follow (from 13.5 an entry always has them)
@@ -307,6 +308,8 @@ class Writer:
             elif item.startswith("enum:"):
                 key = item[5:]
                 buf.append(ENUMS[key][op.attrs[key]])
+            elif item == "pred":
+                predicate(op.attrs["predicate"], buf)
             elif item == "const":
                 varint(self.constant_id(op.attrs["data"]), buf)
             elif item == "inbounds":
@@ -326,6 +329,26 @@ class Writer:
                     varint(_id(ids, value), buf)
             else:  # pragma: no cover - a typo in OPS
                 raise AssertionError(f"unknown layout item {item!r} of {op.name}")
+
+
+def predicate(pred: tuple[object, ...], buf: bytearray) -> None:
+    """An ``assume`` predicate: ``div_by`` (divisor, flags 0: no every/along) or ``bounded`` (flags for the
+    ends present, each end a zigzag varint)."""
+    kind, *args = pred
+    if kind == "div_by":
+        (divisor,) = args
+        buf.append(TAG_DIV_BY)
+        varint(int(divisor), buf)  # type: ignore[call-overload]
+        buf.append(0)
+    elif kind == "bounded":
+        ends = [a for a in args if a is not None]
+        buf.append(TAG_BOUNDED)
+        buf.append(int(args[0] is not None) | int(args[1] is not None) << 1)
+        for end in ends:
+            v = int(end)  # type: ignore[call-overload]
+            varint(v << 1 if v >= 0 else ~(v << 1), buf)
+    else:
+        raise ValueError(f"unknown assume predicate {pred!r}")
 
 
 def _id(ids: dict[TValue, int], value: object) -> int:

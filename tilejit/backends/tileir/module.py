@@ -152,8 +152,9 @@ class OpSpec:
     ``attrs['data']``; ``inbounds`` the per-dimension in-bounds flags (13.4+ only); ``nan_ftz``
     the maxf/minf flag bits (bit 0 propagate NaN); ``int:<attr>`` a varint; ``identities`` the
     reduce identities (a tagged array); ``o`` an operand; ``o*`` a counted operand list; ``o?`` an
-    optional operand; ``regions`` the op's regions. ``@13.2`` after an item: only from that version on
-    (an attribute the registry added later; older versions imply its default).
+    optional operand; ``regions`` the op's regions; ``pred`` an ``assume`` predicate (``attrs['predicate']``:
+    ``("div_by", n)`` or ``("bounded", lo, hi)``, ``None`` for an open end). ``@13.2`` after an item: only
+    from that version on (an attribute the registry added later; older versions imply its default).
     """
 
     opcode: int
@@ -166,6 +167,7 @@ OPS: dict[str, OpSpec] = {
     "addf": OpSpec(2, ("res", "ftz", "enum:rounding", "o", "o")),
     "addi": OpSpec(3, ("res", "enum:overflow", "o", "o")),
     "andi": OpSpec(4, ("res", "o", "o")),
+    "assume": OpSpec(6, ("res", "pred", "o")),
     "broadcast": OpSpec(11, ("res", "o")),
     "ceil": OpSpec(13, ("res", "o")),
     "cmpf": OpSpec(14, ("res", "enum:predicate", "enum:comparison", "o", "o")),

@@ -236,6 +236,13 @@ def _mma(p: Printer, op: TOp) -> str:
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}, {_v(p, op, 2)}{sign}{fast} : {types}"
 
 
+def _assume(p: Printer, op: TOp) -> str:
+    """``assume div_by<16>, %x : type`` or ``assume bounded<0, ?>, %x : type``."""
+    kind, *args = op.attrs["predicate"]
+    shown = ", ".join("?" if a is None else str(a) for a in args)
+    return f"assume {kind}<{shown}>, {_v(p, op, 0)} : {_t(op)}"
+
+
 def _int_binary(p: Printer, op: TOp) -> str:
     """``addi %a, %b : type`` and the other integer arithmetic ops."""
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{_overflow(op)} : {_t(op)}"
@@ -336,6 +343,7 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "maxi": _max_min,
     "mini": _max_min,
     "reduce": _reduce,
+    "assume": _assume,
     "mmaf": _mma,
     "mmai": _mma,
     "yield": lambda p, op: f"yield {p.names_of(_vs(p, op, 0))} : {', '.join(type_text(v.type) for v in _vs(p, op, 0))}",
