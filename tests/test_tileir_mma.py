@@ -69,6 +69,7 @@ def artifact(name: str, target: str, backend: str = "tileir", tile: tuple[int, i
 
 
 def tileir_fn(name: str, tile: tuple[int, int, int] = (64, 64, 32)) -> O.Function:
+    """The kernel's IR for the Tile IR writer (compiled with neither backend, so no toolchain is needed)."""
     return artifact(name, "sm_90", "cuda", tile).ir()
 
 
