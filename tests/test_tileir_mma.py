@@ -343,6 +343,49 @@ def test_assume_open_and_negative_bounds_read_back(tileir_toolchain: Any) -> Non
         assert [o.rstrip(",") for o in re.findall(r"assume (\S+ \S+|\S+), %arg1 : tile<i64>", text)] == want
 
 
+def faceted_views(monkeypatch: pytest.MonkeyPatch, aligned16: bool, int32_extents: bool) -> None:
+    """memory.view with the launch facts applied, as the one-line change in memory.py would (view_facts on
+    the array's base, shapes and strides before its tensor view is made)."""
+    from tilejit.backends.tileir.lower import memory
+    from tilejit.backends.tileir.lower.mma import view_facts
+
+    original = memory.view
+
+    def view(lo: Any, op: Any, array: Any, tile: Any, padding: Any) -> Any:
+        if not any(key[0] is array for key in lo.views):
+            base, shape, strides = lo.arrays[array]
+            lo.arrays[array] = view_facts(lo, op, base, shape, strides, array.type.dtype.itemsize,
+                                          aligned16=aligned16, int32_extents=int32_extents)
+        return original(lo, op, array, tile, padding)
+
+    monkeypatch.setattr(memory, "view", view)
+
+
+def test_view_facts_state_only_what_they_are_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    faceted_views(monkeypatch, aligned16=True, int32_extents=True)
+    text = module_text(tileir_fn("bfloat16"), "sm_90")  # [:, :] arrays: the inner stride is dynamic
+    assert "assume div_by<16>, %a : tile<ptr<bf16>>" in text
+    assert re.search(r"= assume div_by<8>, %a_stride0_\d+ : tile<i64>", text)
+    assert not re.search(r"assume div_by<\d+>, %a_stride1", text)  # the inner stride: no alignment fact
+    assert "assume bounded<0, 2147483647>, %a_shape0 : tile<i64>" in text
+    assert "assume bounded<0, 2147483647>, %a_stride1 : tile<i64>" in text
+    assert "assume div_by<4>, %d_stride0_" in text  # f32 rows
+    monkeypatch.undo()
+    faceted_views(monkeypatch, aligned16=False, int32_extents=False)
+    text = module_text(tileir_fn("bfloat16"), "sm_90")
+    assert re.findall(r"assume (\S+ \S+), %\w+ :", text) == ["bounded<0, ?>"] * 8  # shapes only
+
+
+def test_view_facts_give_tma_on_rows_of_aligned_arrays(monkeypatch: pytest.MonkeyPatch,
+                                                         tileir_toolchain: Any) -> None:
+    from tilejit.backends.tileir_backend import required_threads
+
+    fn = artifact("bfloat16", "sm_90", "cuda", (128, 128, 64), rows=True).ir()
+    faceted_views(monkeypatch, aligned16=True, int32_extents=True)
+    bc = generate_bytecode(fn, "sm_90", "13.5")
+    assert required_threads(runner.run_tileiras(bc, "sm_90", toolchain=tileir_toolchain), "mma_tile")[0] == 256
+
+
 def test_assume_text() -> None:
     from tilejit.backends.tileir.lower import lower_function
     from tilejit.backends.tileir.text import print_module
