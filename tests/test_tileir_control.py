@@ -444,8 +444,8 @@ def test_an_op_refused_inside_a_loop_is_located_at_its_line() -> None:
     with pytest.raises(tj.TileCompileError) as err:
         generate_bytecode(fn, "sm_90")
     assert (err.value.filename, err.value.line) == (__file__, line)
-    assert err.value.message == ("the Tile IR backend cannot express 'unary' (fn='erf' on float32: Tile IR has no erf) yet; "
-                                 'compile this kernel with backend="cuda"')
+    assert err.value.message == ("the Tile IR backend cannot express 'unary' (fn='erf' on float32: Tile IR has no "
+                                 'erf) yet; compile this kernel with backend="cuda"')
 
 
 # --------------------------------------------------------------------------------------------- GPU: both backends

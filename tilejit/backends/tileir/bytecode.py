@@ -28,6 +28,7 @@ from tilejit.backends.tileir.module import (
     TOp,
     TValue,
     Type,
+    check_entry_hints,
     constant_bytes,
 )
 from tilejit.language.ir.core import Loc
@@ -39,9 +40,11 @@ DYNAMIC = -(1 << 63)
 # Section ids; the 0x80 bit on the id says an alignment varint follows the length.
 SEC_END, SEC_STRING, SEC_FUNC, SEC_DEBUG, SEC_CONSTANT, SEC_TYPE = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05
 PAD_BYTE = b"\xcb"
-TAG_INTEGER, TAG_FLOAT, TAG_ARRAY, TAG_HINTS = 0x01, 0x02, 0x06, 0x0B
+TAG_INTEGER, TAG_FLOAT, TAG_ARRAY, TAG_DICT, TAG_HINTS = 0x01, 0x02, 0x06, 0x0A, 0x0B
+TAG_DIV_BY, TAG_BOUNDED = 0x08, 0x0C  # assume predicates
 DI_COMPILE_UNIT, DI_FILE, DI_LOC, DI_SUBPROGRAM = 0x01, 0x02, 0x04, 0x05
 FLAG_ENTRY = 0x02
+FLAG_HINTS = 0x04  # before 13.5: optimization hints follow (from 13.5 an entry always has them)
 
 
 def varint(x: int, buf: bytearray) -> None:
@@ -204,10 +207,12 @@ class Writer:
         self.debug_ids.append(self.op_locs)
         varint(self.string_id(fn.name), buf)
         varint(self.type_id(FuncType(tuple(p.type for p in fn.params))), buf)
-        buf.append(FLAG_ENTRY)
+        check_entry_hints(fn.hints, self.version)
+        buf.append(FLAG_ENTRY | (FLAG_HINTS if fn.hints and self.version < (13, 5) else 0))
         varint(index + 1, buf)  # 1-based index of this function's debug-info entries
+        if fn.hints or self.version >= (13, 5):
+            self.hints(fn.hints, buf)
         if self.version >= (13, 5):
-            buf += bytes((TAG_HINTS, 0))  # optimization hints: an empty per-architecture dictionary
             buf += bytes((TAG_ARRAY, 0))  # argument attributes: an empty array
         self.ids: dict[TValue, int] = {p: i for i, p in enumerate(fn.params)}
         self.next_id = len(fn.params)
@@ -215,6 +220,18 @@ class Writer:
         self.ops(fn.body, body)
         varint(len(body), buf)
         buf += body
+
+    def hints(self, hints: dict[str, dict[str, int]], buf: bytearray) -> None:
+        """Optimization hints: per architecture, a dictionary of i32 hint values (keys sorted, as in MLIR)."""
+        buf.append(TAG_HINTS)
+        varint(len(hints), buf)
+        for arch, items in sorted(hints.items()):
+            varint(self.string_id(arch), buf)
+            buf.append(TAG_DICT)
+            varint(len(items), buf)
+            for key, value in sorted(items.items()):
+                varint(self.string_id(key), buf)
+                self.attribute(value, Scalar("i32"), buf)
 
     def define(self, values: list[TValue]) -> None:
         """Give ``values`` the next value ids, in order."""
@@ -309,6 +326,8 @@ class Writer:
                     present = named[name] if name in named else op.attrs.get(name)
                     bits |= int(present is not None) << i
                 varint(bits, buf)
+            elif item == "pred":
+                predicate(op.attrs["predicate"], buf)
             elif item == "const":
                 varint(self.constant_id(op.attrs["data"]), buf)
             elif item == "inbounds":
@@ -338,6 +357,24 @@ def _named_operands(layout: tuple[str, ...], op: TOp) -> dict[str, object]:
         if item.startswith("o?:"):
             named[item[3:]] = value
     return named
+def predicate(pred: tuple[object, ...], buf: bytearray) -> None:
+    """An ``assume`` predicate: ``div_by`` (divisor, flags 0: no every/along) or ``bounded`` (flags for the
+    ends present, each end a zigzag varint)."""
+    kind, *args = pred
+    if kind == "div_by":
+        (divisor,) = args
+        buf.append(TAG_DIV_BY)
+        varint(int(divisor), buf)  # type: ignore[call-overload]
+        buf.append(0)
+    elif kind == "bounded":
+        ends = [a for a in args if a is not None]
+        buf.append(TAG_BOUNDED)
+        buf.append(int(args[0] is not None) | int(args[1] is not None) << 1)
+        for end in ends:
+            v = int(end)  # type: ignore[call-overload]
+            varint(v << 1 if v >= 0 else ~(v << 1), buf)
+    else:
+        raise ValueError(f"unknown assume predicate {pred!r}")
 
 
 def _id(ids: dict[TValue, int], value: object) -> int:

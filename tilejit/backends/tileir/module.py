@@ -124,12 +124,14 @@ class TBlock:
 
 @dataclass(eq=False)
 class TFunction:
-    """An entry (kernel) function with its parameters and straight-line body."""
+    """An entry (kernel) function with its parameters and straight-line body; ``hints`` are its optimization
+    hints per architecture (``"sm_90"``, ``"default"``, ...): hint name -> value (see ``ENTRY_HINTS``)."""
 
     name: str
     params: list[TValue]
     body: list[TOp]
     loc: Loc = UNKNOWN_LOC
+    hints: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -153,7 +155,9 @@ class OpSpec:
     integers; ``identities`` the reduce/scan identities (a tagged array); ``o`` an operand; ``o*`` a
     counted operand list; ``o?`` an optional operand (``o?:<name>`` names it for ``flags``);
     ``flags:<a>,<b>,...`` a varint of presence bits, bit i for name i (an attribute or a named optional
-    operand); ``enum?:<attr>`` one byte when the attribute is given; ``regions`` the op's regions.
+    operand); ``enum?:<attr>`` one byte when the attribute is given; ``regions`` the op's regions;
+    ``pred`` an ``assume`` predicate (``attrs['predicate']``: ``("div_by", n)`` or ``("bounded", lo, hi)``,
+    ``None`` for an open end).
     ``@13.2`` after an item: only from that version on (an attribute the registry added later; older
     versions imply its default).
     """
@@ -168,6 +172,7 @@ OPS: dict[str, OpSpec] = {
     "addf": OpSpec(2, ("res", "ftz", "enum:rounding", "o", "o")),
     "addi": OpSpec(3, ("res", "enum:overflow", "o", "o")),
     "andi": OpSpec(4, ("res", "o", "o")),
+    "assume": OpSpec(6, ("res", "pred", "o")),
     "atomic_cas_tko": OpSpec(
         7, ("res2", "flags:mask,token", "enum:ordering", "enum:scope", "o", "o", "o", "o?:mask", "o?:token")
     ),
@@ -214,6 +219,8 @@ OPS: dict[str, OpSpec] = {
     "maxi": OpSpec(70, ("res", "enum:signedness", "o", "o")),
     "minf": OpSpec(71, ("res", "nan_ftz", "o", "o")),
     "mini": OpSpec(72, ("res", "enum:signedness", "o", "o")),
+    "mmaf": OpSpec(73, ("res", "int:fast_acc@13.3", "o", "o", "o")),
+    "mmai": OpSpec(74, ("res", "enum:signedness", "enum:signedness", "o", "o", "o")),
     "mulf": OpSpec(76, ("res", "ftz", "enum:rounding", "o", "o")),
     "muli": OpSpec(78, ("res", "enum:overflow", "o", "o")),
     "negf": OpSpec(79, ("res", "o")),
@@ -264,6 +271,37 @@ ENUMS: dict[str, dict[str, int]] = {
         "and": 0, "or": 1, "xor": 2, "add": 3, "addf": 4, "max": 5, "min": 6, "umax": 7, "umin": 8, "xchg": 9,
     },
 }
+
+
+#: Entry optimization hints: name -> (first bytecode version that has it, the values tileiras accepts).
+ENTRY_HINTS: dict[str, tuple[tuple[int, int], tuple[int, ...]]] = {
+    "num_cta_in_cga": ((13, 1), (1, 2, 4, 8, 16)),
+    "occupancy": ((13, 1), tuple(range(1, 33))),
+    "num_worker_warps_per_cta": ((13, 3), (4, 8)),
+}
+#: Architectures (and ``default``) an optimization-hints dictionary may name; sm_8x runs one CTA per CGA.
+HINT_ARCHS = ("default", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110",
+              "sm_120", "sm_121")
+
+
+def check_entry_hints(hints: dict[str, dict[str, int]], version: tuple[int, int]) -> None:
+    """Refuse entry hints that tileiras would reject (or that ``version`` cannot carry), naming the hint."""
+    for arch, items in hints.items():
+        if arch not in HINT_ARCHS:
+            raise ValueError(f"optimization hints: unknown architecture {arch!r} (one of {', '.join(HINT_ARCHS)})")
+        for key, value in items.items():
+            if key not in ENTRY_HINTS:
+                raise ValueError(f"optimization hints: {arch}.{key} is not an entry hint "
+                                 f"(one of {', '.join(ENTRY_HINTS)})")
+            since, allowed = ENTRY_HINTS[key]
+            if arch.startswith("sm_8") and key == "num_cta_in_cga":
+                allowed = (1,)
+            if type(value) is not int or value not in allowed:
+                raise ValueError(f"optimization hints: {arch}.{key} = {value!r}; expected one of "
+                                 f"{', '.join(map(str, allowed))}")
+            if version < since:
+                raise ValueError(f"optimization hints: {arch}.{key} needs bytecode version "
+                                 f"{since[0]}.{since[1]} or newer, not {version[0]}.{version[1]}")
 
 
 _PACK: dict[str, str] = {"f16": "<e", "f32": "<f", "f64": "<d", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q"}

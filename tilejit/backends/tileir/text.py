@@ -153,7 +153,12 @@ class Printer:
     def function(self, fn: TFunction) -> None:
         """One ``entry`` with its parameters and body."""
         params = ", ".join(f"{self.name(p)}: {type_text(p.type)}" for p in fn.params)
-        self.lines.append(f"  entry @{fn.name}({params}) {{")
+        hints = ", ".join(  # keys sorted, as MLIR dictionaries are
+            f"{arch} = {{{', '.join(f'{k} = {v}' for k, v in sorted(items.items()))}}}"
+            for arch, items in sorted(fn.hints.items())
+        )
+        hints = f" optimization_hints=<{hints}>" if fn.hints else ""
+        self.lines.append(f"  entry @{fn.name}({params}){hints} {{")
         self.ops(fn.body, "    ")
         self.lines.append("  }")
 
@@ -337,6 +342,21 @@ def _reduce(p: Printer, op: TOp) -> str:
     return f"reduce {p.names_of(operands)} dim={op.attrs['dim']} identities=[{idents}] : {types}"
 
 
+def _mma(p: Printer, op: TOp) -> str:
+    """``mmaf %a, %b, %acc : a, b, acc`` or ``mmai %a, %b, %acc signed signed : a, b, acc``."""
+    sign = f" {op.attrs['signedness']} {op.attrs['signedness']}" if op.name == "mmai" else ""
+    fast = " fast_acc" if op.attrs.get("fast_acc") else ""
+    types = ", ".join(_ot(op, i) for i in range(3))
+    return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}, {_v(p, op, 2)}{sign}{fast} : {types}"
+
+
+def _assume(p: Printer, op: TOp) -> str:
+    """``assume div_by<16>, %x : type`` or ``assume bounded<0, ?>, %x : type``."""
+    kind, *args = op.attrs["predicate"]
+    shown = ", ".join("?" if a is None else str(a) for a in args)
+    return f"assume {kind}<{shown}>, {_v(p, op, 0)} : {_t(op)}"
+
+
 def _int_binary(p: Printer, op: TOp) -> str:
     """``addi %a, %b : type`` and the other integer arithmetic ops."""
     return f"{op.name} {_v(p, op, 0)}, {_v(p, op, 1)}{_overflow(op)} : {_t(op)}"
@@ -514,6 +534,9 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "ftoi": _convert,
     "bitcast": _convert,
     "permute": _convert,
+    "assume": _assume,
+    "mmaf": _mma,
+    "mmai": _mma,
 }
 
 

@@ -1,3 +1,91 @@
-"""Lowering rules for matrix multiply-accumulate (``mma``, ``@``)."""
+"""Lowering rules for matrix multiply-accumulate (``mma``, ``@``): ``mmaf`` for float inputs (f16, bf16, f32,
+f64; f32 inputs with ``tf32`` allowed are rounded to tf32 first, as the CUDA backend's tensor-core path does),
+``mmai`` for 8-bit integer inputs with an i32 accumulator (the signedness of the inputs on the op)."""
 
 from __future__ import annotations
+
+from tilejit.backends.tileir.lower.core import Lowerer, rule, unsupported
+from tilejit.backends.tileir.module import Scalar, Tile, TOp, TValue, constant_bytes
+from tilejit.language.ir import ops as O
+from tilejit.language.ir.core import Op
+from tilejit.language.ir.types import TileType
+
+#: Input dtype -> the accumulator dtype Tile IR's mmaf/mmai takes with it (the front end's and the CUDA
+#: backend's pairs; mmaf also has f16 and f8 accumulators, which tilejit does not use).
+ACCUMULATORS: dict[str, str] = {
+    "float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64",
+    "int8": "int32", "uint8": "int32",
+}
+
+#: The largest K for which a sum of K products of 8-bit inputs fits int32 (|int8 products| <= 2**14,
+#: uint8 products <= 255**2), so the saturating mmai computes it exactly.
+MAX_INT_K: dict[str, int] = {"int8": (2**31 - 1) // 2**14, "uint8": (2**31 - 1) // 255**2}
+
+
+@rule(O.MmaOp)
+def mma(lo: Lowerer, op: O.MmaOp) -> None:
+    """``a @ b + acc``: ``mmaf`` (tf32: operands rounded with ``ftof`` first) or ``mmai`` (signed or not)."""
+    at, ct = op.a.type, op.acc.type
+    assert isinstance(at, TileType) and isinstance(ct, TileType)
+    if at.ndim != 2 or ACCUMULATORS.get(at.dtype.name) != ct.dtype.name:
+        raise unsupported(op, f"{at.dtype.name} inputs with a {ct.dtype.name} accumulator")
+    a, b, acc = lo.value(op.a), lo.value(op.b), lo.value(op.acc)
+    if at.dtype.is_int:
+        int_mma(lo, op, a, b, acc)
+        return
+    if op.tf32 and at.dtype.name == "float32":
+        a, b = (to_tf32(lo, x, op) for x in (a, b))
+    lo.emit("mmaf", [lo.result(op)], [a, b, acc], op, fast_acc=0)
+
+
+def int_mma(lo: Lowerer, op: O.MmaOp, a: TValue, b: TValue, acc: TValue) -> None:
+    """8-bit ``a @ b + acc`` wrapping in int32 like the CUDA backend. tileiras's ``mmai`` saturates (PTX
+    ``.satfinite``), so the products are summed from zero (exact for K <= MAX_INT_K) and added to ``acc``
+    as ``(acc ^ p) + 2 * (acc & p)``: a plain ``addi`` is folded back into the saturating mma by tileiras."""
+    at = op.a.type
+    assert isinstance(at, TileType)
+    k, limit = at.shape[1], MAX_INT_K[at.dtype.name]
+    if k > limit:
+        raise unsupported(op, f"{at.dtype.name} inputs with K = {k}: Tile IR's mmai saturates where tilejit wraps, "
+                              f"exact only for K <= {limit}")
+    sign = "signed" if at.dtype.is_signed else "unsigned"
+    zero, p, x, n, twice = (TValue(acc.type) for _ in range(5))
+    lo.emit("constant", [zero], [], op, data=constant_bytes(0, Scalar("i32")), value=0)
+    lo.emit("mmai", [p], [a, b, zero], op, signedness=sign)
+    lo.emit("xori", [x], [acc, p], op)
+    lo.emit("andi", [n], [acc, p], op)
+    lo.emit("addi", [twice], [n, n], op, overflow="none")
+    lo.emit("addi", [lo.result(op)], [x, twice], op, overflow="none")
+
+
+def to_tf32(lo: Lowerer, x: TValue, op: O.MmaOp) -> TValue:
+    """``x`` (an f32 tile) rounded to tf32 (to nearest, ties to even) for a tensor-core ``mmaf``."""
+    assert isinstance(x.type, Tile)
+    r = TValue(Tile(Scalar("tf32"), x.type.shape))
+    lo.emit("ftof", [r], [x], op, rounding="nearest_even")
+    return r
+
+
+def view_facts(lo: Lowerer, op: Op, base: TValue, shape: list[TValue], strides: list[TValue], itemsize: int, *,
+               aligned16: bool, int32_extents: bool) -> tuple[TValue, list[TValue], list[TValue]]:
+    """An array's ``base``, ``shape`` and ``strides`` (all of them, innermost last) through ``assume`` ops in the
+    prologue stating what a launch checked, so that tileiras may load with TMA (docs/tileir.md, "mma and matmul
+    speed"): ``aligned16`` (base and every row start 16-byte aligned) -> base ``div_by<16>`` and every stride
+    but the innermost ``div_by<16 / itemsize>``; ``int32_extents`` (shapes and strides in [0, 2**31)) ->
+    ``bounded<0, 2**31-1>``; shapes are always ``bounded<0, ?>``. Pass only facts checked at launch: a false
+    assumption is undefined behaviour."""
+
+    def assume(v: TValue, predicate: tuple[object, ...]) -> TValue:
+        r = TValue(v.type, v.name)
+        lo.prologue.append(TOp("assume", [r], [v], {"predicate": predicate}, op.loc))
+        return r
+
+    high = 2**31 - 1 if int32_extents else None
+    shape = [assume(v, ("bounded", 0, high)) for v in shape]
+    if int32_extents:
+        strides = [assume(v, ("bounded", 0, high)) for v in strides]
+    if aligned16:
+        if itemsize < 16:
+            strides = [assume(v, ("div_by", 16 // itemsize)) for v in strides[:-1]] + strides[-1:]
+        base = assume(base, ("div_by", 16))
+    return base, shape, strides
