@@ -406,35 +406,23 @@ TOLERANCE = {"float16": 1e-3, "bfloat16": 1e-2, "float32": 1e-5, "tf32": 5e-3, "
 
 
 def launch(name: str, backend: str, host: dict[str, np.ndarray], tile: tuple[int, int, int]) -> np.ndarray:
-    """Compile the mma kernel for this GPU with ``backend``, launch it over ``host`` and return ``c``."""
-    import ctypes
+    """Compile the mma kernel for this GPU with ``backend``, launch it over ``host`` through tilejit's checked
+    launcher (a Tile IR entry takes each array as flat parameters, which only the launcher's ABI knows) and
+    return ``c``."""
+    from tilejit.runtime.device import Device
+    from tilejit.runtime.launch import Launcher, ParamKind
+    from tilejit.runtime.module import Module
 
-    from test_backend_gpu import driver
-
-    drv = driver()
-    image = artifact(name, f"sm_{drv.arch}", backend, tile).image()
+    dev = Device()
+    image = artifact(name, dev.arch, backend, tile).image()
     m, n = host["c"].shape
     grid = (-(-m // tile[0]), -(-n // tile[1]), 1)
-    mod, kfn = drv.load(image.image, image.symbol)
-    ptrs: dict[str, int] = {}
-    params: list[Any] = []
-    try:
-        for pname, spec in image.params:
-            a = host[pname]
-            ptrs[pname] = drv.alloc(a)
-            nd = spec[2]
-
-            class Arr(ctypes.Structure):
-                _fields_ = [("ptr", ctypes.c_uint64), ("shape", ctypes.c_int64 * nd), ("stride", ctypes.c_int64 * nd)]
-
-            params.append(Arr(ptrs[pname], (ctypes.c_int64 * nd)(*a.shape),
-                              (ctypes.c_int64 * nd)(*[s // a.itemsize for s in a.strides])))
-        drv.launch(kfn, grid, image, params)
-        return drv.fetch(ptrs["c"], host["c"])
-    finally:
-        for p in ptrs.values():
-            drv.free(p)
-        drv.lib.cuModuleUnload(mod)
+    module = Module.load(image.image, image.kind)
+    launcher = Launcher(module.get_function(image.symbol), [(p, ParamKind.from_spec(s)) for p, s in image.params],
+                        block=(image.num_threads, 1, 1), shared_bytes=image.shared_bytes)
+    arrays = {p: tj.asarray(host[p]) for p, _ in image.params}
+    launcher.launch_checked(grid, [arrays[p] for p, _ in image.params])
+    return arrays["c"].numpy()
 
 
 @pytest.fixture
