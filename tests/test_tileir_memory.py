@@ -26,7 +26,7 @@ from tilejit.errors import TileCompileError
 
 def gather_1d(x, idx, out, TILE: tj.Constant[int], PAD: tj.Constant):
     i = tj.bid(0)
-    j = tj.load(idx, index=(i,), shape=(TILE,), padding=-1)
+    j = tj.load(idx, index=(i,), shape=(TILE,), padding=0)  # lanes past the end are not stored
     tj.store(out, index=(i,), tile=tj.gather(x, j, padding=PAD))
 
 
