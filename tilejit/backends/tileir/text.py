@@ -514,6 +514,7 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "ftoi": _convert,
     "bitcast": _convert,
     "permute": _convert,
+    "ptr_to_ptr": _convert,
 }
 
 
