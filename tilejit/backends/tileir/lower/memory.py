@@ -15,9 +15,9 @@ import math
 from tilejit.backends.tileir.lower.core import I64, STORED, TOKEN, Lowerer, rule, unsupported
 from tilejit.backends.tileir.module import (
     PartitionView,
-    TBlock,
     Ptr,
     Scalar,
+    TBlock,
     TensorView,
     Tile,
     TOp,
