@@ -380,15 +380,12 @@ def _cas_loop(lo: Lowerer, op: O.AtomicOp, ptrs: TValue, mask: TValue, value: TV
 def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
     """``atomic_*``: ``atomic_rmw_tko`` / ``atomic_cas_tko``, relaxed at device scope (CUDA's ``atomicAdd``
     and kin), masked to the elements in range; their results are the old values, 0 where out of range.
-    Float max/min: the CUDA backend's CAS loop (``_cas_loop``; f32/f64, the element sizes Tile IR's CAS takes)."""
+    Float max/min (f32/f64, all the front end takes): the CUDA backend's CAS loop (``_cas_loop``)."""
     dtype = op.array.type.dtype  # type: ignore[attr-defined]
     t = lo.tile_type(op.result.type, op)
     value = lo.value(op.value)
     attrs: dict[str, object] = {"ordering": "relaxed", "scope": "device"}
     cas_loop = op.kind in ("max", "min") and dtype.is_float
-    if cas_loop and dtype.name not in ("float32", "float64"):
-        raise unsupported(op, f"atomic_{op.kind} on {dtype.name}: Tile IR's compare-and-swap takes 32- and "
-                              "64-bit elements")
     if op.kind != "cas" and not cas_loop:
         modes = _ATOMIC_MODES.get(op.kind)
         mode = None if modes is None else modes[0 if dtype.is_float else 1 if dtype.is_signed else 2]
