@@ -5,11 +5,14 @@ through tileiras + tileirdisasm."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
 import pytest
 
+import tilejit as tj
+from tilejit.backends.tileir import module_text
 from tilejit.backends.tileir.lower import erf as E
 
 Arr = Any
@@ -137,3 +140,58 @@ def test_erf_formula_accuracy(dtype: type, exp_ulps: int) -> None:
     assert list(sp[:4]) == [0.0, 0.0, 1.0, -1.0]
     assert not np.signbit(sp[0]) and np.signbit(sp[1])
     assert np.isnan(sp[4]) and np.isnan(sp[5])
+
+
+class CountingMath(NumpyMath):
+    """NumpyMath that also counts the Tile IR ops lower/elementwise.py's ``_ErfMath`` emits for each call."""
+
+    EMITS = {"add": ["addf"], "sub": ["subf"], "mul": ["mulf"], "div": ["divf"], "neg": ["negf"], "abs": ["absf"],
+             "exp": ["exp"], "lt": ["cmpf"], "ge": ["cmpf"], "select": ["select"],
+             "clear_low_bits": ["bitcast", "andi", "bitcast"], "copysign": ["bitcast", "bitcast", "andi", "ori",
+                                                                          "bitcast"]}
+
+    def __init__(self, dtype: type) -> None:
+        super().__init__(dtype)
+        self.counts: dict[str, int] = {}
+        for name, ops in self.EMITS.items():
+            setattr(self, name, self._counting(getattr(self, name), ops))
+
+    def _counting(self, fn: Any, ops: list[str]) -> Any:
+        """``fn``, counting ``ops`` at each call."""
+        def call(*args: Any) -> Any:
+            for o in ops:
+                self.counts[o] = self.counts.get(o, 0) + 1
+            return fn(*args)
+        return call
+
+
+@tj.kernel
+def erf_kernel(x, out, TILE: tj.Constant[int]):  # type: ignore[no-untyped-def]
+    i = tj.bid(0)
+    tj.store(out, index=(i,), tile=tj.erf(tj.load(x, index=(i,), shape=(TILE,))))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_the_lowering_emits_the_formula_op_for_op(dtype: str) -> None:
+    """The Tile IR text holds exactly the ops the formula's calls emit (so the numpy mirror above is what the GPU
+    computes, exp aside): f16/bf16 widened to f32 and rounded back once, IEEE divisions (no rounding<full>
+    shown), exp at its default (full) rounding."""
+    t = getattr(tj, dtype)[:]
+    fn = tj.compile(erf_kernel, (t, t), constants={"TILE": 128}, target="sm_90").ir()
+    text = module_text(fn, "sm_90")
+    body = text[text.index("load_view_tko"):text.index("store_view_tko")]
+    found: dict[str, int] = {}
+    for name in re.findall(r"= (\w+) ", body):
+        found[name] = found.get(name, 0) + 1
+    f64 = dtype == "float64"
+    m = CountingMath(np.float64 if f64 else np.float32)
+    with np.errstate(all="ignore"):
+        E.erf(m, np.zeros(1, np.float64 if f64 else np.float32), f64)
+    want = dict(m.counts)
+    if dtype in ("float16", "bfloat16"):
+        want["ftof"] = 2
+    found.pop("constant", None)
+    assert found == want
+    compute = "f64" if f64 else "f32"
+    assert len(re.findall(rf"= exp %\w+ : tile<128x{compute}>", body)) == 2
+    assert "rounding<" not in "".join(re.findall(r"= divf [^\n]*", body))
