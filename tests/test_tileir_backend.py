@@ -46,9 +46,9 @@ def _scaled(x, out, s, h, b):  # type: ignore[no-untyped-def]
 
 
 @tj.kernel
-def _erf(x, out):  # type: ignore[no-untyped-def]
+def _bf16_add(h, idx, v):  # type: ignore[no-untyped-def]
     i = tj.bid(0)
-    tj.store(out, index=(i,), tile=tj.erf(tj.load(x, index=(i,), shape=(128,))))
+    tj.atomic_add(h, tj.load(idx, index=(i,), shape=(128,)), tj.load(v, index=(i,), shape=(128,)))
 
 
 @pytest.fixture(autouse=True)
@@ -153,13 +153,15 @@ def test_explicit_tileir_without_a_toolchain_names_what_is_missing(no_tileiras: 
 
 
 def test_an_op_the_writer_lacks_is_a_located_error(tileiras: Any) -> None:
-    art = tj.compile(_erf, (tj.float32[:], tj.float32[:]), target="sm_90", backend="tileir")
+    """A bfloat16 atomic_add for sm_80 (Tile IR has it from sm_90 on; tileiras would fail)."""
+    art = tj.compile(_bf16_add, (tj.bfloat16[:], tj.int32[:], tj.bfloat16[:]), target="sm_80", backend="tileir")
     with pytest.raises(TileCompileError) as err:
         art.image()
     text = str(err.value)
-    assert text.startswith(f"{__file__}:{_erf.func.__code__.co_firstlineno + 3}:")
-    assert "cannot express 'unary' (fn='erf' on float32: Tile IR has no erf)" in text and 'backend="cuda"' in text
-    assert "tj.erf(" in text and "^" in text
+    assert text.startswith(f"{__file__}:{_bf16_add.func.__code__.co_firstlineno + 3}:")
+    assert ("cannot express 'atomic' (atomic_add on bfloat16 for sm_80; Tile IR has it from sm_90 on)" in text
+            and 'backend="cuda"' in text)
+    assert "tj.atomic_add(" in text and "^" in text
 
 
 # ------------------------------------------------------------------ Tile IR stages without a toolchain

@@ -200,12 +200,11 @@ def nested_memory(x, out, n, TILE: tj.Constant[int]):
 
 
 @tj.kernel
-def erf_in_loop(x, out, n, TILE: tj.Constant[int]):
+def bf16_add_in_loop(h, x, n, TILE: tj.Constant[int]):
     i = tj.bid(0)
     t = tj.load(x, index=(i,), shape=(TILE,))
-    for _ in range(n):
-        t = tj.erf(t)
-    tj.store(out, index=(i,), tile=t)
+    for k in range(n):
+        tj.atomic_add(h, tj.arange(TILE) + k, t)
 
 
 I32 = tj.int32
@@ -438,14 +437,15 @@ def test_a_return_inside_a_loop_is_a_located_refusal() -> None:
 
 def test_an_op_refused_inside_a_loop_is_located_at_its_line() -> None:
     """What the lowering cannot express is refused with the user's line even inside a region."""
-    fn = tj.compile(erf_in_loop, (F32[:], F32[:], I32), constants={"TILE": 128}, target="sm_90").ir()
+    fn = tj.compile(bf16_add_in_loop, (tj.bfloat16[:], tj.bfloat16[:], I32), constants={"TILE": 128},
+                    target="sm_80").ir()
     lines = Path(__file__).read_text().splitlines()
-    line = next(i for i, ln in enumerate(lines, 1) if "t = tj.erf(t)" in ln)
+    line = next(i for i, ln in enumerate(lines, 1) if "tj.atomic_add(h, tj.arange(TILE) + k, t)" in ln)
     with pytest.raises(tj.TileCompileError) as err:
-        generate_bytecode(fn, "sm_90")
+        generate_bytecode(fn, "sm_80")
     assert (err.value.filename, err.value.line) == (__file__, line)
-    assert err.value.message == ("the Tile IR backend cannot express 'unary' (fn='erf' on float32: Tile IR has no "
-                                 'erf) yet; compile this kernel with backend="cuda"')
+    assert err.value.message == ("the Tile IR backend cannot express 'atomic' (atomic_add on bfloat16 for sm_80; "
+                                 'Tile IR has it from sm_90 on) yet; compile this kernel with backend="cuda"')
 
 
 # --------------------------------------------------------------------------------------------- GPU: both backends

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from source_lines import where_in
 
 import tilejit as tj
 from tilejit.backends.tileir import generate_bytecode, module_text
@@ -118,11 +117,17 @@ def float_max(h, idx, v, TILE: tj.Constant[int]):
     tj.atomic_max(h, tj.load(idx, index=(i,), shape=(TILE,)), vals)
 
 
+def float_min_2d(h, idx, v, old, BM: tj.Constant[int], BN: tj.Constant[int]):
+    i = tj.bid(0)
+    j = tj.load(idx, index=(i, 0), shape=(BM, BN), padding=-1)
+    tj.store(old, index=(i, 0), tile=tj.atomic_min(h, j, tj.load(v, index=(i, 0), shape=(BM, BN))))
+
+
 F32, I32, I64 = tj.float32, tj.int32, tj.int64
 ATOMIC_SIG = {
     "add": [("float32", I32), ("float16", I64), ("bfloat16", I32), ("int32", I32), ("uint64", tj.int16)],
-    "max": [("int32", I32), ("uint32", I64), ("int64", I32)],
-    "min": [("int64", I64), ("uint64", I32)],
+    "max": [("int32", I32), ("uint32", I64), ("int64", I32), ("float32", I32), ("float64", I64)],
+    "min": [("int64", I64), ("uint64", I32), ("float32", I64), ("float64", I32)],
     "xchg": [("float64", I32), ("int32", I64)],
     "cas": [("int32", I32), ("float64", I64), ("uint64", I32)],
 }
@@ -147,6 +152,9 @@ KERNELS: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] =
     "bool_mask": (bool_mask, (tj.bool_[:], F32[:]), {"TILE": 256}),
     "add_then_gather": (add_then_gather, (I32[:], I32[:], I32[:]), {"TILE": 128}),
     "copy_at": (copy_at, (F32[:], F32[:], I32), {"TILE": 64, "PAD": 2.5}),
+    "float_max_unused": (float_max, (F32[:], I32[:], F32[:]), {"TILE": 128}),
+    "float_min_2d": (float_min_2d, (tj.float64[:], I32[:, :], tj.float64[:, :], tj.float64[:, :]),
+                     {"BM": 8, "BN": 16}),
 }
 for _kind, _cases in ATOMIC_SIG.items():
     for _dt, _it in _cases:
@@ -233,42 +241,30 @@ tile<i64>) {
     %bid_x, %bid_y, %bid_z = get_tile_block_id : tile<i32>
     %idx_view = make_tensor_view %idx, shape = [%idx_shape0], strides = [%idx_stride0] : tile<i64> -> \
 tensor_view<?xi32, strides=[?]>
-    %idx_tiles = make_partition_view %idx_view : partition_view<tile=(128), padding_value = zero, tensor_view<?xi32, \
-strides=[?]>>
+    %idx_tiles = make_partition_view %idx_view : partition_view<tile=(128), padding_value = zero, \
+tensor_view<?xi32, strides=[?]>>
     %out_view = make_tensor_view %out, shape = [%out_shape0], strides = [%out_stride0] : tile<i64> -> \
 tensor_view<?xf32, strides=[?]>
     %out_tiles = make_partition_view %out_view : partition_view<tile=(128), tensor_view<?xf32, strides=[?]>>
-    %0, %1 = load_view_tko weak %idx_tiles[%bid_x] : partition_view<tile=(128), padding_value = zero, \
+    %j, %0 = load_view_tko weak %idx_tiles[%bid_x] : partition_view<tile=(128), padding_value = zero, \
 tensor_view<?xi32, strides=[?]>>, tile<i32> -> tile<128xi32>, token
-    %2 = constant <i32: -1> : tile<128xi32>
-    %3 = exti %bid_x signed : tile<i32> -> tile<i64>
-    %4 = constant <i64: 128> : tile<i64>
-    %5 = muli %3, %4 : tile<i64>
-    %6 = iota : tile<128xi64>
-    %7 = reshape %5 : tile<i64> -> tile<1xi64>
-    %8 = broadcast %7 : tile<1xi64> -> tile<128xi64>
-    %9 = addi %6, %8 : tile<128xi64>
-    %10 = reshape %idx_shape0 : tile<i64> -> tile<1xi64>
-    %11 = broadcast %10 : tile<1xi64> -> tile<128xi64>
-    %12 = cmpi less_than %9, %11, unsigned : tile<128xi64> -> tile<128xi1>
-    %j = select %12, %0, %2 : tile<128xi1>, tile<128xi32>
-    %13 = exti %j signed : tile<128xi32> -> tile<128xi64>
-    %14 = reshape %x_shape0 : tile<i64> -> tile<1xi64>
-    %15 = broadcast %14 : tile<1xi64> -> tile<128xi64>
-    %16 = cmpi less_than %13, %15, unsigned : tile<128xi64> -> tile<128xi1>
-    %17 = reshape %x_stride0 : tile<i64> -> tile<1xi64>
-    %18 = broadcast %17 : tile<1xi64> -> tile<128xi64>
-    %19 = muli %13, %18 : tile<128xi64>
-    %20 = constant <i64: 0> : tile<128xi64>
-    %21 = select %16, %19, %20 : tile<128xi1>, tile<128xi64>
-    %22 = reshape %x : tile<ptr<f32>> -> tile<1xptr<f32>>
-    %23 = broadcast %22 : tile<1xptr<f32>> -> tile<128xptr<f32>>
-    %x_ptrs = offset %23, %21 : tile<128xptr<f32>>, tile<128xi64> -> tile<128xptr<f32>>
-    %24 = constant <f32: -7.500000e+00> : tile<128xf32>
-    %25, %26 = load_ptr_tko weak %x_ptrs, %16, %24 : tile<128xptr<f32>>, tile<128xi1>, tile<128xf32> -> \
+    %1 = exti %j signed : tile<128xi32> -> tile<128xi64>
+    %2 = reshape %x_shape0 : tile<i64> -> tile<1xi64>
+    %3 = broadcast %2 : tile<1xi64> -> tile<128xi64>
+    %4 = cmpi less_than %1, %3, unsigned : tile<128xi64> -> tile<128xi1>
+    %5 = reshape %x_stride0 : tile<i64> -> tile<1xi64>
+    %6 = broadcast %5 : tile<1xi64> -> tile<128xi64>
+    %7 = muli %1, %6 : tile<128xi64>
+    %8 = constant <i64: 0> : tile<128xi64>
+    %9 = select %4, %7, %8 : tile<128xi1>, tile<128xi64>
+    %10 = reshape %x : tile<ptr<f32>> -> tile<1xptr<f32>>
+    %11 = broadcast %10 : tile<1xptr<f32>> -> tile<128xptr<f32>>
+    %x_ptrs = offset %11, %9 : tile<128xptr<f32>>, tile<128xi64> -> tile<128xptr<f32>>
+    %12 = constant <f32: -7.500000e+00> : tile<128xf32>
+    %13, %14 = load_ptr_tko weak %x_ptrs, %4, %12 : tile<128xptr<f32>>, tile<128xi1>, tile<128xf32> -> \
 tile<128xf32>, token
-    %27 = join_tokens %1, %26 : token
-    %28 = store_view_tko weak %25, %out_tiles[%bid_x] token = %27 : tile<128xf32>, partition_view<tile=(128), \
+    %15 = join_tokens %0, %14 : token
+    %16 = store_view_tko weak %13, %out_tiles[%bid_x] token = %15 : tile<128xf32>, partition_view<tile=(128), \
 tensor_view<?xf32, strides=[?]>>, tile<i32> -> token
     return
   }
@@ -344,6 +340,64 @@ def test_an_atomic_is_a_store_for_ordering_and_the_gather_after_it_waits() -> No
     assert re.search(rf"= load_ptr_tko weak %\w+, %\w+, %\w+ token={m.group(1)} :", text)
 
 
+@pytest.mark.parametrize(("name", "bits", "fn"), [
+    ("atomic_max_float32", 32, "maxf {cur}, {v} propagate_nan"),
+    ("atomic_min_float32", 32, "minf {cur}, {v} propagate_nan"),
+    ("atomic_max_float64", 64, "cmpf greater_than ordered {cur}, {v}"),
+    ("atomic_min_float64", 64, "cmpf less_than ordered {cur}, {v}"),
+])
+def test_float_atomic_max_min_is_a_cas_loop_on_the_bits(name: str, bits: int, fn: str) -> None:
+    """The CUDA backend's atomic_cas_loop on the tile: a relaxed read of the bits, then a ``loop`` that CASes
+    ``cur -> fn(cur, v)`` in the pending lanes, keeps as pending the lanes whose CAS saw other bits (taking
+    them as ``cur``), and breaks when no lane is pending; the old values are the ``cur`` of the successful
+    CAS, 0 out of range. Ordering: the read waits for the loads before it, each CAS for the one before, and the
+    store of the old values for the loop's token."""
+    text = text_of(name)
+    f, i = f"f{bits}", f"i{bits}"
+    cur_f = re.search(rf"(%\w+) = bitcast %cur : tile<128x{i}> -> tile<128x{f}>", text)
+    v = re.search(r"(%\w+), %\w+ = load_view_tko weak %v_tiles", text)
+    assert cur_f and v, text
+    assert fn.format(cur=cur_f.group(1), v=v.group(1)) in text
+    if bits == 64:  # tj's template: (a > b || a != a) ? a : b
+        assert f"cmpf not_equal unordered {cur_f.group(1)}, {cur_f.group(1)}" in text
+    ptrs = re.search(rf"(%\w+) = ptr_to_ptr %h_ptrs : tile<128xptr<{f}>> -> tile<128xptr<{i}>>", text)
+    assert ptrs, text
+    read = re.search(rf"(%\w+), (%\w+) = load_ptr_tko relaxed device {ptrs.group(1)}, (%\w+), %\w+ token=(%\w+) :",
+                     text)
+    assert read, text
+    mask, wait = read.group(3), read.group(4)
+    assert re.search(rf"{wait} = join_tokens %\w+, %\w+ : token", text)  # the index and value loads
+    loop = re.search(rf"(%\w+):2 = loop iter_values\(%cur = {read.group(1)}, %pending = {mask}, %cas_token = "
+                     rf"{read.group(2)}\) : tile<128x{i}>, tile<128xi1>, token -> tile<128x{i}>, token", text)
+    assert loop, text
+    cas = re.search(rf"(%\w+), (%\w+) = atomic_cas_tko relaxed device {ptrs.group(1)}, %cur, (%\w+), %pending "
+                    r"token=%cas_token :", text)
+    assert cas, text
+    seen, tok = cas.group(1), cas.group(2)
+    differs = re.search(rf"(%\w+) = cmpi not_equal {seen}, %cur, unsigned", text)
+    assert differs
+    retry = re.search(rf"(%\w+) = andi {differs.group(1)}, %pending", text)
+    assert retry
+    cur2 = re.search(rf"(%\w+) = select {retry.group(1)}, {seen}, %cur :", text)
+    assert cur2
+    again = re.search(rf"(%\w+) = reduce {retry.group(1)} dim=0 identities=\[false\]", text)
+    assert again and "%any = ori %elem, %accum : tile<i1>" in text
+    assert re.search(rf"if {again.group(1)} {{\n\s+}} else {{\n\s+break {cur2.group(1)}, {tok} :", text)
+    assert f"continue {cur2.group(1)}, {retry.group(1)}, {tok} :" in text
+    old = re.search(rf"(%\w+) = bitcast {loop.group(1)}#0 : tile<128x{i}> -> tile<128x{f}>", text)
+    assert old
+    assert re.search(rf"= select {mask}, {old.group(1)}, %\w+ :", text)
+    assert re.search(rf"store_view_tko weak %\w+, %old_tiles\[%bid_x\] token = {loop.group(1)}#1", text)
+
+
+def test_a_float_atomic_on_a_2d_tile_reduces_the_flattened_pending_lanes() -> None:
+    text = text_of("float_min_2d")
+    m = re.search(r"(%\w+) = reshape (%\w+) : tile<8x16xi1> -> tile<128xi1>", text)
+    assert m, text
+    assert re.search(rf"= reduce {m.group(1)} dim=0 identities=\[false\] : tile<128xi1> -> tile<i1>", text)
+    assert re.search(rf"continue %\w+, {m.group(2)}, %\w+ : tile<8x16xi64>, tile<8x16xi1>, token", text)
+
+
 def test_scatter_waits_for_the_loads_before_it() -> None:
     text = text_of("scatter_2d")
     m = re.search(r"= store_ptr_tko weak %\w+, %\w+, %\w+ token=(%\w+) : tile<128xptr<f32>>, tile<128xf32>, "
@@ -353,18 +407,6 @@ def test_scatter_waits_for_the_loads_before_it() -> None:
 
 
 # --------------------------------------------------------------------------------------------- CPU: refusals
-
-
-def test_float_atomic_max_is_a_located_error() -> None:
-    fn = tj.compile(tj.kernel(float_max), (F32[:], I32[:], F32[:]), constants={"TILE": 128}, target="sm_90").ir()
-    line, col = where_in(Path(__file__).read_text().splitlines(), "tj.atomic_max(h, tj.load(idx")
-    with pytest.raises(TileCompileError) as err:
-        generate_bytecode(fn, "sm_90")
-    assert (err.value.filename, err.value.line, err.value.col) == (__file__, line, col)
-    assert err.value.message == (
-        "the Tile IR backend cannot express 'atomic' (atomic_max on float32) yet; compile this kernel with "
-        'backend="cuda"'
-    )
 
 
 def test_bf16_atomic_add_before_sm_90_is_a_located_error() -> None:
@@ -568,7 +610,14 @@ def atomic_inputs(kind: str, dtype: str, n: int, nbins: int, rng: np.random.Gene
     if kind == "cas":
         init = np.arange(nbins) + 10**6  # every desired value (1..n) differs from every initial value
         return {"init": init.astype(nd), "idx": idx, "v": (np.arange(n) + 1).astype(nd)}
-    if dtype == "float32n":
+    if kind in ("max", "min") and dtype.startswith("float"):
+        # whole numbers (many equal), NaN only into bin 0, and bin 1 all zeros of both signs (and a loser)
+        v, init = rng.integers(-50, 50, n).astype(np.float64), rng.integers(-50, 50, nbins).astype(np.float64)
+        v[(idx == 0) & (rng.random(n) < 0.05)] = np.nan
+        loser = -7.0 if kind == "max" else 7.0
+        v[idx == 1] = rng.choice(np.array([0.0, -0.0, loser]), int((idx == 1).sum()))
+        init[1] = -0.0
+    elif dtype == "float32n":
         v, init = rng.standard_normal(n), rng.standard_normal(nbins)
     elif dtype == "bfloat16":
         v, init = rng.integers(-1, 2, n), rng.integers(-8, 9, nbins)
@@ -585,7 +634,7 @@ def atomic_inputs(kind: str, dtype: str, n: int, nbins: int, rng: np.random.Gene
 ATOMIC_GPU = [
     *[("add", d) for d in ("int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64",
                            "float32n")],
-    *[(k, d) for k in ("max", "min") for d in ("int32", "uint32", "int64", "uint64")],
+    *[(k, d) for k in ("max", "min") for d in ("int32", "uint32", "int64", "uint64", "float32", "float64")],
     *[("xchg", d) for d in ("int32", "uint64", "float32", "float64")],
     *[("cas", d) for d in ("int32", "uint32", "int64", "float32", "float64")],
 ]
@@ -626,6 +675,16 @@ def test_atomics_gpu(backend: str, kind: str, dtype: str, rng: np.random.Generat
             # one serial order: {olds} + {final} == {initial} + {old + v}
             np.testing.assert_array_equal(np.sort(np.append(olds, final[b])),
                                           np.sort(np.append(olds + vals, init[b])))
+        elif kind in ("max", "min") and dtype.startswith("float"):  # NaN wins; -0.0 == +0.0
+            every = np.append(vals, init[b])
+            want = (np.max if kind == "max" else np.min)(every)  # NaN when any is
+            assert np.isnan(final[b]) == np.isnan(want) and (np.isnan(want) or final[b] == want), (b, final[b], want)
+            if b == 1:
+                assert final[b] == 0.0
+            numbers = olds[~np.isnan(olds)]
+            assert np.isin(numbers, every).all()
+            assert (numbers <= want).all() if kind == "max" else (numbers >= want).all()
+            assert not np.isnan(olds).any() or np.isnan(every).any()
         elif kind in ("max", "min"):
             pick = np.max if kind == "max" else np.min
             assert final[b] == pick(np.append(vals, init[b]))

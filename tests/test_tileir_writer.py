@@ -99,10 +99,10 @@ def nothing(x, s):
 
 
 @tj.kernel
-def uses_erf(x, out, TILE: tj.Constant[int]):
+def uses_bf16_add(h, idx, v, TILE: tj.Constant[int]):
     i = tj.bid(0)
-    a = tj.load(x, index=(i,), shape=(TILE,))
-    tj.store(out, index=(i,), tile=tj.erf(a))
+    a = tj.load(v, index=(i,), shape=(TILE,))
+    tj.atomic_add(h, tj.load(idx, index=(i,), shape=(TILE,)), a)
 
 
 @tj.kernel
@@ -338,16 +338,17 @@ def test_tileiras_compiles_to_a_cubin(kernel: str, version: tuple[int, int], tmp
 
 
 def test_unsupported_op_is_a_located_error_naming_it() -> None:
-    fn = tj.compile(uses_erf, (F32, F32), constants={"TILE": 128}, target="sm_90").ir()
+    bf16 = tj.bfloat16[:]
+    fn = tj.compile(uses_bf16_add, (bf16, tj.int32[:], bf16), constants={"TILE": 128}, target="sm_80").ir()
     lines = Path(__file__).read_text().splitlines()
-    line, col = where_in(lines, "tj.erf(a)")
-    for produce in (lambda: generate_bytecode(fn, "sm_90"), lambda: module_text(fn, "sm_90")):
+    line, col = where_in(lines, "tj.atomic_add(h, tj.load(idx")
+    for produce in (lambda: generate_bytecode(fn, "sm_80"), lambda: module_text(fn, "sm_80")):
         with pytest.raises(TileCompileError) as err:
             produce()
         e = err.value
         assert (e.filename, e.line, e.col) == (__file__, line, col)
-        assert e.message == "the Tile IR backend cannot express 'unary' (fn='erf' on float32: Tile IR has no " \
-            'erf) yet; compile this kernel with backend="cuda"'
+        assert e.message == "the Tile IR backend cannot express 'atomic' (atomic_add on bfloat16 for sm_80; Tile " \
+            'IR has it from sm_90 on) yet; compile this kernel with backend="cuda"'
         assert str(e).splitlines()[-1].strip() == "^"
 
 

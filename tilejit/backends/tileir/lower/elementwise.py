@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from tilejit.backends.tileir.lower import erf as _erf
 from tilejit.backends.tileir.lower.core import I32, Lowerer, rule, unsupported
 from tilejit.backends.tileir.module import Scalar, Tile, TOp, TValue, constant_bytes
 from tilejit.language.ir import ops as O
@@ -191,6 +192,77 @@ def _sigmoid(lo: Lowerer, op: Op, x: TValue) -> TValue:
     return fbin(lo, op, "divf", num, fbin(lo, op, "addf", one, e))
 
 
+class _ErfMath:
+    """lower/erf.py's arithmetic as Tile IR ops on tiles like ``x`` (IEEE-rounded, no flush to zero)."""
+
+    def __init__(self, lo: Lowerer, op: Op, x: TValue) -> None:
+        self.lo, self.op, self.x = lo, op, x
+        self.consts: dict[float, TValue] = {}
+        self.width = FLOAT_BITS[elem_of(x).name]
+        self.bits = Scalar(f"i{self.width}")
+
+    def const(self, value: float) -> TValue:
+        """A splat of ``value`` (one per value)."""
+        if value not in self.consts:
+            self.consts[value] = splat(self.lo, self.op, value, self.x)
+        return self.consts[value]
+
+    def add(self, x: TValue, y: TValue) -> TValue:
+        """``addf``."""
+        return fbin(self.lo, self.op, "addf", x, y)
+
+    def sub(self, x: TValue, y: TValue) -> TValue:
+        """``subf``."""
+        return fbin(self.lo, self.op, "subf", x, y)
+
+    def mul(self, x: TValue, y: TValue) -> TValue:
+        """``mulf``."""
+        return fbin(self.lo, self.op, "mulf", x, y)
+
+    def div(self, x: TValue, y: TValue) -> TValue:
+        """``divf`` rounded to nearest (IEEE, as the C sources divide)."""
+        return fbin(self.lo, self.op, "divf", x, y)
+
+    def neg(self, x: TValue) -> TValue:
+        """``negf``."""
+        return new(self.lo, self.op, "negf", x.type, [x])  # type: ignore[arg-type]
+
+    def abs(self, x: TValue) -> TValue:
+        """``absf``."""
+        return new(self.lo, self.op, "absf", x.type, [x])  # type: ignore[arg-type]
+
+    def exp(self, x: TValue) -> TValue:
+        """``exp rounding<full>`` (expf / exp of the CUDA Math API)."""
+        return new(self.lo, self.op, "exp", x.type, [x], rounding="full")  # type: ignore[arg-type]
+
+    def lt(self, x: TValue, y: TValue) -> TValue:
+        """``cmpf less_than ordered``."""
+        return cmp(self.lo, self.op, "lt", x, y)
+
+    def ge(self, x: TValue, y: TValue) -> TValue:
+        """``cmpf greater_than_or_equal ordered``."""
+        return cmp(self.lo, self.op, "ge", x, y)
+
+    def select(self, c: TValue, x: TValue, y: TValue) -> TValue:
+        """``select``."""
+        return select(self.lo, self.op, c, x, y)
+
+    def _int(self, x: TValue) -> TValue:
+        """The encoding of float ``x`` as an integer tile."""
+        return new(self.lo, self.op, "bitcast", like(x, self.bits), [x])
+
+    def clear_low_bits(self, x: TValue, n: int) -> TValue:
+        """``x`` with its low ``n`` encoding bits cleared (``andi`` of the bits)."""
+        r = ibin(self.lo, self.op, "andi", self._int(x), const(self.lo, self.op, -(1 << n), like(x, self.bits)))
+        return new(self.lo, self.op, "bitcast", like(x, elem_of(x)), [r])
+
+    def copysign(self, x: TValue, s: TValue) -> TValue:
+        """``x | (s & sign bit)`` on the encodings (``x``'s sign bit is clear)."""
+        sign = const(self.lo, self.op, -(1 << (self.width - 1)), like(x, self.bits))
+        r = ibin(self.lo, self.op, "ori", self._int(x), ibin(self.lo, self.op, "andi", self._int(s), sign))
+        return new(self.lo, self.op, "bitcast", like(x, elem_of(x)), [r])
+
+
 @rule(O.UnaryOp)
 def unary(lo: Lowerer, op: O.UnaryOp) -> None:
     """Elementwise ``fn(x)`` as the CUDA backend's UNARY table computes it."""
@@ -225,8 +297,9 @@ def unary(lo: Lowerer, op: O.UnaryOp) -> None:
             name, attrs = _FLOAT_MATH[fn]
             rc = new(lo, op, name, xc.type, [xc], **attrs)  # type: ignore[arg-type]
         r = fconvert(lo, op, rc, elem)
-    elif fn == "erf" and k == "f":
-        raise unsupported(op, f"fn='erf' on {dtype.name}: Tile IR has no erf")
+    elif fn == "erf" and k == "f":  # no erf op: fdlibm's erf/erff from Tile IR ops (f16/bf16 through f32)
+        xc = fconvert(lo, op, x, compute_elem(elem_of(x)))
+        r = fconvert(lo, op, _erf.erf(_ErfMath(lo, op, xc), xc, elem_of(xc).name == "f64"), elem_of(x))
     else:
         raise unsupported(op, f"fn='{fn}' on {dtype.name}")
     set_result(lo, op, r)

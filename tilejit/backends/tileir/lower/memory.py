@@ -17,6 +17,7 @@ from tilejit.backends.tileir.module import (
     PartitionView,
     Ptr,
     Scalar,
+    TBlock,
     TensorView,
     Tile,
     TOp,
@@ -30,7 +31,7 @@ from tilejit.language.ir.types import ArrayType, DType
 
 BOOL = Scalar("i1")
 #: Atomic kinds: kind -> Tile IR ``atomic_rmw_tko`` mode for (float, signed int, unsigned int) arrays;
-#: ``None``: no mode computes it (float max/min: the CUDA backend's NaN-propagating CAS loop).
+#: ``None``: no mode computes it (float max/min: the CUDA backend's NaN-propagating CAS loop, ``_cas_loop``).
 _ATOMIC_MODES: dict[str, tuple[str | None, str, str]] = {
     "add": ("addf", "add", "add"),
     "max": (None, "max", "umax"),
@@ -310,15 +311,82 @@ def scatter(lo: Lowerer, op: O.ScatterOp) -> None:
     lo.last_store, lo.loads_since = tok, []
 
 
+def _float_max_min(lo: Lowerer, kind: str, a: TValue, b: TValue, op: Op) -> TValue:
+    """tj::maximum/minimum(a, b) (memory.cuh's MaxFn/MinFn): f32 ``maxf``/``minf`` propagate_nan (sm_80+'s
+    ``max.NaN.f32``, what tj calls there); f64 tj's template ``(a > b || a != a) ? a : b`` (``<`` for min)."""
+    if elem_of(a).name == "f32":
+        r = TValue(a.type)
+        lo.emit("maxf" if kind == "max" else "minf", [r], [a, b], op, propagate_nan=True)
+        return r
+    i1 = Tile(BOOL, shape_of(a))
+    wins, nan = TValue(i1), TValue(i1)
+    pred = "greater_than" if kind == "max" else "less_than"
+    lo.emit("cmpf", [wins], [a, b], op, predicate=pred, comparison="ordered")
+    lo.emit("cmpf", [nan], [a, a], op, predicate="not_equal", comparison="unordered")
+    return select(lo, binary(lo, "ori", wins, nan, op), a, b, op)
+
+
+def _cas_loop(lo: Lowerer, op: O.AtomicOp, ptrs: TValue, mask: TValue, value: TValue) -> TValue:
+    """Float atomic max/min as the CUDA backend's ``atomic_cas_loop``, on the whole tile at once: read each
+    element once (relaxed), then loop { ``next = fn(cur, value)``; CAS the bits of ``cur`` -> ``next`` in the
+    lanes still pending; a lane whose CAS saw bits other than ``cur`` takes them as ``cur`` and stays pending }
+    until no lane is. Each lane's result is the ``cur`` its CAS succeeded with (the old value), compared and
+    swapped as bits (as cas_word: -0.0 and +0.0, and NaNs, are told apart). The CAS chain is a store for ordering."""
+    t = value.type
+    assert isinstance(t, Tile)
+    shape = t.shape
+    width = {"f32": 32, "f64": 64}[elem_of(value).name]
+    bits = Scalar(f"i{width}")
+    bt, i1 = Tile(bits, shape), Tile(BOOL, shape)
+    iptrs = TValue(Tile(Ptr(bits), shape))
+    lo.emit("ptr_to_ptr", [iptrs], [ptrs], op)
+    first, tok0 = TValue(bt), TValue(TOKEN)
+    lo.emit("load_ptr_tko", [first, tok0], [iptrs, mask, constant(lo, 0, bits, shape, op), waits(lo, op)], op,
+            ordering="relaxed", scope="device")
+    cur, pending, tok = TValue(bt, "cur"), TValue(i1, "pending"), TValue(TOKEN, "cas_token")
+    with lo.in_block() as body:
+        cur_f, nxt = TValue(t), TValue(bt)
+        lo.emit("bitcast", [cur_f], [cur], op)
+        lo.emit("bitcast", [nxt], [_float_max_min(lo, op.kind, cur_f, value, op)], op)
+        seen, tok2 = TValue(bt), TValue(TOKEN)
+        lo.emit("atomic_cas_tko", [seen, tok2], [iptrs, cur, nxt, pending, tok], op, ordering="relaxed",
+                scope="device")
+        differs = TValue(i1)
+        lo.emit("cmpi", [differs], [seen, cur], op, predicate="not_equal", signedness="unsigned")
+        retry = binary(lo, "andi", differs, pending, op)
+        cur2 = select(lo, retry, seen, cur, op)
+        flat = retry
+        if len(shape) != 1:
+            flat = TValue(Tile(BOOL, (math.prod(shape),)))
+            lo.emit("reshape", [flat], [retry], op)
+        elem, accum, either = TValue(Tile(BOOL), "elem"), TValue(Tile(BOOL), "accum"), TValue(Tile(BOOL), "any")
+        again = TValue(Tile(BOOL))
+        lo.emit("reduce", [again], [[flat]], op, dim=0, identities=[(0, BOOL)]).regions.append(TBlock(
+            [elem, accum], [TOp("ori", [either], [elem, accum], {}, op.loc), TOp("yield", [], [[either]], {}, op.loc)]
+        ))
+        stay = TOp("yield", [], [[]], {}, op.loc)
+        leave = TOp("break", [], [[cur2, tok2]], {}, op.loc)
+        lo.emit("if", [], [again], op).regions += [TBlock([], [stay]), TBlock([], [leave])]
+        lo.emit("continue", [], [[cur2, retry, tok2]], op)
+    old_bits, tok_out = TValue(bt), TValue(TOKEN)
+    lo.emit("loop", [old_bits, tok_out], [[first, mask, tok0]], op).regions.append(TBlock([cur, pending, tok], body))
+    lo.last_store, lo.loads_since = tok_out, []
+    old = TValue(t)
+    lo.emit("bitcast", [old], [old_bits], op)
+    return old
+
+
 @rule(O.AtomicOp)
 def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
     """``atomic_*``: ``atomic_rmw_tko`` / ``atomic_cas_tko``, relaxed at device scope (CUDA's ``atomicAdd``
-    and kin), masked to the elements in range; their results are the old values, 0 where out of range."""
+    and kin), masked to the elements in range; their results are the old values, 0 where out of range.
+    Float max/min (f32/f64, all the front end takes): the CUDA backend's CAS loop (``_cas_loop``)."""
     dtype = op.array.type.dtype  # type: ignore[attr-defined]
     t = lo.tile_type(op.result.type, op)
     value = lo.value(op.value)
     attrs: dict[str, object] = {"ordering": "relaxed", "scope": "device"}
-    if op.kind != "cas":
+    cas_loop = op.kind in ("max", "min") and dtype.is_float
+    if op.kind != "cas" and not cas_loop:
         modes = _ATOMIC_MODES.get(op.kind)
         mode = None if modes is None else modes[0 if dtype.is_float else 1 if dtype.is_signed else 2]
         if mode is None:
@@ -327,11 +395,14 @@ def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
             raise unsupported(op, f"atomic_add on bfloat16 for {lo.target}; Tile IR has it from sm_90 on")
         attrs["mode"] = mode
     ptrs, mask = element_pointers(lo, op, op.array, op.indices)
-    token = waits(lo, op)
-    old, tok = TValue(t), TValue(TOKEN)
-    if op.kind == "cas":
-        lo.emit("atomic_cas_tko", [old, tok], [ptrs, lo.value(op.compare[0]), value, mask, token], op, **attrs)
+    if cas_loop:
+        old = _cas_loop(lo, op, ptrs, mask, value)
     else:
-        lo.emit("atomic_rmw_tko", [old, tok], [ptrs, value, mask, token], op, **attrs)
-    lo.last_store, lo.loads_since = tok, []
+        token = waits(lo, op)
+        old, tok = TValue(t), TValue(TOKEN)
+        if op.kind == "cas":
+            lo.emit("atomic_cas_tko", [old, tok], [ptrs, lo.value(op.compare[0]), value, mask, token], op, **attrs)
+        else:
+            lo.emit("atomic_rmw_tko", [old, tok], [ptrs, value, mask, token], op, **attrs)
+        lo.last_store, lo.loads_since = tok, []
     lo.vals[op.result] = select(lo, mask, old, constant(lo, 0, elem_of(old), t.shape, op), op, op.result.name)
