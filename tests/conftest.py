@@ -2,14 +2,21 @@
 
 ``TILEJIT_TEST_CUDA_ROOTS`` lists folders (os.pathsep-separated), each a ``pip install --target``
 of one CUDA major's ``nvidia-cuda-nvrtc`` and ``nvidia-cuda-runtime`` wheels; ``.ci/run`` makes them.
+
+Every ``gpu`` test runs once per tile-kernel backend (``tj_backend``: "cuda", "tileir"; ``TILEJIT_BACKEND``
+set for it), both variants drawing the same random inputs (an unseeded ``np.random.default_rng()`` is seeded
+from ``TILEJIT_TEST_SEED`` and the test's id without the backend); tests marked ``cuda_only`` (CUDA C++
+features) or ``own_backend`` (they choose backends themselves, or compile no tile kernel) run once.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import secrets
 import shutil
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +45,118 @@ def pytest_configure(config: pytest.Config) -> None:
     global _TEST_CACHE
     _TEST_CACHE = tempfile.mkdtemp(prefix="tilejit-test-cache-")
     os.environ["TILEJIT_CACHE_DIR"] = _TEST_CACHE
+    # Chosen once, before pytest-xdist starts its workers (which inherit it), so every process seeds alike.
+    os.environ.setdefault(SEED_VARIABLE, str(secrets.randbits(32)))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The seed of the GPU tests' random inputs, to repeat a run with ``TILEJIT_TEST_SEED=...``."""
+    return f"tilejit GPU test inputs: {SEED_VARIABLE}={os.environ.get(SEED_VARIABLE)}"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _TEST_CACHE is not None:
         shutil.rmtree(_TEST_CACHE, ignore_errors=True)
+
+
+#: The tile-kernel backends every ``gpu`` test runs with (``tj_backend``).
+BACKENDS = ("cuda", "tileir")
+#: The variable seeding the GPU tests' unseeded generators (random per run unless set).
+SEED_VARIABLE = "TILEJIT_TEST_SEED"
+#: Markers that keep a ``gpu`` test to one run: ``cuda_only`` pins the CUDA backend.
+_ONE_RUN_MARKERS = ("cuda_only", "own_backend")
+
+
+@pytest.hookimpl(trylast=True)  # last: the backend's id ends the test's id, where _seed_key finds it
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each ``gpu`` test not marked ``cuda_only``/``own_backend`` runs once per backend of ``BACKENDS``."""
+    node = metafunc.definition
+    if node.get_closest_marker("gpu") is None or any(node.get_closest_marker(m) for m in _ONE_RUN_MARKERS):
+        return
+    metafunc.parametrize("tj_backend", BACKENDS, indirect=True)
+
+
+def _seed_key(nodeid: str, backend: str) -> int:
+    """A number naming the test ``nodeid`` apart from its ``backend`` variant (the last id part)."""
+    for end in (f"[{backend}]", f"-{backend}]"):
+        if nodeid.endswith(end):
+            nodeid = nodeid[: -len(end)] + ("]" if end[0] == "-" else "")
+            break
+    return zlib.crc32(nodeid.encode())
+
+
+_KERNELS_BUILT_FOR: list[str | None] = [None]  # the backend the tile kernels' in-memory specializations hold
+
+
+def _forget_kernel_specializations() -> None:
+    """Empty every ``tj.Kernel``'s in-memory specializations and launch functions: they keep the backend
+    they were compiled with, whatever ``TILEJIT_BACKEND`` says later (cleared in place: the launch code
+    holds these dicts)."""
+    import gc
+
+    from tilejit.api.kernel import Kernel
+
+    for obj in gc.get_objects():
+        if isinstance(obj, Kernel):
+            with obj._lock:
+                obj._specs.clear()
+                obj._fast.clear()
+                obj._bound.clear()
+
+
+@pytest.fixture(autouse=True)
+def tj_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """The backend a ``gpu`` test runs with, set as ``TILEJIT_BACKEND`` (``cuda_only`` tests: "cuda"); None
+    for other tests, which keep the environment as it is. The ``tileir`` variant points tilejit at the test
+    toolchain (skips with the reason where it is missing or cannot compile for this GPU), and both variants
+    draw the same inputs from unseeded ``np.random.default_rng()``."""
+    backend: str | None = getattr(request, "param", None)
+    if backend is None:
+        if request.node.get_closest_marker("gpu") is None or request.node.get_closest_marker("cuda_only") is None:
+            return None
+        backend = "cuda"
+    if backend == "tileir":
+        found = _tileir_toolchain()
+        if isinstance(found, str):
+            pytest.skip(found)
+        monkeypatch.setenv("TILEJIT_TILEIRAS", found.tileiras)
+        _skip_unless_tileir_targets_this_gpu()
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    if _KERNELS_BUILT_FOR[0] not in (None, backend):
+        _forget_kernel_specializations()
+    _KERNELS_BUILT_FOR[0] = backend
+    if "tj_backend" in getattr(getattr(request.node, "callspec", None), "params", {}):
+        _seed_unseeded_generators(monkeypatch, _seed_key(request.node.nodeid, backend))
+    return backend
+
+
+def _skip_unless_tileir_targets_this_gpu() -> None:
+    """Skips, saying why, when the Tile IR backend cannot compile for this process's GPU."""
+    from tilejit.backends.base import get_backend
+    from tilejit.compiler.targets import parse_target
+    from tilejit.runtime.device import get_device
+
+    reason = get_backend("tileir").available(parse_target(get_device().arch))
+    if reason is not None:
+        pytest.skip(f"the Tile IR backend cannot run on this GPU: {reason}")
+
+
+def _seed_unseeded_generators(monkeypatch: pytest.MonkeyPatch, key: int) -> None:
+    """``np.random.default_rng()`` without a seed gives, in call order, the same generators to every backend
+    variant of one test: seeded from ``TILEJIT_TEST_SEED``, ``key`` and the call's number."""
+    import numpy as np
+
+    original = np.random.default_rng
+    session = int(os.environ.get(SEED_VARIABLE) or 0)
+    calls = [0]
+
+    def default_rng(seed: Any = None) -> np.random.Generator:
+        if seed is None:
+            calls[0] += 1
+            seed = [session, key, calls[0]]
+        return original(seed)
+
+    monkeypatch.setattr(np.random, "default_rng", default_rng)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
