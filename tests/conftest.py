@@ -47,6 +47,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["TILEJIT_CACHE_DIR"] = _TEST_CACHE
     # Chosen once, before pytest-xdist starts its workers (which inherit it), so every process seeds alike.
     os.environ.setdefault(SEED_VARIABLE, str(secrets.randbits(32)))
+    if not hasattr(config, "workerinput"):  # the controller (or the only process): one folder for every worker
+        os.environ[_RECORDS_VARIABLE] = tempfile.mkdtemp(prefix="tilejit-test-tileir-records-")
+    _record_cuda_compiles()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -57,6 +60,100 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _TEST_CACHE is not None:
         shutil.rmtree(_TEST_CACHE, ignore_errors=True)
+    if not hasattr(config, "workerinput") and os.environ.get(_RECORDS_VARIABLE):
+        shutil.rmtree(os.environ.pop(_RECORDS_VARIABLE), ignore_errors=True)
+
+
+# ------------------------------------------------------------------ Tile IR coverage of the CPU tests' kernels
+
+#: The folder where each process leaves the kernels its CPU tests compiled with the CUDA backend.
+_RECORDS_VARIABLE = "TILEJIT_TEST_TILEIR_RECORDS"
+#: ``test_tileir_coverage.Record`` of each kernel this process's CPU tests had the CUDA backend generate.
+CUDA_COMPILED: list[Any] = []
+_RECORDING_FOR: list[str] = [""]  # the node id of the CPU test running now ("" for a gpu test or none)
+_COVERAGE: dict[str, Any] = {}  # what the session's check found: "outcome" or "skipped"
+
+
+def _record_cuda_compiles() -> None:
+    """Wrap the CUDA code generator (before any test module imports it) so that each kernel it generates code
+    for in a CPU test is lowered to Tile IR and recorded (``test_tileir_coverage.record``)."""
+    from tilejit.backends.cuda import codegen
+
+    original = codegen.generate
+    if getattr(original, "_tilejit_records", False):
+        return
+
+    @functools.wraps(original)
+    def generate(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        made = original(fn, *args, **kwargs)
+        if _RECORDING_FOR[0]:
+            from test_tileir_coverage import record
+
+            CUDA_COMPILED.append(record(fn, _RECORDING_FOR[0]))
+        return made
+
+    generate._tilejit_records = True  # type: ignore[attr-defined]
+    codegen.generate = generate
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Records the CUDA compiles of a CPU test (its fixtures included)."""
+    _RECORDING_FOR[0] = "" if item.get_closest_marker("gpu") else item.nodeid
+    try:
+        return (yield)
+    finally:
+        _RECORDING_FOR[0] = ""
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Each process leaves its records in the shared folder; the controller (after every worker) then has the
+    Tile IR toolchain check them all, and fails the run on any problem (``test_tileir_coverage``)."""
+    import pickle
+
+    folder = os.environ.get(_RECORDS_VARIABLE)
+    if not folder:
+        return
+    if CUDA_COMPILED:
+        with open(os.path.join(folder, f"records-{os.getpid()}.pickle"), "wb") as f:
+            pickle.dump(CUDA_COMPILED, f)
+    if hasattr(session.config, "workerinput"):
+        return
+    records = []
+    for path in sorted(Path(folder).glob("records-*.pickle")):
+        with open(path, "rb") as f:
+            records += pickle.load(f)
+    if not records:
+        return
+    found = _tileir_toolchain()
+    if isinstance(found, str):
+        _COVERAGE["skipped"] = found
+        return
+    from test_tileir_coverage import check_records
+
+    outcome = _COVERAGE["outcome"] = check_records(records, found)
+    if outcome.problems and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The Tile IR coverage check's result: each problem, or what was checked, or why it was skipped."""
+    if "skipped" in _COVERAGE:
+        terminalreporter.write_line(f"Tile IR coverage of the CPU tests' kernels skipped: {_COVERAGE['skipped']}")
+        return
+    outcome = _COVERAGE.get("outcome")
+    if outcome is None:
+        return
+    summary = (f"Tile IR coverage: {outcome.kernels} kernels the CPU tests compiled with the CUDA backend, "
+               f"{outcome.refused} refused by the lowering (as EXPECTED_REFUSALS lists), {outcome.modules} modules "
+               f"through tileiras for sm_80, sm_90 and sm_100 and tileirdisasm")
+    if not outcome.problems:
+        terminalreporter.write_line(summary)
+        return
+    terminalreporter.section("Tile IR coverage of the CPU tests' kernels (test_tileir_coverage.py)", red=True)
+    for problem in outcome.problems:
+        terminalreporter.write_line(problem)
+    terminalreporter.write_line(f"{len(outcome.problems)} problems; {summary}", red=True)
 
 
 #: The tile-kernel backends every ``gpu`` test runs with (``tj_backend``).
