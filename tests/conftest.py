@@ -208,9 +208,7 @@ def tj_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     toolchain (skips with the reason where it is missing or cannot compile for this GPU), and both variants
     draw the same inputs from unseeded ``np.random.default_rng()``."""
     backend: str | None = getattr(request, "param", None)
-    if backend is None:
-        if request.node.get_closest_marker("gpu") is None or request.node.get_closest_marker("cuda_only") is None:
-            return None
+    if backend is None and request.node.get_closest_marker("gpu") and request.node.get_closest_marker("cuda_only"):
         backend = "cuda"
     if backend == "tileir":
         found = _tileir_toolchain()
@@ -218,11 +216,14 @@ def tj_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
             pytest.skip(found)
         monkeypatch.setenv("TILEJIT_TILEIRAS", found.tileiras)
         _skip_unless_tileir_targets_this_gpu()
-    monkeypatch.setenv("TILEJIT_BACKEND", backend)
-    if _KERNELS_BUILT_FOR[0] not in (None, backend):
+    if backend is not None:
+        monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    # Any other test launches with the environment's backend (auto: CUDA C++, while Tile IR is incomplete).
+    built_for = "tileir" if backend == "tileir" else "cuda"
+    if _KERNELS_BUILT_FOR[0] not in (None, built_for):
         _forget_kernel_specializations()
-    _KERNELS_BUILT_FOR[0] = backend
-    if "tj_backend" in getattr(getattr(request.node, "callspec", None), "params", {}):
+    _KERNELS_BUILT_FOR[0] = built_for
+    if backend is not None and "tj_backend" in getattr(getattr(request.node, "callspec", None), "params", {}):
         _seed_unseeded_generators(monkeypatch, _seed_key(request.node.nodeid, backend))
     return backend
 

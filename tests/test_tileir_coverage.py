@@ -107,7 +107,7 @@ def check_records(records: list[Record], toolchain: Any, expected: dict[str, str
             if key not in expected:
                 out.problems.append(f"{key} (in {refusals[0].test}): refused but not in EXPECTED_REFUSALS: "
                                     f"{refusals[0].refusal}")
-            elif expected[key] not in (refusals[0].refusal or ""):
+            elif not any(expected[key] in (r.refusal or "") for r in refusals):
                 out.problems.append(f"{key}: refused with {refusals[0].refusal!r}, EXPECTED_REFUSALS says "
                                     f"{expected[key]!r}")
         elif key in expected:
@@ -147,21 +147,15 @@ def check_records(records: list[Record], toolchain: Any, expected: dict[str, str
 
 def _example_kernels(name: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
     """(kernel, signature, constants) of each compile example ``name`` makes with ``--compile-only`` (each of
-    its ``--dtype`` choices where it has them)."""
+    its ``--dtype`` choices (``DTYPES``) where it has them)."""
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     module = __import__(name)
     found: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
     monkeypatch.setattr(module, "compile_only", lambda args, k, sig, consts: found.append((k, sig, consts)))
-    variants: list[list[str]] = [[]]
-    if "--dtype" in Path(module.__file__).read_text():
-        variants = [["--dtype", d] for d in ("float16", "bfloat16", "float32")]
+    variants = [["--dtype", d] for d in sorted(getattr(module, "DTYPES", {}))] or [[]]
     for extra in variants:
         monkeypatch.setattr(sys, "argv", [f"{name}.py", "--compile-only", *extra])
-        try:
-            module.main()
-        except SystemExit as exc:  # a --dtype this example does not take
-            if exc.code not in (0, None, 2):
-                raise
+        module.main()
     return found
 
 
