@@ -252,6 +252,7 @@ def test_compile_without_a_target_follows_tilejit_arch(nvrtc_here: Path, monkeyp
 @pytest.mark.gpu
 @pytest.mark.parametrize("source", [IF0, IFDEF, MACRO], ids=["if0", "ifdef", "macro"])
 @pytest.mark.parametrize("double", [False, True], ids=["float", "double"])
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC, packed as it compiled")
 def test_launch_packs_what_the_kernel_compiled(source: str, double: bool) -> None:
     """The arguments are packed as the compiled kernel takes them: ``a`` and ``n`` arrive intact either way."""
     from tilejit.runtime.array import empty

@@ -424,6 +424,7 @@ def test_doctor_backends_without_nvrtc_or_with_a_bad_target(tmp_path: Path) -> N
 
 
 @pytest.mark.gpu
+@pytest.mark.own_backend(reason="chooses its backends itself")
 def test_a_launch_goes_through_the_chosen_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """On a GPU: backend='cuda' (and auto) launch and compute; an explicit unavailable backend is refused at
     the launch with the contract's error, before anything is compiled; the cache keeps working."""

@@ -16,6 +16,9 @@ from tilejit.backends.cuda.codegen import LARGE_PARAM_BYTES, PARAM_BYTES, param_
 from tilejit.backends.cuda.plan import MAX_THREAD_WORDS
 from tilejit.errors import CompileError, TileCompileError
 
+pytestmark = pytest.mark.cuda_only(reason="the CUDA backend's own limits (registers, parameter bytes): kernels at "
+                                          "its largest sizes, not recorded for the Tile IR coverage check")
+
 
 @tj.kernel
 def _plus_one(x, out, N: tj.Constant[int]):  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Toolkit, has_gpu
@@ -853,3 +854,34 @@ def test_ctrl_c_while_build_processes_start_is_held_not_lost() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (r.stdout.split(), r.stderr) == (["held", "stopped"], "")
+
+
+def test_compile_tile_ir_for_many_targets_writes_text_bytecode_and_cubins_with_a_progress_bar(
+        tileir_toolchain: Any, tmp_path: Path) -> None:
+    """Issue 17: ``--backend tileir --emit tileir,tileirbc,cubin`` for three targets writes each target's Tile IR
+    text, bytecode and tileiras CUBIN, with a tqdm progress bar when asked for; the default on a pipe is none."""
+    from tilejit.backends.tileir_backend import elf_sections
+    from tilejit.compiler.tileiras import disassemble
+
+    kernels = _tile_project(tmp_path)
+    archs = ("sm_80", "sm_90", "sm_100")
+    args = ("compile", str(kernels), "--kernel", "scale", "--signature", "float32[:],float32[:],float32", "-C",
+            "TILE=256", "--backend", "tileir", "--emit", "tileir,tileirbc,cubin", "--arch", ",".join(archs))
+    env = {"TILEJIT_TILEIRAS": tileir_toolchain.tileiras, "TILEJIT_CACHE_DIR": str(tmp_path / "c")}
+    r = tilejit(*args, "--progress", "-o", str(tmp_path / "out"), env=env)
+    assert (r.returncode, "Traceback" in r.stderr) == (0, False), r.stderr
+    out = tmp_path / "out"
+    assert _outputs(out) == sorted(f"kernels.scale.{a}.{e}" for a in archs for e in ("cubin", "tileir", "tileirbc"))
+    assert "compiling kernels.py: 100%|" in r.stderr and "3/3" in r.stderr, r.stderr
+    for a in archs:
+        assert (out / f"kernels.scale.{a}.tileir").read_text().startswith("cuda_tile.module @scale {")
+        bytecode = (out / f"kernels.scale.{a}.tileirbc").read_bytes()
+        assert "entry @scale(" in disassemble(bytecode, toolchain=tileir_toolchain)
+        cubin = (out / f"kernels.scale.{a}.cubin").read_bytes()
+        assert b"___NV_TILE_LAUNCH_META_DATA___" in elf_sections(cubin)[".strtab"]  # tileiras's, not NVRTC's
+    assert sorted(r.stdout.splitlines()) == sorted(
+        f"wrote {out / f'kernels.scale.{a}.{e}'} ({_size(out / f'kernels.scale.{a}.{e}')})"
+        for a in archs for e in ("cubin", "tileir", "tileirbc"))
+    r = tilejit(*args, "-o", str(tmp_path / "out2"), env=env)
+    assert (r.returncode, "%|" in r.stderr) == (0, False), r.stderr  # stderr is a pipe: no bar unless asked for
+    assert _outputs(tmp_path / "out2") == _outputs(out)

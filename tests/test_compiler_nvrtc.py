@@ -253,6 +253,7 @@ def test_target_none_uses_tilejit_arch(lib: NVRTC, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.gpu
+@pytest.mark.cuda_only(reason="NVRTC's default target and its code")
 def test_default_target_is_the_gpu_and_the_code_loads() -> None:
     from tilejit.bindings.nvrtc import nvrtc
     from tilejit.errors import DriverVersionError

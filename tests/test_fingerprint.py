@@ -456,6 +456,7 @@ print(json.dumps({"out": out.numpy()[:4].tolist(), "nvrtc_loaded": nvrtc_loaded}
 
 
 @pytest.mark.gpu
+@pytest.mark.cuda_only(reason="counts the processes that load NVRTC (the CUDA backend's compiler)")
 def test_launches_in_new_processes_use_their_own_outside_values(tmp_path: Path) -> None:
     """On the GPU: processes sharing one cache, with CFG["add"], a helper's global and an Enum member that differ
     between them, each compute with their own values; a process with values seen before takes the cached CUBIN

@@ -214,6 +214,7 @@ print(json.dumps({"ok": ok, "nvrtc_loaded": nvrtc_loaded, "imported": sorted(set
 
 
 @pytest.mark.gpu
+@pytest.mark.cuda_only(reason="checks which CUDA-backend and NVRTC modules a warm launch imports and loads")
 def test_warm_first_launch_in_a_new_process_skips_the_compiler(tmp_path: Path) -> None:
     """Defining a kernel and a disk-cache hit import neither the translator nor the IR ops, and the hit names
     NVRTC and the device headers in its key without importing the NVRTC driver, the CUDA backend or NVRTC's

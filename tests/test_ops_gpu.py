@@ -542,6 +542,7 @@ def test_mma(dtype: str, tol: float, rng: np.random.Generator) -> None:
     [("bfloat16", (128, 256, 64, None)), ("float16", (128, 128, 64, None)), ("bfloat16", (64, 128, 32, 256)),
      ("float16", (64, 64, 16, None)), ("bfloat16", (256, 128, 64, None))],
 )
+@pytest.mark.cuda_only(reason="the CUDA backend's cp.async/wgmma pipeline under TILEJIT_ARCH_SPECIFIC, and num_threads")
 def test_mma_pipelined(
     dtype: str, tiles: tuple[int, int, int, int | None], arch_specific: str, rng: np.random.Generator,
     monkeypatch: pytest.MonkeyPatch,

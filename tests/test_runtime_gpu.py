@@ -88,6 +88,7 @@ def rng() -> np.random.Generator:
 # --------------------------------------------------------------------------- devices
 
 
+@pytest.mark.own_backend(reason="compiles no tile kernel: the backend plays no part")
 def test_device_properties() -> None:
     assert device_count() >= 1
     dev = Device(0)
@@ -128,6 +129,7 @@ def host_data(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("shape", [(0,), (1,), (1000003,), (3, 5, 7)])
+@pytest.mark.own_backend(reason="compiles no tile kernel: the backend plays no part")
 def test_device_array_round_trip(dtype: str, shape: tuple[int, ...]) -> None:
     a = host_data(dtype, shape)
     d = asarray(a)
@@ -140,6 +142,7 @@ def test_device_array_round_trip(dtype: str, shape: tuple[int, ...]) -> None:
     np.testing.assert_array_equal(back.view(np.uint8), a.view(np.uint8))
 
 
+@pytest.mark.own_backend(reason="compiles no tile kernel: the backend plays no part")
 def test_views_fill_zeros_and_copy_from_host() -> None:
     a = np.arange(60, dtype=np.float32).reshape(6, 10)
     d = asarray(a)
@@ -158,6 +161,7 @@ def test_views_fill_zeros_and_copy_from_host() -> None:
         d[6]
 
 
+@pytest.mark.own_backend(reason="compiles no tile kernel: the backend plays no part")
 def test_dlpack_and_cai_export_to_torch_and_cupy() -> None:
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     d = asarray(a)
@@ -180,6 +184,7 @@ def test_dlpack_and_cai_export_to_torch_and_cupy() -> None:
     np.testing.assert_array_equal(cupy.asnumpy(c), a * 2)
 
 
+@pytest.mark.own_backend(reason="compiles no tile kernel: the backend plays no part")
 def test_views_of_torch_cupy_and_host_arrays() -> None:
     torch = pytest.importorskip("torch")
     t = torch.arange(20, device="cuda", dtype=torch.float16).reshape(4, 5)[:, 1:]
@@ -213,6 +218,7 @@ def test_views_of_torch_cupy_and_host_arrays() -> None:
 # --------------------------------------------------------------------------- launches
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_raw_vector_add_with_device_arrays(vadd: RawKernel) -> None:
     n = 1_000_003
     x, y = rng().standard_normal(n, dtype=np.float32), rng().standard_normal(n, dtype=np.float32)
@@ -227,6 +233,7 @@ def test_raw_vector_add_with_device_arrays(vadd: RawKernel) -> None:
 
 
 @pytest.mark.parametrize(("ctype", "dtype"), [("float", "float32"), ("double", "float64"), ("int", "int32")])
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_template_kernel_takes_its_parameter_types_from_the_name(ctype: str, dtype: str) -> None:
     """``scale<float>``: ``T a`` is passed as a float, ``scale<double>`` as a double (a Python float either way)."""
     k = RawKernel(
@@ -247,6 +254,7 @@ def test_template_kernel_takes_its_parameter_types_from_the_name(ctype: str, dty
         np.testing.assert_allclose(x.numpy(), expected, rtol=1e-6 if dtype == "float32" else 1e-15)
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_readme_raw_kernel_example_runs() -> None:
     """The README's hand-written CUDA C++ example, as written."""
     import re
@@ -264,6 +272,7 @@ def test_readme_raw_kernel_example_runs() -> None:
     assert namespace["add"].compile("sm_80").code[:4] == b"\x7fELF"
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_raw_vector_add_with_torch_tensors_and_streams(vadd: RawKernel) -> None:
     torch = pytest.importorskip("torch")
     n = 100_001
@@ -290,6 +299,7 @@ def test_raw_vector_add_with_torch_tensors_and_streams(vadd: RawKernel) -> None:
     assert torch.equal(out, x + y)
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_current_stream_and_events() -> None:
     n = 1 << 20
     spin = RawKernel(SPIN, "spin")
@@ -317,6 +327,7 @@ def test_current_stream_and_events() -> None:
         Event.elapsed_ms(Event(), Event())
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_checked_then_generated_launches() -> None:
     """The first CHECKED_LAUNCHES launches per (device, block, shared) take the checked path, later ones a
     generated function; alternating block shapes reuse their generated functions. Every launch is right."""
@@ -343,6 +354,7 @@ def test_checked_then_generated_launches() -> None:
 
 
 @pytest.mark.parametrize("generated", [False, True], ids=["checked", "generated"])
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_wrong_arguments_raise_launch_error(generated: bool) -> None:
     vadd = RawKernel(VADD, "vadd")
     n = 10
@@ -365,6 +377,7 @@ def test_wrong_arguments_raise_launch_error(generated: bool) -> None:
 
 
 @pytest.mark.parametrize("generated", [False, True], ids=["checked", "generated"])
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_pointer_parameters_refuse_strided_views(generated: bool) -> None:
     """A ``float*`` gets only the first element's address, so a strided view would be read as if it were
     packed: refused on both paths (own arrays and torch), while its address as an int is taken as asked."""
@@ -390,6 +403,7 @@ def test_pointer_parameters_refuse_strided_views(generated: bool) -> None:
     np.testing.assert_array_equal(out.numpy(), a[::2])
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_array_struct_parameters_with_strided_views() -> None:
     prog = RawKernel(SCALE_2D, "scale2d", param_types=["float*"] * 2 + ["float"]).compile()
     fn = Module.load(prog.code).get_function("scale2d")
@@ -408,6 +422,7 @@ def test_array_struct_parameters_with_strided_views() -> None:
     assert torch.equal(tout, tx * 2)
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_every_scalar_type_reaches_the_kernel() -> None:
     types = ["bool", "signed char", "double", "__half", "float", "long long", "unsigned char", "__nv_bfloat16",
              "int", "unsigned long long", "double*"]
@@ -419,6 +434,7 @@ def test_every_scalar_type_reaches_the_kernel() -> None:
     )
 
 
+@pytest.mark.cuda_only(reason="PTX from NVRTC, loaded through the driver's JIT")
 def test_ptx_path_loads_too() -> None:
     from tilejit.compiler.nvrtc import compile_cuda
 
@@ -437,6 +453,7 @@ def test_ptx_path_loads_too() -> None:
     np.testing.assert_array_equal(out.numpy(), x + x)
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_big_dynamic_shared_memory() -> None:
     dev = get_device()
     n = min(dev.max_shared_memory_per_block_optin, 96 * 1024) // 4
@@ -449,6 +466,7 @@ def test_big_dynamic_shared_memory() -> None:
     np.testing.assert_array_equal(out.numpy(), x[::-1])
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_launch_from_another_thread(vadd: RawKernel) -> None:
     n = 5000
     x = rng().standard_normal(n, dtype=np.float32)
@@ -471,6 +489,7 @@ def test_launch_from_another_thread(vadd: RawKernel) -> None:
     np.testing.assert_array_equal(out.numpy(), x + x)
 
 
+@pytest.mark.cuda_only(reason="RawKernel: CUDA C++ source compiled by NVRTC")
 def test_jax_arrays_through_dlpack() -> None:
     """A JAX array (no torch-style attributes) is read zero-copy through DLPack; run in a subprocess
     so JAX's GPU memory preallocation cannot disturb the other tests."""
@@ -507,6 +526,7 @@ def test_jax_arrays_through_dlpack() -> None:
     assert done.stdout.strip().endswith("ok")
 
 
+@pytest.mark.own_backend(reason="compiles no tile kernel: the backend plays no part")
 def test_public_names() -> None:
     assert tj.device_count() == device_count()
     assert tj.DeviceArray is DeviceArray and tj.RawKernel is RawKernel

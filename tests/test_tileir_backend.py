@@ -319,6 +319,7 @@ def test_cli_tile_ir_emits_need_no_toolchain_and_cuda_emits_need_the_cuda_backen
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [1, 1000, 1024, 4097, 100_003])
+@pytest.mark.own_backend(reason="launches with backend='tileir' itself")
 def test_vector_add_launches_with_the_tile_ir_backend(n: int, monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
     """backend='tileir' launches tileiras's CUBIN with its own block size; sizes off the tile, poisoned

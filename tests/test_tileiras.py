@@ -341,6 +341,7 @@ def test_kernel_bytecode_compiles_and_disassembles(tileir_toolchain: tb.Toolchai
 
 
 @pytest.mark.gpu
+@pytest.mark.own_backend(reason="loads a tileiras CUBIN itself")
 def test_kernel_cubin_loads_on_this_gpu(tileir_toolchain: tb.Toolchain, kernel_bytecode: bytes) -> None:
     """The CUBIN tileiras makes for this device's target loads under this driver (r580+ needed), and its entry
     (named as tileirdisasm prints it) is a function of the module."""
