@@ -193,9 +193,12 @@ _ONE_RUN_MARKERS = ("cuda_only", "own_backend")
 
 @pytest.hookimpl(trylast=True)  # last: the backend's id ends the test's id, where _seed_key finds it
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Each ``gpu`` test not marked ``cuda_only``/``own_backend`` runs once per backend of ``BACKENDS``."""
+    """Each ``gpu`` test not marked ``cuda_only``/``own_backend``, and not taking a ``backend``/``backends``
+    argument of its own (the Tile IR tests run both backends side by side), runs once per backend of ``BACKENDS``."""
     node = metafunc.definition
     if node.get_closest_marker("gpu") is None or any(node.get_closest_marker(m) for m in _ONE_RUN_MARKERS):
+        return
+    if {"backend", "backends"} & set(metafunc.fixturenames):  # the test runs its backends itself
         return
     metafunc.parametrize("tj_backend", BACKENDS, indirect=True)
 

@@ -141,8 +141,11 @@ def run(fn: O.Function, grid: tuple[int, ...], args: dict[str, Any], *, hints: b
                     _fields_ = [("ptr", ctypes.c_uint64), ("shape", ctypes.c_int64 * nd),
                                 ("stride", ctypes.c_int64 * nd)]
 
-                params.append(Arr(ptrs[pname], (ctypes.c_int64 * nd)(*a.shape),
-                                  (ctypes.c_int64 * nd)(*[s // a.itemsize for s in a.strides])))
+                strides = [s // a.itemsize for s in a.strides]
+                if ck.backend == "tileir":  # a Tile IR entry takes the pointer, shapes and strides one by one
+                    params += [ctypes.c_uint64(ptrs[pname]), *map(ctypes.c_int64, [*a.shape, *strides])]
+                else:
+                    params.append(Arr(ptrs[pname], (ctypes.c_int64 * nd)(*a.shape), (ctypes.c_int64 * nd)(*strides)))
             else:
                 params.append(_SCALAR_CTYPES[spec[1]](args[pname]))
         g = tuple(grid) + (1,) * (3 - len(grid))

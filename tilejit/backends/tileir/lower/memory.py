@@ -382,7 +382,7 @@ def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
     and kin), masked to the elements in range; their results are the old values, 0 where out of range.
     Float max/min (f32/f64, all the front end takes): the CUDA backend's CAS loop (``_cas_loop``)."""
     dtype = op.array.type.dtype  # type: ignore[attr-defined]
-    t = lo.tile_type(op.result.type, op)
+    t = lo.tile_type(op.value.type, op)  # the result's type; an atomic whose old values go unused has no result
     value = lo.value(op.value)
     attrs: dict[str, object] = {"ordering": "relaxed", "scope": "device"}
     cas_loop = op.kind in ("max", "min") and dtype.is_float
@@ -405,4 +405,5 @@ def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
         else:
             lo.emit("atomic_rmw_tko", [old, tok], [ptrs, value, mask, token], op, **attrs)
         lo.last_store, lo.loads_since = tok, []
-    lo.vals[op.result] = select(lo, mask, old, constant(lo, 0, elem_of(old), t.shape, op), op, op.result.name)
+    if op.results:
+        lo.vals[op.result] = select(lo, mask, old, constant(lo, 0, elem_of(old), t.shape, op), op, op.result.name)
