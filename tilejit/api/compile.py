@@ -141,7 +141,7 @@ class Artifact:
         newest the writer emits), whatever this artifact's backend; needs no toolchain."""
         from tilejit.backends.tileir_backend import TileIRBackend
 
-        return TileIRBackend.bytecode(self.ir(), self.target, version, self._stages)
+        return TileIRBackend.bytecode(self.ir(), self.target, version, self._stages, self.hints)
 
     def tileir_text(self) -> str:
         """The Tile IR bytecode's module in text form (``cuda_tile.module @name { ... }``); needs no toolchain."""
@@ -150,7 +150,7 @@ class Artifact:
             from tilejit.backends.tileir import module_text
             from tilejit.backends.tileir_backend import tileiras_target
 
-            text = self._stages["tileir_text"] = module_text(self.ir(), tileiras_target(self.target))
+            text = self._stages["tileir_text"] = module_text(self.ir(), tileiras_target(self.target), self.hints)
         return text
 
     def cubin(self) -> bytes:
@@ -292,8 +292,10 @@ def compile(
         threads = check_num_threads(num_threads, where)
     else:
         threads = getattr(kernel, "num_threads", None)
+    # A ``::1`` array promises what a launch would check: unit inner stride, 16-byte-aligned rows, and shapes and
+    # strides in [0, 2**31) (the Tile IR image marks it so that tilejit's launcher refuses larger ones).
     hints = {
-        n: ArrayHint(unit_stride=True, aligned16=True)
+        n: ArrayHint(unit_stride=True, aligned16=True, index32=True)
         for n, t in arg_types.items()
         if isinstance(t, ArrayType) and t.contiguous
     }

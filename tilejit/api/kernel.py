@@ -801,7 +801,7 @@ class Kernel:
             if v.__class__ is not _AV:
                 arg_types[name] = self._annotated.get(name) or scalar_type_of(name, a)
             else:
-                dtype, ndim, unit, aligned = array_key(v.dtype, v.shape, v.strides, v.ptr)
+                dtype, ndim, unit, aligned, index32 = array_key(v.dtype, v.shape, v.strides, v.ptr)
                 if v.ptr % dtype.itemsize:  # the fast key holds ptr & 15, so every such address comes here
                     raise LaunchError(
                         f"{self.__name__}(): argument '{name}' starts at {v.ptr:#x}, which is not a multiple of "
@@ -809,7 +809,7 @@ class Kernel:
                         "(a view into a byte buffer at an odd offset? copy it first)"
                     )
                 arg_types[name] = ArrayType(dtype, ndim)
-                hints[name] = ArrayHint(unit_stride=unit, aligned16=aligned)
+                hints[name] = ArrayHint(unit_stride=unit, aligned16=aligned, index32=index32)
         return arg_types, hints
 
     def _build(

@@ -38,16 +38,19 @@ def scalar_type_of(name: str, value: Any) -> TileType:
 
 def array_key(
     dtype_name: str, shape: Sequence[int], strides: Sequence[int], ptr: int
-) -> tuple[DType, int, bool, bool]:
-    """(dtype, rank, unit innermost stride, every row 16-byte aligned) of an array view.
+) -> tuple[DType, int, bool, bool, bool]:
+    """(dtype, rank, unit innermost stride, every row 16-byte aligned, every stride in [0, 2**31)) of an
+    array view.
 
-    Strides are in elements. These facts change the generated code, so they are part of the key.
+    Strides are in elements. These facts change the generated code, so they are part of the key; each is
+    computed from the dtype, strides and ``ptr % 16`` only, which is what a launch's fast key holds.
     """
     dtype = BY_NAME[dtype_name]
     item = dtype.itemsize
     unit = len(strides) > 0 and strides[-1] == 1  # not shape-based: dispatch keys by strides, not shape
     aligned = ptr % 16 == 0 and all((s * item) % 16 == 0 for s in strides[:-1])
-    return dtype, len(shape), unit, aligned
+    index32 = all(0 <= s <= _INT32_MAX for s in strides)
+    return dtype, len(shape), unit, aligned, index32
 
 
 _PYTHON_SCALARS: dict[str, DType] = {"int": int32, "float": float32}  # "bool" is a dtype name too

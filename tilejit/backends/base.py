@@ -34,7 +34,7 @@ _LOADED: dict[str, Backend] = {}
 #: of the backend's module, so that ``auto`` on a warm launch imports no module but the CUDA backend's.
 INCOMPLETE = {"tileir": "the Tile IR writer covers part of the language yet, so auto uses CUDA C++"}
 
-ParamSpec = tuple[str, str, int] | tuple[str, str]
+ParamSpec = tuple[str, str, int, str] | tuple[str, str, int] | tuple[str, str]
 
 
 class KernelImage:

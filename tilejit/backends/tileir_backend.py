@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     from tilejit.bindings.tileiras import Toolchain
     from tilejit.compiler.targets import Target
     from tilejit.language.ir.ops import Function
+    from tilejit.language.ir.types import ArrayHint
 
 #: The writer's output format: part of the cache identity; raise it when the writer's bytecode for the same
 #: kernel changes (importing the writer to ask it would cost a warm launch its ``dataclasses``).
-WRITER_FORMAT = "1"
+WRITER_FORMAT = "2"  # 2: the launch facts of the hints as assume ops (TMA)
 
 EIATTR_KPARAM_INFO = 0x17
+EIATTR_KPARAM_INFO_V2 = 0x45  # u32 index, u16 ordinal, u16 offset, u16 size, u16 attributes (TMA kernels have it)
 EIATTR_REQNTID = 0x10
 _EIFMT_SVAL = 4  # an attribute with a payload of its stated size; the other formats have none
 
@@ -96,6 +98,9 @@ def param_offsets(image: bytes, symbol: str) -> list[tuple[int, int]]:
         if attr == EIATTR_KPARAM_INFO and len(payload) >= 12:
             _, ordinal, offset, flags = struct.unpack_from("<IHHI", payload)
             found.append((ordinal, offset, (flags >> 18) & 0x3FFF))
+        elif attr == EIATTR_KPARAM_INFO_V2 and len(payload) >= 12:
+            _, ordinal, offset, size, _ = struct.unpack_from("<IHHHH", payload)
+            found.append((ordinal, offset, size))
     return [(offset, size) for _, offset, size in sorted(found)]
 
 
@@ -115,15 +120,20 @@ def flat_params(params: tuple[tuple[str, ParamSpec], ...]) -> list[tuple[int, in
     return out
 
 
-def launch_params(fn: Function) -> tuple[tuple[str, ParamSpec], ...]:
-    """The launch ABI of ``fn``'s parameters, as the CUDA backend states it: arrays, then scalars as themselves."""
+def launch_params(fn: Function, hints: Mapping[str, ArrayHint] | None = None) -> tuple[tuple[str, ParamSpec], ...]:
+    """The launch ABI of ``fn``'s parameters, as the CUDA backend states it: arrays, then scalars as themselves.
+    An array whose ``hints`` entry has ``index32`` is marked ``index32``: the kernel assumes its shapes and strides
+    are in [0, 2**31), and the launcher refuses a launch where they are not."""
     from tilejit.errors import CompileError
     from tilejit.language.ir.types import ArrayType, TileType
 
     params: list[tuple[str, ParamSpec]] = []
     for name, v in zip(fn.param_names, fn.params):
         t = v.type
-        if isinstance(t, ArrayType):
+        hint = None if hints is None else hints.get(name)
+        if isinstance(t, ArrayType) and hint is not None and hint.index32:
+            params.append((name, ("array", t.dtype.name, t.ndim, "index32")))
+        elif isinstance(t, ArrayType):
             params.append((name, ("array", t.dtype.name, t.ndim)))
         elif isinstance(t, TileType) and t.is_scalar:
             params.append((name, ("scalar", t.dtype.name)))
@@ -197,7 +207,7 @@ class TileIRBackend(Backend):
             return (Target(target.major, target.minor),)
         return (target,)
 
-    def generate(self, fn: Function, target: Target, hints: Mapping[str, Any], *, num_threads: int | None = None,
+    def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,
                  kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
         from tilejit.errors import CompileError, TargetError
 
@@ -215,7 +225,7 @@ class TileIRBackend(Backend):
             raise unavailable_error(self.name, tc, "backend='tileir'")
         gpu = tileiras_target(target)
         tc.check_target(gpu)
-        params = launch_params(fn)
+        params = launch_params(fn, hints)
         cubin: bytes | None = memo.get("tileir_cubin")
         if cubin is None:
             from tilejit.compiler.tileiras import run_tileiras
@@ -224,7 +234,7 @@ class TileIRBackend(Backend):
                 version = self.bytecode_version(tc)
             except ValueError as exc:
                 raise TargetError(f"backend='tileir': {exc}") from None
-            bytecode = self.bytecode(fn, target, version, memo)
+            bytecode = self.bytecode(fn, target, version, memo, hints)
             cubin = memo["tileir_cubin"] = run_tileiras(bytecode, gpu, toolchain=tc)
         symbol = fn.name
         try:
@@ -245,8 +255,9 @@ class TileIRBackend(Backend):
 
     @staticmethod
     def bytecode(fn: Function, target: Target, version: str | tuple[int, int] | None = None,
-                 memo: dict[str, Any] | None = None) -> bytes:
-        """The Tile IR bytecode of ``fn`` at ``version`` (default: the newest the writer emits), kept in ``memo``."""
+                 memo: dict[str, Any] | None = None, hints: Mapping[str, ArrayHint] | None = None) -> bytes:
+        """The Tile IR bytecode of ``fn`` at ``version`` (default: the newest the writer emits), assuming the
+        launch-checked facts of ``hints``, kept in ``memo`` (one specialization's: its hints are fixed)."""
         from tilejit.backends.tileir import generate_bytecode, parse_version
 
         v = parse_version(version)
@@ -254,7 +265,7 @@ class TileIRBackend(Backend):
         key = f"tileirbc-{v[0]}.{v[1]}"
         data: bytes | None = memo.get(key)
         if data is None:
-            data = memo[key] = generate_bytecode(fn, tileiras_target(target), v)
+            data = memo[key] = generate_bytecode(fn, tileiras_target(target), v, hints)
         return data
 
 

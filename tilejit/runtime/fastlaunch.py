@@ -115,6 +115,9 @@ def generate(
                 f"d{i}, _ = v{i}",
                 f"if d{i} != {k.dtype!r}: raise Mismatch()",
             ]
+            if k.index32 and k.ndim:  # the kernel assumed these in [0, 2**31): the checked path says which is not
+                lines.append(f"if not ({' and '.join(f'{x} < 2147483648' for x in dims + strides)}"
+                             f"{''.join(f' and {t} >= 0' for t in strides)}): raise Mismatch()")
         else:
             # A pointer needs only the address and dtype: read just those (ints are addresses). A strided
             # view is refused by pointer_of, as by the checked path.

@@ -36,6 +36,7 @@ _INT_RANGE: dict[str, tuple[int, int]] = {
     for s in ("", "u") for b in (8, 16, 32, 64)
 }
 _MAX_GRID = (2**31 - 1, 65535, 65535)
+_INDEX32_END = 2**31  # shapes and strides of an ``index32`` array parameter are below this
 _MAX_BLOCK = (1024, 1024, 64)
 _CUDA_ERROR_INVALID_CONTEXT = 201
 _CUDA_ERROR_INVALID_HANDLE = 400
@@ -64,10 +65,11 @@ class ParamKind:
     * ``ParamKind.pointer("float32")`` (``T*``; dtype None for ``void*``): takes any device array
       (DeviceArray, ``__cuda_array_interface__``, DLPack, torch) or an int address.
     * ``ParamKind.array("float32", 2)``: ``struct {T* ptr; int64_t shape[2]; int64_t stride[2];}``
-      with strides in elements, as the tile backend's ``tj::Array<T, N>``.
+      with strides in elements, as the tile backend's ``tj::Array<T, N>``; ``index32``: the kernel assumes
+      every shape and stride in [0, 2**31) (a Tile IR kernel, for TMA), so a launch must not pass others.
     """
 
-    __slots__ = ("align", "dtype", "fmt", "kind", "ndim", "size")
+    __slots__ = ("align", "dtype", "fmt", "index32", "kind", "ndim", "size")
 
     kind: str
     dtype: str | None
@@ -75,8 +77,9 @@ class ParamKind:
     fmt: str
     size: int
     align: int
+    index32: bool
 
-    def __init__(self, kind: str, dtype: str | None, ndim: int = 0) -> None:
+    def __init__(self, kind: str, dtype: str | None, ndim: int = 0, index32: bool = False) -> None:
         if kind == "scalar":
             if dtype not in STRUCT_CHAR:
                 raise ValueError(f"unsupported scalar dtype {dtype!r}; supported: {', '.join(STRUCT_CHAR)}")
@@ -93,7 +96,9 @@ class ParamKind:
             self.fmt, self.size, self.align = "Q" + "q" * (2 * ndim), 8 * (1 + 2 * ndim), 8
         else:
             raise ValueError(f"parameter kind must be 'scalar', 'pointer' or 'array', got {kind!r}")
-        self.kind, self.dtype, self.ndim = kind, dtype, ndim
+        if index32 and kind != "array":
+            raise ValueError(f"index32 is a fact of arrays only, not of a {kind}")
+        self.kind, self.dtype, self.ndim, self.index32 = kind, dtype, ndim, bool(index32)
 
     @classmethod
     def scalar(cls, dtype: str) -> ParamKind:
@@ -104,14 +109,17 @@ class ParamKind:
         return cls("pointer", dtype)
 
     @classmethod
-    def array(cls, dtype: str, ndim: int) -> ParamKind:
-        return cls("array", dtype, ndim)
+    def array(cls, dtype: str, ndim: int, index32: bool = False) -> ParamKind:
+        return cls("array", dtype, ndim, index32)
 
     @classmethod
     def from_spec(cls, spec: Sequence[Any]) -> ParamKind:
-        """From the backend's ABI entries: ``("array", dtype, ndim)`` or ``("scalar", dtype)``."""
+        """From the backend's ABI entries: ``("array", dtype, ndim)``, ``("array", dtype, ndim, "index32")``
+        or ``("scalar", dtype)``."""
         if spec and spec[0] == "array" and len(spec) == 3:
             return cls.array(spec[1], spec[2])
+        if spec and spec[0] == "array" and len(spec) == 4 and spec[3] == "index32":
+            return cls.array(spec[1], spec[2], index32=True)
         if spec and spec[0] == "scalar" and len(spec) == 2:
             return cls.scalar(spec[1])
         if spec and spec[0] == "pointer" and len(spec) == 2:
@@ -119,18 +127,18 @@ class ParamKind:
         raise ValueError(f"not a parameter spec: {spec!r}")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ParamKind) and (self.kind, self.dtype, self.ndim) == (
-            other.kind, other.dtype, other.ndim)
+        return isinstance(other, ParamKind) and (self.kind, self.dtype, self.ndim, self.index32) == (
+            other.kind, other.dtype, other.ndim, other.index32)
 
     def __hash__(self) -> int:
-        return hash((self.kind, self.dtype, self.ndim))
+        return hash((self.kind, self.dtype, self.ndim, self.index32))
 
     def __str__(self) -> str:
         if self.kind == "scalar":
             return str(self.dtype)
         if self.kind == "pointer":
             return f"{self.dtype or 'void'}*"
-        return f"array<{self.dtype}, {self.ndim}>"
+        return f"array<{self.dtype}, {self.ndim}{', index32' if self.index32 else ''}>"
 
     def __repr__(self) -> str:
         return f"ParamKind({self})"
@@ -157,7 +165,22 @@ class ParamKind:
             raise LaunchError(
                 f"{where}: expected a {self.ndim}-d {self.dtype} array, got a {len(v.shape)}-d {v.dtype} array"
             )
+        if self.index32:
+            self._check_index32(v, where)
         return (v.ptr, *v.shape, *v.strides)
+
+    @staticmethod
+    def _check_index32(v: ArrayView, where: str) -> None:
+        """Refuse an array with a shape or stride outside [0, 2**31): the kernel assumed none is (undefined
+        behaviour, i.e. silently wrong results, if passed)."""
+        for what, values in (("shape", v.shape), ("strides", v.strides)):
+            for d, n in enumerate(values):
+                if not 0 <= n < _INDEX32_END:
+                    raise LaunchError(
+                        f"{where}: {what}[{d}] is {n}, outside [0, 2**31): this Tile IR kernel was compiled assuming "
+                        f"every shape and stride of the array is (so that tileiras may use TMA loads); launch it "
+                        f"with backend='cuda' for arrays of {what} this large"
+                    )
 
     @staticmethod
     def _view(value: Any, where: str) -> ArrayView:

@@ -7,9 +7,11 @@ specialized kernel (``Artifact.ir()``); unsupported ops raise a located ``TileCo
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from tilejit.backends.tileir.module import VERSIONS
 from tilejit.language.ir.ops import Function
+from tilejit.language.ir.types import ArrayHint
 
 __all__ = ["VERSIONS", "generate_bytecode", "module_text", "newest_accepted", "parse_version"]
 
@@ -53,20 +55,22 @@ def _check_target(target: str) -> None:
         raise ValueError(f"target: expected an architecture such as 'sm_90', got {target!r}")
 
 
-def generate_bytecode(fn: Function, target: str, version: str | tuple[int, int] | None = None) -> bytes:
-    """The Tile IR bytecode of kernel ``fn`` at ``version`` (default: the newest, 13.5)."""
+def generate_bytecode(fn: Function, target: str, version: str | tuple[int, int] | None = None,
+                      hints: Mapping[str, ArrayHint] | None = None) -> bytes:
+    """The Tile IR bytecode of kernel ``fn`` at ``version`` (default: the newest, 13.5), assuming the
+    launch-checked array facts of ``hints`` (parameter name -> ``ArrayHint``)."""
     _check_target(target)
     v = parse_version(version)
     from tilejit.backends.tileir.bytecode import encode_module
     from tilejit.backends.tileir.lower import lower_function
 
-    return encode_module(lower_function(fn, target), v)
+    return encode_module(lower_function(fn, target, hints), v)
 
 
-def module_text(fn: Function, target: str) -> str:
+def module_text(fn: Function, target: str, hints: Mapping[str, ArrayHint] | None = None) -> str:
     """Kernel ``fn`` as a ``cuda_tile.module`` in text form: deterministic, the module the bytecode holds."""
     _check_target(target)
     from tilejit.backends.tileir.lower import lower_function
     from tilejit.backends.tileir.text import print_module
 
-    return print_module(lower_function(fn, target))
+    return print_module(lower_function(fn, target, hints))

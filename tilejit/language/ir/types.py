@@ -207,16 +207,18 @@ class ArrayType(Record):
 
 class ArrayHint(Record):
     """Layout facts of an array argument seen at launch that allow vector accesses: ``unit_stride``
-    (innermost stride == 1), ``aligned16`` (base pointer % 16 == 0 and every row starts 16-byte aligned).
-    Part of a specialization's key, not of its ``ArrayType``."""
+    (innermost stride == 1), ``aligned16`` (base pointer % 16 == 0 and every row starts 16-byte aligned),
+    ``index32`` (every stride in [0, 2**31): with a launch-time check that every shape is too, the Tile IR
+    backend may assume both, as TMA needs). Part of a specialization's key, not of its ``ArrayType``."""
 
-    _fields = ("unit_stride", "aligned16")
+    _fields = ("unit_stride", "aligned16", "index32")
     __slots__ = _fields
     unit_stride: bool
     aligned16: bool
+    index32: bool
 
-    def __init__(self, unit_stride: bool = False, aligned16: bool = False) -> None:
-        self._init(unit_stride, aligned16)
+    def __init__(self, unit_stride: bool = False, aligned16: bool = False, index32: bool = False) -> None:
+        self._init(unit_stride, aligned16, index32)
 
 
 Type = TileType | ArrayType

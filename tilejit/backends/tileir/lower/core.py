@@ -12,7 +12,7 @@ suggests ``backend="cuda"``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -31,7 +31,7 @@ from tilejit.backends.tileir.module import (
 from tilejit.errors import TileCompileError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import UNKNOWN_LOC, Loc, Op, Value
-from tilejit.language.ir.types import ArrayType, DType, TileType
+from tilejit.language.ir.types import ArrayHint, ArrayType, DType, TileType
 
 I1 = Tile(Scalar("i1"))
 I32 = Tile(Scalar("i32"))
@@ -90,9 +90,12 @@ class Lowerer:
     ``loads_since`` the tokens of the loads after it; a load waits for ``last_store``, a store for both.
     """
 
-    def __init__(self, fn: O.Function, target: str = "") -> None:
+    def __init__(self, fn: O.Function, target: str = "", hints: Mapping[str, ArrayHint] | None = None) -> None:
         self.fn = fn
         self.target = target
+        self.hints: Mapping[str, ArrayHint] = {} if hints is None else hints
+        self.array_hints: dict[Value, ArrayHint] = {}  # each array parameter's launch facts, if any
+        self.stated: set[Value] = set()  # arrays whose facts are stated (memory.view, once per array)
         self.params: list[TValue] = []
         self.prologue: list[TOp] = []
         self.blocks: list[list[TOp]] = [[]]
@@ -180,6 +183,9 @@ class Lowerer:
                 strides = [TValue(I64, f"{name}_stride{d}") for d in range(t.ndim)]
                 self.params += [base, *shape, *strides]
                 self.arrays[p] = (base, shape, strides)
+                hint = self.hints.get(name)
+                if hint is not None:
+                    self.array_hints[p] = hint
             else:
                 tv = TValue(Tile(Scalar(stored)), f"{name}_byte" if stored != elem else name)
                 self.params.append(tv)
@@ -189,9 +195,10 @@ class Lowerer:
         return TModule(fn.name, [TFunction(fn.name, self.params, body, def_loc)])
 
 
-def lower_function(fn: O.Function, target: str = "") -> TModule:
-    """The Tile IR module of kernel ``fn`` for ``target`` (``sm_NN``; ``""``: any) (raises a located
+def lower_function(fn: O.Function, target: str = "", hints: Mapping[str, ArrayHint] | None = None) -> TModule:
+    """The Tile IR module of kernel ``fn`` for ``target`` (``sm_NN``; ``""``: any), stating the launch-checked
+    facts of ``hints`` (array parameter name -> ``ArrayHint``) about its arrays (raises a located
     ``TileCompileError`` for what it can't express)."""
     from tilejit.backends.tileir.lower import control, elementwise, memory, mma, reduce  # noqa: F401 (rules)
 
-    return Lowerer(fn, target).run()
+    return Lowerer(fn, target, hints).run()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from tilejit.backends.tileir.lower.core import I64, STORED, TOKEN, Lowerer, rule, unsupported
+from tilejit.backends.tileir.lower.mma import view_facts
 from tilejit.backends.tileir.module import (
     PartitionView,
     Ptr,
@@ -75,10 +76,16 @@ def view(lo: Lowerer, op: Op, array: Value, tile: tuple[int, ...], padding: str 
         return lo.views[key]
     at = array.type
     assert isinstance(at, ArrayType)
+    hint = lo.array_hints.get(array)
+    if hint is not None and (hint.aligned16 or hint.index32) and array not in lo.stated:
+        lo.stated.add(array)  # the launch-checked facts as assume ops, once per array (docs/tileir.md, TMA)
+        lo.arrays[array] = view_facts(lo, op, *lo.arrays[array], at.dtype.itemsize, aligned16=hint.aligned16,
+                                      int32_extents=hint.index32)
     base, shape, strides = lo.arrays[array]
     assert isinstance(base.type, Tile) and isinstance(base.type.elem, Ptr)
     n = at.ndim
-    static = tuple(1 if at.contiguous and d == n - 1 else None for d in range(n))
+    unit = at.contiguous or (hint is not None and hint.unit_stride)
+    static = tuple(1 if unit and d == n - 1 else None for d in range(n))
     tv_type = TensorView(base.type.elem.elem, (None,) * n, static)
     dyn_strides = [s for s, st in zip(strides, static) if st is None]
     tv = TValue(tv_type, f"{base.name}_view")
