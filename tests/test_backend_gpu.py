@@ -522,7 +522,10 @@ def test_atomic_add_histogram(dt: DType, rng: np.random.Generator) -> None:
 
 
 @pytest.mark.parametrize("dt", [int32, int64, float32, float16])
-def test_atomic_min_max(dt: DType, rng: np.random.Generator) -> None:
+def test_atomic_min_max(dt: DType, rng: np.random.Generator, tj_backend: str | None) -> None:
+    if tj_backend == "tileir" and dt == float16:
+        pytest.skip("Tile IR refuses a float16 atomic max/min (its CAS takes 32- and 64-bit words; "
+                    "test_tileir_memory checks the refusal)")
     n = 3000
     x = (rng.integers(-1000, 1000, n)).astype(np_dtype(dt))
     b = IRBuilder("mm", [("x", arr(dt, 1)), ("lo", arr(dt, 1)), ("hi", arr(dt, 1))])

@@ -717,3 +717,18 @@ def test_an_atomic_without_a_result_lowers(name: str) -> None:
     atomic.results = []
     text = print_module(lower_function(ir))
     assert re.search(r"atomic_(rmw|cas)_tko relaxed device", text), text
+
+
+def test_a_16_bit_float_atomic_max_is_a_located_refusal() -> None:
+    """IR builders may make a float16 atomic max (the front end does not): Tile IR's compare-and-swap takes 32-
+    and 64-bit words only, so the CAS loop cannot be built; the refusal names the op, dtype and why."""
+    from test_backend_irbuild import IRBuilder, arr
+
+    from tilejit.backends.tileir.lower import lower_function
+    from tilejit.language.ir.types import float16, int32
+
+    b = IRBuilder("mm", [("x", arr(float16, 1)), ("hi", arr(float16, 1))])
+    v = b.load(b.p("x"), [b.bid()], (256,), padding=0)
+    b.atomic("max", b.p("hi"), [b.const(0, int32, (256,))], v, result=False)
+    with pytest.raises(TileCompileError, match=r"'atomic' \(atomic_max on float16; Tile IR compares and swaps 32- "):
+        lower_function(b.ret())

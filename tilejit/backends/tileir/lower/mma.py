@@ -5,7 +5,7 @@ f64; f32 inputs with ``tf32`` allowed are rounded to tf32 first, as the CUDA bac
 from __future__ import annotations
 
 from tilejit.backends.tileir.lower.core import Lowerer, rule, unsupported
-from tilejit.backends.tileir.module import Scalar, Tile, TOp, TValue, constant_bytes
+from tilejit.backends.tileir.module import Scalar, TBlock, Tile, TOp, TValue, constant_bytes
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Op
 from tilejit.language.ir.types import TileType
@@ -27,15 +27,64 @@ def mma(lo: Lowerer, op: O.MmaOp) -> None:
     """``a @ b + acc``: ``mmaf`` (tf32: operands rounded with ``ftof`` first) or ``mmai`` (signed or not)."""
     at, ct = op.a.type, op.acc.type
     assert isinstance(at, TileType) and isinstance(ct, TileType)
+    a, b, acc = lo.value(op.a), lo.value(op.b), lo.value(op.acc)
+    if at.ndim == 2 and at.dtype.is_int and ct.dtype.is_int and ACCUMULATORS.get(at.dtype.name) != ct.dtype.name:
+        products_mma(lo, op, a, b, acc)
+        return
     if at.ndim != 2 or ACCUMULATORS.get(at.dtype.name) != ct.dtype.name:
         raise unsupported(op, f"{at.dtype.name} inputs with a {ct.dtype.name} accumulator")
-    a, b, acc = lo.value(op.a), lo.value(op.b), lo.value(op.acc)
     if at.dtype.is_int:
         int_mma(lo, op, a, b, acc)
         return
     if op.tf32 and at.dtype.name == "float32":
         a, b = (to_tf32(lo, x, op) for x in (a, b))
     lo.emit("mmaf", [lo.result(op)], [a, b, acc], op, fast_acc=0)
+
+
+#: The largest M*K*N of an integer mma Tile IR's mmai cannot take (built from a tile of every product).
+MAX_PRODUCTS = 2**16
+
+
+def products_mma(lo: Lowerer, op: O.MmaOp, a: TValue, b: TValue, acc: TValue) -> None:
+    """Integer ``a @ b + acc`` with inputs or accumulator mmai does not take (int16 @ int16 + int64 ...): every
+    product ``a[m, k] * b[k, n]`` in the accumulator's type, summed over k, all wrapping, so exactly what the
+    CUDA backend computes in any order. It holds M*K*N elements, so only small tiles (``MAX_PRODUCTS``)."""
+    at, ct = op.a.type, op.acc.type
+    assert isinstance(at, TileType) and isinstance(ct, TileType)
+    (m, k), n = at.shape, ct.shape[1]
+    if m * k * n > MAX_PRODUCTS:
+        raise unsupported(op, f"{at.dtype.name} inputs with a {ct.dtype.name} accumulator on a {m}x{k}x{n} tile; "
+                              f"Tile IR's mmai takes 8-bit inputs into int32, other integer products need "
+                              f"M*K*N <= {MAX_PRODUCTS}")
+    assert isinstance(acc.type, Tile) and isinstance(acc.type.elem, Scalar)
+    elem = acc.type.elem
+    sign = "signed" if at.dtype.is_signed else "unsigned"
+
+    def spread(x: TValue, as_3d: tuple[int, int, int]) -> TValue:
+        """``x`` in the accumulator's type, reshaped to ``as_3d`` and broadcast to (M, K, N)."""
+        assert isinstance(x.type, Tile) and isinstance(x.type.elem, Scalar)
+        if x.type.elem != elem:
+            wide = TValue(Tile(elem, x.type.shape))
+            if at.dtype.bits < ct.dtype.bits:
+                lo.emit("exti", [wide], [x], op, signedness=sign)
+            else:
+                lo.emit("trunci", [wide], [x], op, overflow="none")
+            x = wide
+        shaped, full = TValue(Tile(elem, as_3d)), TValue(Tile(elem, (m, k, n)))
+        lo.emit("reshape", [shaped], [x], op)
+        lo.emit("broadcast", [full], [shaped], op)
+        return full
+
+    products = TValue(Tile(elem, (m, k, n)))
+    lo.emit("muli", [products], [spread(a, (m, k, 1)), spread(b, (1, k, n))], op, overflow="none")
+    scalar = Tile(elem)
+    x, accum, combined = TValue(scalar, "elem"), TValue(scalar, "accum"), TValue(scalar, "combined")
+    summed = TValue(acc.type)
+    lo.emit("reduce", [summed], [[products]], op, dim=1, identities=[(0, elem)]).regions.append(TBlock(
+        [x, accum],
+        [TOp("addi", [combined], [x, accum], {"overflow": "none"}, op.loc), TOp("yield", [], [[combined]], {}, op.loc)],
+    ))
+    lo.emit("addi", [lo.result(op)], [summed, acc], op, overflow="none")
 
 
 def int_mma(lo: Lowerer, op: O.MmaOp, a: TValue, b: TValue, acc: TValue) -> None:
