@@ -732,3 +732,48 @@ def test_a_16_bit_float_atomic_max_is_a_located_refusal() -> None:
     b.atomic("max", b.p("hi"), [b.const(0, int32, (256,))], v, result=False)
     with pytest.raises(TileCompileError, match=r"'atomic' \(atomic_max on float16; Tile IR compares and swaps 32- "):
         lower_function(b.ret())
+
+
+def copy_tiles(a, o, T0: tj.Constant[int], T1: tj.Constant[int], P: tj.Constant):  # type: ignore[no-untyped-def]
+    b = tj.bid(0)
+    tj.store(o, index=(b, b), tile=tj.load(a, index=(b, b), shape=(T0, T1), padding=P))
+
+
+@pytest.mark.parametrize(("t0", "t1"), [(1, 1), (1, 8), (8, 1)])
+def test_tiles_with_a_dimension_of_1_bound_their_accesses_themselves(t0: int, t1: int,
+                                                                     tileir_toolchain: Any) -> None:
+    """tileiras 13.5 ignores a view's bounds along a tile dimension of 1 (reads of (1, 1) tiles past the end
+    returned the array's neighbours, a store of one wrote outside): such loads select their padding, and a
+    one-element tile is stored through a masked pointer; tileiras compiles both."""
+    from tilejit.compiler.tileiras import run_tileiras
+
+    art = tj.compile(tj.kernel(copy_tiles), (F32[:, :], F32[:, :]), constants={"T0": t0, "T1": t1, "P": 0.0},
+                     target="sm_90")
+    text = art.tileir_text()
+    assert re.search(r"= select %\w+, %\w+, %\w+ : tile<\d+x\d+xi1>", text), text
+    assert ("store_ptr_tko" in text) == (t0 == t1 == 1), text
+    assert ("store_view_tko" in text) == (t0 * t1 > 1), text
+    run_tileiras(art.tileir_bytecode(), "sm_90", toolchain=tileir_toolchain)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("t0", "t1"), [(1, 1), (1, 2), (2, 1), (1, 8), (8, 1), (2, 2)])
+@pytest.mark.parametrize("pad", [0.0, float("nan"), 7.0])
+def test_tiles_outside_a_strided_view_read_padding_and_write_nothing_gpu(backend: str, t0: int, t1: int,
+                                                                         pad: float) -> None:
+    """Tile (b, b) of a 3x1 view of a 6x3 array, for b = 0, 1, 2: tiles 1 and 2 are outside (the view's
+    neighbours in memory must be neither read nor written)."""
+    parent = np.arange(18, dtype=np.float32).reshape(6, 3) + 1
+    a = tj.asarray(parent)
+    out_parent = tj.asarray(np.full((3 * t0 + 2, 3 * t1 + 2), -1, np.float32))
+    out = out_parent[1:1 + 3 * t0, 1:1 + 3 * t1]
+    tj.kernel(copy_tiles, backend=backend)[3](a[2:5, 0:1], out, T0=t0, T1=t1, P=pad)
+    want = np.full((3 * t0 + 2, 3 * t1 + 2), -1, np.float32)
+    view = parent[2:5, 0:1]
+    for b in range(3):
+        tile = np.full((t0, t1), pad, np.float32)
+        rows, cols = view[b * t0:(b + 1) * t0, b * t1:(b + 1) * t1].shape
+        tile[:rows, :cols] = view[b * t0:(b + 1) * t0, b * t1:(b + 1) * t1]
+        want[1 + b * t0:1 + (b + 1) * t0, 1 + b * t1:1 + (b + 1) * t1] = tile
+    np.testing.assert_array_equal(out_parent.numpy(), want)
+    np.testing.assert_array_equal(a.numpy(), parent)

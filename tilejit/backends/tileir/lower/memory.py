@@ -254,12 +254,20 @@ def store(lo: Lowerer, op: O.StoreOp) -> None:
     t = lo.tile_type(op.tile.type, op)
     if not t.shape:
         raise unsupported(op, "a 0-d array")
-    pv = view(lo, op, op.array, t.shape, None)
-    token = waits(lo, op)
-    tok = TValue(TOKEN)
-    idx = indices(lo, op.index, op)
     value = stored_form(lo, lo.value(op.tile), op)
-    lo.emit("store_view_tko", [tok], [value, pv, idx, token], op, ordering="weak", inbounds=(False,) * len(idx))
+    if all(n == 1 for n in t.shape):
+        # tileiras 13.5 writes a one-element tile through a view even outside the array (measured on an H100):
+        # its one element is stored through a pointer, masked to the array (the tile index is the element's)
+        ptrs, mask = element_pointers(lo, op, op.array, op.index)
+        one = TValue(Tile(elem_of(value)))
+        lo.emit("reshape", [one], [value], op)
+        token, tok = waits(lo, op), TValue(TOKEN)
+        lo.emit("store_ptr_tko", [tok], [ptrs, one, mask, token], op, ordering="weak")
+    else:
+        pv = view(lo, op, op.array, t.shape, None)
+        token, tok = waits(lo, op), TValue(TOKEN)
+        idx = indices(lo, op.index, op)
+        lo.emit("store_view_tko", [tok], [value, pv, idx, token], op, ordering="weak", inbounds=(False,) * len(idx))
     lo.last_store, lo.loads_since = tok, []
 
 
