@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from source_lines import where_in
@@ -455,3 +456,20 @@ def test_ops_carry_the_user_source_locations(version: tuple[int, int], tmp_path:
         line, col = where_in(lines, snippet)
         assert where(pattern) == f"{src}:{line}:{col + 1}"
     assert 'name = "vector_add", linkageName = "vector_add"' in out.stdout
+
+
+@tj.kernel
+def true_splat(x, out, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    keep = tj.maximum(True, tj.load(x, index=(i,), shape=(TILE,)) > 0)
+    tj.store(out, index=(i,), tile=tj.where(keep, 1, 2))
+
+
+def test_a_true_bool_constant_is_a_splat_for_tileirdisasm(tileir_toolchain: Any) -> None:
+    """MLIR reads a dense i1 splat of 0x01 as packed bits (only element 0 true): true is written 0xFF (a fuzzed
+    program on the GPU read [true, false] for a 2-element tile of True)."""
+    from tilejit.compiler.tileiras import disassemble
+
+    art = tj.compile(true_splat, (F32, tj.int32[:]), constants={"TILE": 8}, target="sm_90")
+    text = disassemble(art.tileir_bytecode(), toolchain=tileir_toolchain)
+    assert re.search(r"constant <i1: true> : tile<8xi1>", text), text

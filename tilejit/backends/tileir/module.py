@@ -310,6 +310,8 @@ _PACK: dict[str, str] = {"f16": "<e", "f32": "<f", "f64": "<d", "i8": "<b", "i16
 
 def constant_bytes(value: object, elem: Scalar) -> bytes:
     """One element's little-endian bytes, rounded to nearest even; floats too large for ``elem`` are inf."""
+    if elem.name == "i1":  # MLIR's dense i1 splat: 0xFF is true (0x01 reads as a packed array: only element 0)
+        return b"\xff" if value else b"\x00"
     if elem.name.startswith("i"):
         bits = int(elem.name[1:])
         v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
