@@ -264,7 +264,7 @@ class Writer:
         if elem.name.startswith("i"):
             buf.append(TAG_INTEGER)
             varint(self.type_id(elem), buf)
-            varint(bits, buf)
+            varint(bits & ((1 << int(elem.name[1:])) - 1), buf)  # masked to its width (an i1 constant is 0xFF)
         else:
             buf.append(TAG_FLOAT)
             varint(self.type_id(elem), buf)

@@ -275,8 +275,13 @@ def unary(lo: Lowerer, op: O.UnaryOp) -> None:
         r = new(lo, op, "negf", x.type, [x])  # type: ignore[arg-type]
     elif fn in ("not", "invert") and k == "b":
         r = ibin(lo, op, "xori", x, splat(lo, op, True, x))
-    elif fn == "not":
+    elif fn == "not":  # (x == 0) as C++ converts it to the result's type (IR builders keep x's dtype)
         r = cmp(lo, op, "eq", x, splat(lo, op, 0, x))
+        out = lo.tile_type(op.result.type, op)
+        if out.elem != BOOL:
+            to_int = elem_of(TValue(out)).name.startswith("i")
+            r = new(lo, op, "exti" if to_int else "itof", out, [r], signedness="unsigned",
+                    **({} if to_int else {"rounding": "nearest_even"}))
     elif fn == "invert" and k in "iu":
         r = ibin(lo, op, "xori", x, splat(lo, op, -1, x))
     elif fn == "abs" and k == "f":

@@ -405,6 +405,9 @@ def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
     cas_loop = op.kind in ("max", "min") and dtype.is_float
     if cas_loop and dtype.bits < 32:  # the CAS loop works on the element's bits: Tile IR swaps 32 or 64 of them
         raise unsupported(op, f"atomic_{op.kind} on {dtype.name}; Tile IR compares and swaps 32- and 64-bit words")
+    if dtype.bits < 32 and not (op.kind == "add" and dtype.is_float):
+        raise unsupported(op, f"atomic_{op.kind} on {dtype.name}; Tile IR's atomics take 32- and 64-bit "
+                              "elements (and 16-bit float adds)")
     if op.kind != "cas" and not cas_loop:
         modes = _ATOMIC_MODES.get(op.kind)
         mode = None if modes is None else modes[0 if dtype.is_float else 1 if dtype.is_signed else 2]
