@@ -99,7 +99,9 @@ TILEIRAS: Setting[str | None] = Setting(
     "TILEJIT_TILEIRAS", str, None, "explicit path of tileiras (or its bin folder) for the Tile IR backend"
 )
 BACKEND: Setting[str] = Setting(
-    "TILEJIT_BACKEND", str, "auto", "tile kernel backend: cuda (C++ via NVRTC), tileir (via tileiras) or auto",
+    "TILEJIT_BACKEND", str, "auto",
+    "tile kernel backend: cuda (C++ via NVRTC), tileir (via tileiras) or auto; read when a kernel builds a "
+    "specialization, which it then keeps for the process",
     choices=("auto", "cuda", "tileir"),
 )
 

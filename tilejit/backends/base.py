@@ -29,10 +29,14 @@ CHOICES: tuple[str, ...] = BACKEND.choices
 _MODULES = {"cuda": "tilejit.backends.cuda_backend", "tileir": "tilejit.backends.tileir_backend"}
 _TITLES = {"cuda": "CUDA C++ through NVRTC", "tileir": "Tile IR through tileiras"}
 _LOADED: dict[str, Backend] = {}
-#: Backends whose compilers cover part of the language yet, and why ``auto`` must not pick them (a kernel that
-#: works with CUDA C++ must not become an error because another toolchain is installed). Kept here, not asked
-#: of the backend's module, so that ``auto`` on a warm launch imports no module but the CUDA backend's.
-INCOMPLETE = {"tileir": "the Tile IR writer covers part of the language yet, so auto uses CUDA C++"}
+#: Backends ``auto`` must not pick yet, and why: a kernel that works and runs fast with CUDA C++ must not become
+#: an error, or slower, because another toolchain is installed. Kept here, not asked of the backend's module,
+#: so that ``auto`` on a warm launch imports no module but the CUDA backend's.
+INCOMPLETE = {
+    "tileir": "Tile IR kernels run slower than CUDA C++'s on most measured shapes (bench/RESULTS.md: row kernels "
+              "0.4-0.8x, matmul 0.25x) and some forms are refused (a return inside a loop, 16-bit atomics), "
+              "so auto uses CUDA C++",
+}
 
 ParamSpec = tuple[str, str, int, str] | tuple[str, str, int] | tuple[str, str]
 
