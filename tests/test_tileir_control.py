@@ -332,7 +332,8 @@ def test_small_loop_text_golden() -> None:
 
 def test_run_time_bounds_count_in_int64_and_a_step_not_positive_runs_nothing() -> None:
     text = text_of("row_sum")
-    lo, hi, step = (re.search(rf"(%\d+) = exti %{n} signed : tile<i32> -> tile<i64>", text) for n in ("lo", "hi", "step"))
+    lo, hi, step = (re.search(rf"(%\d+) = exti %{n} signed : tile<i32> -> tile<i64>", text)
+                    for n in ("lo", "hi", "step"))
     assert lo and hi and step
     lo_, hi_, step_ = lo.group(1), hi.group(1), step.group(1)
     positive = re.search(rf"(%\d+) = cmpi greater_than {step_}, (%\d+), signed : tile<i64> -> tile<i1>", text)
