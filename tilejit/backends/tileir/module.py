@@ -228,6 +228,7 @@ OPS: dict[str, OpSpec] = {
     "offset": OpSpec(81, ("res", "o", "o")),
     "ori": OpSpec(82, ("res", "o", "o")),
     "permute": OpSpec(83, ("res", "i32s:permutation", "o")),
+    "ptr_to_int": OpSpec(86, ("res", "o")),
     "ptr_to_ptr": OpSpec(87, ("res", "o")),
     "reduce": OpSpec(88, ("res*", "int:dim", "identities", "o*", "regions")),
     "remf": OpSpec(89, ("res", "o", "o")),

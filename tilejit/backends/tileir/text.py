@@ -537,6 +537,7 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "assume": _assume,
     "mmaf": _mma,
     "mmai": _mma,
+    "ptr_to_int": _convert,
     "ptr_to_ptr": _convert,
 }
 

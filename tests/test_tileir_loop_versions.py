@@ -1,0 +1,134 @@
+"""Versioned read-only loops (docs/tileir.md, "Read-only loops"): a ``for`` that only reads, with tile loads, runs
+a copy that carries no load token when the arrays it reads share no byte with any array the kernel writes (checked
+at run time), else the copy whose carried token orders the later stores after its loads. On the CPU: the structure
+of examples/matmul.py's K loop, which loops are not versioned, and tileiras's CUBIN; on a GPU: both copies compute
+what numpy does, the token-carrying one when the output overlaps an input."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_tileir_tma import tileir_env  # noqa: F401 (fixture)
+
+import tilejit as tj
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from matmul import matmul
+
+CONSTS = {"BM": 128, "BN": 128, "BK": 64}
+ROWS = (tj.bfloat16[:, ::1], tj.bfloat16[:, ::1], tj.bfloat16[:, ::1])
+
+
+@tj.kernel
+def scale_rows_in_place(x, n, TM: tj.Constant[int], TN: tj.Constant[int]):
+    """x[i-tile, 0] = the sum of x's first n column tiles (rows of tile i): the loop reads what the kernel writes."""
+    i = tj.bid(0)
+    acc = tj.zeros((TM, TN), tj.float32)
+    for k in range(n):
+        acc = acc + tj.load(x, index=(i, k), shape=(TM, TN))
+    tj.store(x, index=(i, 0), tile=acc)
+
+
+def matmul_text() -> str:
+    """The Tile IR text of examples/matmul.py's kernel, bf16 ``[:, ::1]`` arrays, 128x128x64, sm_90."""
+    return tj.compile(matmul, ROWS, constants=CONSTS, target="sm_90", backend="cuda").tileir_text()
+
+
+def loop_headers(text: str) -> list[str]:
+    """The ``for`` lines of ``text``."""
+    return [ln.strip() for ln in text.splitlines() if " = for " in ln]
+
+
+# --------------------------------------------------------------------------------------------- CPU
+
+
+def test_matmul_k_loop_without_tokens_where_the_arrays_are_disjoint() -> None:
+    """The copy that runs for disjoint arrays carries only the accumulator (cuTile's loop: tileiras then pipelines
+    its TMA loads without a handshake per stage); the other carries the join of its loads' tokens."""
+    text = matmul_text()
+    fast, slow = text.split("} else {")
+    cond = re.search(r"%\w+:2 = if (%\d+) -> \(tile<128x128xf32>, token\) \{", fast)
+    assert cond and re.search(rf"{cond.group(1)} = cmpi greater_than_or_equal %\d+, %\d+, signed", fast)
+    assert [ln.count("ptr_to_int") for ln in text.splitlines() if "ptr_to_int" in ln] == [1, 1, 1]  # a, b, c
+    fast_loop = fast.split(" = if ")[1]
+    assert re.search(r"= for %k\w* in .* iter_values\(%acc_\d+ = %acc\) -> \(tile<128x128xf32>\) \{", fast_loop)
+    assert "join_tokens" not in fast_loop and "token" not in loop_headers(fast_loop)[0]
+    assert len(re.findall(r"load_view_tko weak .* token = %start :", fast_loop)) == 2  # after the stores before
+    slow_loop = slow.split("yield")[0]
+    assert re.search(r"iter_values\(%acc_\d+ = %acc, %loaded = %start\) -> \(tile<128x128xf32>, token\)", slow_loop)
+    assert re.search(r"join_tokens %loaded, %\d+, %\d+ : token\n\s+continue", slow_loop)
+    assert re.search(r"(%\d+) = join_tokens %start, %\w+#1 : token\n\s+%\d+ = store_view_tko weak %\d+, "
+                     r"%c_tiles\[%bid_x, %bid_y\] token = \1 :", slow)
+
+
+def test_no_copies_where_the_loop_reads_what_the_kernel_writes() -> None:
+    """The same array read in the loop and stored after it: one loop, carrying its loads' token (no check)."""
+    art = tj.compile(scale_rows_in_place, (tj.float32[:, :], tj.int32), constants={"TM": 16, "TN": 32},
+                     target="sm_90", backend="cuda")
+    text = art.tileir_text()
+    assert " = if " not in text and "ptr_to_int" not in text
+    (header,) = loop_headers(text)
+    assert "%loaded = %start" in header and "token" in header
+
+
+def test_the_versioned_matmul_cubin_keeps_tma(tileir_toolchain: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tileiras compiles the versioned K loop to a warp-specialized TMA CUBIN (384 threads: two consumer
+    warpgroups)."""
+    from tilejit.backends.tileir_backend import elf_sections
+
+    monkeypatch.setenv("TILEJIT_TILEIRAS", tileir_toolchain.tileiras)
+    art = tj.compile(matmul, ROWS, constants=CONSTS, target="sm_90", backend="tileir")
+    assert art.image().num_threads == 384
+    assert any(name.startswith(".nv.info.matmul") for name in elf_sections(art.cubin()))
+
+
+# --------------------------------------------------------------------------------------------- GPU
+
+
+def _f16(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    """Random float16 values (small integers: exact sums)."""
+    return rng.integers(-3, 4, shape).astype(np.float16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["separate", "interleaved", "same"])
+def test_versioned_matmul_on_disjoint_and_overlapping_arrays(layout: str, tileir_env: None) -> None:  # noqa: F811
+    """examples/matmul.py's kernel on Tile IR: separate arrays (the copy without tokens); a and c as the two
+    halves of each row of one buffer (spans overlap, elements do not: the token copy); c the very memory of a
+    (one block, so the store must follow every load of a: the token copy)."""
+    from tilejit.runtime.interop import ArrayView
+
+    kernel = tj.kernel(matmul.func, backend="tileir")
+    consts = {"BM": 64, "BN": 128, "BK": 32}
+    m, k = 64, 128
+    n = k
+    rng = np.random.default_rng(11)
+    a, b = _f16(rng, (m, k)), _f16(rng, (k, n))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    db = tj.asarray(b)
+    keep: list[Any] = []  # the buffers the views point into
+    if layout == "separate":
+        da = tj.asarray(a)
+        dc = tj.asarray(np.full((m, n), np.nan, np.float16))
+        arg_a, arg_c, read = da, dc, lambda: dc.numpy()
+    elif layout == "interleaved":
+        buf = tj.asarray(np.concatenate([a, np.full((m, n), np.nan, np.float16)], axis=1))
+        arg_a = ArrayView(buf.ptr, (m, k), (k + n, 1), "float16", buf)
+        arg_c = ArrayView(buf.ptr + k * 2, (m, n), (k + n, 1), "float16", buf)
+        read = lambda: buf.numpy()[:, k:]
+        keep.append(buf)
+    else:
+        da = tj.asarray(a)
+        arg_a = arg_c = da
+        read = lambda: da.numpy()
+    grid = (tj.cdiv(m, consts["BM"]), tj.cdiv(n, consts["BN"]))
+    assert grid == (1, 1)
+    kernel[grid](arg_a, db, arg_c, **consts)
+    got = read().astype(np.float64)
+    np.testing.assert_array_equal(got, want)
+    assert keep or layout != "interleaved"
