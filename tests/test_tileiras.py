@@ -458,3 +458,14 @@ def test_tileir_extra_pins_one_minor_version() -> None:
     names = {req.split("==")[0]: req.split("==")[1] for req in extra}
     assert set(names) == {"nvidia-cuda-tileiras", "nvidia-nvvm", "nvidia-cuda-nvcc", "nvidia-nvjitlink"}
     assert len(set(names.values())) == 1 and next(iter(names.values())).endswith(".*")
+
+
+def test_exit_5_of_a_working_toolchain_blames_the_kernel_not_the_pieces(tileir_toolchain: tb.Toolchain) -> None:
+    """tileiras says only 'failed to compile Tile IR program' both when a piece of its toolchain fails and when it
+    fails on a kernel (13.5 does on a reshape of a cumsum's values): a toolchain that compiles the empty module
+    gets the message about the kernel; one that does not, the message about its pieces."""
+    assert tc.run_tileiras(tc.EMPTY_MODULE, "sm_90", toolchain=tileir_toolchain)[:4] == b"\x7fELF"
+    text = tc.explain_failure(5, "error: failed to compile Tile IR program\n", tileir_toolchain, "sm_90")
+    assert "failed on this kernel for sm_90" in text and "while it compiles an empty module" in text
+    assert "backend='cuda'" in text and "The pieces found" not in text
+

@@ -83,12 +83,42 @@ def explain_failure(code: int, stderr: str, toolchain: Toolchain, target: str) -
     if head is not None:
         return f"{head}\ntileiras {toolchain.tileiras_version} ({target}) said:\n{text}"
     if code == 5 and all(_FAILED in line for line in text.splitlines() if line.strip()):
+        if _compiles_an_empty_module(toolchain, target):
+            return (
+                f"tileiras {toolchain.tileiras_version} failed on this kernel for {target} with exit code 5 and "
+                f"only '{_FAILED}', while it compiles an empty module: tileiras itself fails on something in the "
+                "kernel (13.5 does on a reshape of values computed from a cumsum); compile this kernel with "
+                "backend='cuda'"
+            )
         return (
             f"tileiras failed for {target} with exit code 5 and only '{_FAILED}': it says this when a piece "
             "of its toolchain fails (libnvvm or ptxas missing, of another CUDA version, or crashing). "
             f"The pieces found:\n{toolchain.describe()}"
         )
     return f"tileiras {toolchain.tileiras_version} failed for {target} with exit code {code}:\n{text}"
+
+
+#: An empty Tile IR module at bytecode 13.1 (every tileiras reads it): what ``explain_failure`` compiles to tell a
+#: broken toolchain from a kernel tileiras fails on.
+EMPTY_MODULE = bytes.fromhex(
+    "7f54696c654952000d010000820108cb00840808cbcbcbcb00cbcbcbcbcbcbcb831108cbcbcbcbcb00cbcbcb00cbcbcb01cbcbcb"
+    "0000000000850e0402cbcbcb00000000010000000003810404cbcbcb00cbcbcb00"
+)
+_EMPTY_COMPILES: dict[tuple[str, str], bool] = {}
+
+
+def _compiles_an_empty_module(toolchain: Toolchain, target: str) -> bool:
+    """Whether ``toolchain`` turns an empty module into a CUBIN for ``target`` (asked once per toolchain and
+    target)."""
+    key = (toolchain.tileiras, target)
+    if key not in _EMPTY_COMPILES:
+        _EMPTY_COMPILES[key] = False  # (the probe's own failure is explained without probing again)
+        try:
+            run_tileiras(EMPTY_MODULE, target, toolchain=toolchain, timeout=60.0)
+            _EMPTY_COMPILES[key] = True
+        except CompileError:
+            pass
+    return _EMPTY_COMPILES[key]
 
 
 def run_tileiras(
