@@ -396,3 +396,12 @@ def tileir_toolchain() -> Any:
     if isinstance(found, str):
         pytest.skip(found)
     return found
+
+
+@pytest.fixture
+def tileir_env(tileir_toolchain: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """tilejit pointed at the tests' Tile IR toolchain (``TILEJIT_TILEIRAS``) with a disk cache of the test's own;
+    the toolchain. Skips with the reason where it is absent."""
+    monkeypatch.setenv("TILEJIT_TILEIRAS", tileir_toolchain.tileiras)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "tilejit-cache"))
+    return tileir_toolchain

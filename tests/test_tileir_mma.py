@@ -426,15 +426,8 @@ def launch(name: str, backend: str, host: dict[str, np.ndarray], tile: tuple[int
 
 
 @pytest.fixture
-def both_backends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The Tile IR toolchain of the tests, found through TILEJIT_TILEIRAS; a private cache."""
-    from conftest import _tileir_toolchain
-
-    found = _tileir_toolchain()
-    if isinstance(found, str):
-        pytest.skip(found)
-    monkeypatch.setenv("TILEJIT_TILEIRAS", found.tileiras)
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+def both_backends(tileir_env: Any) -> None:
+    """Both backends: the Tile IR one through the tests' toolchain (conftest's ``tileir_env``)."""
 
 
 @pytest.mark.gpu

@@ -13,8 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -573,11 +572,8 @@ def rng() -> np.random.Generator:
 
 
 @pytest.fixture
-def backends(tileir_toolchain: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """The Tile IR toolchain found through TILEJIT_TILEIRAS, a disk cache of this test's own."""
-    monkeypatch.setenv("TILEJIT_TILEIRAS", tileir_toolchain.tileiras)
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
-    yield
+def backends(tileir_env: Any) -> None:
+    """Both backends: the Tile IR one through the tests' toolchain (conftest's ``tileir_env``)."""
 
 
 @functools.cache

@@ -154,18 +154,6 @@ def test_cuda_launcher_code_is_unchanged(fake: FakeDriver) -> None:  # noqa: F81
 # --------------------------------------------------------------------------------------------- GPU
 
 
-@pytest.fixture
-def tileir_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The Tile IR toolchain of the tests, found through TILEJIT_TILEIRAS; a private cache."""
-    from conftest import _tileir_toolchain
-
-    found = _tileir_toolchain()
-    if isinstance(found, str):
-        pytest.skip(found)
-    monkeypatch.setenv("TILEJIT_TILEIRAS", found.tileiras)
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["aligned", "column_offset", "transposed_b", "reversed_rows", "odd_k"])
 def test_tileir_matmul_on_aligned_and_strided_inputs(layout: str, tileir_env: None) -> None:
