@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_tileir_tma import tileir_env  # noqa: F401 (fixture)
 
 import tilejit as tj
 
@@ -97,7 +96,7 @@ def _f16(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["separate", "interleaved", "same"])
-def test_versioned_matmul_on_disjoint_and_overlapping_arrays(layout: str, tileir_env: None) -> None:  # noqa: F811
+def test_versioned_matmul_on_disjoint_and_overlapping_arrays(layout: str, tileir_env: None) -> None:
     """examples/matmul.py's kernel on Tile IR: separate arrays (the copy without tokens); a and c as the two
     halves of each row of one buffer (spans overlap, elements do not: the token copy); c the very memory of a
     (one block, so the store must follow every load of a: the token copy)."""
