@@ -1,8 +1,9 @@
 """Versioned read-only loops (docs/tileir.md, "Read-only loops"): a ``for`` that only reads, with tile loads, runs
-a copy that carries no load token when the arrays it reads share no byte with any array the kernel writes (checked
-at run time), else the copy whose carried token orders the later stores after its loads. On the CPU: the structure
-of examples/matmul.py's K loop, which loops are not versioned, and tileiras's CUBIN; on a GPU: both copies compute
-what numpy does, the token-carrying one when the output overlaps an input."""
+a copy that carries no load token when the arrays it reads share no byte with any array the kernel writes (known
+from the launch, ``ArrayHint.disjoint``, or checked at run time), else the copy whose carried token orders the
+later stores after its loads. On the CPU: the structure of examples/matmul.py's K loop, which loops are not
+versioned, the launch facts, and tileiras's CUBIN; on a GPU: both copies compute what numpy does, the
+token-carrying one when the output overlaps an input."""
 
 from __future__ import annotations
 
@@ -75,6 +76,66 @@ def test_no_copies_where_the_loop_reads_what_the_kernel_writes() -> None:
     assert "%loaded = %start" in header and "token" in header
 
 
+def test_launch_facts_of_disjoint_arrays_leave_one_loop_without_tokens() -> None:
+    """Where the launch says an array overlaps no other (``ArrayHint.disjoint``), the pairs it is in need no
+    check: with a and b (or c) alone, one loop without tokens and no span computation; with only a alone, the
+    check of (b, c) remains."""
+    from tilejit.backends.tileir import module_text
+
+    art = tj.compile(matmul, ROWS, constants=CONSTS, target="sm_90", backend="cuda")
+    for alone, versioned in [((), True), (("a", "b"), False), (("c",), False), (("a",), True)]:
+        hints = {n: h.replace(disjoint=n in alone) for n, h in art.hints.items()}
+        text = module_text(art.ir(), "sm_90", hints)
+        assert (" = if " in text) == versioned, alone
+        assert text.count("ptr_to_int") == (2 if alone == ("a",) else 3 if versioned else 0), alone
+        if not versioned:
+            (header,) = loop_headers(text)
+            assert "token" not in header and "join_tokens" not in text.split(" = for ")[1].split("continue")[0]
+
+
+def test_disjoint_flags_of_array_views() -> None:
+    """``signature.disjoint_flags``: byte spans from pointer, shape, strides (in elements, negative ones
+    too) and itemsize; an array overlapping another in any byte is not alone; scalars have no flag."""
+    from tilejit.api.signature import disjoint_flags
+    from tilejit.runtime.interop import ArrayView
+
+    def view(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: str = "float32") -> Any:
+        return ArrayView(ptr, shape, strides, dtype, None)
+
+    def is_view(v: object) -> bool:
+        return isinstance(v, ArrayView)
+
+    a = view(0x1000, (4, 8), (8, 1))  # bytes [0x1000, 0x1080)
+    b = view(0x1080, (4,), (1,))  # right after a
+    c = view(0x107C, (2,), (1,))  # a's last element
+    assert disjoint_flags([a, b, 3.0], is_view) == (True, True, None)
+    assert disjoint_flags([a, b, c], is_view) == (False, False, False)
+    rev = view(0x10FC, (16,), (-1,))  # bytes [0x10C0, 0x1100)
+    assert disjoint_flags([a, rev], is_view) == (True, True)
+    assert disjoint_flags([view(0x10BC, (2,), (1,)), rev], is_view) == (False, False)
+    halves = view(0x2000, (4, 4), (8, 1)), view(0x2010, (4, 4), (8, 1))  # interleaved rows: spans overlap
+    assert disjoint_flags(list(halves), is_view) == (False, False)
+    assert disjoint_flags([view(0x3000, (0, 4), (4, 1)), view(0x4000, (2,), (1,), "float64")], is_view) == (True, True)
+
+
+def test_only_tile_ir_kernels_key_launches_by_overlap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The overlap check costs every launch, so only kernels whose backend compiles the fact in make it."""
+    from tilejit.api.kernel import _dispatch_source
+
+    monkeypatch.setenv("TILEJIT_BACKEND", "cuda")
+    assert tj.kernel(matmul.func, backend="tileir")._keys_overlap()
+    assert not tj.kernel(matmul.func, backend="cuda")._keys_overlap()
+    assert not tj.kernel(matmul.func)._keys_overlap()
+
+    def one_array(x, n: int):  # type: ignore[no-untyped-def]
+        tj.store(x, index=(n,), tile=tj.zeros((16,), tj.float32))
+
+    assert not tj.kernel(one_array, backend="tileir")._keys_overlap()  # n is a scalar: one array-like parameter
+    src = _dispatch_source(["a", "b", "c"], ["BM"], [], True)
+    assert "_tj_disjoint((_tj_v0, _tj_v1, _tj_v2, ), _tj_is_view))" in src
+    assert "disjoint(" not in _dispatch_source(["a", "b", "c"], ["BM"], [])
+
+
 def test_the_versioned_matmul_cubin_keeps_tma(tileir_toolchain: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """tileiras compiles the versioned K loop to a warp-specialized TMA CUBIN (384 threads: two consumer
     warpgroups)."""
@@ -130,4 +191,6 @@ def test_versioned_matmul_on_disjoint_and_overlapping_arrays(layout: str, tileir
     kernel[grid](arg_a, db, arg_c, **consts)
     got = read().astype(np.float64)
     np.testing.assert_array_equal(got, want)
+    (spec,) = kernel._specs  # separate arrays: the launch's facts say so, and the K loop carries no token at all
+    assert dict(spec[3])["a"].disjoint == (layout == "separate")
     assert keep or layout != "interleaved"

@@ -209,16 +209,20 @@ class ArrayHint(Record):
     """Layout facts of an array argument seen at launch that allow vector accesses: ``unit_stride``
     (innermost stride == 1), ``aligned16`` (base pointer % 16 == 0 and every row starts 16-byte aligned),
     ``index32`` (every stride in [0, 2**31): with a launch-time check that every shape is too, the Tile IR
-    backend may assume both, as TMA needs). Part of a specialization's key, not of its ``ArrayType``."""
+    backend may assume both, as TMA needs), ``disjoint`` (shares no byte with any other array argument of the
+    launch: the Tile IR backend's read-only loops then need no memory token). Part of a specialization's key,
+    not of its ``ArrayType``."""
 
-    _fields = ("unit_stride", "aligned16", "index32")
+    _fields = ("unit_stride", "aligned16", "index32", "disjoint")
     __slots__ = _fields
     unit_stride: bool
     aligned16: bool
     index32: bool
+    disjoint: bool
 
-    def __init__(self, unit_stride: bool = False, aligned16: bool = False, index32: bool = False) -> None:
-        self._init(unit_stride, aligned16, index32)
+    def __init__(self, unit_stride: bool = False, aligned16: bool = False, index32: bool = False,
+                 disjoint: bool = False) -> None:
+        self._init(unit_stride, aligned16, index32, disjoint)
 
 
 Type = TileType | ArrayType

@@ -118,19 +118,31 @@ def _span(lo: Lowerer, array: Value, op: Op) -> tuple[TValue, TValue]:
     return tuple(_emit(lo, "addi", I64, [address, x], op, overflow="none") for x in (start, end))  # type: ignore
 
 
-def _disjoint(lo: Lowerer, reads: set[Value], writes: set[Value], op: Op) -> TValue:
-    """An i1 that is true when no array of ``reads`` shares a byte with an array of ``writes``: the least gap
-    ``max(starts) - min(ends)`` over the pairs is not negative."""
+def _unknown_pairs(lo: Lowerer, reads: set[Value], writes: set[Value]) -> list[tuple[Value, Value]]:
+    """The (read, written) array pairs, in parameter order, that the launch's facts do not already say are
+    disjoint (``ArrayHint.disjoint``: an array sharing no byte with any other argument)."""
     order = lo.fn.params.index
-    spans = {a: _span(lo, a, op) for a in sorted(reads | writes, key=order)}
+
+    def alone(a: Value) -> bool:
+        hint = lo.array_hints.get(a)
+        return hint is not None and hint.disjoint
+
+    return [(r, w) for r in sorted(reads, key=order) for w in sorted(writes, key=order)
+            if not (alone(r) or alone(w))]
+
+
+def _disjoint(lo: Lowerer, pairs: list[tuple[Value, Value]], op: Op) -> TValue:
+    """An i1 that is true when the arrays of each pair share no byte: the least gap ``max(starts) - min(ends)``
+    over the pairs is not negative."""
+    order = lo.fn.params.index
+    spans = {a: _span(lo, a, op) for a in sorted({a for pair in pairs for a in pair}, key=order)}
     least: TValue | None = None
-    for r in sorted(reads, key=order):
-        for w in sorted(writes, key=order):
-            (r_start, r_end), (w_start, w_end) = spans[r], spans[w]
-            starts = _emit(lo, "maxi", I64, [r_start, w_start], op, signedness="signed")
-            ends = _emit(lo, "mini", I64, [r_end, w_end], op, signedness="signed")
-            gap = _emit(lo, "subi", I64, [starts, ends], op, overflow="none")
-            least = gap if least is None else _emit(lo, "mini", I64, [least, gap], op, signedness="signed")
+    for r, w in pairs:
+        (r_start, r_end), (w_start, w_end) = spans[r], spans[w]
+        starts = _emit(lo, "maxi", I64, [r_start, w_start], op, signedness="signed")
+        ends = _emit(lo, "mini", I64, [r_end, w_end], op, signedness="signed")
+        gap = _emit(lo, "subi", I64, [starts, ends], op, overflow="none")
+        least = gap if least is None else _emit(lo, "mini", I64, [least, gap], op, signedness="signed")
     assert least is not None
     zero = _integer(lo, 0, I64, op)
     return _emit(lo, "cmpi", I1, [least, zero], op, predicate="greater_than_or_equal", signedness="signed")
@@ -261,11 +273,12 @@ def for_(lo: Lowerer, op: O.ForOp) -> None:
         isinstance(o, O.LoadOp) for o in op.body.walk()
     ):
         writes, reads = _arrays(lo.fn.body, written=True), _arrays(op.body, written=False)
-        if not writes:  # nothing the kernel writes needs ordering after these loads
-            _for(lo, op, None, True)
-            return
         if not reads & writes:
-            _versions(lo, op, _disjoint(lo, reads, writes, op))
+            pairs = _unknown_pairs(lo, reads, writes)
+            if not pairs:  # nothing the kernel writes may share memory with what the loop reads
+                _for(lo, op, None, True)
+            else:
+                _versions(lo, op, _disjoint(lo, pairs, op))
             return
     _enter(lo, mode, _for(lo, op, mode, None)[len(op.results):])
 
