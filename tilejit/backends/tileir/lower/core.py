@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from tilejit.backends.cuda.plan import located
+from tilejit.backends.tileir.lower.occupancy import entry_hints
 from tilejit.backends.tileir.module import (
     Ptr,
     Scalar,
@@ -192,7 +193,8 @@ class Lowerer:
                 self.vals[p] = tv if stored == elem else self.nonzero(tv, def_loc, self.prologue, name)
         self.lower_ops(fn.body.ops)
         body = self.prologue + self.blocks[0]
-        return TModule(fn.name, [TFunction(fn.name, self.params, body, def_loc)])
+        hints = entry_hints(fn, self.target)  # the occupancy for the target (lower/occupancy.py)
+        return TModule(fn.name, [TFunction(fn.name, self.params, body, def_loc, hints)])
 
 
 def lower_function(fn: O.Function, target: str = "", hints: Mapping[str, ArrayHint] | None = None) -> TModule:

@@ -1,0 +1,91 @@
+"""The Tile IR entry's ``occupancy`` hint (lower/occupancy.py): the value chosen for the example row kernels, none
+for mma kernels or targets the rule was not checked on, and tileiras compiling the hinted modules."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tilejit as tj
+from tilejit.backends.tileir.lower.occupancy import choose_occupancy, entry_hints
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from layer_norm import layer_norm
+from matmul import matmul
+from softmax import softmax
+from vector_add import vector_add
+
+
+def compiled(name: str, dtype: str, block: int, target: str = "sm_90", backend: str = "cuda") -> Any:
+    """The artifact of examples/<name>.py's kernel on contiguous ``dtype`` arrays with tile size ``block``."""
+    dt = getattr(tj, dtype)
+    kernel, sig, consts = {
+        "softmax": (softmax, (dt[:, ::1], dt[:, ::1]), {"BLOCK": block}),
+        "layer_norm": (layer_norm, (dt[:, ::1], dt[::1], dt[::1], dt[:, ::1], tj.float32), {"BLOCK": block}),
+        "vector_add": (vector_add, (dt[::1], dt[::1], dt[::1]), {"TILE": block}),
+        "matmul": (matmul, (dt[:, ::1], dt[:, ::1], tj.float32[:, ::1]), {"BM": block, "BN": block, "BK": 64}),
+    }[name]
+    return tj.compile(kernel, sig, constants=consts, target=target, backend=backend)
+
+
+#: (kernel, BLOCK) -> the occupancy chosen, the same for float32, bfloat16 and float16 (all compute in f32);
+#: checked with ptxas -v for sm_90 (docs/tileir.md, "Occupancy hint"). None: no hint.
+EXPECTED = {
+    ("softmax", 1024): 8, ("softmax", 2048): 8, ("softmax", 4096): 4, ("softmax", 8192): 4,
+    ("softmax", 16384): 2, ("softmax", 32768): None,
+    ("layer_norm", 256): 8, ("layer_norm", 1024): 8, ("layer_norm", 2048): 8, ("layer_norm", 4096): 4,
+    ("layer_norm", 8192): 2, ("layer_norm", 16384): 2, ("layer_norm", 32768): None,
+    ("vector_add", 1024): 8, ("vector_add", 4096): 4, ("vector_add", 8192): 2, ("vector_add", 16384): 2,
+    ("vector_add", 32768): None,
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize(("name", "block"), sorted(EXPECTED))
+def test_occupancy_of_the_example_kernels(name: str, block: int, dtype: str) -> None:
+    """The rule's choice per example kernel and tile size (a change to the rule shows here)."""
+    art = compiled(name, dtype, block)
+    assert choose_occupancy(art.ir()) == EXPECTED[name, block]
+
+
+@pytest.mark.parametrize("block", [64, 128])
+def test_no_hint_for_mma_kernels(block: int) -> None:
+    """A kernel with an mma gets no hint (tileiras's warp-specialized matmul wants every register)."""
+    art = compiled("matmul", "bfloat16", block)
+    assert choose_occupancy(art.ir()) is None
+    assert "optimization_hints=<sm" not in art.tileir_text()
+
+
+@pytest.mark.parametrize(("target", "printed"), [
+    ("sm_90", "optimization_hints=<sm_90 = {occupancy = 4}>"),
+    ("sm_80", "optimization_hints=<sm_80 = {occupancy = 4}>"),
+    ("sm_100", None),  # not checked there: its softmax needs more registers
+])
+def test_hint_in_the_text_for_its_target(target: str, printed: str | None) -> None:
+    """The hint is written under the target's own name, for the targets the rule was checked on only."""
+    text = compiled("softmax", "float32", 4096, target).tileir_text()
+    if printed is None:
+        assert "optimization_hints=<sm" not in text
+    else:
+        assert printed in text
+
+
+def test_entry_hints_for_no_target() -> None:
+    """Without a target (``""``) the lowering writes no hint; with one, the chosen occupancy under its name."""
+    fn = compiled("layer_norm", "float32", 1024).ir()
+    assert entry_hints(fn, "") == {}
+    assert entry_hints(fn, "sm_90") == {"sm_90": {"occupancy": 8}}
+    assert entry_hints(fn, "sm_100") == {}
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90", "sm_100"])
+@pytest.mark.parametrize(("name", "block"), [("softmax", 8192), ("layer_norm", 1024), ("vector_add", 4096)])
+def test_tileiras_compiles_the_hinted_kernels(name: str, block: int, target: str, tileir_env: Any) -> None:
+    """tileiras accepts the hinted modules (bytecode 13.5) and makes a CUBIN for each target."""
+    art = compiled(name, "float32", block, target, backend="tileir")
+    assert (f"optimization_hints=<{target} = {{occupancy = " in art.tileir_text()) == (target != "sm_100")
+    image = art.image()
+    assert image.image[:4] == b"\x7fELF"

@@ -1,0 +1,79 @@
+"""The entry's ``occupancy`` optimization hint, chosen from the kernel's tile sizes.
+
+Without a hint tileiras gives a row kernel (softmax, layer norm: one large tile per block) 255 registers x
+256 threads, one CTA per SM, and it runs at 0.2-0.6x the CUDA backend on an H100; ``occupancy=N`` caps
+ptxas at 65536 / (256 N) registers (N=2: 128, 4: 64, 8: 32), and the largest N whose cap still holds the
+kernel's tiles brings it to 0.86-1.03x. Too high an N makes ptxas spill (0.1-0.5x). The estimate below is
+fitted to ptxas on examples/softmax.py and examples/layer_norm.py (docs/tileir.md, "Occupancy hint").
+"""
+
+from __future__ import annotations
+
+from tilejit.language.ir import ops as O
+from tilejit.language.ir.core import Value
+from tilejit.language.ir.types import TileType
+
+#: Threads per CTA tileiras gives a non-mma kernel with large tiles (smaller tiles get 128, i.e. more
+#: registers per thread under the same cap, so the estimate at 256 is the tighter one).
+THREADS = 256
+#: Registers a thread needs beside its share of the tiles (addresses, indices, reduction partials).
+BASE_REGISTERS = 16
+#: Targets the estimate was checked on with ptxas (sm_8x: tileiras gives 128 threads, the hint rarely binds).
+#: Not sm_100+: its softmax code needs more registers (8192 f32 at occupancy 4 spills 248 B), unmeasured.
+ARCHS = ("sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90")
+#: The occupancies tried, highest first: 8 CTAs x 256 threads fill an SM's 2048 threads.
+CHOICES = (8, 4, 2)
+
+
+def _words(t: object) -> int:
+    """32-bit registers one tile of type ``t`` takes in all (64-bit elements: two; narrower ones: one)."""
+    if not isinstance(t, TileType):
+        return 0
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n * (2 if t.dtype.bits > 32 else 1)
+
+
+def estimate_registers(fn: O.Function) -> float | None:
+    """Registers per thread (at ``THREADS`` threads) ``fn`` needs to keep its tiles in registers, or ``None``
+    for a kernel with an ``mma`` (tileiras's warp-specialized matmul schedule wants every register).
+
+    Counted are data tiles (loaded, gathered, or computed from those; index tiles such as ``arange``
+    masks are folded by tileiras): ``largest`` = the largest one's words per thread, ``loads`` = the loads
+    of a tile at least half that size. Fitted to ptxas: a kernel with one such load holds about 1.25 of
+    those tiles at once (softmax), one with two or more about 1.75 (vector add, layer norm).
+    """
+    data: set[Value] = set()
+    largest = 0
+    load_words: list[int] = []
+    for op in fn.body.walk():
+        if isinstance(op, O.MmaOp):
+            return None
+        if isinstance(op, (O.LoadOp, O.GatherOp, O.AtomicOp)) or any(v in data for v in op.operands()):
+            data.update(op.results)
+            for r in op.results:
+                largest = max(largest, _words(r.type))
+            if isinstance(op, (O.LoadOp, O.GatherOp)):
+                load_words.append(_words(op.result.type))
+    loads = sum(1 for w in load_words if 2 * w >= largest)
+    return BASE_REGISTERS + largest / THREADS * (1.25 if loads <= 1 else 1.75)
+
+
+def choose_occupancy(fn: O.Function) -> int | None:
+    """The ``occupancy`` hint for kernel ``fn``: the highest of ``CHOICES`` whose register cap holds
+    ``estimate_registers(fn)``; ``None`` (write no hint) for mma kernels and for tiles too large for any."""
+    need = estimate_registers(fn)
+    if need is None:
+        return None
+    for n in CHOICES:
+        if need <= 65536 // (THREADS * n):
+            return n
+    return None
+
+
+def entry_hints(fn: O.Function, target: str) -> dict[str, dict[str, int]]:
+    """The entry optimization hints of kernel ``fn`` for ``target`` (``sm_NN``; ``""`` or one not in
+    ``ARCHS``: none): ``{target: {"occupancy": N}}`` with ``N = choose_occupancy(fn)``."""
+    n = choose_occupancy(fn) if target in ARCHS else None
+    return {} if n is None else {target: {"occupancy": n}}
