@@ -43,8 +43,15 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize(("name", "block"), sorted(EXPECTED))
+#: every case in float32, and the 16-bit dtypes where ptxas spills a little by the rule's measured choice (each
+#: case also goes through tileiras at the end of the session, so not every one in every dtype)
+CASES = [(name, block, "float32") for name, block in sorted(EXPECTED)] + [
+    (name, block, dtype) for name, block in [("softmax", 8192), ("layer_norm", 2048)]
+    for dtype in ("bfloat16", "float16")
+]
+
+
+@pytest.mark.parametrize(("name", "block", "dtype"), CASES)
 def test_occupancy_of_the_example_kernels(name: str, block: int, dtype: str) -> None:
     """The rule's choice per example kernel and tile size (a change to the rule shows here)."""
     art = compiled(name, dtype, block)

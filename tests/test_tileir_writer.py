@@ -211,7 +211,8 @@ def test_output_is_deterministic() -> None:
 VECTOR_ADD_TEXT = """\
 cuda_tile.module @vector_add {
   entry @vector_add(%x: tile<ptr<f32>>, %x_shape0: tile<i64>, %x_stride0: tile<i64>, %y: tile<ptr<f32>>, \
-%y_shape0: tile<i64>, %y_stride0: tile<i64>, %out: tile<ptr<f32>>, %out_shape0: tile<i64>, %out_stride0: tile<i64>) {
+%y_shape0: tile<i64>, %y_stride0: tile<i64>, %out: tile<ptr<f32>>, %out_shape0: tile<i64>, %out_stride0: tile<i64>) \
+optimization_hints=<sm_90 = {occupancy = 8}> {
     %bid_x, %bid_y, %bid_z = get_tile_block_id : tile<i32>
     %x_view = make_tensor_view %x, shape = [%x_shape0], strides = [%x_stride0] : tile<i64> -> \
 tensor_view<?xf32, strides=[?]>
