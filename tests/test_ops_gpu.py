@@ -8,30 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _kernels import ALL, FLOATS, INTS, RTOL, binary_op, np_dtype, poison, reduce_op, unary_op
 
 import tilejit as tj
 
 pytestmark = pytest.mark.gpu
-
-try:
-    import ml_dtypes
-
-    BF16: Any = ml_dtypes.bfloat16
-except ImportError:  # pragma: no cover - bf16 cases skip
-    BF16 = None
-
-INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
-FLOATS = ["float16", "bfloat16", "float32", "float64"]
-ALL = ["bool", *INTS, *FLOATS]
-RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-12}
-
-
-def np_dtype(name: str) -> Any:
-    if name == "bfloat16":
-        if BF16 is None:
-            pytest.skip("ml_dtypes is needed for bfloat16 host arrays")
-        return BF16
-    return np.dtype("bool" if name == "bool" else name)
 
 
 def rand(shape: tuple[int, ...], dtype: str, rng: np.random.Generator, *, positive: bool = False,
@@ -51,14 +32,6 @@ def rand(shape: tuple[int, ...], dtype: str, rng: np.random.Generator, *, positi
     if positive:
         a = np.abs(a) + 0.1
     return a.astype(np_dtype(dtype))
-
-
-def poison(shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    if dtype in FLOATS:
-        return np.full(shape, np.nan).astype(np_dtype(dtype))
-    if dtype == "bool":
-        return np.ones(shape, dtype=bool)
-    return np.full(shape, 0x5A, dtype=dtype)
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
@@ -88,34 +61,7 @@ def binary(x, y, out, OP: tj.Constant[str], TILE: tj.Constant[int]):
     i = tj.bid(0)
     a = tj.load(x, index=(i,), shape=(TILE,))
     b = tj.load(y, index=(i,), shape=(TILE,), padding=1)
-    if OP == "add":
-        r = a + b
-    elif OP == "sub":
-        r = a - b
-    elif OP == "mul":
-        r = a * b
-    elif OP == "truediv":
-        r = a / b
-    elif OP == "floordiv":
-        r = a // b
-    elif OP == "mod":
-        r = a % b
-    elif OP == "and":
-        r = a & b
-    elif OP == "or":
-        r = a | b
-    elif OP == "xor":
-        r = a ^ b
-    elif OP == "maximum":
-        r = tj.maximum(a, b)
-    elif OP == "minimum":
-        r = tj.minimum(a, b)
-    elif OP == "lt":
-        r = a < b
-    elif OP == "eq":
-        r = a == b
-    else:
-        r = a >= b
+    r = binary_op(OP, a, b)
     tj.store(out, index=(i,), tile=r)
 
 
@@ -166,38 +112,7 @@ def test_binary(dtype: str, op: str, rng: np.random.Generator) -> None:
 def unary(x, out, FN: tj.Constant[str], TILE: tj.Constant[int]):
     i = tj.bid(0)
     a = tj.load(x, index=(i,), shape=(TILE,), padding=1)
-    if FN == "exp":
-        r = tj.exp(a)
-    elif FN == "exp2":
-        r = tj.exp2(a)
-    elif FN == "log":
-        r = tj.log(a)
-    elif FN == "log2":
-        r = tj.log2(a)
-    elif FN == "sqrt":
-        r = tj.sqrt(a)
-    elif FN == "rsqrt":
-        r = tj.rsqrt(a)
-    elif FN == "sin":
-        r = tj.sin(a)
-    elif FN == "cos":
-        r = tj.cos(a)
-    elif FN == "tanh":
-        r = tj.tanh(a)
-    elif FN == "abs":
-        r = tj.abs(a)
-    elif FN == "floor":
-        r = tj.floor(a)
-    elif FN == "ceil":
-        r = tj.ceil(a)
-    elif FN == "erf":
-        r = tj.erf(a)
-    elif FN == "sigmoid":
-        r = tj.sigmoid(a)
-    elif FN == "neg":
-        r = -a
-    else:
-        r = a**2.0
+    r = unary_op(FN, a)
     tj.store(out, index=(i,), tile=r)
 
 
@@ -353,18 +268,7 @@ def test_where(rng: np.random.Generator) -> None:
 def reduce_rows(x, out, FN: tj.Constant[str], BM: tj.Constant[int], BN: tj.Constant[int]):
     i = tj.bid(0)
     t = tj.load(x, index=(i, 0), shape=(BM, BN), padding=0)
-    if FN == "sum":
-        r = tj.sum(t, axis=1)
-    elif FN == "max":
-        r = tj.max(t, axis=1)
-    elif FN == "min":
-        r = tj.min(t, axis=1)
-    elif FN == "prod":
-        r = tj.prod(t, axis=1)
-    elif FN == "argmax":
-        r = tj.argmax(t, axis=1)
-    else:
-        r = tj.argmin(t, axis=1)
+    r = reduce_op(FN, t, 1)
     tj.store(out, index=(i,), tile=r.astype(out.dtype))
 
 

@@ -18,13 +18,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _kernels import ALL, BF16, FLOATS, INTS, RTOL, binary_op, np_dtype, poison, reduce_op, unary_op
 
 import tilejit as tj
 from tilejit.backends.tileir.module import TFunction, TModule
 
-INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
-FLOATS = ["float16", "bfloat16", "float32", "float64"]
-ALL = ["bool", *INTS, *FLOATS]
 MATH = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf"]
 UNARY = ["neg", "invert", "abs", "floor", "ceil", *MATH]
 BINARY = ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum", "and", "or", "xor",
@@ -54,38 +52,7 @@ def unary_k(x, out, FN: tj.Constant[str], BOOL: tj.Constant[bool], TILE: tj.Cons
     a = tj.load(x, index=(i,), shape=(TILE,))
     if BOOL:
         a = a != 0
-    if FN == "neg":
-        r = -a
-    elif FN == "invert":
-        r = ~a
-    elif FN == "abs":
-        r = tj.abs(a)
-    elif FN == "floor":
-        r = tj.floor(a)
-    elif FN == "ceil":
-        r = tj.ceil(a)
-    elif FN == "exp":
-        r = tj.exp(a)
-    elif FN == "exp2":
-        r = tj.exp2(a)
-    elif FN == "log":
-        r = tj.log(a)
-    elif FN == "log2":
-        r = tj.log2(a)
-    elif FN == "sqrt":
-        r = tj.sqrt(a)
-    elif FN == "rsqrt":
-        r = tj.rsqrt(a)
-    elif FN == "sin":
-        r = tj.sin(a)
-    elif FN == "cos":
-        r = tj.cos(a)
-    elif FN == "tanh":
-        r = tj.tanh(a)
-    elif FN == "erf":
-        r = tj.erf(a)
-    else:
-        r = tj.sigmoid(a)
+    r = unary_op(FN, a)
     tj.store(out, index=(i,), tile=r.astype(out.dtype))
 
 
@@ -97,46 +64,7 @@ def binary_k(x, y, out, OP: tj.Constant[str], BOOL: tj.Constant[bool], TILE: tj.
     if BOOL:
         a = a != 0
         b = b != 0
-    if OP == "add":
-        r = a + b
-    elif OP == "sub":
-        r = a - b
-    elif OP == "mul":
-        r = a * b
-    elif OP == "truediv":
-        r = a / b
-    elif OP == "floordiv":
-        r = a // b
-    elif OP == "mod":
-        r = a % b
-    elif OP == "pow":
-        r = a**b
-    elif OP == "maximum":
-        r = tj.maximum(a, b)
-    elif OP == "minimum":
-        r = tj.minimum(a, b)
-    elif OP == "and":
-        r = a & b
-    elif OP == "or":
-        r = a | b
-    elif OP == "xor":
-        r = a ^ b
-    elif OP == "lshift":
-        r = a << b
-    elif OP == "rshift":
-        r = a >> b
-    elif OP == "eq":
-        r = a == b
-    elif OP == "ne":
-        r = a != b
-    elif OP == "lt":
-        r = a < b
-    elif OP == "le":
-        r = a <= b
-    elif OP == "gt":
-        r = a > b
-    else:
-        r = a >= b
+    r = binary_op(OP, a, b)
     tj.store(out, index=(i,), tile=r.astype(out.dtype))
 
 
@@ -164,18 +92,7 @@ def reduce_k(x, out, FN: tj.Constant[str], BOOL: tj.Constant[bool], BM: tj.Const
     t = tj.load(x, index=(i, 0), shape=(BM, BN))
     if BOOL:
         t = t != 0
-    if FN == "sum":
-        r = tj.sum(t, axis=1)
-    elif FN == "prod":
-        r = tj.prod(t, axis=1)
-    elif FN == "max":
-        r = tj.max(t, axis=1)
-    elif FN == "min":
-        r = tj.min(t, axis=1)
-    elif FN == "argmax":
-        r = tj.argmax(t, axis=1)
-    else:
-        r = tj.argmin(t, axis=1)
+    r = reduce_op(FN, t, 1)
     tj.store(out, index=(i,), tile=r.astype(out.dtype))
 
 
@@ -183,12 +100,7 @@ def reduce_k(x, out, FN: tj.Constant[str], BOOL: tj.Constant[bool], BM: tj.Const
 def reduce_cols_k(x, out, FN: tj.Constant[str], BM: tj.Constant[int], BN: tj.Constant[int]):
     j = tj.bid(0)
     t = tj.load(x, index=(0, j), shape=(BM, BN))
-    if FN == "sum":
-        r = tj.sum(t, axis=0)
-    elif FN == "max":
-        r = tj.max(t, axis=0)
-    else:
-        r = tj.argmin(t, axis=0)
+    r = reduce_op(FN, t, 0)
     tj.store(out, index=(j,), tile=r.astype(out.dtype))
 
 
@@ -518,27 +430,9 @@ def test_argmax_reduces_value_index_pairs_with_the_first_index_and_nan_rules() -
 
 # --------------------------------------------------------------------------------------------- GPU
 
-RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-12}
 #: Ops whose results the two backends must agree on bit for bit (NaN matching NaN): everything but the math
 #: library's functions and float32 division and pow, where each backend may round the last bits its own way.
 INEXACT = {*MATH, "truediv", "pow", "sum", "prod", "cumsum"}
-
-try:
-    import ml_dtypes
-
-    BF16: Any = ml_dtypes.bfloat16
-except ImportError:  # pragma: no cover - bf16 cases skip
-    BF16 = None
-
-
-def np_dtype(name: str) -> Any:
-    """The numpy dtype of memory dtype ``name``."""
-    if name == "bfloat16":
-        if BF16 is None:
-            pytest.skip("ml_dtypes is needed for bfloat16 host arrays")
-        return BF16
-    return np.dtype(name)
-
 
 def rand(shape: tuple[int, ...], name: str, rng: np.random.Generator, *, edges: bool = True) -> np.ndarray:
     """Random data of ``name`` (bool as 0/1 uint8) with the dtype's edge values mixed in."""
@@ -557,13 +451,6 @@ def rand(shape: tuple[int, ...], name: str, rng: np.random.Generator, *, edges: 
         pick = rng.random(shape) < 0.1
         a = np.where(pick, rng.choice(np.array(specials, dtype=a.dtype), shape), a)
     return a.astype(np_dtype(name))
-
-
-def poison(shape: tuple[int, ...], name: str) -> np.ndarray:
-    """An output that shows unwritten elements: NaN for floats, 0x5A for integers."""
-    if name in FLOATS:
-        return np.full(shape, np.nan).astype(np_dtype(name))
-    return np.full(shape, 0x5A, dtype=name)
 
 
 @pytest.fixture

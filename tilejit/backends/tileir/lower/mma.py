@@ -5,7 +5,8 @@ f64; f32 inputs with ``tf32`` allowed are rounded to tf32 first, as the CUDA bac
 from __future__ import annotations
 
 from tilejit.backends.tileir.lower.core import Lowerer, rule, unsupported
-from tilejit.backends.tileir.module import Scalar, TBlock, Tile, TOp, TValue, constant_bytes
+from tilejit.backends.tileir.lower.reduce import fold
+from tilejit.backends.tileir.module import Scalar, Tile, TOp, TValue, constant_bytes
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Op
 from tilejit.language.ir.types import TileType
@@ -77,13 +78,8 @@ def products_mma(lo: Lowerer, op: O.MmaOp, a: TValue, b: TValue, acc: TValue) ->
 
     products = TValue(Tile(elem, (m, k, n)))
     lo.emit("muli", [products], [spread(a, (m, k, 1)), spread(b, (1, k, n))], op, overflow="none")
-    scalar = Tile(elem)
-    x, accum, combined = TValue(scalar, "elem"), TValue(scalar, "accum"), TValue(scalar, "combined")
     summed = TValue(acc.type)
-    lo.emit("reduce", [summed], [[products]], op, dim=1, identities=[(0, elem)]).regions.append(TBlock(
-        [x, accum],
-        [TOp("addi", [combined], [x, accum], {"overflow": "none"}, op.loc), TOp("yield", [], [[combined]], {}, op.loc)],
-    ))
+    fold(lo, op, "reduce", products, summed, dim=1, combine="addi", identity=0, dtype=ct.dtype)
     lo.emit("addi", [lo.result(op)], [summed, acc], op, overflow="none")
 
 

@@ -14,7 +14,7 @@ from tilejit.backends.tileir.lower.elementwise import (
     fconvert,
     kind,
 )
-from tilejit.backends.tileir.module import Scalar, TBlock, Tile, TOp, TValue
+from tilejit.backends.tileir.module import Scalar, TBlock, Tile, TOp, TValue, constant_bytes
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Op
 from tilejit.language.ir.types import DType
@@ -57,6 +57,21 @@ def _widened(lo: Lowerer, op: Op, x: TValue, dtype: DType) -> TValue:
     return fconvert(lo, op, x, compute_elem(elem_of(x))) if dtype.is_float else x
 
 
+def fold(lo: Lowerer, op: Op, name: str, x: TValue, result: TValue, *, dim: int, combine: str, identity: object,
+         dtype: DType, **attrs: object) -> TOp:
+    """Emit a Tile IR ``reduce`` or ``scan`` (``name``, extra ``attrs``) of ``x`` along ``dim`` into ``result``,
+    starting from ``identity``, with the one-op region ``combine(elem, accum)`` (its attributes for ``dtype``)."""
+    scalar = Tile(elem_of(x))
+    elem, accum, combined = TValue(scalar, "elem"), TValue(scalar, "accum"), TValue(scalar, "combined")
+    body = [
+        TOp(combine, [combined], [elem, accum], _combine_attrs(combine, dtype), op.loc),
+        TOp("yield", [], [[combined]], {}, op.loc),
+    ]
+    top = lo.emit(name, [result], [[x]], op, dim=dim, identities=[(identity, elem_of(x))], **attrs)
+    top.regions.append(TBlock([elem, accum], body))
+    return top
+
+
 def _fold(lo: Lowerer, op: O.ReduceOp | O.ScanOp, name: str) -> None:
     """A ``reduce`` or ``scan`` (``name``) of ``op.x`` along ``op.axis`` with ``op.fn``'s one-op body."""
     dtype = op.x.type.dtype  # type: ignore[attr-defined]
@@ -67,19 +82,10 @@ def _fold(lo: Lowerer, op: O.ReduceOp | O.ScanOp, name: str) -> None:
     assert isinstance(out.elem, Scalar)
     x = _widened(lo, op, lo.value(op.x), dtype)
     acc = elem_of(x)
-    scalar = Tile(acc)
-    elem, accum, combined = TValue(scalar, "elem"), TValue(scalar, "accum"), TValue(scalar, "combined")
     identity = _FLOAT_IDENTITY[op.fn] if dtype.is_float else int_identity(op.fn, dtype)
-    body = [
-        TOp(combine, [combined], [elem, accum], _combine_attrs(combine, dtype), op.loc),
-        TOp("yield", [], [[combined]], {}, op.loc),
-    ]
     r = TValue(Tile(acc, out.shape), op.result.name if acc == out.elem else "")
-    attrs: dict[str, object] = {"dim": op.axis, "identities": [(identity, acc)]}
-    if name == "scan":
-        attrs["reverse"] = False
-    top = lo.emit(name, [r], [[x]], op, **attrs)
-    top.regions.append(TBlock([elem, accum], body))
+    extra: dict[str, object] = {"reverse": False} if name == "scan" else {}
+    fold(lo, op, name, x, r, dim=op.axis, combine=combine, identity=identity, dtype=dtype, **extra)
     lo.vals[op.result] = fconvert(lo, op, r, out.elem) if dtype.is_float else r
 
 
@@ -119,7 +125,7 @@ def _arg_body(lo: Lowerer, op: O.ArgReduceOp, acc: Scalar, is_max: bool) -> TBlo
     take_b = emit("select", b_t, [compare("equal", bv, av, signed), b_first, better])
     if acc.name in FLOAT_BITS:
         an, bn = compare("not_equal", av, av), compare("not_equal", bv, bv)
-        true = emit("constant", b_t, [], data=b"\x01", value=True)
+        true = emit("constant", b_t, [], data=constant_bytes(True, Scalar("i1")), value=True)
         a_num = emit("xori", b_t, [an, true])
         nan_take_b = emit("andi", b_t, [bn, emit("ori", b_t, [a_num, b_first])])
         take_b = emit("select", b_t, [emit("ori", b_t, [an, bn]), nan_take_b, take_b])
