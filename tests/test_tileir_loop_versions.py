@@ -93,10 +93,11 @@ def test_launch_facts_of_disjoint_arrays_leave_one_loop_without_tokens() -> None
             assert "token" not in header and "join_tokens" not in text.split(" = for ")[1].split("continue")[0]
 
 
-def test_disjoint_flags_of_array_views() -> None:
-    """``signature.disjoint_flags``: byte spans from pointer, shape, strides (in elements, negative ones
-    too) and itemsize; an array overlapping another in any byte is not alone; scalars have no flag."""
-    from tilejit.api.signature import disjoint_flags
+def test_launch_facts_of_array_views() -> None:
+    """``signature.launch_facts``: ALONE from byte spans (pointer, shape, strides in elements, negative ones too,
+    itemsize; an array meeting another in any byte is not alone), EXTENT16 from the innermost extent's bytes;
+    scalars have none."""
+    from tilejit.api.signature import ALONE, EXTENT16, launch_facts
     from tilejit.runtime.interop import ArrayView
 
     def view(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: str = "float32") -> Any:
@@ -105,35 +106,55 @@ def test_disjoint_flags_of_array_views() -> None:
     def is_view(v: object) -> bool:
         return isinstance(v, ArrayView)
 
+    def alone(views: list[Any]) -> tuple[bool | None, ...]:
+        return tuple(None if f is None else bool(f & ALONE) for f in launch_facts(views, is_view))
+
     a = view(0x1000, (4, 8), (8, 1))  # bytes [0x1000, 0x1080)
     b = view(0x1080, (4,), (1,))  # right after a
     c = view(0x107C, (2,), (1,))  # a's last element
-    assert disjoint_flags([a, b, 3.0], is_view) == (True, True, None)
-    assert disjoint_flags([a, b, c], is_view) == (False, False, False)
+    assert alone([a, b, 3.0]) == (True, True, None)
+    assert alone([a, b, c]) == (False, False, False)
     rev = view(0x10FC, (16,), (-1,))  # bytes [0x10C0, 0x1100)
-    assert disjoint_flags([a, rev], is_view) == (True, True)
-    assert disjoint_flags([view(0x10BC, (2,), (1,)), rev], is_view) == (False, False)
+    assert alone([a, rev]) == (True, True)
+    assert alone([view(0x10BC, (2,), (1,)), rev]) == (False, False)
     halves = view(0x2000, (4, 4), (8, 1)), view(0x2010, (4, 4), (8, 1))  # interleaved rows: spans overlap
-    assert disjoint_flags(list(halves), is_view) == (False, False)
-    assert disjoint_flags([view(0x3000, (0, 4), (4, 1)), view(0x4000, (2,), (1,), "float64")], is_view) == (True, True)
+    assert alone(list(halves)) == (False, False)
+    assert alone([view(0x3000, (0, 4), (4, 1)), view(0x4000, (2,), (1,), "float64")]) == (True, True)
+    extents = [view(0, (3, 8), (8, 1), "bfloat16"), view(0, (8, 12), (12, 1), "bfloat16"),
+               view(0, (5,), (1,), "float32"), view(0, (2, 4), (1, 2), "float32"), view(0, (6,), (1,), "float64")]
+    assert [bool(f & EXTENT16) for f in launch_facts(extents, is_view)] == [True, False, False, True, True]
 
 
-def test_only_tile_ir_kernels_key_launches_by_overlap(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The overlap check costs every launch, so only kernels whose backend compiles the fact in make it."""
+def test_only_tile_ir_kernels_key_launches_by_their_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Looking at spans and extents costs every launch, so only kernels whose backend compiles the facts in do."""
     from tilejit.api.kernel import _dispatch_source
 
     monkeypatch.setenv("TILEJIT_BACKEND", "cuda")
-    assert tj.kernel(matmul.func, backend="tileir")._keys_overlap()
-    assert not tj.kernel(matmul.func, backend="cuda")._keys_overlap()
-    assert not tj.kernel(matmul.func)._keys_overlap()
+    assert tj.kernel(matmul.func, backend="tileir")._keys_facts()
+    assert not tj.kernel(matmul.func, backend="cuda")._keys_facts()
+    assert not tj.kernel(matmul.func)._keys_facts()
 
-    def one_array(x, n: int):  # type: ignore[no-untyped-def]
-        tj.store(x, index=(n,), tile=tj.zeros((16,), tj.float32))
+    def no_array(n: int):  # type: ignore[no-untyped-def]
+        tj.zeros((16,), tj.float32)
 
-    assert not tj.kernel(one_array, backend="tileir")._keys_overlap()  # n is a scalar: one array-like parameter
+    assert not tj.kernel(no_array, backend="tileir")._keys_facts()
     src = _dispatch_source(["a", "b", "c"], ["BM"], [], True)
-    assert "_tj_disjoint((_tj_v0, _tj_v1, _tj_v2, ), _tj_is_view))" in src
-    assert "disjoint(" not in _dispatch_source(["a", "b", "c"], ["BM"], [])
+    assert "_tj_facts((_tj_v0, _tj_v1, _tj_v2, ), _tj_is_view))" in src
+    assert "facts(" not in _dispatch_source(["a", "b", "c"], ["BM"], [])
+
+
+def test_extent16_lets_tileiras_store_with_tma() -> None:
+    """``ArrayHint.extent16`` states the innermost extent's divisibility (16 bytes: 8 bf16 elements), the fact
+    tileiras needs to store a tile with TMA; without it no such assume."""
+    from tilejit.backends.tileir import module_text
+
+    art = tj.compile(matmul, ROWS, constants=CONSTS, target="sm_90", backend="cuda")
+    plain = module_text(art.ir(), "sm_90", art.hints)
+    stated = module_text(art.ir(), "sm_90", {n: h.replace(extent16=True) for n, h in art.hints.items()})
+    assert not re.search(r"assume div_by<8>, %\w_shape", plain)
+    assert re.search(r"assume div_by<8>, %c_shape1_0 : tile<i64>", stated)
+    assert len(re.findall(r"assume div_by<8>, %\w_shape1_0 ", stated)) == 3  # a, b, c; no outer extent
+    assert not re.search(r"assume div_by<8>, %\w_shape0", stated)
 
 
 def test_the_versioned_matmul_cubin_keeps_tma(tileir_toolchain: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,5 +213,7 @@ def test_versioned_matmul_on_disjoint_and_overlapping_arrays(layout: str, tileir
     got = read().astype(np.float64)
     np.testing.assert_array_equal(got, want)
     (spec,) = kernel._specs  # separate arrays: the launch's facts say so, and the K loop carries no token at all
-    assert dict(spec[3])["a"].disjoint == (layout == "separate")
+    hints = dict(spec[3])
+    assert hints["a"].disjoint == (layout == "separate") and hints["b"].disjoint
+    assert hints["c"].extent16 and hints["b"].extent16  # 128 float16 elements a row
     assert keep or layout != "interleaved"

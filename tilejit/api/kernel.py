@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tilejit.api.compile import Artifact, check_backend, check_num_threads
-from tilejit.api.signature import array_key, disjoint_flags, scalar_type_of
+from tilejit.api.signature import ALONE, EXTENT16, array_key, launch_facts, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, DType, TileType, normalize_const
 from tilejit.runtime.interop import _BY_TYPE as _VIEW_BY_TYPE
@@ -467,7 +467,7 @@ def _texts_now(func: Any, paths: Sequence[Any]) -> list[str | None]:
 
 
 def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: Sequence[str],
-                     disjoint: bool = False) -> str:
+                     facts: bool = False) -> str:
     """Source of ``make(...)``, which returns the launch function of one ``kernel[grid]`` for one thread.
 
     The function takes the kernel's own parameters (run-time ones positional or keyword, constants
@@ -480,8 +480,8 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     scalars, then the array converter ``as_view`` found for its type; a type seen for the first time, or
     an error, through ``classify``), maps the fast key to a specialization and launches through that. A
     call with arguments missing or extra positional ones goes to ``Kernel._launch_given``, which checks
-    it and raises. With ``disjoint`` the fast key also holds which arrays overlap no other
-    (``signature.disjoint_flags``), a fact the Tile IR backend compiles in.
+    it and raises. With ``facts`` the fast key also holds which arrays overlap no other and which have
+    innermost extents of whole 16-byte units (``signature.launch_facts``), facts the Tile IR backend compiles in.
     """
     names = [*args, *constants]
     p = "_tj_"  # every generated name starts with a prefix that no parameter does
@@ -516,7 +516,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         ]
     view_tuple = "(" + "".join(f"{p}v{i}, " for i in range(len(args))) + ")"
     fast_key = f"({p}dev, {consts}, " + "".join(f"{p}k{i}, " for i in range(len(args)))
-    fast_key += f"{p}disjoint({view_tuple}, {p}is_view))" if disjoint else ")"
+    fast_key += f"{p}facts({view_tuple}, {p}is_view))" if facts else ")"
     run_list = "[" + ", ".join(args) + "]"
     const_tuple = "(" + "".join(f"{c}, " for c in constants) + ")"
     handle = f"{p}CUR[0] if {p}stream is None else {p}stream_handle({p}stream)"
@@ -587,7 +587,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
 #: ``kernel[grid]``, then those of one (its thread's id and current device and stream handle cells, grid, stream).
 _MAKE_PARAMS = ("fast", "specialize", "slow", "classify", "own_of", "fail", "for_thread", "DA", "AV", "VIEW",
                 "MISSING", "NOKEEP", "KEEP", "KEEP_CONST", "get_device", "ident", "stream_handle", "NAME",
-                "disjoint", "is_view",
+                "facts", "is_view",
                 "owner", "DEV", "CUR", "grid", "stream")
 _PER_FUNCTION = 5  # owner ... stream
 
@@ -637,7 +637,7 @@ class Kernel:
         self._lock = threading.Lock()
         self._fingerprint: str | None = None
         self._make: Callable[..., Callable[..., None]] | None = None
-        self._disjoint: bool | None = None  # whether launch keys hold the arrays' overlap facts (decided once)
+        self._facts: bool | None = None  # whether launch keys hold ``launch_facts`` (decided once)
 
     def __repr__(self) -> str:
         return f"<tilejit.Kernel {self.func.__module__}.{self.func.__qualname__}>"
@@ -680,7 +680,7 @@ class Kernel:
             from tilejit.runtime.launch import IMMUTABLE_ARGS
             from tilejit.runtime.stream import stream_handle
 
-            src = _dispatch_source(self._args, self._constants, list(self._annotated), self._keys_overlap())
+            src = _dispatch_source(self._args, self._constants, list(self._annotated), self._keys_facts())
             namespace: dict[str, Any] = {}
             from tilejit.compiler.cache import cached_compile
 
@@ -691,22 +691,22 @@ class Kernel:
                 "DA": DeviceArray, "AV": _AV, "VIEW": _VIEW_BY_TYPE, "MISSING": _MISSING, "NOKEEP": _NOKEEP,
                 "KEEP": IMMUTABLE_ARGS, "KEEP_CONST": _KEEP_CONST, "get_device": get_device,
                 "ident": threading.get_ident, "stream_handle": stream_handle, "NAME": self.__name__,
-                "disjoint": disjoint_flags, "is_view": _is_view,
+                "facts": launch_facts, "is_view": _is_view,
             }
             make = self._make = functools.partial(
                 namespace["make"], *(env[n] for n in _MAKE_PARAMS[:-_PER_FUNCTION]))
         state = thread_state()
         return make(thread, state.device, state.handle, grid, stream)
 
-    def _keys_overlap(self) -> bool:
-        """Whether this kernel's launch keys hold which arrays overlap another (``ArrayHint.disjoint``): decided
-        once, on the first launch, for a backend that compiles the fact in and a kernel with two array-like
-        parameters; a backend chosen differently later gets specializations without the fact (never wrong)."""
-        if self._disjoint is None:
-            from tilejit.backends.base import wants_disjoint_facts
+    def _keys_facts(self) -> bool:
+        """Whether this kernel's launch keys hold ``signature.launch_facts`` (``ArrayHint.disjoint``/``extent16``):
+        decided once, on the first launch, for a backend that compiles them in; a backend chosen differently
+        later gets specializations without them (never wrong, only slower)."""
+        if self._facts is None:
+            from tilejit.backends.base import wants_launch_facts
 
-            self._disjoint = len(self._args) - len(self._annotated) >= 2 and wants_disjoint_facts(self.backend)
-        return self._disjoint
+            self._facts = len(self._args) > len(self._annotated) and wants_launch_facts(self.backend)
+        return self._facts
 
     def _for_thread(self, threads: dict[int, Callable[..., None]], thread: int, grid: tuple[int, int, int],
                     stream: Any) -> Callable[..., None]:
@@ -788,8 +788,8 @@ class Kernel:
                 v, k = _classify(name, a)
                 views.append(v)
                 key.append(k)
-        if self._keys_overlap():
-            key.append(disjoint_flags(views, _is_view))
+        if self._keys_facts():
+            key.append(launch_facts(views, _is_view))
         k = tuple(key)
         compiled = self._fast.get(k)
         if compiled is None:
@@ -801,7 +801,7 @@ class Kernel:
     ) -> _Compiled:
         """The specialization for a launch whose fast key (device first) is new, compiled if need be."""
         device = fast_key[0]
-        arg_types, hints = self._types_of(run_args, views, fast_key[-1] if self._keys_overlap() else None)
+        arg_types, hints = self._types_of(run_args, views, fast_key[-1] if self._keys_facts() else None)
         typed = tuple((c.__class__, c) for c in consts)
         key = (device, typed, tuple(arg_types.values()), tuple(sorted(hints.items())))
         with self._lock:
@@ -815,10 +815,10 @@ class Kernel:
             return compiled
 
     def _types_of(
-        self, run_args: list[Any], views: list[Any], disjoint: tuple[bool | None, ...] | None = None
+        self, run_args: list[Any], views: list[Any], facts: tuple[int | None, ...] | None = None
     ) -> tuple[dict[str, ArrayType | TileType], dict[str, Any]]:
-        """IR parameter types and backend layout hints of one launch's arguments; ``disjoint``: the overlap facts
-        of the launch's fast key, when it holds them (a fact not in the key must not reach the hints)."""
+        """IR parameter types and backend layout hints of one launch's arguments; ``facts``: the launch facts of
+        its fast key, when it holds them (a fact not in the key must not reach the hints)."""
         arg_types: dict[str, ArrayType | TileType] = {}
         hints: dict[str, Any] = {}
         for i, (name, a, v) in enumerate(zip(self._args, run_args, views)):
@@ -833,8 +833,9 @@ class Kernel:
                         "(a view into a byte buffer at an odd offset? copy it first)"
                     )
                 arg_types[name] = ArrayType(dtype, ndim)
-                alone = disjoint is not None and bool(disjoint[i])
-                hints[name] = ArrayHint(unit_stride=unit, aligned16=aligned, index32=index32, disjoint=alone)
+                bits = 0 if facts is None else facts[i] or 0
+                hints[name] = ArrayHint(unit_stride=unit, aligned16=aligned, index32=index32,
+                                        disjoint=bool(bits & ALONE), extent16=bool(bits & EXTENT16))
         return arg_types, hints
 
     def _build(

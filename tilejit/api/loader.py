@@ -45,7 +45,8 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     # repr of lists of str/int/bool tuples: deterministic, and no json import on a warm launch
     types = [(n, str(t)) for n, t in artifact.arg_types.items()]
     consts = [(n, type(v).__name__, repr(v)) for n, v in sorted(artifact.constants.items())]
-    hints = sorted((n, h.unit_stride, h.aligned16, h.index32, h.disjoint) for n, h in artifact.hints.items())
+    hints = sorted((n, h.unit_stride, h.aligned16, h.index32, h.disjoint, h.extent16)
+                   for n, h in artifact.hints.items())
     return cache_key(
         "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, repr(types),
         repr(consts), repr(hints), artifact.target.sm, str(artifact.num_threads),

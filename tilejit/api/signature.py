@@ -56,17 +56,25 @@ def array_key(
 _ITEMSIZE = {name: dt.itemsize for name, dt in BY_NAME.items()}
 
 
-def disjoint_flags(views: Sequence[Any], is_view: Any) -> tuple[bool | None, ...]:
-    """For each argument, whether it is an array whose bytes (from pointer, shape, strides in elements and
-    itemsize) meet no other array argument's (``None`` for a scalar): the ``ArrayHint.disjoint`` facts of one
-    launch, in its fast key when the backend uses them, so written for speed (one pass, no helper calls)."""
+#: Bits of ``launch_facts``: the array shares no byte with another array argument; its innermost extent is a
+#: multiple of 16 bytes.
+ALONE, EXTENT16 = 1, 2
+
+
+def launch_facts(views: Sequence[Any], is_view: Any) -> tuple[int | None, ...]:
+    """For each argument, the ``ALONE | EXTENT16`` bits of an array (from pointer, shape, strides in elements and
+    itemsize), ``None`` for a scalar: the ``ArrayHint.disjoint``/``extent16`` facts of one launch, in its fast
+    key when the backend uses them, so written for speed (one pass, no helper calls)."""
     spans: list[tuple[int, int] | None] = []
+    facts: list[int | None] = []
     for v in views:
         if not is_view(v):
             spans.append(None)
+            facts.append(None)
             continue
         low = high = 0
-        for n, s in zip(v[1], v[2]):
+        shape = v[1]
+        for n, s in zip(shape, v[2]):
             if n == 0:  # no element: an empty span at its base
                 low, high = 0, -1
                 break
@@ -76,19 +84,17 @@ def disjoint_flags(views: Sequence[Any], is_view: Any) -> tuple[bool | None, ...
                 high += (n - 1) * s
         item = _ITEMSIZE[v[3]]
         spans.append((v[0] + low * item, v[0] + (high + 1) * item))
-    flags: list[bool | None] = []
+        facts.append(EXTENT16 if shape and shape[-1] * item % 16 == 0 else 0)
     for i, a in enumerate(spans):
         if a is None:
-            flags.append(None)
             continue
         start, end = a
-        alone = True
         for j, b in enumerate(spans):
             if j != i and b is not None and start < b[1] and b[0] < end:
-                alone = False
                 break
-        flags.append(alone)
-    return tuple(flags)
+        else:
+            facts[i] |= ALONE  # type: ignore[operator]
+    return tuple(facts)
 
 
 _PYTHON_SCALARS: dict[str, DType] = {"int": int32, "float": float32}  # "bool" is a dtype name too

@@ -177,14 +177,14 @@ def choose_backend(requested: str | None, target: Target) -> tuple[Backend, str]
     return get_backend("cuda"), f"auto picks it since Tile IR cannot be used: {reason}"
 
 
-def wants_disjoint_facts(requested: str | None) -> bool:
-    """Whether kernels compiled for ``requested`` (as ``choose_backend`` reads it) may use ``ArrayHint.disjoint``,
-    which costs a check of every launch's array overlap: only the Tile IR backend does (its read-only loops
-    then need no memory token)."""
+def wants_launch_facts(requested: str | None) -> bool:
+    """Whether kernels compiled for ``requested`` (as ``choose_backend`` reads it) may use the launch facts
+    ``ArrayHint.disjoint`` and ``extent16``, which cost a look at every launch's array spans and extents: only
+    the Tile IR backend does (token-free read-only loops, TMA stores)."""
     if requested is None:
         requested = BACKEND.get()
     return requested == "tileir" or (requested == "auto" and "tileir" not in INCOMPLETE)
 
 
 __all__ = ["CHOICES", "INCOMPLETE", "Backend", "KernelImage", "choose_backend", "get_backend", "unavailable_error",
-           "wants_disjoint_facts"]
+           "wants_launch_facts"]

@@ -210,19 +210,21 @@ class ArrayHint(Record):
     (innermost stride == 1), ``aligned16`` (base pointer % 16 == 0 and every row starts 16-byte aligned),
     ``index32`` (every stride in [0, 2**31): with a launch-time check that every shape is too, the Tile IR
     backend may assume both, as TMA needs), ``disjoint`` (shares no byte with any other array argument of the
-    launch: the Tile IR backend's read-only loops then need no memory token). Part of a specialization's key,
-    not of its ``ArrayType``."""
+    launch: the Tile IR backend's read-only loops then need no memory token), ``extent16`` (the innermost
+    extent is a multiple of 16 bytes: tileiras may then store with TMA). Part of a specialization's key, not of
+    its ``ArrayType``."""
 
-    _fields = ("unit_stride", "aligned16", "index32", "disjoint")
+    _fields = ("unit_stride", "aligned16", "index32", "disjoint", "extent16")
     __slots__ = _fields
     unit_stride: bool
     aligned16: bool
     index32: bool
     disjoint: bool
+    extent16: bool
 
     def __init__(self, unit_stride: bool = False, aligned16: bool = False, index32: bool = False,
-                 disjoint: bool = False) -> None:
-        self._init(unit_stride, aligned16, index32, disjoint)
+                 disjoint: bool = False, extent16: bool = False) -> None:
+        self._init(unit_stride, aligned16, index32, disjoint, extent16)
 
 
 Type = TileType | ArrayType

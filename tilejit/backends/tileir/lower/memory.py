@@ -77,10 +77,10 @@ def view(lo: Lowerer, op: Op, array: Value, tile: tuple[int, ...], padding: str 
     at = array.type
     assert isinstance(at, ArrayType)
     hint = lo.array_hints.get(array)
-    if hint is not None and (hint.aligned16 or hint.index32) and array not in lo.stated:
+    if hint is not None and (hint.aligned16 or hint.index32 or hint.extent16) and array not in lo.stated:
         lo.stated.add(array)  # the launch-checked facts as assume ops, once per array (docs/tileir.md, TMA)
         lo.arrays[array] = view_facts(lo, op, *lo.arrays[array], at.dtype.itemsize, aligned16=hint.aligned16,
-                                      int32_extents=hint.index32)
+                                      int32_extents=hint.index32, extent16=hint.extent16)
     base, shape, strides = lo.arrays[array]
     assert isinstance(base.type, Tile) and isinstance(base.type.elem, Ptr)
     n = at.ndim

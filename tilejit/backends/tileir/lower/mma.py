@@ -112,13 +112,15 @@ def to_tf32(lo: Lowerer, x: TValue, op: O.MmaOp) -> TValue:
 
 
 def view_facts(lo: Lowerer, op: Op, base: TValue, shape: list[TValue], strides: list[TValue], itemsize: int, *,
-               aligned16: bool, int32_extents: bool) -> tuple[TValue, list[TValue], list[TValue]]:
+               aligned16: bool, int32_extents: bool,
+               extent16: bool = False) -> tuple[TValue, list[TValue], list[TValue]]:
     """An array's ``base``, ``shape`` and ``strides`` (all of them, innermost last) through ``assume`` ops in the
     prologue stating what a launch checked, so that tileiras may load with TMA (docs/tileir.md, "mma and matmul
     speed"): ``aligned16`` (base and every row start 16-byte aligned) -> base ``div_by<16>`` and every stride
     but the innermost ``div_by<16 / itemsize>``; ``int32_extents`` (shapes and strides in [0, 2**31)) ->
-    ``bounded<0, 2**31-1>``; shapes are always ``bounded<0, ?>``. Pass only facts checked at launch: a false
-    assumption is undefined behaviour."""
+    ``bounded<0, 2**31-1>``; shapes are always ``bounded<0, ?>``; ``extent16`` (the innermost extent a multiple
+    of 16 bytes) -> that shape ``div_by<16 / itemsize>`` (tileiras then stores with TMA). Pass only facts checked
+    at launch: a false assumption is undefined behaviour."""
 
     def assume(v: TValue, predicate: tuple[object, ...]) -> TValue:
         r = TValue(v.type, v.name)
@@ -127,6 +129,8 @@ def view_facts(lo: Lowerer, op: Op, base: TValue, shape: list[TValue], strides: 
 
     high = 2**31 - 1 if int32_extents else None
     shape = [assume(v, ("bounded", 0, high)) for v in shape]
+    if extent16 and itemsize < 16:
+        shape[-1] = assume(shape[-1], ("div_by", 16 // itemsize))
     if int32_extents:
         strides = [assume(v, ("bounded", 0, high)) for v in strides]
     if aligned16:
