@@ -57,6 +57,16 @@ def _widened(lo: Lowerer, op: Op, x: TValue, dtype: DType) -> TValue:
     return fconvert(lo, op, x, compute_elem(elem_of(x))) if dtype.is_float else x
 
 
+def _region(op: Op, combine: str, acc: Scalar, dtype: DType) -> TBlock:
+    """The body of a one-op ``reduce``/``scan``: (elem, accum) -> ``combine`` of the two, yielded."""
+    scalar = Tile(acc)
+    elem, accum, combined = TValue(scalar, "elem"), TValue(scalar, "accum"), TValue(scalar, "combined")
+    return TBlock([elem, accum], [
+        TOp(combine, [combined], [elem, accum], _combine_attrs(combine, dtype), op.loc),
+        TOp("yield", [], [[combined]], {}, op.loc),
+    ])
+
+
 def _fold(lo: Lowerer, op: O.ReduceOp | O.ScanOp, name: str) -> None:
     """A ``reduce`` or ``scan`` (``name``) of ``op.x`` along ``op.axis`` with ``op.fn``'s one-op body."""
     dtype = op.x.type.dtype  # type: ignore[attr-defined]
@@ -67,20 +77,40 @@ def _fold(lo: Lowerer, op: O.ReduceOp | O.ScanOp, name: str) -> None:
     assert isinstance(out.elem, Scalar)
     x = _widened(lo, op, lo.value(op.x), dtype)
     acc = elem_of(x)
-    scalar = Tile(acc)
-    elem, accum, combined = TValue(scalar, "elem"), TValue(scalar, "accum"), TValue(scalar, "combined")
     identity = _FLOAT_IDENTITY[op.fn] if dtype.is_float else int_identity(op.fn, dtype)
-    body = [
-        TOp(combine, [combined], [elem, accum], _combine_attrs(combine, dtype), op.loc),
-        TOp("yield", [], [[combined]], {}, op.loc),
-    ]
-    r = TValue(Tile(acc, out.shape), op.result.name if acc == out.elem else "")
+    named = op.result.name if acc == out.elem else ""
+    barrier = name == "scan" and math.prod(out.shape) < SMALL_SCAN
+    r = TValue(Tile(acc, out.shape), "" if barrier else named)
     attrs: dict[str, object] = {"dim": op.axis, "identities": [(identity, acc)]}
     if name == "scan":
         attrs["reverse"] = False
     top = lo.emit(name, [r], [[x]], op, **attrs)
-    top.regions.append(TBlock([elem, accum], body))
+    top.regions.append(_region(op, combine, acc, dtype))
+    if barrier:
+        r = _layout_barrier(lo, op, r, dtype, named)
     lo.vals[op.result] = fconvert(lo, op, r, out.elem) if dtype.is_float else r
+
+
+#: Scans of fewer elements than this pass through ``_layout_barrier`` (measured: tileiras 13.5 compiles every
+#: reshape of a scan of 128 elements or more, of any dtype, for sm_80/90/100, with 128 or 256 threads).
+SMALL_SCAN = 128
+
+
+def _layout_barrier(lo: Lowerer, op: O.ReduceOp | O.ScanOp, r: TValue, dtype: DType, named: str) -> TValue:
+    """``r`` unchanged, through a ``max`` ``reduce`` over a leading unit dimension: tileiras 13.5 aborts (or exits
+    5) on a reshape that splits the scan axis of a scan of fewer than 128 elements, and the reduce stops the
+    scan's layout from reaching the reshape. Exact: max of ``r`` and the identity (-inf, the type's lowest
+    integer) is ``r``, NaN included; without a reshape after it, tileiras emits the same CUBIN."""
+    assert isinstance(r.type, Tile) and isinstance(r.type.elem, Scalar)
+    acc, shape = r.type.elem, r.type.shape
+    combine = _COMBINE["max"][kind(dtype)]
+    identity = -math.inf if dtype.is_float else int_identity("max", dtype)
+    unit = TValue(Tile(acc, (1, *shape)))
+    lo.emit("reshape", [unit], [r], op)
+    out = TValue(r.type, named)
+    top = lo.emit("reduce", [out], [[unit]], op, dim=0, identities=[(identity, acc)])
+    top.regions.append(_region(op, combine, acc, dtype))
+    return out
 
 
 @rule(O.ReduceOp)
