@@ -413,7 +413,13 @@ def test_text_cumsum_of_f16_scans_in_f32_golden() -> None:
         "%combined = addf %elem, %accum : tile<f32>",
         "yield %combined : tile<f32>",
         "}",
-        "%3 = ftof %2 : tile<2x4xf32> -> tile<2x4xf16>",
+        "%3 = reshape %2 : tile<2x4xf32> -> tile<1x2x4xf32>",
+        "%4 = reduce %3 dim=0 identities=[0xFF800000 : f32] : tile<1x2x4xf32> -> tile<2x4xf32>",
+        "(%elem: tile<f32>, %accum: tile<f32>) {",
+        "%combined = maxf %elem, %accum propagate_nan : tile<f32>",
+        "yield %combined : tile<f32>",
+        "}",
+        "%5 = ftof %4 : tile<2x4xf32> -> tile<2x4xf16>",
     ]
 
 

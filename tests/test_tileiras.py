@@ -462,10 +462,19 @@ def test_tileir_extra_pins_one_minor_version() -> None:
 
 def test_exit_5_of_a_working_toolchain_blames_the_kernel_not_the_pieces(tileir_toolchain: tb.Toolchain) -> None:
     """tileiras says only 'failed to compile Tile IR program' both when a piece of its toolchain fails and when it
-    fails on a kernel (13.5 does on a reshape of a cumsum's values): a toolchain that compiles the empty module
+    fails on a kernel (13.5 did on reshapes splitting a small scan's axis): a toolchain that compiles the empty module
     gets the message about the kernel; one that does not, the message about its pieces."""
     assert tc.run_tileiras(tc.EMPTY_MODULE, "sm_90", toolchain=tileir_toolchain)[:4] == b"\x7fELF"
     text = tc.explain_failure(5, "error: failed to compile Tile IR program\n", tileir_toolchain, "sm_90")
     assert "failed on this kernel for sm_90" in text and "while it compiles an empty module" in text
     assert "backend='cuda'" in text and "The pieces found" not in text
 
+
+
+def test_a_tileiras_crash_is_called_a_tileiras_bug(tileir_toolchain: tb.Toolchain) -> None:
+    """tileiras 13.5 also aborted (SIGABRT, no message) on some kernels: the error names the signal and the way
+    out, not an empty 'exit code -6:'."""
+    text = tc.explain_failure(-6, "", tileir_toolchain, "sm_80")
+    assert "crashed (SIGABRT) on this kernel for sm_80" in text and "tileiras bug" in text
+    assert "backend='cuda'" in text and "exit code" not in text
+    assert "crashed (SIGSEGV)" in (t := tc.explain_failure(-11, "boom\n", tileir_toolchain, "sm_90")) and "boom" in t

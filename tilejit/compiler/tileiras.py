@@ -10,6 +10,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
+import signal
 import subprocess
 import tempfile
 
@@ -87,14 +88,21 @@ def explain_failure(code: int, stderr: str, toolchain: Toolchain, target: str) -
             return (
                 f"tileiras {toolchain.tileiras_version} failed on this kernel for {target} with exit code 5 and "
                 f"only '{_FAILED}', while it compiles an empty module: tileiras itself fails on something in the "
-                "kernel (13.5 does on a reshape of values computed from a cumsum); compile this kernel with "
-                "backend='cuda'"
+                "kernel; compile this kernel with backend='cuda'"
             )
         return (
             f"tileiras failed for {target} with exit code 5 and only '{_FAILED}': it says this when a piece "
             "of its toolchain fails (libnvvm or ptxas missing, of another CUDA version, or crashing). "
             f"The pieces found:\n{toolchain.describe()}"
         )
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return (f"tileiras {toolchain.tileiras_version} crashed ({name}) on this kernel for {target}"
+                + (f":\n{text}\n" if text else "; ")
+                + "that is a tileiras bug; compile this kernel with backend='cuda'")
     return f"tileiras {toolchain.tileiras_version} failed for {target} with exit code {code}:\n{text}"
 
 

@@ -83,10 +83,34 @@ def _fold(lo: Lowerer, op: O.ReduceOp | O.ScanOp, name: str) -> None:
     x = _widened(lo, op, lo.value(op.x), dtype)
     acc = elem_of(x)
     identity = _FLOAT_IDENTITY[op.fn] if dtype.is_float else int_identity(op.fn, dtype)
-    r = TValue(Tile(acc, out.shape), op.result.name if acc == out.elem else "")
+    named = op.result.name if acc == out.elem else ""
+    barrier = name == "scan" and math.prod(out.shape) < SMALL_SCAN
+    r = TValue(Tile(acc, out.shape), "" if barrier else named)
     extra: dict[str, object] = {"reverse": False} if name == "scan" else {}
     fold(lo, op, name, x, r, dim=op.axis, combine=combine, identity=identity, dtype=dtype, **extra)
+    if barrier:
+        r = _layout_barrier(lo, op, r, dtype, named)
     lo.vals[op.result] = fconvert(lo, op, r, out.elem) if dtype.is_float else r
+
+
+#: Scans of fewer elements than this pass through ``_layout_barrier`` (measured: tileiras 13.5 compiles every
+#: reshape of a scan of 128 elements or more, of any dtype, for sm_80/90/100, with 128 or 256 threads).
+SMALL_SCAN = 128
+
+
+def _layout_barrier(lo: Lowerer, op: O.ReduceOp | O.ScanOp, r: TValue, dtype: DType, named: str) -> TValue:
+    """``r`` unchanged, through a ``max`` ``reduce`` over a leading unit dimension: tileiras 13.5 aborts (or exits
+    5) on a reshape that splits the scan axis of a scan of fewer than 128 elements, and the reduce stops the
+    scan's layout from reaching the reshape. Exact: max of ``r`` and the identity (-inf, the type's lowest
+    integer) is ``r``, NaN included; without a reshape after it, tileiras emits the same CUBIN."""
+    assert isinstance(r.type, Tile) and isinstance(r.type.elem, Scalar)
+    acc, shape = r.type.elem, r.type.shape
+    identity = -math.inf if dtype.is_float else int_identity("max", dtype)
+    unit = TValue(Tile(acc, (1, *shape)))
+    lo.emit("reshape", [unit], [r], op)
+    out = TValue(r.type, named)
+    fold(lo, op, "reduce", unit, out, dim=0, combine=_COMBINE["max"][kind(dtype)], identity=identity, dtype=dtype)
+    return out
 
 
 @rule(O.ReduceOp)
