@@ -294,7 +294,8 @@ def test_tileirdisasm_reads_each_kernel_back_as_the_text_form(name: str, version
 SCALE_THRICE_TEXT = """\
 cuda_tile.module @scale_thrice {
   entry @scale_thrice(%x: tile<ptr<f32>>, %x_shape0: tile<i64>, %x_stride0: tile<i64>, \
-%out: tile<ptr<f32>>, %out_shape0: tile<i64>, %out_stride0: tile<i64>) {
+%out: tile<ptr<f32>>, %out_shape0: tile<i64>, %out_stride0: tile<i64>) \
+optimization_hints=<sm_90 = {occupancy = 8}> {
     %bid_x, %bid_y, %bid_z = get_tile_block_id : tile<i32>
     %x_view = make_tensor_view %x, shape = [%x_shape0], \
 strides = [%x_stride0] : tile<i64> -> tensor_view<?xf32, strides=[?]>

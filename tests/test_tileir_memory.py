@@ -237,7 +237,7 @@ GATHER_TEXT = """\
 cuda_tile.module @gather_1d {
   entry @gather_1d(%x: tile<ptr<f32>>, %x_shape0: tile<i64>, %x_stride0: tile<i64>, %idx: tile<ptr<i32>>, \
 %idx_shape0: tile<i64>, %idx_stride0: tile<i64>, %out: tile<ptr<f32>>, %out_shape0: tile<i64>, %out_stride0: \
-tile<i64>) {
+tile<i64>) optimization_hints=<sm_90 = {occupancy = 8}> {
     %bid_x, %bid_y, %bid_z = get_tile_block_id : tile<i32>
     %idx_view = make_tensor_view %idx, shape = [%idx_shape0], strides = [%idx_stride0] : tile<i64> -> \
 tensor_view<?xi32, strides=[?]>
