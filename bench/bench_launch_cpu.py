@@ -57,6 +57,35 @@ def tile_kernel(driver: Any, function: Any) -> Callable[[], Any]:
     return lambda: launch(x)
 
 
+def three_arrays(driver: Any, function: Any, backend: str) -> Callable[[], Any]:
+    """``copy3[1](a, b, c)`` with ``backend``'s launch key, alternating between two sets of arrays so that every
+    call classifies its arguments (no repeat of the last call): the Tile IR key adds ``launch_facts``."""
+
+    @tj.kernel(backend=backend)
+    def copy3(a, b, c):  # type: ignore[no-untyped-def]
+        pass
+
+    params = [(n, ParamKind.array("bfloat16", 2)) for n in "abc"]
+
+    def build(arg_types: Any, hints: Any, consts: Any, device: Any) -> Any:
+        return loaded(Launcher(function, params, 32, driver=driver), None, None)
+
+    copy3._build = build
+    sets = [[ArrayView(base + i * 0x100_0000, (4096, 4096), (4096, 1), "bfloat16", None) for i in range(3)]
+            for base in (0x1000_0000, 0x2000_0000)]
+    launch = copy3[1]
+    for _ in range(CHECKED_LAUNCHES + 2):
+        launch(*sets[0])
+        launch(*sets[1])
+    state = [0]
+
+    def call() -> None:
+        state[0] ^= 1
+        launch(*sets[state[0]])
+
+    return call
+
+
 def cases() -> dict[str, Callable[[], Any]]:
     libc = ctypes.CDLL(None)
     if libc.geteuid() != 0:
@@ -77,6 +106,8 @@ def cases() -> dict[str, Callable[[], Any]]:
         "RawKernel's launch function, called directly": lambda: entry(1, 32, args),
         "RawKernel kernel(1, 32, args)": lambda: kernel(1, 32, args),
         "tile kernel empty_tile[1](x)": tile,
+        "tile kernel copy3[1](a, b, c), new arrays each call, backend='cuda'": three_arrays(driver, function, "cuda"),
+        "the same, backend='tileir' (launch facts in the key)": three_arrays(driver, function, "tileir"),
     }
 
 
