@@ -33,9 +33,9 @@ _LOADED: dict[str, Backend] = {}
 #: an error, or slower, because another toolchain is installed. Kept here, not asked of the backend's module,
 #: so that ``auto`` on a warm launch imports no module but the CUDA backend's.
 INCOMPLETE = {
-    "tileir": "Tile IR kernels run slower than CUDA C++'s on most measured shapes (bench/RESULTS.md: row kernels "
-              "0.4-0.8x, matmul 0.25x) and some forms are refused (a return inside a loop, 16-bit atomics), "
-              "so auto uses CUDA C++",
+    "tileir": "tileiras takes 0.3-5 s per kernel (NVRTC: about 50 ms), rows too long for its 256 threads run "
+              "at 0.5-0.6x of CUDA C++'s speed (bench/RESULTS.md, session 13) and some forms are refused (a "
+              "return inside a loop, 16-bit atomics), so auto uses CUDA C++",
 }
 
 ParamSpec = tuple[str, str, int, str] | tuple[str, str, int] | tuple[str, str]
