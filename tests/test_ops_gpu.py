@@ -570,24 +570,16 @@ def int_edges(x, y, out, OP: tj.Constant[str], TILE: tj.Constant[int]):
     i = tj.bid(0)
     a = tj.load(x, index=(i,), shape=(TILE,))
     b = tj.load(y, index=(i,), shape=(TILE,))
-    if OP == "add":
-        r = a + b
-    elif OP == "sub":
-        r = a - b
-    elif OP == "mul":
-        r = a * b
-    elif OP == "neg":
+    if OP == "neg":
         r = -a
     elif OP == "abs":
         r = tj.abs(a)
-    elif OP == "floordiv":
-        r = a // b
-    elif OP == "mod":
-        r = a % b
     elif OP == "inc_gt":
         r = tj.where((a + 1) > a, 1, 0)
-    else:
+    elif OP == "floor_ceil":
         r = tj.floor(a) + tj.ceil(a) - a
+    else:
+        r = binary_op(OP, a, b)
     tj.store(out, index=(i,), tile=r)
 
 
