@@ -27,7 +27,7 @@ import tilejit as tj
 
 CASES = int(os.environ.get("TILEJIT_FUZZ_CASES", "400"))
 SEED_BASE = int(os.environ.get("TILEJIT_FUZZ_SEED_BASE", "0"))
-BLOCKS = 8
+BLOCKS = 20  # on Tile IR every program is a tileiras run (about a second): small blocks spread over workers
 _CHOSEN = [int(s) for s in os.environ.get("TILEJIT_FUZZ_SEEDS", "").replace(",", " ").split()]
 SEED_BLOCKS = [_CHOSEN] if _CHOSEN else [
     list(range(SEED_BASE + b * -(-CASES // BLOCKS), SEED_BASE + min(CASES, (b + 1) * -(-CASES // BLOCKS))))
