@@ -103,11 +103,8 @@ def test_launch_facts_of_array_views() -> None:
     def view(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: str = "float32") -> Any:
         return ArrayView(ptr, shape, strides, dtype, None)
 
-    def is_view(v: object) -> bool:
-        return isinstance(v, ArrayView)
-
     def alone(views: list[Any]) -> tuple[bool | None, ...]:
-        return tuple(None if f is None else bool(f & ALONE) for f in launch_facts(views, is_view))
+        return tuple(None if f is None else bool(f & ALONE) for f in launch_facts(views))
 
     a = view(0x1000, (4, 8), (8, 1))  # bytes [0x1000, 0x1080)
     b = view(0x1080, (4,), (1,))  # right after a
@@ -122,7 +119,7 @@ def test_launch_facts_of_array_views() -> None:
     assert alone([view(0x3000, (0, 4), (4, 1)), view(0x4000, (2,), (1,), "float64")]) == (True, True)
     extents = [view(0, (3, 8), (8, 1), "bfloat16"), view(0, (8, 12), (12, 1), "bfloat16"),
                view(0, (5,), (1,), "float32"), view(0, (2, 4), (1, 2), "float32"), view(0, (6,), (1,), "float64")]
-    assert [bool(f & EXTENT16) for f in launch_facts(extents, is_view)] == [True, False, False, True, True]
+    assert [bool(f & EXTENT16) for f in launch_facts(extents)] == [True, False, False, True, True]
 
 
 def test_only_tile_ir_kernels_key_launches_by_their_facts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +136,7 @@ def test_only_tile_ir_kernels_key_launches_by_their_facts(monkeypatch: pytest.Mo
 
     assert not tj.kernel(no_array, backend="tileir")._keys_facts()
     src = _dispatch_source(["a", "b", "c"], ["BM"], [], True)
-    assert "_tj_facts((_tj_v0, _tj_v1, _tj_v2, ), _tj_is_view))" in src
+    assert "_tj_facts((_tj_v0, _tj_v1, _tj_v2, )))" in src
     assert "facts(" not in _dispatch_source(["a", "b", "c"], ["BM"], [])
 
 

@@ -516,7 +516,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         ]
     view_tuple = "(" + "".join(f"{p}v{i}, " for i in range(len(args))) + ")"
     fast_key = f"({p}dev, {consts}, " + "".join(f"{p}k{i}, " for i in range(len(args)))
-    fast_key += f"{p}facts({view_tuple}, {p}is_view))" if facts else ")"
+    fast_key += f"{p}facts({view_tuple}))" if facts else ")"
     run_list = "[" + ", ".join(args) + "]"
     const_tuple = "(" + "".join(f"{c}, " for c in constants) + ")"
     handle = f"{p}CUR[0] if {p}stream is None else {p}stream_handle({p}stream)"
@@ -587,7 +587,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
 #: ``kernel[grid]``, then those of one (its thread's id and current device and stream handle cells, grid, stream).
 _MAKE_PARAMS = ("fast", "specialize", "slow", "classify", "own_of", "fail", "for_thread", "DA", "AV", "VIEW",
                 "MISSING", "NOKEEP", "KEEP", "KEEP_CONST", "get_device", "ident", "stream_handle", "NAME",
-                "facts", "is_view",
+                "facts",
                 "owner", "DEV", "CUR", "grid", "stream")
 _PER_FUNCTION = 5  # owner ... stream
 
@@ -596,11 +596,6 @@ def _classify(name: str, a: Any) -> tuple[Any, Any]:
     """(view or scalar, fast-key entry) of an argument that is not a DeviceArray, view or Python scalar."""
     v = _as_view_or_scalar(name, a)
     return v, ((v.dtype, v.strides, v.ptr & 15) if v.__class__ is _AV else ("scalar", str(v.dtype)))
-
-
-def _is_view(v: Any) -> bool:
-    """Whether a classified argument is an array view (not a scalar)."""
-    return v.__class__ is _AV
 
 
 def _check_num_threads(name: str, n: object) -> int:
@@ -691,7 +686,7 @@ class Kernel:
                 "DA": DeviceArray, "AV": _AV, "VIEW": _VIEW_BY_TYPE, "MISSING": _MISSING, "NOKEEP": _NOKEEP,
                 "KEEP": IMMUTABLE_ARGS, "KEEP_CONST": _KEEP_CONST, "get_device": get_device,
                 "ident": threading.get_ident, "stream_handle": stream_handle, "NAME": self.__name__,
-                "facts": launch_facts, "is_view": _is_view,
+                "facts": launch_facts,
             }
             make = self._make = functools.partial(
                 namespace["make"], *(env[n] for n in _MAKE_PARAMS[:-_PER_FUNCTION]))
@@ -789,7 +784,7 @@ class Kernel:
                 views.append(v)
                 key.append(k)
         if self._keys_facts():
-            key.append(launch_facts(views, _is_view))
+            key.append(launch_facts(views))
         k = tuple(key)
         compiled = self._fast.get(k)
         if compiled is None:

@@ -14,6 +14,7 @@ from typing import Any
 from tilejit.errors import LaunchError
 from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType, float32, int32, int64, scalar
 from tilejit.language.ir.types import bool_ as tj_bool
+from tilejit.runtime.interop import ArrayView
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -61,14 +62,14 @@ _ITEMSIZE = {name: dt.itemsize for name, dt in BY_NAME.items()}
 ALONE, EXTENT16 = 1, 2
 
 
-def launch_facts(views: Sequence[Any], is_view: Any) -> tuple[int | None, ...]:
+def launch_facts(views: Sequence[Any]) -> tuple[int | None, ...]:
     """For each argument, the ``ALONE | EXTENT16`` bits of an array (from pointer, shape, strides in elements and
     itemsize), ``None`` for a scalar: the ``ArrayHint.disjoint``/``extent16`` facts of one launch, in its fast
     key when the backend uses them, so written for speed (one pass, no helper calls)."""
     spans: list[tuple[int, int] | None] = []
     facts: list[int | None] = []
     for v in views:
-        if not is_view(v):
+        if v.__class__ is not ArrayView:
             spans.append(None)
             facts.append(None)
             continue
