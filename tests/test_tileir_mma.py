@@ -347,7 +347,7 @@ def faceted_views(monkeypatch: pytest.MonkeyPatch, aligned16: bool, int32_extent
     """memory.view with the launch facts applied, as the one-line change in memory.py would (view_facts on
     the array's base, shapes and strides before its tensor view is made)."""
     from tilejit.backends.tileir.lower import memory
-    from tilejit.backends.tileir.lower.mma import view_facts
+    from tilejit.backends.tileir.lower.memory import view_facts
 
     original = memory.view
 

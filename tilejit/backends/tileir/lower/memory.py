@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 from tilejit.backends.tileir.lower.core import I64, STORED, TOKEN, Lowerer, rule, unsupported
-from tilejit.backends.tileir.lower.mma import view_facts
 from tilejit.backends.tileir.module import (
     PartitionView,
     Ptr,
@@ -67,6 +66,35 @@ def indices(lo: Lowerer, values: list[Value], op: Op) -> list[TValue]:
             v = wide
         out.append(v)
     return out
+
+
+def view_facts(lo: Lowerer, op: Op, base: TValue, shape: list[TValue], strides: list[TValue], itemsize: int, *,
+               aligned16: bool, int32_extents: bool,
+               extent16: bool = False) -> tuple[TValue, list[TValue], list[TValue]]:
+    """An array's ``base``, ``shape`` and ``strides`` (all of them, innermost last) through ``assume`` ops in the
+    prologue stating what a launch checked, so that tileiras may load with TMA (docs/tileir.md, "mma and matmul
+    speed"): ``aligned16`` (base and every row start 16-byte aligned) -> base ``div_by<16>`` and every stride
+    but the innermost ``div_by<16 / itemsize>``; ``int32_extents`` (shapes and strides in [0, 2**31)) ->
+    ``bounded<0, 2**31-1>``; shapes are always ``bounded<0, ?>``; ``extent16`` (the innermost extent a multiple
+    of 16 bytes) -> that shape ``div_by<16 / itemsize>`` (tileiras then stores with TMA). Pass only facts checked
+    at launch: a false assumption is undefined behaviour."""
+
+    def assume(v: TValue, predicate: tuple[object, ...]) -> TValue:
+        r = TValue(v.type, v.name)
+        lo.prologue.append(TOp("assume", [r], [v], {"predicate": predicate}, op.loc))
+        return r
+
+    high = 2**31 - 1 if int32_extents else None
+    shape = [assume(v, ("bounded", 0, high)) for v in shape]
+    if extent16 and itemsize < 16:
+        shape[-1] = assume(shape[-1], ("div_by", 16 // itemsize))
+    if int32_extents:
+        strides = [assume(v, ("bounded", 0, high)) for v in strides]
+    if aligned16:
+        if itemsize < 16:
+            strides = [assume(v, ("div_by", 16 // itemsize)) for v in strides[:-1]] + strides[-1:]
+        base = assume(base, ("div_by", 16))
+    return base, shape, strides
 
 
 def view(lo: Lowerer, op: Op, array: Value, tile: tuple[int, ...], padding: str | None) -> TValue:
