@@ -305,6 +305,26 @@ def fe_count_range(out, lo: int, hi: int, step: int):
     tj.store(out, index=(0,), tile=tj.full((1,), count, tj.int32))
 
 
+@tj.kernel
+def fe_count_unit_range(out, lo: int, hi: int):
+    count = 0
+    for _ in range(lo, hi):
+        count += 1
+        if count > 5:
+            break
+    tj.store(out, index=(0,), tile=tj.full((1,), count, tj.int32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("lo", "hi"), [(2**31 - 4, 2**31 - 1), (2**31 - 2, 2**31 - 1), (2**31 - 1, 2**31 - 1),
+                                        (-(2**31), -(2**31) + 3), (7, -(2**31))])
+def test_unit_step_loops_stop_at_the_int32_limit(lo: int, hi: int) -> None:
+    """A step-1 loop over int32 bounds may count in int32 (Tile IR does): the last counter is hi - 1."""
+    out = tj.empty(1, "int32").poison()
+    fe_count_unit_range[1](out, lo, hi)
+    assert int(out.numpy()[0]) == min(len(range(lo, hi)), 6)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("lo", "hi", "step"), [(2**31 - 10, 2**31 - 1, 2**30), (0, 2**31 - 1, 2**30), (5, 9, 0),
                                                 (5, 9, -1), (0, 7, 2)])

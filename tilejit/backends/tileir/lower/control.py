@@ -8,8 +8,9 @@ starts from its token arguments, so a store in iteration i is ordered after the 
 iteration i-1, and every exit (``continue``, ``break``, ``yield``) passes the state reached on its path.
 Code with no memory ops carries nothing extra.
 
-``for`` follows the CUDA backend's loop: a signed 64-bit counter (no wrap past the int32 range), a step
-that is not positive at run time runs no iterations; the loop variable is the counter cast to its type.
+``for`` follows the CUDA backend's loop: a signed 64-bit counter (no wrap past the int32 range; int32 where it
+cannot wrap), a step that is not positive at run time runs no iterations; the loop variable is the counter
+cast to its type.
 Tile IR's ``for`` may not ``break``: a ``for`` that breaks becomes a ``loop`` that tests its counter.
 
 A read-only ``for`` with tile loads is made twice (docs/tileir.md, "Read-only loops"): carrying a load token
@@ -233,14 +234,16 @@ def _integer(lo: Lowerer, value: int, t: Tile, op: Op) -> TValue:
 
 
 def _bounds(lo: Lowerer, op: O.ForOp) -> tuple[TValue, TValue, TValue]:
-    """``lower, upper, step`` as the loop's counter: int64, or int32 when the int32 bounds are constants that
-    cannot overflow; a step not known positive gives ``upper = lower, step = 1`` when it is not (no iterations,
-    as in the CUDA backend)."""
+    """``lower, upper, step`` as the loop's counter: int64, or int32 when the int32 bounds cannot overflow it
+    (constants well inside the range, or a step of 1: the counter only grows while below ``upper``); a step
+    not known positive gives ``upper = lower, step = 1`` when it is not (no iterations, as in the CUDA
+    backend)."""
     iv_t = lo.tile_type(op.body.args[0].type, op)
     bounds = (op.lower, op.upper, op.step)
     known = [_constant(lo, v) for v in bounds]
     small = all(k is not None and -_SMALL <= k < _SMALL for k in known) and (known[2] or 0) > 0
-    t = iv_t if small and all(lo.value(v).type == iv_t == Tile(Scalar("i32")) for v in bounds) else I64
+    safe = small or known[2] == 1
+    t = iv_t if safe and all(lo.value(v).type == iv_t == Tile(Scalar("i32")) for v in bounds) else I64
     lower, upper, step = (_counter(lo, v, t, op) for v in bounds)
     if known[2] is not None and known[2] > 0:
         return lower, upper, step
