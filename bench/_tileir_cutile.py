@@ -55,7 +55,26 @@ def matmul(a, b, c, BM: ct.Constant[int], BN: ct.Constant[int], BK: ct.Constant[
     ct.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
 
-KERNELS = SimpleNamespace(vector_add=vector_add, softmax=softmax, layer_norm=layer_norm, matmul=matmul)
+@ct.kernel
+def matmul_grouped(a, b, c, BM: ct.Constant[int], BN: ct.Constant[int], BK: ct.Constant[int],  # type: ignore[no-untyped-def]
+                   GROUP: ct.Constant[int]):
+    pid = ct.bid(0)
+    tiles_m, tiles_n = ct.cdiv(a.shape[0], BM), ct.cdiv(b.shape[1], BN)
+    in_group = GROUP * tiles_n
+    first_m = (pid // in_group) * GROUP
+    group_m = min(tiles_m - first_m, GROUP)
+    pid_m = first_m + (pid % in_group) % group_m
+    pid_n = (pid % in_group) // group_m
+    acc = ct.full((BM, BN), 0, dtype=ct.float32)
+    for k in range(ct.num_tiles(a, axis=1, shape=(BM, BK))):
+        ta = ct.load(a, index=(pid_m, k), shape=(BM, BK), padding_mode=ct.PaddingMode.ZERO)
+        tb = ct.load(b, index=(k, pid_n), shape=(BK, BN), padding_mode=ct.PaddingMode.ZERO)
+        acc = ct.mma(ta, tb, acc)
+    ct.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
+
+
+KERNELS = SimpleNamespace(vector_add=vector_add, softmax=softmax, layer_norm=layer_norm, matmul=matmul,
+                          matmul_grouped=matmul_grouped)
 
 
 def _array(dtype: Any, ndim: int) -> Any:
@@ -75,6 +94,7 @@ def export(which: str, dtype: str, consts: tuple[int, ...], gpu: str | None,
         "softmax": (_array(dt, 2), _array(dt, 2)),
         "layer_norm": (_array(dt, 2), _array(dt, 1), _array(dt, 1), _array(dt, 2), cc.ScalarConstraint(ct.float32)),
         "matmul": (_array(dt, 2), _array(dt, 2), _array(dt, 2)),
+        "matmul_grouped": (_array(dt, 2), _array(dt, 2), _array(dt, 2)),
     }
     sig = cc.KernelSignature([*params[which], *consts], cc.CallingConvention.cutile_python_v1())
     buf = io.BytesIO()

@@ -2,7 +2,8 @@
 cuBLAS and cuTile Python on equivalent kernels, in one run (issue 17's "Speed").
 
 Kernels: vector add (f32, several sizes), fused row softmax and layer norm (row lengths 1K..32K, f32 and bf16,
-2^26 elements per case so every case fills the GPU), bf16 matmul (2048^3, 4096^3, 8192^3 and non-square shapes).
+2^26 elements per case so every case fills the GPU), bf16 matmul (2048^3, 4096^3, 8192^3 and non-square shapes;
+examples/matmul.py's ``matmul`` on a 2-D grid and ``matmul_grouped`` in Triton's grouped tile order).
 tilejit runs ``examples/``'s kernels, compiled once with ``backend="cuda"`` and once with ``backend="tileir"``;
 Triton runs its tutorial kernels (matmul: the tutorial's first config, 128x256x64 / 8 warps / 3 stages, or its
 autotune configs with ``--triton-autotune``); cuTile Python runs ``_tileir_cutile.py`` (the same kernels written
@@ -47,6 +48,7 @@ MATMUL_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (40
                  (3000, 5000, 4000), (8192, 1024, 8192))
 QUICK_MATMUL_SHAPES = ((4096, 4096, 4096), (3000, 5000, 4000))
 VADD_TILE = 4096
+MATMUL_GROUP = 8  # tile rows per group of the grouped matmul order
 TRITON_VADD_BLOCK = 1024
 EPS = 1e-5
 #: The contender each unit's ratios are taken against.
@@ -63,7 +65,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer shapes and one compile per kernel")
     ap.add_argument("--only", default="", help=f"comma list of: {','.join(KERNELS)} (default: all)")
-    ap.add_argument("--tiles", default="128x256x64,128x128x64",
+    ap.add_argument("--tiles", default="128x256x32,128x128x64",
                     help="matmul tiles BMxBNxBK for tilejit (both backends) and cuTile, comma-separated")
     ap.add_argument("--triton-autotune", action="store_true",
                     help="Triton matmul autotuned over the tutorial's configs instead of its fixed first config")
@@ -352,9 +354,9 @@ def short_dtype(name: str) -> str:
     return {"float32": "f32", "bfloat16": "bf16"}[name]
 
 
-def example_kernel(name: str) -> Any:
-    """The ``@tj.kernel`` of ``examples/<name>.py``."""
-    return getattr(__import__(name), name)
+def example_kernel(name: str, module: str | None = None) -> Any:
+    """The ``@tj.kernel`` ``name`` of ``examples/<module>.py`` (default: the module of the same name)."""
+    return getattr(__import__(module or name), name)
 
 
 def signature(name: str, dtype: str) -> tuple[Any, ...]:
@@ -482,13 +484,14 @@ class Runner:
         self.results: list[dict[str, Any]] = []
         self.tj_kernels: dict[tuple[str, str], Any] = {}
 
-    def tj(self, name: str, backend: str) -> Any:
-        """``examples/<name>.py``'s kernel as a ``@tj.kernel`` of ``backend`` (one object per backend)."""
+    def tj(self, name: str, backend: str, module: str | None = None) -> Any:
+        """The example kernel ``name`` (of ``examples/<module>.py``, default ``<name>.py``) as a ``@tj.kernel``
+        of ``backend`` (one object per backend)."""
         key = (name, backend)
         if key not in self.tj_kernels:
             import tilejit as tj
 
-            self.tj_kernels[key] = tj.kernel(example_kernel(name).func, backend=backend)
+            self.tj_kernels[key] = tj.kernel(example_kernel(name, module).func, backend=backend)
         return self.tj_kernels[key]
 
     def run(self, group: str, shape: str, contender: str, unit: str, work: float, fn: Callable[[], Any] | str,
@@ -621,7 +624,8 @@ class Runner:
 
     def matmul(self, shapes: Sequence[tuple[int, int, int]]) -> None:
         """bf16 matmul with float32 accumulation at each MxNxK: cuBLAS, tilejit's two backends and cuTile at each
-        tile of ``--tiles``, and Triton's tutorial kernel."""
+        tile of ``--tiles`` in both tile orders (examples/matmul.py: ``matmul`` on a 2-D grid, ``matmul_grouped``
+        in groups of ``MATMUL_GROUP`` tile rows), and Triton's tutorial kernel."""
         from _tileir_peers import triton_matmul_launch
 
         torch = self.torch
@@ -637,13 +641,19 @@ class Runner:
             for bm, bn, bk in self.args.tile_list:
                 grid = (-(-m // bm), -(-n // bn))
                 tile = f"{bm}x{bn}x{bk}"
-                for be in BACKENDS:
-                    k = self.tj("matmul", be)
-                    fn = (lambda k=k, grid=grid, bm=bm, bn=bn, bk=bk: k[grid](a, b, c, BM=bm, BN=bn, BK=bk))
-                    self.run(group, shape, f"tilejit {be} {tile}", "TFLOP/s", work,
-                             self.on(be, fn), c, want, 1e-2)
-                self.run(group, shape, f"cuTile {tile}", "TFLOP/s", work,
-                         self.cutile_launch("matmul", (*grid, 1), a, b, c, bm, bn, bk), c, want, 1e-2)
+                for order, name, launch_grid, extra in (
+                    ("", "matmul", grid, {}),
+                    ("grouped ", "matmul_grouped", (grid[0] * grid[1],), {"GROUP": MATMUL_GROUP}),
+                ):
+                    for be in BACKENDS:
+                        k = self.tj(name, be, "matmul")
+                        fn = (lambda k=k, g=launch_grid, bm=bm, bn=bn, bk=bk, extra=extra:
+                              k[g](a, b, c, BM=bm, BN=bn, BK=bk, **extra))
+                        self.run(group, shape, f"tilejit {be} {order}{tile}", "TFLOP/s", work,
+                                 self.on(be, fn), c, want, 1e-2)
+                    self.run(group, shape, f"cuTile {order}{tile}", "TFLOP/s", work,
+                             self.cutile_launch(name, (*launch_grid, 1, 1)[:3], a, b, c, bm, bn, bk,
+                                                *extra.values()), c, want, 1e-2)
             label = "triton (autotuned)" if self.args.triton_autotune else "triton 128x256x64"
             self.run(group, shape, label, "TFLOP/s", work,
                      self.peer(self.triton, lambda t: triton_matmul_launch(t, a, b, c)), c, want, 1e-2)

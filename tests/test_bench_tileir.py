@@ -37,7 +37,7 @@ def test_arguments_defaults_quick_and_out(bt: ModuleType, monkeypatch: pytest.Mo
     monkeypatch.delenv("OUT", raising=False)
     args = bt.parse_args([])
     assert args.kernels == ("vadd", "softmax", "layernorm", "matmul", "compile")
-    assert args.tile_list == [(128, 256, 64), (128, 128, 64)]
+    assert args.tile_list == [(128, 256, 32), (128, 128, 64)]
     assert args.compile_reps == 3 and args.out is None and not args.quick
     monkeypatch.setenv("OUT", "/some/where")
     quick = bt.parse_args(["--quick", "--only", "softmax,matmul", "--tiles", "64x64x32"])
