@@ -266,28 +266,38 @@ class _RefusingDriver:
     """A driver whose launches fail with CUDA_ERROR_INVALID_CLUSTER_SIZE (912) when the grid's x extent is not a
     multiple of 2, as the real one does for a kernel with a required cluster of 2; counts launches."""
 
-    def __init__(self) -> None:
+    def __init__(self, with_ex: bool = True) -> None:
         import ctypes
 
         self.launches = 0
 
         @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         def launch_ex(config: int, f: int, params: int, extra: int) -> int:
-            gx = ctypes.c_uint.from_address(config).value
-            self.launches += 1
-            return 912 if gx % 2 else 0
+            return self._launch(ctypes.c_uint.from_address(config).value)
 
-        self.cuLaunchKernelEx = launch_ex
+        @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *(ctypes.c_uint,) * 7, ctypes.c_void_p, ctypes.c_void_p,
+                          ctypes.c_void_p)
+        def launch(f: int, gx: int, *rest: Any) -> int:
+            return self._launch(gx)
+
+        self.cuLaunchKernelEx = launch_ex if with_ex else None
+        self.cuLaunchKernel = launch
+
+    def _launch(self, gx: int) -> int:
+        self.launches += 1
+        return 912 if gx % 2 else 0
 
     def check(self, status: int, function: str, detail: str = "") -> None:
         if status:
             raise CUDAError(function, status, "CUDA_ERROR_INVALID_CLUSTER_SIZE", "invalid cluster size", detail)
 
 
-def test_launcher_refuses_grids_of_partial_clusters() -> None:
-    """The checked launch refuses before calling the driver; a driver error from the fast path (which does not look)
-    becomes the same message, never a bare CUDA error; a launcher without a cluster leaves the driver's error."""
-    driver = _RefusingDriver()
+@pytest.mark.parametrize("with_ex", [True, False])
+def test_launcher_refuses_grids_of_partial_clusters(with_ex: bool) -> None:
+    """The checked launch and the generated fast path (with cuLaunchKernelEx or cuLaunchKernel) refuse before
+    calling the driver; a driver error for such a grid becomes the same message, never a bare CUDA error; a
+    launcher without a cluster leaves the driver's error as it is."""
+    driver = _RefusingDriver(with_ex)
     params = [("n", ParamKind.scalar("int32"))]
     launcher = Launcher(SimpleNamespace(name="mm_sym", handle=1), params, block=128, driver=driver, cluster=2,
                         kernel_name="matmul")
@@ -301,7 +311,13 @@ def test_launcher_refuses_grids_of_partial_clusters() -> None:
     assert driver.launches == 2
     with pytest.raises(LaunchError, match=message):
         launcher.launch((3, 5, 1), [1])
-    assert driver.launches == 3  # the driver refused it; the error is ours
+    with pytest.raises(LaunchError, match=message):
+        launcher.launch((3, 5), [1])
+    assert driver.launches == 2  # refused before the driver saw it
+    launcher.launch((6, 5, 1), [1])
+    assert driver.launches == 3
+    with pytest.raises(LaunchError, match=message):  # had the driver refused it: the error is still ours
+        launcher._failed(912, (3, 5, 1), [1], None)
     plain = Launcher(SimpleNamespace(name="k", handle=1), params, block=128, driver=driver)
     with pytest.raises(CUDAError, match="INVALID_CLUSTER_SIZE"):
         plain.launch_checked((3, 5), [1])

@@ -403,8 +403,9 @@ class Launcher:
     stream they read, are the creating thread's; another thread's launches take the checked path a few
     times, then a generated function of its own, so concurrent launches never share buffers and each
     reads its own thread's current stream. ``cluster``: CTAs per cluster along x the kernel was built for
-    (``KernelImage.cluster``; 1: none), so that a grid whose x extent is not a multiple of it is refused with
-    a message naming ``kernel_name`` (default: the function's name) instead of the driver's error code.
+    (``KernelImage.cluster``; 1: none): every path refuses a grid whose x extent is not a multiple of it before
+    the driver sees it (the generated functions when their grid changes), with a message naming ``kernel_name``
+    (default: the function's name), and a driver error for such a grid is turned into the same message.
     """
 
     def __init__(
@@ -568,7 +569,7 @@ class Launcher:
         try:
             values = self.convert_args(args)
             self._struct.pack(*values)
-            _grid3(grid)
+            check_cluster_grid(self.kernel_name, _grid3(grid), self.cluster)
             stream_handle(stream)
         except LaunchError as err:
             return err
@@ -604,7 +605,7 @@ class Launcher:
 
     def _failed(self, status: int, grid: Any, args: Any, stream: Any, retry: bool = True) -> None:
         """A launch returned ``status``: fix a missing/wrong current context and retry once, else raise. A grid
-        that does not hold whole clusters (the fast path does not look) is refused with its own message."""
+        that does not hold whole clusters (the driver refuses it) is refused with its own message."""
         if self.cluster > 1:
             try:
                 dims = _grid3(grid)
