@@ -339,6 +339,7 @@ def _bf16(rng: np.random.Generator, shape: tuple[int, int]) -> tuple[np.ndarray,
 
 
 @pytest.mark.gpu
+@pytest.mark.own_backend(reason="a Tile IR kernel: clusters are a Tile IR hint")
 def test_tile_ir_matmul_with_clusters_on_even_and_odd_grids(tileir_env: Any) -> None:
     """A Tile IR matmul with num_ctas=2 on an sm_90+ GPU: correct against numpy on a grid whose x extent is even;
     refused with the cluster message on an odd one, on the checked path and, after the fast path took over,
