@@ -49,7 +49,8 @@ class _FakeTileIR(Backend):
         return self.identity
 
     def generate(self, fn: Any, target: Target, hints: Mapping[str, Any], *, num_threads: int | None = None,
-                 kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
+                 kernel_hints: base.KernelHints = base.NO_HINTS, kind: str = "cubin",
+                 memo: dict[str, Any] | None = None) -> KernelImage:
         return KernelImage(backend="tileir", image=b"\x7fELF-fake", kind=kind, symbol=fn.name, num_threads=128,
                            shared_bytes=0, params=(("x", ("array", "float32", 1)),), cache_identity=self.identity)
 

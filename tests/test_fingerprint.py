@@ -38,7 +38,7 @@ CHILD = textwrap.dedent(
     def compile_entry(artifact, ptx):
         compiled.append(artifact.name)
         return {"image": artifact.ir_text().encode(), "kind": "cubin", "symbol": artifact.name,
-                "num_threads": 128, "shared_bytes": 0, "params": []}
+                "num_threads": 128, "shared_bytes": 0, "params": [], "cluster": 1}
 
     class Module:
         def __init__(self, image):

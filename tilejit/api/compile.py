@@ -14,7 +14,7 @@ from tilejit.language.ir.types import ArrayHint, ArrayType, DType, TileType, flo
 from tilejit.language.ir.types import bool_ as tj_bool
 
 if TYPE_CHECKING:
-    from tilejit.backends.base import Backend, KernelImage
+    from tilejit.backends.base import Backend, KernelHints, KernelImage
     from tilejit.backends.cuda.codegen import CudaKernel
     from tilejit.backends.cuda_backend import CudaBackend
     from tilejit.compiler.nvrtc import CompiledProgram
@@ -65,6 +65,8 @@ class Artifact:
         num_threads: int | None = None,
         hints: dict[str, ArrayHint] | None = None,
         backend: str = "cuda",
+        num_ctas: int | None = None,
+        occupancy: int | None = None,
     ) -> None:
         self.kernel_func = kernel_func
         self.name = name
@@ -74,13 +76,22 @@ class Artifact:
         self.num_threads = num_threads
         self.hints: dict[str, ArrayHint] = {} if hints is None else hints
         self.backend = backend
+        self.num_ctas = num_ctas  # the user's performance hints (KernelHints), None where not given
+        self.occupancy = occupancy
         self._fn: Function | None = None
         self._stages: dict[str, Any] = {}  # the backend's intermediate outputs (``Backend.generate``'s memo)
 
     def __repr__(self) -> str:
         return (f"Artifact(name={self.name!r}, arg_types={self.arg_types!r}, constants={self.constants!r}, "
-                f"target={self.target!r}, num_threads={self.num_threads!r}, hints={self.hints!r}, "
-                f"backend={self.backend!r})")
+                f"target={self.target!r}, num_threads={self.num_threads!r}, num_ctas={self.num_ctas!r}, "
+                f"occupancy={self.occupancy!r}, hints={self.hints!r}, backend={self.backend!r})")
+
+    @property
+    def kernel_hints(self) -> KernelHints:
+        """The user's performance hints, as the backends take them."""
+        from tilejit.backends.base import KernelHints
+
+        return KernelHints(self.num_ctas, self.occupancy)
 
     @property
     def _progs(self) -> dict[str, CompiledProgram]:
@@ -96,7 +107,7 @@ class Artifact:
     def image(self, kind: str = "cubin") -> KernelImage:
         """The loadable kernel (``kind`` "cubin" or "ptx") with its launch facts, from the backend."""
         return self.backend_impl().generate(self.ir(), self.target, self.hints, num_threads=self.num_threads,
-                                            kind=kind, memo=self._stages)
+                                            kernel_hints=self.kernel_hints, kind=kind, memo=self._stages)
 
     def ir(self) -> Function:
         """The optimized tile IR."""
@@ -127,7 +138,8 @@ class Artifact:
     def cuda_kernel(self) -> CudaKernel:
         """Generated CUDA C++ with its launch facts (threads, shared memory, parameter ABI)."""
         return self._cuda_backend("cuda_kernel").source(self.ir(), self.target, self.hints,
-                                                         num_threads=self.num_threads, memo=self._stages)
+                                                         num_threads=self.num_threads,
+                                                         kernel_hints=self.kernel_hints, memo=self._stages)
 
     def cuda_source(self) -> str:
         self._cuda_backend("cuda_source")
@@ -141,7 +153,7 @@ class Artifact:
         newest the writer emits), whatever this artifact's backend; needs no toolchain."""
         from tilejit.backends.tileir_backend import TileIRBackend
 
-        return TileIRBackend.bytecode(self.ir(), self.target, version, self._stages, self.hints)
+        return TileIRBackend.bytecode(self.ir(), self.target, version, self._stages, self.hints, self.kernel_hints)
 
     def tileir_text(self) -> str:
         """The Tile IR bytecode's module in text form (``cuda_tile.module @name { ... }``); needs no toolchain."""
@@ -150,7 +162,8 @@ class Artifact:
             from tilejit.backends.tileir import module_text
             from tilejit.backends.tileir_backend import tileiras_target
 
-            text = self._stages["tileir_text"] = module_text(self.ir(), tileiras_target(self.target), self.hints)
+            text = self._stages["tileir_text"] = module_text(self.ir(), tileiras_target(self.target), self.hints,
+                                                             self.kernel_hints)
         return text
 
     def cubin(self) -> bytes:
@@ -228,6 +241,28 @@ def check_num_threads(n: object, where: str) -> int:
     return int(v)
 
 
+def check_num_ctas(n: object, where: str) -> int:
+    """A kernel's ``num_ctas`` (CTAs per cluster): a power of two from 1 to 16 (Tile IR's ``num_cta_in_cga``
+    values); errors start with ``where``."""
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"{where}: num_ctas must be an int, got {n!r}")
+    v = n.__index__()
+    if v not in (1, 2, 4, 8, 16):
+        raise ValueError(f"{where}: num_ctas must be a power of two from 1 to 16 (CTAs per cluster), got {v}")
+    return int(v)
+
+
+def check_occupancy(n: object, where: str) -> int:
+    """A kernel's ``occupancy`` (CTAs per SM the compiler should aim for): an int from 1 to 32; errors start
+    with ``where``."""
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"{where}: occupancy must be an int, got {n!r}")
+    v = n.__index__()
+    if not 1 <= v <= 32:
+        raise ValueError(f"{where}: occupancy must be an int from 1 to 32 (CTAs per SM), got {v}")
+    return int(v)
+
+
 def _kernel_function(kernel: object) -> Any:
     """The Python function of a ``@tj.kernel`` (or a plain function), or a ``TypeError`` naming the argument."""
     import types
@@ -264,6 +299,8 @@ def compile(
     target: str | int | Target | None = None,
     num_threads: int | None = None,
     backend: str | None = None,
+    num_ctas: int | None = None,
+    occupancy: int | None = None,
 ) -> Artifact:
     """Compile ``kernel`` for ``target`` (e.g. "sm_90") with no GPU needed.
 
@@ -275,6 +312,9 @@ def compile(
     ``backend``: "cuda" (CUDA C++ through NVRTC), "tileir" (Tile IR through tileiras) or "auto"; default: the
     kernel's own ``@tj.kernel(backend=...)``, else ``TILEJIT_BACKEND`` (auto: CUDA C++ while the Tile IR writer
     covers part of the language).
+    ``num_ctas`` (CTAs per cluster, 1..16) and ``occupancy`` (CTAs per SM to aim for, 1..32): performance hints,
+    default the kernel's own ``@tj.kernel(num_ctas=..., occupancy=...)``; a backend or target that cannot use one
+    ignores it.
     """
     from tilejit.backends.base import choose_backend
     from tilejit.compiler.targets import resolve_target
@@ -292,6 +332,8 @@ def compile(
         threads = check_num_threads(num_threads, where)
     else:
         threads = getattr(kernel, "num_threads", None)
+    ctas = check_num_ctas(num_ctas, where) if num_ctas is not None else getattr(kernel, "num_ctas", None)
+    occ = check_occupancy(occupancy, where) if occupancy is not None else getattr(kernel, "occupancy", None)
     # A ``::1`` array promises what a launch would check: unit inner stride, 16-byte-aligned rows, and shapes and
     # strides in [0, 2**31) (the Tile IR image marks it so that tilejit's launcher refuses larger ones).
     hints = {
@@ -300,4 +342,4 @@ def compile(
         if isinstance(t, ArrayType) and t.contiguous
     }
     chosen, _ = choose_backend(requested, tgt)
-    return Artifact(func, func.__name__, arg_types, consts, tgt, threads, hints, chosen.name)
+    return Artifact(func, func.__name__, arg_types, consts, tgt, threads, hints, chosen.name, ctas, occ)

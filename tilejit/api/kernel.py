@@ -16,7 +16,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tilejit.api.compile import Artifact, check_backend, check_num_threads
+from tilejit.api.compile import Artifact, check_backend, check_num_ctas, check_num_threads, check_occupancy
 from tilejit.api.signature import ALONE, EXTENT16, array_key, launch_facts, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, DType, TileType, normalize_const
@@ -607,7 +607,7 @@ class Kernel:
     """A tile kernel. Launch with ``kernel[grid](args...)``; compile ahead with ``tj.compile``."""
 
     def __init__(self, func: Callable[..., Any], *, num_threads: int | None = None,
-                 backend: str | None = None) -> None:
+                 backend: str | None = None, num_ctas: int | None = None, occupancy: int | None = None) -> None:
         from tilejit.language.frontend.params import constant_params, signature_params
 
         if not callable(func) or isinstance(func, type):
@@ -621,6 +621,10 @@ class Kernel:
             num_threads = _check_num_threads(func.__name__, num_threads)
         self.num_threads = num_threads
         self.backend = check_backend(backend, f"@tj.kernel(backend=...) of {func.__name__}")  # None: TILEJIT_BACKEND
+        self.num_ctas = None if num_ctas is None else check_num_ctas(num_ctas, f"@tj.kernel(num_ctas=...) of "
+                                                                               f"{func.__name__}")
+        self.occupancy = None if occupancy is None else check_occupancy(occupancy, f"@tj.kernel(occupancy=...) of "
+                                                                                   f"{func.__name__}")
         self._params = signature_params(func)
         consts = set(constant_params(func))
         self._constants = [p for p in self._params if p in consts]
@@ -860,19 +864,27 @@ class Kernel:
     def _artifact(self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], constants: dict[str, Any],
                   target: Any, backend: str) -> Artifact:
         """The artifact of one specialization for ``target`` with ``backend``."""
-        return Artifact(self.func, self.func.__name__, arg_types, constants, target, self.num_threads, hints, backend)
+        return Artifact(self.func, self.func.__name__, arg_types, constants, target, self.num_threads, hints, backend,
+                        self.num_ctas, self.occupancy)
 
 
 def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = None,
-           backend: str | None = None) -> Any:
+           backend: str | None = None, num_ctas: int | None = None, occupancy: int | None = None) -> Any:
     """Decorate a Python function as a tile kernel; ``num_threads`` overrides the compiler's choice, ``backend``
-    ("cuda", "tileir", "auto") the ``TILEJIT_BACKEND`` setting."""
+    ("cuda", "tileir", "auto") the ``TILEJIT_BACKEND`` setting. Performance hints: ``num_ctas``, CTAs per cluster
+    (a power of two 1..16; Tile IR on sm_90+ only: a launch's grid x extent must then be a multiple of it), and
+    ``occupancy``, CTAs per SM the compiler should aim for (1..32)."""
     if func is None:
+        # checked now, not when the decorator is applied
         if num_threads is not None:
-            check_num_threads(num_threads, "@tj.kernel(num_threads=...)")  # now, not when the decorator is applied
+            check_num_threads(num_threads, "@tj.kernel(num_threads=...)")
+        if num_ctas is not None:
+            check_num_ctas(num_ctas, "@tj.kernel(num_ctas=...)")
+        if occupancy is not None:
+            check_occupancy(occupancy, "@tj.kernel(occupancy=...)")
         check_backend(backend, "@tj.kernel(backend=...)")
-        return lambda f: Kernel(f, num_threads=num_threads, backend=backend)
-    return Kernel(func, num_threads=num_threads, backend=backend)
+        return lambda f: Kernel(f, num_threads=num_threads, backend=backend, num_ctas=num_ctas, occupancy=occupancy)
+    return Kernel(func, num_threads=num_threads, backend=backend, num_ctas=num_ctas, occupancy=occupancy)
 
 
 __all__ = ["Kernel", "kernel"]

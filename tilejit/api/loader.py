@@ -27,9 +27,10 @@ if TYPE_CHECKING:
     from tilejit.api.kernel import _Compiled
     from tilejit.runtime.launch import Launcher
 
-# 4: user names in their own C++ namespace (entries of 3 may hold captured names); 5: the values read from outside
-_ENTRY_VERSION = "5"
-_FIELDS = frozenset({"image", "kind", "symbol", "num_threads", "shared_bytes", "params", "reads"})
+# 4: user names in their own C++ namespace (entries of 3 may hold captured names); 5: the values read from outside;
+# 6: the image's cluster size (``KernelImage.cluster``)
+_ENTRY_VERSION = "6"
+_FIELDS = frozenset({"image", "kind", "symbol", "num_threads", "shared_bytes", "params", "cluster", "reads"})
 _CHAIN = 8  # entries a lookup tries for one specialization (variants of the values read from outside)
 
 
@@ -50,7 +51,7 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     return cache_key(
         "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, repr(types),
         repr(consts), repr(hints), artifact.target.sm, str(artifact.num_threads),
-        backend.name, backend.cache_identity(),
+        f"num_ctas={artifact.num_ctas},occupancy={artifact.occupancy}", backend.name, backend.cache_identity(),
     )
 
 
@@ -130,7 +131,8 @@ def load_artifact(artifact: Artifact, fingerprint: str, device: Any = None) -> _
     function = module.get_function(entry["symbol"])
     params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]
     launcher = Launcher(function, params, block=(int(entry["num_threads"]), 1, 1),
-                        shared_bytes=int(entry["shared_bytes"]), compile_code=cached_compile)
+                        shared_bytes=int(entry["shared_bytes"]), compile_code=cached_compile,
+                        cluster=int(entry["cluster"]), kernel_name=artifact.name)
     return loaded(launcher, artifact, module)
 
 

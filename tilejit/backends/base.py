@@ -11,7 +11,7 @@ chooses its backend (``auto`` asks whether Tile IR is complete) and names its ca
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tilejit.config import BACKEND
 
@@ -41,16 +41,30 @@ INCOMPLETE = {
 ParamSpec = tuple[str, str, int, str] | tuple[str, str, int] | tuple[str, str]
 
 
+class KernelHints(NamedTuple):
+    """A kernel's performance hints (``@tj.kernel(num_ctas=..., occupancy=...)``), None where not given: hints
+    only, never a change of what the kernel computes. ``num_ctas``: CTAs per cluster (Tile IR's
+    ``num_cta_in_cga``; a power of two 1..16); ``occupancy``: CTAs per SM the compiler should aim for (1..32).
+    A NamedTuple, not a dataclass: a warm launch builds one."""
+
+    num_ctas: int | None = None
+    occupancy: int | None = None
+
+
+NO_HINTS = KernelHints()
+
+
 class KernelImage:
     """One compiled kernel as the loader needs it: the image (``kind`` "cubin" or "ptx"), its entry symbol,
     threads per block, dynamic shared memory, parameter ABI, and the backend and identity it was built by.
 
     A plain class, not a dataclass: a warm launch may meet it, and ``dataclasses`` costs it milliseconds."""
 
-    __slots__ = ("backend", "cache_identity", "image", "kind", "num_threads", "params", "shared_bytes", "symbol")
+    __slots__ = ("backend", "cache_identity", "cluster", "image", "kind", "num_threads", "params", "shared_bytes",
+                 "symbol")
 
     def __init__(self, *, backend: str, image: bytes, kind: str, symbol: str, num_threads: int, shared_bytes: int,
-                 params: tuple[tuple[str, ParamSpec], ...], cache_identity: str) -> None:
+                 params: tuple[tuple[str, ParamSpec], ...], cache_identity: str, cluster: int = 1) -> None:
         if kind not in ("cubin", "ptx"):
             raise ValueError(f"KernelImage kind must be 'cubin' or 'ptx', got {kind!r}")
         self.backend = backend
@@ -61,16 +75,18 @@ class KernelImage:
         self.shared_bytes = shared_bytes
         self.params = params
         self.cache_identity = cache_identity
+        self.cluster = cluster  # CTAs per cluster along x the image must be launched with (1: no cluster)
 
     def __repr__(self) -> str:
         return (f"KernelImage(backend={self.backend!r}, kind={self.kind!r}, symbol={self.symbol!r}, "
                 f"num_threads={self.num_threads}, shared_bytes={self.shared_bytes}, params={self.params!r}, "
-                f"{len(self.image)} bytes)")
+                f"cluster={self.cluster}, {len(self.image)} bytes)")
 
     def entry(self) -> dict[str, Any]:
         """The kernel-level disk cache entry's launch fields (``tilejit.api.loader``)."""
         return {"image": self.image, "kind": self.kind, "symbol": self.symbol, "num_threads": self.num_threads,
-                "shared_bytes": self.shared_bytes, "params": [[name, *spec] for name, spec in self.params]}
+                "shared_bytes": self.shared_bytes, "params": [[name, *spec] for name, spec in self.params],
+                "cluster": self.cluster}
 
 
 class Backend:
@@ -99,8 +115,10 @@ class Backend:
         return (target,)
 
     def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,
-                 kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
-        """Compile ``fn`` for ``target`` into an image of ``kind``; ``memo`` (kept by the caller per
+                 kernel_hints: KernelHints = NO_HINTS, kind: str = "cubin",
+                 memo: dict[str, Any] | None = None) -> KernelImage:
+        """Compile ``fn`` for ``target`` into an image of ``kind``, following the user's ``kernel_hints`` where the
+        target can (a hint it cannot use is dropped, logged at debug level); ``memo`` (kept by the caller per
         specialization) holds intermediate stages so each is computed at most once."""
         raise NotImplementedError
 
@@ -120,7 +138,8 @@ class _Missing(Backend):
         return f"{self.name}:missing"
 
     def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,
-                 kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
+                 kernel_hints: KernelHints = NO_HINTS, kind: str = "cubin",
+                 memo: dict[str, Any] | None = None) -> KernelImage:
         raise unavailable_error(self.name, self.reason, f"backend={self.name!r}")
 
 
@@ -186,5 +205,5 @@ def wants_launch_facts(requested: str | None) -> bool:
     return requested == "tileir" or (requested == "auto" and "tileir" not in INCOMPLETE)
 
 
-__all__ = ["CHOICES", "INCOMPLETE", "Backend", "KernelImage", "choose_backend", "get_backend", "unavailable_error",
-           "wants_launch_facts"]
+__all__ = ["CHOICES", "INCOMPLETE", "NO_HINTS", "Backend", "KernelHints", "KernelImage", "choose_backend",
+           "get_backend", "unavailable_error", "wants_launch_facts"]

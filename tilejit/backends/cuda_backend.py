@@ -11,7 +11,7 @@ import functools
 import os
 from typing import TYPE_CHECKING, Any
 
-from tilejit.backends.base import Backend, KernelImage
+from tilejit.backends.base import NO_HINTS, Backend, KernelHints, KernelImage
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -84,18 +84,28 @@ class CudaBackend(Backend):
         return (target,)
 
     def source(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *,
-               num_threads: int | None = None, memo: dict[str, Any] | None = None) -> CudaKernel:
-        """The generated CUDA C++ with its launch facts, kept in ``memo``."""
+               num_threads: int | None = None, kernel_hints: KernelHints = NO_HINTS,
+               memo: dict[str, Any] | None = None) -> CudaKernel:
+        """The generated CUDA C++ with its launch facts, kept in ``memo``. Of ``kernel_hints`` it follows
+        ``occupancy`` (``__launch_bounds__(threads, occupancy)``); ``num_ctas`` is ignored: these kernels use no
+        cluster features, so a cluster would only constrain the grid (logged at debug level)."""
         memo = {} if memo is None else memo
         ck: CudaKernel | None = memo.get("cuda")
         if ck is None:
             from tilejit.backends.cuda.codegen import generate
 
-            ck = memo["cuda"] = generate(fn, target=target, num_threads=num_threads, hints=hints)
+            if kernel_hints.num_ctas is not None and kernel_hints.num_ctas > 1:
+                import logging
+
+                logging.getLogger(__name__).debug(
+                    "kernel %s: num_ctas=%d ignored: the CUDA C++ backend's kernels use no clusters",
+                    fn.name, kernel_hints.num_ctas)
+            ck = memo["cuda"] = generate(fn, target=target, num_threads=num_threads, hints=hints,
+                                         occupancy=kernel_hints.occupancy)
         return ck
 
     def program(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, name: str,
-                num_threads: int | None = None, kind: str = "cubin",
+                num_threads: int | None = None, kernel_hints: KernelHints = NO_HINTS, kind: str = "cubin",
                 memo: dict[str, Any] | None = None) -> CompiledProgram:
         """NVRTC's output of ``kind`` ("cubin" or "ptx") for the generated source, kept in ``memo``."""
         memo = {} if memo is None else memo
@@ -103,16 +113,18 @@ class CudaBackend(Backend):
         if prog is None:
             from tilejit.compiler.nvrtc import compile_cuda
 
-            ck = self.source(fn, target, hints, num_threads=num_threads, memo=memo)
+            ck = self.source(fn, target, hints, num_threads=num_threads, kernel_hints=kernel_hints, memo=memo)
             prog = memo[kind] = compile_cuda(ck.source, name=f"{name}.cu", headers=ck.headers, target=target,
                                              output=kind)  # type: ignore[arg-type]
         return prog
 
     def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,
-                 kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
+                 kernel_hints: KernelHints = NO_HINTS, kind: str = "cubin",
+                 memo: dict[str, Any] | None = None) -> KernelImage:
         memo = {} if memo is None else memo
-        ck = self.source(fn, target, hints, num_threads=num_threads, memo=memo)
-        prog = self.program(fn, target, hints, name=fn.name, num_threads=num_threads, kind=kind, memo=memo)
+        ck = self.source(fn, target, hints, num_threads=num_threads, kernel_hints=kernel_hints, memo=memo)
+        prog = self.program(fn, target, hints, name=fn.name, num_threads=num_threads, kernel_hints=kernel_hints,
+                            kind=kind, memo=memo)
         return KernelImage(backend=self.name, image=prog.code, kind=kind, symbol=ck.name, num_threads=ck.num_threads,
                            shared_bytes=ck.shared_bytes, params=ck.params, cache_identity=self.cache_identity())
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from tilejit.backends.base import Backend, KernelImage, ParamSpec
+from tilejit.backends.base import NO_HINTS, Backend, KernelHints, KernelImage, ParamSpec
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -35,6 +35,9 @@ WRITER_FORMAT = "4"  # 2: the launch facts of the hints as assume ops (TMA); 3: 
 EIATTR_KPARAM_INFO = 0x17
 EIATTR_KPARAM_INFO_V2 = 0x45  # u32 index, u16 ordinal, u16 offset, u16 size, u16 attributes (TMA kernels have it)
 EIATTR_REQNTID = 0x10
+#: The cluster a kernel must be launched with, 3 x u32 (tileiras writes (N, 1, 1) for ``num_cta_in_cga = N``, with
+#: an attribute 0x5b of no payload beside it; no EIATTR_EXPLICIT_CLUSTER 0x3e, no EIATTR_MAX_CLUSTER_RANK 0x3f).
+EIATTR_CTA_PER_CLUSTER = 0x3D
 _EIFMT_SVAL = 4  # an attribute with a payload of its stated size; the other formats have none
 
 
@@ -90,6 +93,16 @@ def required_threads(image: bytes, symbol: str) -> tuple[int, int, int]:
             x, y, z = struct.unpack("<3I", payload)
             return x, y, z
     raise ValueError(f"kernel {symbol} states no required block size (EIATTR_REQNTID)")
+
+
+def cluster_shape(image: bytes, symbol: str) -> tuple[int, int, int]:
+    """The cluster of CTAs the CUBIN's kernel ``symbol`` must be launched with (EIATTR_CTA_PER_CLUSTER); (1, 1, 1)
+    when it states none."""
+    for attr, payload in nv_info(image, symbol):
+        if attr == EIATTR_CTA_PER_CLUSTER and len(payload) == 12:
+            x, y, z = struct.unpack("<3I", payload)
+            return x, y, z
+    return 1, 1, 1
 
 
 def param_offsets(image: bytes, symbol: str) -> list[tuple[int, int]]:
@@ -209,7 +222,8 @@ class TileIRBackend(Backend):
         return (target,)
 
     def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,
-                 kind: str = "cubin", memo: dict[str, Any] | None = None) -> KernelImage:
+                 kernel_hints: KernelHints = NO_HINTS, kind: str = "cubin",
+                 memo: dict[str, Any] | None = None) -> KernelImage:
         from tilejit.errors import CompileError, TargetError
 
         if kind != "cubin":
@@ -235,12 +249,13 @@ class TileIRBackend(Backend):
                 version = self.bytecode_version(tc)
             except ValueError as exc:
                 raise TargetError(f"backend='tileir': {exc}") from None
-            bytecode = self.bytecode(fn, target, version, memo, hints)
+            bytecode = self.bytecode(fn, target, version, memo, hints, kernel_hints)
             cubin = memo["tileir_cubin"] = run_tileiras(bytecode, gpu, toolchain=tc)
         symbol = fn.name
         try:
             threads = required_threads(cubin, symbol)
             offsets = param_offsets(cubin, symbol)
+            cluster = cluster_shape(cubin, symbol)
         except ValueError as exc:
             raise CompileError(f"kernel {fn.name}: the CUBIN tileiras {tc.tileiras_version} made for {gpu} cannot "
                                f"be launched: {exc}") from None
@@ -251,14 +266,19 @@ class TileIRBackend(Backend):
             raise CompileError(f"kernel {fn.name}: the CUBIN tileiras {tc.tileiras_version} made for {gpu} lays out "
                                f"its parameters as {offsets} (offset, size), not as tilejit passes them "
                                f"({flat_params(params)}); use backend='cuda'")
+        if cluster[1:] != (1, 1):
+            raise CompileError(f"kernel {fn.name}: tileiras {tc.tileiras_version} asks for clusters of {cluster} "
+                               "CTAs; tilejit launches clusters of (n, 1, 1) CTAs only")
         return KernelImage(backend=self.name, image=cubin, kind="cubin", symbol=symbol, num_threads=threads[0],
-                           shared_bytes=0, params=params, cache_identity=self.cache_identity())
+                           shared_bytes=0, params=params, cache_identity=self.cache_identity(), cluster=cluster[0])
 
     @staticmethod
     def bytecode(fn: Function, target: Target, version: str | tuple[int, int] | None = None,
-                 memo: dict[str, Any] | None = None, hints: Mapping[str, ArrayHint] | None = None) -> bytes:
+                 memo: dict[str, Any] | None = None, hints: Mapping[str, ArrayHint] | None = None,
+                 kernel_hints: KernelHints = NO_HINTS) -> bytes:
         """The Tile IR bytecode of ``fn`` at ``version`` (default: the newest the writer emits), assuming the
-        launch-checked facts of ``hints``, kept in ``memo`` (one specialization's: its hints are fixed)."""
+        launch-checked facts of ``hints``, with the user's ``kernel_hints``, kept in ``memo`` (one
+        specialization's: its hints are fixed)."""
         from tilejit.backends.tileir import generate_bytecode, parse_version
 
         v = parse_version(version)
@@ -266,11 +286,11 @@ class TileIRBackend(Backend):
         key = f"tileirbc-{v[0]}.{v[1]}"
         data: bytes | None = memo.get(key)
         if data is None:
-            data = memo[key] = generate_bytecode(fn, tileiras_target(target), v, hints)
+            data = memo[key] = generate_bytecode(fn, tileiras_target(target), v, hints, kernel_hints)
         return data
 
 
 BACKEND = TileIRBackend()
 
-__all__ = ["BACKEND", "WRITER_FORMAT", "TileIRBackend", "elf_sections", "nv_info", "param_offsets",
+__all__ = ["BACKEND", "WRITER_FORMAT", "TileIRBackend", "cluster_shape", "elf_sections", "nv_info", "param_offsets",
            "required_threads", "tileiras_target"]

@@ -310,6 +310,8 @@ _PYTHON_ONLY_FLAGS = (
     ("signature", "--signature", "a CUDA C++ kernel's parameter types are in its source"),
     ("constant", "-C", "define CUDA C++ macros with -D NAME=VALUE"),
     ("backend", "--backend", "a CUDA C++ file compiles with NVRTC"),
+    ("num_ctas", "--num-ctas", "set a CUDA C++ kernel's cluster with __cluster_dims__ in its source"),
+    ("occupancy", "--occupancy", "set a CUDA C++ kernel's blocks per SM with __launch_bounds__ in its source"),
 )
 _PROGRESS_MIN_BUILDS = 3  # the fewest builds that get a progress bar by default
 
@@ -355,6 +357,16 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
         "--backend", default=None, choices=("auto", "cuda", "tileir"),
         help="Python files: the backend, cuda (C++ through NVRTC), tileir (Tile IR through tileiras) or auto "
              "(default: $TILEJIT_BACKEND, else auto)",
+    )
+    p.add_argument(
+        "--num-ctas", type=int, default=None, metavar="N",
+        help="Python files: CTAs per cluster, a power of two 1..16 (a performance hint: Tile IR on sm_90+ only; "
+             "default: the kernel's own @tj.kernel(num_ctas=...))",
+    )
+    p.add_argument(
+        "--occupancy", type=int, default=None, metavar="N",
+        help="Python files: CTAs per SM the compiler should aim for, 1..32 (a performance hint; default: the "
+             "kernel's own @tj.kernel(occupancy=...), else the compiler's choice)",
     )
     p.add_argument("-o", "--output-dir", type=Path, default=None, help="folder for outputs (default: next to FILE)")
     p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
@@ -555,6 +567,15 @@ def _compile_python_file(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise _UsageError(f"--signature: {exc}") from None
     constants = _constants(args.constant)
+    from tilejit.api.compile import check_num_ctas, check_occupancy
+
+    try:
+        if args.num_ctas is not None:
+            check_num_ctas(args.num_ctas, "--num-ctas")
+        if args.occupancy is not None:
+            check_occupancy(args.occupancy, "--occupancy")
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
     targets = _targets(args.arch)
     namespace = _load_python_file(args.file)
     kernel = namespace.get(args.kernel)
@@ -563,13 +584,15 @@ def _compile_python_file(args: argparse.Namespace) -> int:
         raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
     try:
         # the signature fits and the backend is available: checked once
-        art = tj.compile(kernel, signature, constants=constants, target=targets[0], backend=args.backend)
+        art = tj.compile(kernel, signature, constants=constants, target=targets[0], backend=args.backend,
+                         num_ctas=args.num_ctas, occupancy=args.occupancy)
     except TypeError as exc:
         raise _UsageError(str(exc)) from None
     _check_backend_emits(art.backend, emits, args.kernel)
     out_dir = _output_dir(args)
     path = str(args.file.resolve())
-    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, args.backend)
+    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, args.backend,
+                       args.num_ctas, args.occupancy)
             for t in targets]
     return _run_builds(jobs, args, out_dir)
 
@@ -667,6 +690,8 @@ class _TileBuild:
     target: str
     emits: tuple[str, ...]
     backend: str | None = None  # None: TILEJIT_BACKEND
+    num_ctas: int | None = None  # None: the kernel's own
+    occupancy: int | None = None
 
     def build(self) -> _Built:
         import tilejit as tj
@@ -677,7 +702,7 @@ class _TileBuild:
         if not isinstance(kernel, tj.Kernel):  # the file made it in this process, but not in a worker
             raise _Failure(f"{self.path}, run again to build {self.target}, has no @tj.kernel named {self.kernel!r}")
         art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target,
-                         backend=self.backend)
+                         backend=self.backend, num_ctas=self.num_ctas, occupancy=self.occupancy)
         _check_backend_emits(art.backend, self.emits, self.kernel)
         data: dict[str, bytes] = {}
         if art.backend == "cuda" and "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both

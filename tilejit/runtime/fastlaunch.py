@@ -158,6 +158,7 @@ def generate(
             "if (grid is not lg and (grid.__class__ is not lg.__class__ or grid != lg)) or h != lh:",
             "    lg = None",
             "    gx, gy, gz = grid3(grid)",
+            *([f"    if gx % {launcher.cluster}: raise Mismatch()"] if launcher.cluster > 1 else []),
             f"    cfgpack(cfg, 0, gx, gy, gz, {bx}, {by}, {bz}, {launcher.shared_bytes}, h)",
             "    lg = grid if grid.__class__ is int or grid.__class__ is tuple else None",
             "    lh = h",
@@ -165,6 +166,8 @@ def generate(
         call = "status = launch_now()"
     else:
         lines.append("gx, gy, gz = grid3(grid)")
+        if launcher.cluster > 1:
+            lines.append(f"if gx % {launcher.cluster}: raise Mismatch()")
         call = (f"status = call(fh, gx, gy, gz, {bx}, {by}, {bz}, {launcher.shared_bytes}, h, kparams or None, "
                 "extra or None)")
     body = "\n".join("            " + line for line in lines)

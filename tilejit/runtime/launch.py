@@ -295,6 +295,16 @@ def _grid3(grid: Any) -> tuple[int, int, int]:
     return out[0], out[1], out[2]
 
 
+def check_cluster_grid(kernel: str, grid: tuple[int, int, int], cluster: int) -> None:
+    """Refuse a grid the driver refuses for a kernel built for clusters of ``cluster`` CTAs along x (Tile IR's
+    ``num_cta_in_cga``, from ``num_ctas=``): its x extent must be a multiple of the cluster."""
+    if cluster > 1 and grid[0] % cluster:
+        raise LaunchError(
+            f"kernel {kernel}: grid {grid} is not a multiple of the cluster of num_ctas={cluster} CTAs along x; "
+            f"launch a grid whose x extent is a multiple of {cluster} or drop num_ctas"
+        )
+
+
 def _is_bool(value: Any) -> bool:
     return _type_name(value) in ("numpy.bool_", "numpy.bool")
 
@@ -392,7 +402,10 @@ class Launcher:
     runtime pass one that keeps it in the disk cache). The generated functions' buffers, and the current
     stream they read, are the creating thread's; another thread's launches take the checked path a few
     times, then a generated function of its own, so concurrent launches never share buffers and each
-    reads its own thread's current stream.
+    reads its own thread's current stream. ``cluster``: CTAs per cluster along x the kernel was built for
+    (``KernelImage.cluster``; 1: none): every path refuses a grid whose x extent is not a multiple of it before
+    the driver sees it (the generated functions when their grid changes), with a message naming ``kernel_name``
+    (default: the function's name), and a driver error for such a grid is turned into the same message.
     """
 
     def __init__(
@@ -405,6 +418,8 @@ class Launcher:
         driver: Any = None,
         param_passing: str = "buffer",
         compile_code: Callable[[str, str], Any] | None = None,
+        cluster: int = 1,
+        kernel_name: str | None = None,
     ) -> None:
         if param_passing not in ("buffer", "pointers"):
             raise ValueError(f"param_passing must be 'buffer' or 'pointers', got {param_passing!r}")
@@ -412,6 +427,10 @@ class Launcher:
         self.compile_code = compile_code
         self.function = function
         self.name: str = getattr(function, "name", "kernel")
+        self.kernel_name = self.name if kernel_name is None else kernel_name
+        if isinstance(cluster, bool) or not isinstance(cluster, int) or cluster < 1:
+            raise ValueError(f"cluster must be a positive int, got {cluster!r}")
+        self.cluster = cluster
         self.params = tuple((str(n), k) for n, k in params)
         for n, k in self.params:
             if not isinstance(k, ParamKind):
@@ -550,7 +569,7 @@ class Launcher:
         try:
             values = self.convert_args(args)
             self._struct.pack(*values)
-            _grid3(grid)
+            check_cluster_grid(self.kernel_name, _grid3(grid), self.cluster)
             stream_handle(stream)
         except LaunchError as err:
             return err
@@ -565,6 +584,8 @@ class Launcher:
         the creator, and for a kernel's first few launches (generating the fast path costs a compile())."""
         values = self.convert_args(args)
         gx, gy, gz = _grid3(grid)
+        if self.cluster > 1:
+            check_cluster_grid(self.kernel_name, (gx, gy, gz), self.cluster)
         try:
             h = stream_handle(stream)
         except (TypeError, ValueError) as err:
@@ -583,7 +604,15 @@ class Launcher:
             self._failed(status, grid, args, stream, retry)
 
     def _failed(self, status: int, grid: Any, args: Any, stream: Any, retry: bool = True) -> None:
-        """A launch returned ``status``: fix a missing/wrong current context and retry once, else raise."""
+        """A launch returned ``status``: fix a missing/wrong current context and retry once, else raise. A grid
+        that does not hold whole clusters (the driver refuses it) is refused with its own message."""
+        if self.cluster > 1:
+            try:
+                dims = _grid3(grid)
+            except LaunchError:
+                dims = None
+            if dims is not None:
+                check_cluster_grid(self.kernel_name, dims, self.cluster)
         ctx = getattr(self.function, "context", None)
         if retry and ctx is not None and status in (
             _CUDA_ERROR_INVALID_CONTEXT, _CUDA_ERROR_INVALID_HANDLE, _CUDA_ERROR_CONTEXT_IS_DESTROYED
@@ -601,4 +630,5 @@ class Launcher:
         raise CUDAError("cuLaunchKernel", status, f"error {status}", "launch failed", detail)
 
 
-__all__ = ["CHECKED_LAUNCHES", "IMMUTABLE_ARGS", "MAX_THREAD_LAUNCHERS", "Launcher", "ParamKind", "param_layout"]
+__all__ = ["CHECKED_LAUNCHES", "IMMUTABLE_ARGS", "MAX_THREAD_LAUNCHERS", "Launcher", "ParamKind", "check_cluster_grid",
+           "param_layout"]

@@ -120,11 +120,15 @@ def generate(
     num_threads: int | None = None,
     hints: Mapping[str, ArrayHint] | None = None,
     nvrtc_version: tuple[int, int] | None = None,
+    occupancy: int | None = None,
 ) -> CudaKernel:
     """Generate the CUDA C++ kernel for ``fn`` on ``target`` (a ``Target``, e.g. parse_target("sm_90"));
-    ``nvrtc_version``: of the NVRTC that will compile it (default: the one loaded by default)."""
+    ``nvrtc_version``: of the NVRTC that will compile it (default: the one loaded by default); ``occupancy``:
+    the user's blocks per SM, ``__launch_bounds__``'s second argument (default: the plan's choice)."""
     number, suffix = _arch(target)
     plan = Plan(fn, number, num_threads, dict(hints or {}), wgmma=number == 90 and suffix == "a")
+    if occupancy is not None:
+        plan.min_blocks_arg = f", {occupancy}"
     lw = Lowering(plan, plan.hints)
     params: list[tuple[str, ParamSpec]] = []
     decls: list[str] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from tilejit.backends.base import NO_HINTS, KernelHints
 from tilejit.backends.tileir.module import VERSIONS
 from tilejit.language.ir.ops import Function
 from tilejit.language.ir.types import ArrayHint
@@ -56,21 +57,22 @@ def _check_target(target: str) -> None:
 
 
 def generate_bytecode(fn: Function, target: str, version: str | tuple[int, int] | None = None,
-                      hints: Mapping[str, ArrayHint] | None = None) -> bytes:
+                      hints: Mapping[str, ArrayHint] | None = None, kernel_hints: KernelHints = NO_HINTS) -> bytes:
     """The Tile IR bytecode of kernel ``fn`` at ``version`` (default: the newest, 13.5), assuming the
-    launch-checked array facts of ``hints`` (parameter name -> ``ArrayHint``)."""
+    launch-checked array facts of ``hints`` (parameter name -> ``ArrayHint``), with the user's ``kernel_hints``."""
     _check_target(target)
     v = parse_version(version)
     from tilejit.backends.tileir.bytecode import encode_module
     from tilejit.backends.tileir.lower import lower_function
 
-    return encode_module(lower_function(fn, target, hints), v)
+    return encode_module(lower_function(fn, target, hints, kernel_hints), v)
 
 
-def module_text(fn: Function, target: str, hints: Mapping[str, ArrayHint] | None = None) -> str:
+def module_text(fn: Function, target: str, hints: Mapping[str, ArrayHint] | None = None,
+                kernel_hints: KernelHints = NO_HINTS) -> str:
     """Kernel ``fn`` as a ``cuda_tile.module`` in text form: deterministic, the module the bytecode holds."""
     _check_target(target)
     from tilejit.backends.tileir.lower import lower_function
     from tilejit.backends.tileir.text import print_module
 
-    return print_module(lower_function(fn, target, hints))
+    return print_module(lower_function(fn, target, hints, kernel_hints))

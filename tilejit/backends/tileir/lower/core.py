@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from tilejit.backends.base import NO_HINTS, KernelHints
 from tilejit.backends.cuda.plan import located
 from tilejit.backends.tileir.lower.occupancy import entry_hints
 from tilejit.backends.tileir.module import (
@@ -91,9 +92,11 @@ class Lowerer:
     ``loads_since`` the tokens of the loads after it; a load waits for ``last_store``, a store for both.
     """
 
-    def __init__(self, fn: O.Function, target: str = "", hints: Mapping[str, ArrayHint] | None = None) -> None:
+    def __init__(self, fn: O.Function, target: str = "", hints: Mapping[str, ArrayHint] | None = None,
+                 kernel_hints: KernelHints = NO_HINTS) -> None:
         self.fn = fn
         self.target = target
+        self.kernel_hints = kernel_hints  # the user's num_ctas / occupancy, for the entry's hints
         self.hints: Mapping[str, ArrayHint] = {} if hints is None else hints
         self.array_hints: dict[Value, ArrayHint] = {}  # each array parameter's launch facts, if any
         self.stated: set[Value] = set()  # arrays whose facts are stated (memory.view, once per array)
@@ -193,14 +196,15 @@ class Lowerer:
                 self.vals[p] = tv if stored == elem else self.nonzero(tv, def_loc, self.prologue, name)
         self.lower_ops(fn.body.ops)
         body = self.prologue + self.blocks[0]
-        hints = entry_hints(fn, self.target)  # the occupancy for the target (lower/occupancy.py)
+        hints = entry_hints(fn, self.target, self.kernel_hints)  # occupancy, cluster (lower/occupancy.py)
         return TModule(fn.name, [TFunction(fn.name, self.params, body, def_loc, hints)])
 
 
-def lower_function(fn: O.Function, target: str = "", hints: Mapping[str, ArrayHint] | None = None) -> TModule:
+def lower_function(fn: O.Function, target: str = "", hints: Mapping[str, ArrayHint] | None = None,
+                   kernel_hints: KernelHints = NO_HINTS) -> TModule:
     """The Tile IR module of kernel ``fn`` for ``target`` (``sm_NN``; ``""``: any), stating the launch-checked
-    facts of ``hints`` (array parameter name -> ``ArrayHint``) about its arrays (raises a located
-    ``TileCompileError`` for what it can't express)."""
+    facts of ``hints`` (array parameter name -> ``ArrayHint``) about its arrays and the user's ``kernel_hints`` as
+    entry hints (raises a located ``TileCompileError`` for what it can't express)."""
     from tilejit.backends.tileir.lower import control, elementwise, memory, mma, reduce  # noqa: F401 (rules)
 
-    return Lowerer(fn, target, hints).run()
+    return Lowerer(fn, target, hints, kernel_hints).run()

@@ -6,10 +6,14 @@ Without a hint tileiras gives a row kernel (softmax, layer norm: one large tile 
 ptxas at 65536 / (256 N) registers (N=2: 128, 4: 64, 8: 32), and the largest N whose cap still holds the
 kernel's tiles brings it to 0.86-1.03x. Too high an N makes ptxas spill (0.1-0.5x). The estimate below is
 fitted to ptxas on examples/softmax.py and examples/layer_norm.py (docs/tileir.md, "Occupancy hint").
+The user's ``@tj.kernel(occupancy=N)`` replaces the choice, and ``num_ctas=N`` adds ``num_cta_in_cga``
+(:func:`entry_hints`; docs/tileir.md, "User hints").
 """
 
 from __future__ import annotations
 
+from tilejit.backends.base import NO_HINTS, KernelHints
+from tilejit.backends.tileir.module import HINT_ARCHS
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Value
 from tilejit.language.ir.types import TileType
@@ -90,15 +94,31 @@ def choose_worker_warps(fn: O.Function) -> int | None:
     return None
 
 
-def entry_hints(fn: O.Function, target: str) -> dict[str, dict[str, int]]:
-    """The entry optimization hints of kernel ``fn`` for ``target`` (``sm_NN``; ``""`` or one not in
-    ``ARCHS``: none): ``occupancy`` from ``choose_occupancy(fn)``, ``num_worker_warps_per_cta`` from
-    ``choose_worker_warps(fn)`` (sm_90 only)."""
-    hints: dict[str, int] = {}
-    n = choose_occupancy(fn) if target in ARCHS else None
-    if n is not None:
-        hints["occupancy"] = n
+def entry_hints(fn: O.Function, target: str, user: KernelHints = NO_HINTS) -> dict[str, dict[str, int]]:
+    """The entry optimization hints of kernel ``fn`` for ``target`` (``sm_NN``; ``""``: any), under the target's
+    name (``default`` for ``""``): ``occupancy`` = the user's, else ``choose_occupancy(fn)`` on ``ARCHS``; and
+    ``num_cta_in_cga`` = the user's ``num_ctas`` when above 1, except where Tile IR refuses clusters (sm_8x, and
+    ``""``, which may be compiled for those): there it is dropped, with a debug log line (a cluster is a
+    performance hint only); ``num_worker_warps_per_cta`` from ``choose_worker_warps(fn)`` on
+    ``WORKER_WARP_ARCHS``."""
+    items: dict[str, int] = {}
+    occupancy = user.occupancy
+    if occupancy is None and target in ARCHS:
+        occupancy = choose_occupancy(fn)
+    if occupancy is not None:
+        items["occupancy"] = occupancy
+    if user.num_ctas is not None and user.num_ctas > 1:
+        if target.startswith("sm_8") or not target:
+            import logging
+
+            logging.getLogger(__name__).debug(
+                "kernel %s: num_ctas=%d dropped for %s: Tile IR runs one CTA per cluster there",
+                fn.name, user.num_ctas, target or "a module of no target")
+        else:
+            items["num_cta_in_cga"] = user.num_ctas
     warps = choose_worker_warps(fn) if target in WORKER_WARP_ARCHS else None
     if warps is not None:
-        hints["num_worker_warps_per_cta"] = warps
-    return {target: hints} if hints else {}
+        items["num_worker_warps_per_cta"] = warps
+    if not items:
+        return {}
+    return {target if target in HINT_ARCHS else "default": items}
