@@ -198,8 +198,8 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
 def epilogue_cost(results: list[dict[str, Any]]) -> list[str]:
     """Per shape and backend: how much longer the fused bias + ReLU kernel takes than the plain tilejit matmul."""
     lines = []
-    cells = {(r["shape"], r["contender"]): r for r in results if r["group"].startswith("epilogue") and r["ms"] is not None
-             and r["status"] == "ok"}
+    cells = {(r["shape"], r["contender"]): r for r in results
+             if r["group"].startswith("epilogue") and r["ms"] is not None and r["status"] == "ok"}
     for (shape, contender), r in cells.items():
         if not contender.startswith(TILEJIT) or contender.endswith(" plain"):
             continue
