@@ -334,18 +334,18 @@ def run_numpy(dtype_name: str, head_dim: int, causal: bool) -> None:
         print("no torch: running float16 (numpy has no bfloat16)")
     q, k, v, do = (rng.standard_normal((z_h, n, head_dim)).astype(npdt) for _ in range(4))
     sm_scale = 1.0 / math.sqrt(head_dim)
-    dq3, dk3, dv3, do3 = (tj.asarray(x) for x in (q, k, v, do))
+    qd, kd, vd, dod = (tj.asarray(x) for x in (q, k, v, do))
     o = tj.asarray(np.full((z_h, n, head_dim), np.nan, npdt))
     m = tj.asarray(np.full((z_h, n), np.nan, np.float32))
     delta = tj.asarray(np.full((z_h, n), np.nan, np.float32))
     dq, dk, dv = (tj.asarray(np.full((z_h, n, head_dim), np.nan, npdt)) for _ in range(3))
-    attn_fwd[(tj.cdiv(n, FWD["BLOCK_M"]), z_h)](dq3, dk3, dv3, o, m, sm_scale,
+    attn_fwd[(tj.cdiv(n, FWD["BLOCK_M"]), z_h)](qd, kd, vd, o, m, sm_scale,
                                                   **constants("attn_fwd", head_dim, causal))
-    attn_bwd_preprocess[(tj.cdiv(n, PRE["BLOCK_M"]), z_h)](o, do3, delta,
+    attn_bwd_preprocess[(tj.cdiv(n, PRE["BLOCK_M"]), z_h)](o, dod, delta,
                                                             **constants("attn_bwd_preprocess", head_dim, causal))
-    attn_bwd_dkdv[(tj.cdiv(n, DKDV["BLOCK_N"]), z_h)](dq3, dk3, dv3, do3, m, delta, dk, dv, sm_scale,
+    attn_bwd_dkdv[(tj.cdiv(n, DKDV["BLOCK_N"]), z_h)](qd, kd, vd, dod, m, delta, dk, dv, sm_scale,
                                                        **constants("attn_bwd_dkdv", head_dim, causal))
-    attn_bwd_dq[(tj.cdiv(n, DQ["BLOCK_M"]), z_h)](dq3, dk3, dv3, do3, m, delta, dq, sm_scale,
+    attn_bwd_dq[(tj.cdiv(n, DQ["BLOCK_M"]), z_h)](qd, kd, vd, dod, m, delta, dq, sm_scale,
                                                    **constants("attn_bwd_dq", head_dim, causal))
     want = reference(q, k, v, do, causal, sm_scale)
     for label, got, ref in zip(("forward o", "forward M", "backward dq", "backward dk", "backward dv"),

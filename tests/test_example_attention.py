@@ -180,8 +180,7 @@ TOLERANCE = {"float16": 1e-2, "bfloat16": 2.5e-2}  # relative 2-norm error again
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_attention_forward_and_backward_match_torch(dtype: str, head_dim: int, causal: bool, n: int,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_attention_forward_and_backward_match_torch(dtype: str, head_dim: int, causal: bool, n: int) -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch sees no GPU")
@@ -199,12 +198,12 @@ def test_attention_forward_and_backward_match_torch(dtype: str, head_dim: int, c
         """torch.empty filled with NaN."""
         return real_empty(*shape, **kw).fill_(float("nan"))
 
-    monkeypatch.setattr(torch, "empty_like", poisoned_like)
-    monkeypatch.setattr(torch, "empty", poisoned)
-    o, m = A.attention_forward(q, k, v, causal, scale)
-    dq, dk, dv = A.attention_backward(q, k, v, o, do, m, causal, scale)
-    torch.cuda.synchronize()
-    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as poison:  # its own: undoing the test's would undo TILEJIT_BACKEND too
+        poison.setattr(torch, "empty_like", poisoned_like)
+        poison.setattr(torch, "empty", poisoned)
+        o, m = A.attention_forward(q, k, v, causal, scale)
+        dq, dk, dv = A.attention_backward(q, k, v, o, do, m, causal, scale)
+        torch.cuda.synchronize()
     qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
     want = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=causal, scale=scale)
     want.backward(do.float())
