@@ -10,11 +10,10 @@ key block looping over query blocks, dQ per query block looping over key blocks 
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import numpy as np
-from _common import check, parse_args, should_run
+from _common import check, compile_only, parse_args, should_run
 
 import tilejit as tj
 
@@ -265,23 +264,6 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, causa
 # ---------------------------------------------------------------- main
 
 
-def compile_all(arch: str, dtype: Any, head_dim: int, causal: bool, show: str | None) -> None:
-    """Compile every kernel for ``arch`` with no GPU and report what came out."""
-    for name, sig in signatures(dtype).items():
-        try:
-            art = tj.compile(KERNELS[name], sig, constants=constants(name, head_dim, causal), target=arch)
-            if show == "ir":
-                print(art.ir_text())
-            elif show == "cuda":
-                print(art.cuda_source())
-            elif show == "ptx":
-                print(art.ptx())
-            cubin = art.cubin()
-        except tj.TilejitError as exc:
-            sys.exit(f"error: {exc}")
-        print(f"compiled {art.name} for {arch}: {len(cubin)} bytes of CUBIN (no GPU needed)")
-
-
 def run_torch(dtype_name: str, head_dim: int, causal: bool) -> None:
     """Forward and backward on a small problem, checked against torch's SDPA and autograd in float32."""
     import torch
@@ -311,7 +293,8 @@ def main() -> None:
 
     args = parse_args(__doc__, extra)
     if not should_run(args):
-        compile_all(args.arch, DTYPES[args.dtype], args.head_dim, args.causal, args.show)
+        for name, sig in signatures(DTYPES[args.dtype]).items():
+            compile_only(args, KERNELS[name], sig, constants(name, args.head_dim, args.causal))
         return
     try:
         import torch
