@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NAMES = ["vector_add", "softmax", "layer_norm", "matmul", "row_sum"]
+NAMES = ["vector_add", "softmax", "layer_norm", "matmul", "row_sum", "attention"]
 
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
