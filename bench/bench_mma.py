@@ -63,8 +63,8 @@ QUICK_EPILOGUE_SHAPES = ((4096, 4096, 4096),)
 ATTENTION_CASES = tuple((4, 32, n, d, c) for n in (1024, 4096) for d in (64, 128) for c in (False, True))
 QUICK_ATTENTION_CASES = ((4, 32, 4096, 64, False), (4, 32, 4096, 128, True))
 #: tilejit matmul tiles (BM, BN, BK); the fastest correct one per shape is reported.
-TILES = ((128, 256, 64), (128, 128, 64))
-QUICK_TILES = ((128, 128, 64),)
+TILES = ((128, 256, 32), (128, 256, 64), (128, 128, 64))
+QUICK_TILES = ((128, 256, 32), (128, 128, 64))
 GROUP_M = 8
 
 
