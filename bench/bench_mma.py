@@ -65,7 +65,7 @@ QUICK_ATTENTION_CASES = ((4, 32, 4096, 64, False), (4, 32, 4096, 128, True))
 #: tilejit matmul tiles (BM, BN, BK); the fastest correct one per shape is reported.
 TILES = ((128, 256, 32), (128, 256, 64), (128, 128, 64))
 QUICK_TILES = ((128, 256, 32), (128, 128, 64))
-GROUP_M = 8
+GROUP = 8  # tile rows per group of the grouped order (examples/matmul.py matmul_grouped)
 
 
 # ---------------------------------------------------------------- arguments and plan
@@ -280,23 +280,6 @@ def plot(results: list[dict[str, Any]], path: Path) -> str:
 
 
 @tj.kernel
-def matmul_grouped(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int],
-                   GROUP_M: tj.Constant[int]):
-    pid = tj.bid(0)
-    num_m = tj.cdiv(a.shape[0], BM)
-    num_n = tj.cdiv(b.shape[1], BN)
-    in_group = GROUP_M * num_n
-    first_m = (pid // in_group) * GROUP_M
-    size_m = tj.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % in_group) % size_m
-    pid_n = (pid % in_group) // size_m
-    acc = tj.zeros((BM, BN), tj.float32)
-    for k in range(tj.num_tiles(a, 1, (BM, BK))):
-        acc = tj.mma(tj.load(a, index=(pid_m, k), shape=(BM, BK)), tj.load(b, index=(k, pid_n), shape=(BK, BN)), acc)
-    tj.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
-
-
-@tj.kernel
 def matmul_t(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int],
              TRANS_A: tj.Constant[bool], TRANS_B: tj.Constant[bool]):
     """c = op(a) @ op(b): a stored (K, M) when TRANS_A, b stored (N, K) when TRANS_B."""
@@ -342,7 +325,7 @@ def matmul_bias_relu(a, b, bias, c, BM: tj.Constant[int], BN: tj.Constant[int], 
 def bench_kernels() -> dict[str, Any]:
     """The tilejit kernels this script launches, by name (examples' and its own)."""
     from attention import KERNELS as ATTENTION
-    from matmul import matmul
+    from matmul import matmul, matmul_grouped
 
     return {"matmul": matmul, "matmul_grouped": matmul_grouped, "matmul_t": matmul_t,
             "matmul_batched": matmul_batched, "matmul_bias_relu": matmul_bias_relu, **ATTENTION}
@@ -498,7 +481,7 @@ class Runner:
                     self.run(group, shape, f"{TILEJIT} {be}", work, plain, c, want, 1e-2)
                     grouped = na or self.tile_configs(
                         "matmul_grouped", be, lambda bm, bn: (-(-m // bm) * -(-n // bn),),
-                        lambda k, grid, cs: k[grid](a, b, c, **cs), {"GROUP_M": GROUP_M})
+                        lambda k, grid, cs: k[grid](a, b, c, **cs), {"GROUP": GROUP})
                     self.run(group, shape, f"{TILEJIT} {be} grouped", work, grouped, c, want, 1e-2)
 
     def transposed(self) -> None:

@@ -15,14 +15,21 @@ import tilejit as tj
 DTYPES = {"float16": tj.float16, "bfloat16": tj.bfloat16}
 
 
-@tj.kernel
-def matmul(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
-    pid_m, pid_n = tj.bid(0), tj.bid(1)
+@tj.function
+def output_tile(a, b, pid_m, pid_n, BM, BN, BK):
+    """Tile (pid_m, pid_n) of a @ b: the K loop over (BM, BK) tiles of a and (BK, BN) tiles of b."""
     acc = tj.zeros((BM, BN), tj.float32)
     for k in range(tj.num_tiles(a, 1, (BM, BK))):
         ta = tj.load(a, index=(pid_m, k), shape=(BM, BK))
         tb = tj.load(b, index=(k, pid_n), shape=(BK, BN))
         acc = tj.mma(ta, tb, acc)
+    return acc
+
+
+@tj.kernel
+def matmul(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    pid_m, pid_n = tj.bid(0), tj.bid(1)
+    acc = output_tile(a, b, pid_m, pid_n, BM, BN, BK)
     tj.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
 
@@ -36,11 +43,7 @@ def matmul_grouped(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.C
     group_m = tj.minimum(tiles_m - first_m, GROUP)
     pid_m = first_m + (pid % in_group) % group_m
     pid_n = (pid % in_group) // group_m
-    acc = tj.zeros((BM, BN), tj.float32)
-    for k in range(tj.num_tiles(a, 1, (BM, BK))):
-        ta = tj.load(a, index=(pid_m, k), shape=(BM, BK))
-        tb = tj.load(b, index=(k, pid_n), shape=(BK, BN))
-        acc = tj.mma(ta, tb, acc)
+    acc = output_tile(a, b, pid_m, pid_n, BM, BN, BK)
     tj.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
 

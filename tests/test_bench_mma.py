@@ -179,7 +179,7 @@ def test_the_bench_kernels_compile(bm: ModuleType, target: str, backend: str, tm
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     kernels = bm.bench_kernels()
     tile = {"BM": 128, "BN": 128, "BK": 64}
-    cases = [("matmul_grouped", {**tile, "GROUP_M": 8}), ("matmul_t", {**tile, "TRANS_A": True, "TRANS_B": False}),
+    cases = [("matmul_grouped", {**tile, "GROUP": 8}), ("matmul_t", {**tile, "TRANS_A": True, "TRANS_B": False}),
              ("matmul_t", {**tile, "TRANS_A": False, "TRANS_B": True}), ("matmul_batched", tile),
              ("matmul_bias_relu", tile)]
     for name, consts in cases:

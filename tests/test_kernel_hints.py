@@ -24,19 +24,8 @@ from tilejit.runtime.launch import Launcher, ParamKind, check_cluster_grid
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
+from matmul import matmul  # noqa: E402
 from softmax import softmax  # noqa: E402
-
-
-@tj.kernel
-def tile_matmul(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
-    """One (BM, BN) tile of c = a @ b per block, f32 accumulate (examples/matmul.py's kernel)."""
-    pid_m, pid_n = tj.bid(0), tj.bid(1)
-    acc = tj.zeros((BM, BN), tj.float32)
-    for k in range(tj.num_tiles(a, 1, (BM, BK))):
-        ta = tj.load(a, index=(pid_m, k), shape=(BM, BK))
-        tb = tj.load(b, index=(k, pid_n), shape=(BK, BN))
-        acc = tj.mma(ta, tb, acc)
-    tj.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
 
 def _plain(x, y):
@@ -50,7 +39,7 @@ SOFTMAX_SIG = (tj.float32[:, ::1], tj.float32[:, ::1])
 
 
 def _matmul(target: str, backend: str = "tileir", **hints: Any) -> Any:
-    return tj.compile(tile_matmul, MATMUL_SIG, constants=MATMUL_CONSTS, target=target, backend=backend, **hints)
+    return tj.compile(matmul, MATMUL_SIG, constants=MATMUL_CONSTS, target=target, backend=backend, **hints)
 
 
 def _hints_printed(text: str) -> list[str]:
@@ -207,8 +196,8 @@ def test_cuda_launch_bounds_take_the_users_occupancy(caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.DEBUG, logger="tilejit"):
         assert source(num_ctas=2) == plain
     assert any("num_ctas=2 ignored" in r.getMessage() for r in caplog.records)
-    mm = tj.compile(tile_matmul, MATMUL_SIG, constants=MATMUL_CONSTS, target="sm_80", backend="cuda", occupancy=1)
-    assert re.search(r"__launch_bounds__\(\d+, 1\) tile_matmul\(", mm.cuda_source())
+    mm = tj.compile(matmul, MATMUL_SIG, constants=MATMUL_CONSTS, target="sm_80", backend="cuda", occupancy=1)
+    assert re.search(r"__launch_bounds__\(\d+, 1\) matmul\(", mm.cuda_source())
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -349,7 +338,7 @@ def test_tile_ir_matmul_with_clusters_on_even_and_odd_grids(tileir_env: Any) -> 
 
     if get_device().compute_capability < (9, 0):
         pytest.skip("clusters need sm_90+ (Tile IR drops num_ctas on sm_8x)")
-    mm = tj.kernel(num_ctas=2, backend="tileir")(tile_matmul.func)
+    mm = tj.kernel(num_ctas=2, backend="tileir")(matmul.func)
     bm, bn, bk = 128, 128, 64
     rng = np.random.default_rng()
     m, n, k = 4 * bm - 37, 3 * bn - 5, 3 * bk + 19  # 4 row tiles (even), none a tile multiple
@@ -365,7 +354,7 @@ def test_tile_ir_matmul_with_clusters_on_even_and_odd_grids(tileir_env: Any) -> 
     _, da2 = _bf16(rng, (m_odd, k))
     dc2 = tj.asarray(np.full((m_odd, n), np.nan, np.float32))
     odd = (tj.cdiv(m_odd, bm), tj.cdiv(n, bn))
-    message = "^" + re.escape(f"kernel tile_matmul: grid ({odd[0]}, {odd[1]}, 1) is not a multiple of the cluster "
+    message = "^" + re.escape(f"kernel matmul: grid ({odd[0]}, {odd[1]}, 1) is not a multiple of the cluster "
                               "of num_ctas=2 CTAs along x; launch a grid whose x extent is a multiple of 2 or drop "
                               "num_ctas") + "$"
     with pytest.raises(LaunchError, match=message):
