@@ -33,7 +33,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "examples")]
 
-from bench_tileir import _md, failure, first_line, geomean, result
+from bench_tileir import _md, failure, first_line, geomean, ratio_table, result
 
 import tilejit as tj
 
@@ -154,33 +154,7 @@ def group_table(results: list[dict[str, Any]], group: str) -> list[str]:
     """The markdown table of one group: a row per shape, a column per contender (TFLOP/s, ratio to the best peer and
     the config that ran, or why there is none), and a last row of geometric-mean ratios."""
     rows = [r for r in results if r["group"] == group]
-    contenders = list(dict.fromkeys(r["contender"] for r in rows))
-    shapes = list(dict.fromkeys(r["shape"] for r in rows))
-    cells = {(r["shape"], r["contender"]): r for r in rows}
-    rat = ratios(results, group)
-    lines = [f"### {group} (TFLOP/s; ratio to the best peer)", "",
-             "| shape | " + " | ".join(contenders) + " |", "| --- |" + " --- |" * len(contenders)]
-    for shape in shapes:
-        out = []
-        for c in contenders:
-            r = cells.get((shape, c))
-            if r is None:
-                out.append("")
-            elif r["rate"] is None:
-                out.append(_md(r["status"]))
-            else:
-                x = rat.get(c, {}).get(shape)
-                cfg = f" [{r['config']}]" if r.get("config") else ""
-                out.append((f"{r['rate']:.0f} ({x:.2f}x)" if x is not None else f"{r['rate']:.0f}") + _md(cfg))
-        lines.append(f"| {shape} | " + " | ".join(out) + " |")
-    gm = []
-    for c in contenders:
-        got = rat.get(c, {})
-        g = geomean(got.values())
-        part = "" if len(got) == len(shapes) else f" ({len(got)}/{len(shapes)})"
-        gm.append("" if g is None else f"{g:.2f}x{part}")
-    lines.append("| geomean vs best peer | " + " | ".join(gm) + " |")
-    return lines
+    return ratio_table(rows, ratios(results, group), f"### {group} (TFLOP/s; ratio to the best peer)", "best peer")
 
 
 def summary(results: list[dict[str, Any]]) -> list[str]:

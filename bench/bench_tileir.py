@@ -177,13 +177,17 @@ def group_table(results: list[dict[str, Any]], group: str) -> list[str]:
     rows = [r for r in results if r["group"] == group]
     unit = rows[0]["unit"]
     ref = REFERENCE[unit]
+    what = "; shape MxNxK" if unit == "TFLOP/s" else "; shape rows x length" if "x" in rows[0]["shape"] else ""
+    return ratio_table(rows, ratios(results, group), f"### {group} ({unit}; ratio to {ref}{what})", ref)
+
+
+def ratio_table(rows: list[dict[str, Any]], rat: dict[str, dict[str, float]], heading: str, ref: str) -> list[str]:
+    """A markdown table of ``rows`` (one group): a row per shape, a column per contender (rate, ratio from
+    ``rat``, the config that ran when a row names one, or why there is none), and geometric means vs ``ref``."""
     contenders = list(dict.fromkeys(r["contender"] for r in rows))
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     cells = {(r["shape"], r["contender"]): r for r in rows}
-    rat = ratios(results, group)
-    what = "; shape MxNxK" if unit == "TFLOP/s" else "; shape rows x length" if "x" in rows[0]["shape"] else ""
-    lines = [f"### {group} ({unit}; ratio to {ref}{what})", "",
-             "| shape | " + " | ".join(contenders) + " |", "| --- |" + " --- |" * len(contenders)]
+    lines = [heading, "", "| shape | " + " | ".join(contenders) + " |", "| --- |" + " --- |" * len(contenders)]
     for shape in shapes:
         out = []
         for c in contenders:
@@ -194,7 +198,8 @@ def group_table(results: list[dict[str, Any]], group: str) -> list[str]:
                 out.append(_md(r["status"]))
             else:
                 x = rat.get(c, {}).get(shape)
-                out.append(f"{r['rate']:.0f} ({x:.2f}x)" if x is not None else f"{r['rate']:.0f}")
+                cfg = f" [{r['config']}]" if r.get("config") else ""
+                out.append((f"{r['rate']:.0f} ({x:.2f}x)" if x is not None else f"{r['rate']:.0f}") + _md(cfg))
         lines.append(f"| {shape} | " + " | ".join(out) + " |")
     gm = []
     for c in contenders:
