@@ -33,7 +33,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "examples")]
 
-from bench_tileir import _md, failure, first_line, geomean, ratio_table, result
+from bench_tileir import _md, failure, first_line, ratio_table, result
+from bench_tileir import summary as tileir_summary
 
 import tilejit as tj
 
@@ -159,14 +160,7 @@ def group_table(results: list[dict[str, Any]], group: str) -> list[str]:
 
 def summary(results: list[dict[str, Any]]) -> list[str]:
     """One line per group and contender: the geometric mean of its ratios to the best peer."""
-    lines = ["| family | contender | geomean ratio to best peer | shapes |", "| --- | --- | --- | --- |"]
-    for group in dict.fromkeys(r["group"] for r in results):
-        n = len({r["shape"] for r in results if r["group"] == group})
-        for c, got in ratios(results, group).items():
-            g = geomean(got.values())
-            if g is not None:
-                lines.append(f"| {group} | {c} | {g:.2f}x | {len(got)}/{n} |")
-    return lines
+    return tileir_summary(results, ratios, ("family", "geomean ratio to best peer"))
 
 
 def epilogue_cost(results: list[dict[str, Any]]) -> list[str]:

@@ -238,12 +238,16 @@ def compile_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def summary(results: list[dict[str, Any]]) -> list[str]:
-    """One line per group and contender: the geometric mean of its ratios to the group's reference."""
-    lines = ["| kernel | " + " | ".join(("contender", "geomean ratio", "shapes")) + " |", "| --- | --- | --- | --- |"]
+def summary(results: list[dict[str, Any]],
+            ratios_of: Callable[[list[dict[str, Any]], str], dict[str, dict[str, float]]] | None = None,
+            columns: tuple[str, str] = ("kernel", "geomean ratio")) -> list[str]:
+    """One line per group and contender: the geometric mean of its ratios (``ratios_of``, default ``ratios``:
+    to the group's reference); ``columns`` names the group and ratio columns."""
+    ratios_of = ratios_of or ratios
+    lines = [f"| {columns[0]} | contender | {columns[1]} | shapes |", "| --- | --- | --- | --- |"]
     for group in dict.fromkeys(r["group"] for r in results):
         n = len({r["shape"] for r in results if r["group"] == group})
-        for c, got in ratios(results, group).items():
+        for c, got in ratios_of(results, group).items():
             g = geomean(got.values())
             if g is not None:
                 lines.append(f"| {group} | {c} | {g:.2f}x | {len(got)}/{n} |")
