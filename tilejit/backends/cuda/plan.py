@@ -6,7 +6,9 @@ Block size (unless ``num_threads`` is given): on sm_90a, 2 * M threads for a 16-
 kernels with a >= 128x64 accumulator (128 otherwise); 512 for rows of >= 4096 elements of 16-bit
 data; else the largest tile's size / 4, between 32 and 256. K loops of the form ``for k: acc =
 mma(load(a, k), load(b, k), acc)`` over read-only, unit-stride, 16-byte-aligned arrays become
-cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma on swizzled stages.
+cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma on swizzled stages. An operand
+may be a transposed load (16-bit: staged as stored, read with ldmatrix(.trans) or wgmma's imm-trans)
+or a (1, R, C) load of a 3-D array reshaped to (R, C).
 """
 
 from __future__ import annotations

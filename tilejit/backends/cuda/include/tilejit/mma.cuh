@@ -5,11 +5,13 @@
 //  * TensorCore (sm_80+, f16/bf16 inputs, f32 accumulate): each of the WM x WN warps owns a
 //    (M/WM) x (N/WN) block of m16n8 accumulator fragments, loads A with ldmatrix.x4 and B with
 //    ldmatrix.x4.trans and issues mma.sync.aligned.m16n8k16. The accumulator tile stays in the
-//    fragment layout (tile.cuh), so a K loop never moves it.
+//    fragment layout (tile.cuh), so a K loop never moves it. A cp.async stage of a transposed load
+//    holds A as K x (M+PA) (read with ldmatrix.trans) or B as N x (K+PB) (plain ldmatrix).
 //  * TensorCoreTF32 (sm_80+, f32 inputs with tf32 allowed): mma.sync.aligned.m16n8k8.tf32.
 //  * Wgmma (sm_90a, f16/bf16 inputs staged by a cp.async pipeline): each warpgroup issues
 //    wgmma.mma_async m64nNk16 on swizzled shared-memory stages (memory.cuh's stage_offset) read
-//    through matrix descriptors; A is K-major, B N-major (imm-trans-b). The accumulator fragment
+//    through matrix descriptors; A is K-major, B N-major (imm-trans-b), or for transposed loads A
+//    M-major (imm-trans-a) and B K-major. The accumulator fragment
 //    is TensorCore's layout with WM = M/16 warps along M, so both paths share one layout.
 //  * mma_fma: any dtype, any target, any accumulator layout: each thread forms its own elements.
 #pragma once
