@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tilejit.backends.cuda import tables
@@ -55,8 +56,9 @@ def _compute(lw: Lowering, p: MmaPlan, acc: str, a_smem: str, b_smem: str, pendi
         lw.line(f"{_wgmma_type(lw, p)}::run<{pending}>({acc}, {a_smem}, {b_smem});")
     elif p.path == "tc":
         assert p.grid is not None
+        trans = f", {str(p.ta).lower()}, {str(p.tb).lower()}" if p.ta or p.tb else ""
         lw.line(
-            f"tj::TensorCore<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.lda}, {p.ldb}>"
+            f"tj::TensorCore<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.lda}, {p.ldb}{trans}>"
             f"::run({acc}, {a_smem}, {b_smem});"
         )
     elif p.path == "tf32":
@@ -73,25 +75,29 @@ def _wgmma_type(lw: Lowering, p: MmaPlan) -> str:
     """``tj::Wgmma<...>`` for plan ``p``, declaring the m64nNk16 instruction it issues once per kernel."""
     assert p.grid is not None
     t_in, wtn = tables.ctype(p.in_dtype), p.n // p.grid.wn
-    decl = wgmma_instruction(p.in_dtype, wtn)
+    decl = wgmma_instruction(p.in_dtype, wtn, p.ta, p.tb)
     if decl not in lw.decls:
         lw.decls.append(decl)
-    return f"tj::Wgmma<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.swa}, {p.swb}>"
+    trans = f", {str(p.ta).lower()}, {str(p.tb).lower()}" if p.ta or p.tb else ""
+    return f"tj::Wgmma<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.swa}, {p.swb}{trans}>"
 
 
-def wgmma_instruction(dtype: DType, n: int) -> str:
-    """``tj::WgmmaOp<T, n>``: one wgmma.mma_async m64nNk16 with f32 accumulators (n/2 per thread),
-    A and B from shared-memory descriptors, B N-major (imm-trans-b = 1)."""
+def wgmma_instruction(dtype: DType, n: int, ta: bool = False, tb: bool = False) -> str:
+    """``tj::WgmmaOp<T, n, trans-a, trans-b>``: one wgmma.mma_async m64nNk16 with f32 accumulators
+    (n/2 per thread), A and B from shared-memory descriptors; A K-major (imm-trans-a = 0) unless
+    ``ta`` (M-major), B N-major (imm-trans-b = 1) unless ``tb`` (K-major)."""
     regs = n // 2
     ptx = {"float16": "f16", "bfloat16": "bf16"}[dtype.name]
     acc = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    imm_a, imm_b = int(ta), int(not tb)
+    args = f"{tables.ctype(dtype)}, {n}" + (f", {imm_a}, {imm_b}" if ta or tb else "")
     return "\n".join([
         "namespace tj {",
-        f"template <> struct WgmmaOp<{tables.ctype(dtype)}, {n}> {{",
+        f"template <> struct WgmmaOp<{args}> {{",
         "  __device__ __forceinline__ static void mma(float* d, u64 da, u64 db) {",
         f'    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "',
-        f'                 "{{{acc}}}, %{regs}, %{regs + 1}, 1, 1, 1, 0, 1;"',
+        f'                 "{{{acc}}}, %{regs}, %{regs + 1}, 1, 1, 1, {imm_a}, {imm_b};"',
         f'                 : {outs}',
         '                 : "l"(da), "l"(db));',
         "  }",
@@ -140,10 +146,11 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
         for load, off, ld, sw in operands:
             t, at = load.result.type, load.array.type
             assert isinstance(t, TileType) and isinstance(at, ArrayType)
-            r0, c0 = (f"(tj::i64){lw.expr_at(ix, env)} * {s}" for ix, s in zip(load.index, t.shape))
+            # the tile's origin along each dim; a 3-D load's leading (batch) dim has tile size 1
+            org = ", ".join(f"(tj::i64){lw.expr_at(ix, env)} * {s}" for ix, s in zip(load.index, t.shape))
             lw.line(
-                f"tj::cp_async_tile<{t.shape[0]}, {t.shape[1]}, {ld}, {lw.plan.nt}, {sw}>"
-                f"({base} + ({stage}) * {stage_elems} + {off}, {lw.vals[load.array].text}, {r0}, {c0});"
+                f"tj::cp_async_tile<{t.shape[-2]}, {t.shape[-1]}, {ld}, {lw.plan.nt}, {sw}>"
+                f"({base} + ({stage}) * {stage_elems} + {off}, {lw.vals[load.array].text}, {org});"
             )
 
     # prefetch distance: stages - 1, or stages - 2 when a wgmma batch stays in flight (the stage it
@@ -183,7 +190,8 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     lw.staged[id(pipe.mma)] = (a_stage, f"({base} + {rd} * {stage_elems} + {p.a_elems})", pipe.overlap)
     lw.depth -= 1
     lw.loop_vars.append((names, carried))
-    lw.nested(op.body)
+    views = {id(v) for v in pipe.views}  # transposes/reshapes of the staged loads: the stage serves them
+    lw.nested(replace(op.body, ops=[o for o in op.body.ops if id(o) not in views]) if views else op.body)
     lw.loop_vars.pop()
     lw.line("}")
     if pipe.overlap:

@@ -6,7 +6,9 @@ Block size (unless ``num_threads`` is given): on sm_90a, 2 * M threads for a 16-
 kernels with a >= 128x64 accumulator (128 otherwise); 512 for rows of >= 4096 elements of 16-bit
 data; else the largest tile's size / 4, between 32 and 256. K loops of the form ``for k: acc =
 mma(load(a, k), load(b, k), acc)`` over read-only, unit-stride, 16-byte-aligned arrays become
-cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma on swizzled stages.
+cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma on swizzled stages. An operand
+may be a transposed load (16-bit: staged as stored, read with ldmatrix(.trans) or wgmma's imm-trans)
+or a (1, R, C) load of a 3-D array reshaped to (R, C).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from tilejit.language.ir.ops import (
     GatherOp,
     LoadOp,
     MmaOp,
+    PermuteOp,
+    ReshapeOp,
     ScatterOp,
     StoreOp,
     UnaryOp,
@@ -47,13 +51,15 @@ class Pipeline:
     stages: int
     stage_bytes: int
     overlap: bool = False  # wgmma: one mma batch stays in flight across iterations (prefetch stages - 2)
+    views: tuple[Op, ...] = ()  # transposes/reshapes between a load and the mma: the stage serves them
 
 
 @dataclass(frozen=True)
 class MmaPlan:
     """How one MmaOp runs: ``path`` is 'wgmma' (sm_90a, pipelined f16/bf16), 'tc' (m16n8k16
     f16/bf16), 'tf32' (m16n8k8) or 'fma'. ``swa``/``swb`` (bytes) are nonzero when the op can run
-    as wgmma: the swizzle widths of its A and B stages."""
+    as wgmma: the swizzle widths of its A and B stages. ``ta``/``tb``: the stage holds the operand
+    transposed, as its load read it (A as (K, M) rows, B as (N, K) rows; pipelined loops only)."""
 
     path: str
     m: int
@@ -66,6 +72,8 @@ class MmaPlan:
     acc_dtype: DType
     swa: int = 0
     swb: int = 0
+    ta: bool = False
+    tb: bool = False
 
     @property
     def a_elems(self) -> int:
@@ -74,13 +82,13 @@ class MmaPlan:
         if self.path == "wgmma":
             return -(-self.m * self.k * item // 1024) * 1024 // item
         unit = max(1, 16 // item)
-        return -(-self.m * self.lda // unit) * unit
+        return -(-(self.k if self.ta else self.m) * self.lda // unit) * unit
 
     @property
     def smem_bytes(self) -> int:
         if self.path == "wgmma":
             return -(-(self.a_elems + self.k * self.n) * self.in_dtype.itemsize // 1024) * 1024
-        return (self.a_elems + self.k * self.ldb) * self.in_dtype.itemsize
+        return (self.a_elems + (self.n if self.tb else self.k) * self.ldb) * self.in_dtype.itemsize
 
 
 #: The most 32-bit words of one tile a thread may hold (an 8-byte element takes two). Tile code is unrolled
@@ -141,9 +149,12 @@ def wgmma_fits(m: int, n: int, nt: int) -> bool:
     return m * n // nt + 32 <= min(255, 65536 // nt)
 
 
-def wgmma_tiling(m: int, n: int, k: int, nt: int, itemsize: int) -> tuple[WarpGrid, int, int] | None:
+def wgmma_tiling(
+    m: int, n: int, k: int, nt: int, itemsize: int, ta: bool = False, tb: bool = False
+) -> tuple[WarpGrid, int, int] | None:
     """The warp grid and A/B swizzle widths for an (m, k) @ (k, n) wgmma on ``nt`` threads, if any:
-    one warp per 16 rows (whole warpgroups along M), the rest of the warps split N."""
+    one warp per 16 rows (whole warpgroups along M), the rest of the warps split N. ``ta``/``tb``:
+    A stored M-major ((K, M) rows), B stored K-major ((N, K) rows)."""
     warps, wm = nt // 32, m // 16
     if m % 64 or k % 16 or wm > warps or warps % wm or not wgmma_fits(m, n, nt):
         return None
@@ -151,8 +162,8 @@ def wgmma_tiling(m: int, n: int, k: int, nt: int, itemsize: int) -> tuple[WarpGr
     wtn = n // wn
     if n % wn or wtn % 8 or wtn > 256:
         return None
-    swa, swb = min(128, k * itemsize), min(128, wtn * itemsize)
-    if swa not in (32, 64, 128) or swb not in (32, 64, 128) or (wtn * itemsize) % swb:
+    swa, swb = min(128, (64 if ta else k) * itemsize), min(128, (k if tb else wtn) * itemsize)
+    if swa not in (32, 64, 128) or swb not in (32, 64, 128) or ((k if tb else wtn) * itemsize) % swb:
         return None
     return WarpGrid(wm, wn), swa, swb
 
@@ -258,7 +269,9 @@ class Plan:
         return bool(getattr(hint, "unit_stride", False) and getattr(hint, "aligned16", False))
 
     def _plan_pipeline(self, loop: ForOp) -> Pipeline | None:
-        """A cp.async pipeline for ``for k: mma(load(a, k), load(b, k), acc)`` loops on sm_80+."""
+        """A cp.async pipeline for ``for k: mma(load(a, k), load(b, k), acc)`` loops on sm_80+; an
+        operand may also be ``transpose(load)`` (16-bit tensor cores read the stage transposed) or a
+        3-D ``load`` of shape (1, R, C) reshaped to (R, C) (a batch index outside the tile)."""
         if self.arch < 80:
             return None
         top = loop.body.ops
@@ -266,39 +279,81 @@ class Plan:
         if len(mmas) != 1 or any(isinstance(op, MmaOp) for op in loop.body.walk() if op not in top):
             return None
         mma = mmas[0]
-        loads = []
+        loads: list[LoadOp] = []
+        views: list[Op] = []
+        trans: list[bool] = []
         for v in (mma.a, mma.b):
-            load = self.defs.get(v)
-            uses = sum(v in op.operands() for op in self.fn.body.walk())
-            if not isinstance(load, LoadOp) or load not in top or uses != 1 or load.padding not in (0, 0.0, False):
+            found = self._streamed_operand(v, top, loop)
+            if found is None:
                 return None
-            at, t = load.array.type, load.result.type
-            if not (isinstance(at, ArrayType) and at.ndim == 2 and isinstance(t, TileType)):
-                return None
-            rows_ok = (t.shape[1] * at.dtype.itemsize) % 16 == 0
-            if load.array not in self.read_only or not self._vector_ok(load.array) or not rows_ok:
-                return None
-            if not all(self._affine_in(ix, loop) for ix in load.index):
-                return None
-            loads.append(load)
+            loads.append(found[0])
+            views += found[1]
+            trans.append(found[2])
         p = self.mma[id(mma)]
+        ta, tb = trans
+        if ta or tb:
+            if p.path != "tc" or p.grid is None:  # only the 16-bit tensor-core paths read a stage transposed
+                return None
+            pad = max(1, 16 // p.in_dtype.itemsize)
+            lda, ldb = (p.m if ta else p.k) + pad, (p.k if tb else p.n) + pad
+            wg = wgmma_tiling(p.m, p.n, p.k, self.nt, p.in_dtype.itemsize, ta, tb) if p.swa else None
+            swa, swb = (wg[1], wg[2]) if wg is not None and wg[0] == p.grid else (0, 0)
+            p = replace(p, lda=lda, ldb=ldb, ta=ta, tb=tb, swa=swa, swb=swb)
         if p.swa:
-            wg = replace(p, path="wgmma")
-            stages = wgmma_stages(wg.smem_bytes)
+            wg_plan = replace(p, path="wgmma")
+            stages = wgmma_stages(wg_plan.smem_bytes)
             if stages >= 2:
-                self.mma[id(mma)] = wg
-                overlap = stages >= 3 and self._only_mma(loop, mma, loads)
-                return Pipeline(mma, loads[0], loads[1], stages, wg.smem_bytes, overlap)
+                self.mma[id(mma)] = wg_plan
+                overlap = stages >= 3 and self._only_mma(loop, mma, [*loads, *views])
+                return Pipeline(mma, loads[0], loads[1], stages, wg_plan.smem_bytes, overlap, tuple(views))
         stage = p.smem_bytes
         stages = pipeline_stages(stage, max_shared_bytes(self.arch))
         if stages < 2:
             return None
-        return Pipeline(mma, loads[0], loads[1], stages, stage)
+        self.mma[id(mma)] = p
+        return Pipeline(mma, loads[0], loads[1], stages, stage, views=tuple(views))
+
+    def _streamed_operand(self, v: Value, top: list[Op], loop: ForOp) -> tuple[LoadOp, list[Op], bool] | None:
+        """The load a cp.async stage can hold for mma operand ``v``, the transpose/reshape ops between
+        (each in the loop body and used only on the way to the mma) and whether ``v`` is transposed."""
+        views: list[Op] = []
+        transposed = False
+        while True:
+            op = self.defs.get(v)
+            uses = sum(v in o.operands() for o in self.fn.body.walk())
+            if op is None or op not in top or uses != 1:
+                return None
+            if isinstance(op, PermuteOp) and not views and tuple(op.perm) == (1, 0):
+                transposed = True
+            elif isinstance(op, ReshapeOp) and not any(isinstance(w, ReshapeOp) for w in views):
+                src, dst = op.x.type, op.result.type
+                if not (isinstance(src, TileType) and isinstance(dst, TileType)) or src.shape != (1, *dst.shape):
+                    return None
+            elif isinstance(op, LoadOp):
+                break
+            else:
+                return None
+            views.append(op)
+            v = op.x
+        load = op
+        if load.padding not in (0, 0.0, False):
+            return None
+        at, t = load.array.type, load.result.type
+        if not (isinstance(at, ArrayType) and isinstance(t, TileType) and at.ndim == t.ndim):
+            return None
+        if not (at.ndim == 2 or (at.ndim == 3 and t.shape[0] == 1 and any(isinstance(w, ReshapeOp) for w in views))):
+            return None
+        rows_ok = (t.shape[-1] * at.dtype.itemsize) % 16 == 0
+        if load.array not in self.read_only or not self._vector_ok(load.array) or not rows_ok:
+            return None
+        if not all(self._affine_in(ix, loop) for ix in load.index):
+            return None
+        return load, views, transposed
 
     @staticmethod
-    def _only_mma(loop: ForOp, mma: MmaOp, loads: list[LoadOp]) -> bool:
-        """Whether the loop body is just the operand loads, the mma on a carried accumulator and the
-        terminator, so that nothing reads the accumulator while a wgmma batch is in flight."""
+    def _only_mma(loop: ForOp, mma: MmaOp, loads: list[Op]) -> bool:
+        """Whether the loop body is just the operand loads (and their views), the mma on a carried
+        accumulator and the terminator, so that nothing reads the accumulator while a wgmma batch is in flight."""
         rest = [op for op in loop.body.ops if op is not mma and op not in loads]
         return mma.acc in loop.body.args and len(rest) == 1 and rest[0].NAME in ("continue", "yield")
 

@@ -414,34 +414,48 @@ __device__ __forceinline__ int stage_offset(int row, int col) {
   return off / (int)sizeof(T);
 }
 
-// Copy the (ROWS, COLS) tile at (r0, c0) of a row-major 2-D array (unit inner stride, 16-byte
-// aligned rows) into a shared-memory stage laid out as ``stage_offset`` says, 16 bytes per
-// cp.async; bytes outside the array are zero-filled.
+// Copy the (ROWS, COLS) tile at (r0, c0) of a row-major (rows, cols) matrix at ptr with row stride
+// ld (unit inner stride, 16-byte aligned rows) into a shared-memory stage laid out as
+// ``stage_offset`` says, 16 bytes per cp.async; bytes outside the matrix are zero-filled.
 template <int ROWS, int COLS, int LD, int NT, int SW, class T>
-__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 r0, i64 c0) {
+__device__ __forceinline__ void cp_async_rows(T* dst, const T* ptr, i64 rows, i64 cols, i64 ld, i64 r0, i64 c0) {
   constexpr int V = 16 / (int)sizeof(T);
   constexpr int CPR = COLS / V;  // chunks per row
   constexpr int CHUNKS = ROWS * CPR;
   const int tid = threadIdx.x;
-  const bool full = r0 >= 0 && c0 >= 0 && r0 + ROWS <= a.shape[0] && c0 + COLS <= a.shape[1];
-  const T* base = a.ptr + r0 * a.stride[0] + c0;
+  const bool full = r0 >= 0 && c0 >= 0 && r0 + ROWS <= rows && c0 + COLS <= cols;
+  const T* base = ptr + r0 * ld + c0;
 #pragma unroll
   for (int j = 0; j < (CHUNKS + NT - 1) / NT; ++j) {
     const int c = tid + j * NT;
     if (CHUNKS % NT == 0 || c < CHUNKS) {
       const int row = c / CPR, col = (c % CPR) * V;
       if (full) {
-        cp_async16(dst + stage_offset<ROWS, LD, SW, T>(row, col), base + row * a.stride[0] + col, 16);
+        cp_async16(dst + stage_offset<ROWS, LD, SW, T>(row, col), base + row * ld + col, 16);
         continue;
       }
       const i64 r = r0 + row, cc = c0 + col;
-      i64 left = (a.shape[1] - cc) * (i64)sizeof(T);
+      i64 left = (cols - cc) * (i64)sizeof(T);
       left = left < 0 ? 0 : (left > 16 ? 16 : left);
-      const bool ok = (u64)r < (u64)a.shape[0] && left > 0;
-      const T* src = ok ? a.ptr + r * a.stride[0] + cc : a.ptr;
+      const bool ok = (u64)r < (u64)rows && left > 0;
+      const T* src = ok ? ptr + r * ld + cc : ptr;
       cp_async16(dst + stage_offset<ROWS, LD, SW, T>(row, col), src, ok ? (int)left : 0);
     }
   }
+}
+
+// The (ROWS, COLS) tile at (r0, c0) of a 2-D array (see cp_async_rows).
+template <int ROWS, int COLS, int LD, int NT, int SW, class T>
+__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 r0, i64 c0) {
+  cp_async_rows<ROWS, COLS, LD, NT, SW>(dst, a.ptr, a.shape[0], a.shape[1], a.stride[0], r0, c0);
+}
+
+// The (1, ROWS, COLS) tile at (z, r0, c0) of a 3-D array: matrix z, all zeros when z is out of range.
+template <int ROWS, int COLS, int LD, int NT, int SW, class T>
+__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 3>& a, i64 z, i64 r0, i64 c0) {
+  const bool in = (u64)z < (u64)a.shape[0];
+  cp_async_rows<ROWS, COLS, LD, NT, SW>(dst, a.ptr + (in ? z * a.stride[0] : 0), in ? a.shape[1] : 0, a.shape[2],
+                                        a.stride[1], r0, c0);
 }
 
 }  // namespace tj

@@ -5,11 +5,13 @@
 //  * TensorCore (sm_80+, f16/bf16 inputs, f32 accumulate): each of the WM x WN warps owns a
 //    (M/WM) x (N/WN) block of m16n8 accumulator fragments, loads A with ldmatrix.x4 and B with
 //    ldmatrix.x4.trans and issues mma.sync.aligned.m16n8k16. The accumulator tile stays in the
-//    fragment layout (tile.cuh), so a K loop never moves it.
+//    fragment layout (tile.cuh), so a K loop never moves it. A cp.async stage of a transposed load
+//    holds A as K x (M+PA) (read with ldmatrix.trans) or B as N x (K+PB) (plain ldmatrix).
 //  * TensorCoreTF32 (sm_80+, f32 inputs with tf32 allowed): mma.sync.aligned.m16n8k8.tf32.
 //  * Wgmma (sm_90a, f16/bf16 inputs staged by a cp.async pipeline): each warpgroup issues
 //    wgmma.mma_async m64nNk16 on swizzled shared-memory stages (memory.cuh's stage_offset) read
-//    through matrix descriptors; A is K-major, B N-major (imm-trans-b). The accumulator fragment
+//    through matrix descriptors; A is K-major, B N-major (imm-trans-b), or for transposed loads A
+//    M-major (imm-trans-a) and B K-major. The accumulator fragment
 //    is TensorCore's layout with WM = M/16 warps along M, so both paths share one layout.
 //  * mma_fma: any dtype, any target, any accumulator layout: each thread forms its own elements.
 #pragma once
@@ -74,6 +76,9 @@ __device__ __forceinline__ void ldsm_x4_t(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
+__device__ __forceinline__ void ldsm_x2(u32 (&r)[2], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
 __device__ __forceinline__ void ldsm_x2_t(u32 (&r)[2], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
@@ -95,17 +100,25 @@ template <> struct MmaName<bf16> {
 };
 
 // Accumulator element i of a warp: i = (mi * NTL + ni) * 4 + r (the m16n8 C fragment order).
-template <class T, int M, int N, int K, int WM, int WN, int LDA, int LDB>
+// TA: A is stored transposed, K rows of M (row stride LDA); TB: B is stored transposed, N rows of K
+// (row stride LDB), as a cp.async stage of a transposed load holds them.
+template <class T, int M, int N, int K, int WM, int WN, int LDA, int LDB, bool TA = false, bool TB = false>
 struct TensorCore {
   static constexpr int WTM = M / WM, WTN = N / WN, MT = WTM / 16, NTL = WTN / 8;
-  // Fragments of k-step kk: A with ldmatrix.x4, B with ldmatrix.x4.trans (x2 for an odd n8 tile).
+  // Fragments of k-step kk. A: ldmatrix.x4 (.trans when stored K-by-M: its 8x8 blocks are A^T's);
+  // B: ldmatrix.x4.trans (plain when stored N-by-K, which is the "col" layout mma.sync reads).
+  // x2 for an odd n8 tile.
   __device__ __forceinline__ static void frags(u32 (&af)[MT][4], u32 (&bfr)[NTL][2], u32 a_base, u32 b_base, int kk) {
 #pragma unroll
-    for (int mi = 0; mi < MT; ++mi) ldsm_x4(af[mi], a_base + (u32)((mi * 16 * LDA + kk * 16) * 2));
+    for (int mi = 0; mi < MT; ++mi) {
+      if (TA) ldsm_x4_t(af[mi], a_base + (u32)((kk * 16 * LDA + mi * 16) * 2));
+      else ldsm_x4(af[mi], a_base + (u32)((mi * 16 * LDA + kk * 16) * 2));
+    }
 #pragma unroll
     for (int nj = 0; nj < NTL / 2; ++nj) {
       u32 r[4];
-      ldsm_x4_t(r, b_base + (u32)((kk * 16 * LDB + nj * 16) * 2));
+      if (TB) ldsm_x4(r, b_base + (u32)((nj * 16 * LDB + kk * 16) * 2));
+      else ldsm_x4_t(r, b_base + (u32)((kk * 16 * LDB + nj * 16) * 2));
       bfr[2 * nj][0] = r[0];
       bfr[2 * nj][1] = r[1];
       bfr[2 * nj + 1][0] = r[2];
@@ -113,7 +126,8 @@ struct TensorCore {
     }
     if (NTL % 2) {
       u32 r[2];
-      ldsm_x2_t(r, b_base + (u32)((kk * 16 * LDB + (NTL - 1) * 8) * 2));
+      if (TB) ldsm_x2(r, b_base + (u32)(((NTL - 1) * 8 * LDB + kk * 16) * 2));
+      else ldsm_x2_t(r, b_base + (u32)((kk * 16 * LDB + (NTL - 1) * 8) * 2));
       bfr[NTL - 1][0] = r[0];
       bfr[NTL - 1][1] = r[1];
     }
@@ -124,8 +138,13 @@ struct TensorCore {
   __device__ __forceinline__ static void run(Tile<float, L>& acc, const T* As, const T* Bs) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = (warp % WM) * WTM, n0 = (warp / WM) * WTN;
-    const u32 a_base = smem_addr(As + (m0 + (lane & 15)) * LDA + (lane >> 4) * 8);
-    const u32 b_base = smem_addr(Bs + (lane & 15) * LDB + n0 + (lane >> 4) * 8);
+    // Lane l addresses row l % 8 of 8x8 block l / 8. Blocks in register order: A (m, k) offsets
+    // (0,0) (8,0) (0,8) (8,8); B (k, n) offsets (0,0) (8,0) (0,8) (8,8) of two n8 tiles.
+    const int q = (lane >> 3) & 1, h = lane >> 4, r8 = lane & 7;
+    const u32 a_base = TA ? smem_addr(As + (h * 8 + r8) * LDA + m0 + q * 8)
+                          : smem_addr(As + (m0 + (lane & 15)) * LDA + (lane >> 4) * 8);
+    const u32 b_base = TB ? smem_addr(Bs + (n0 + h * 8 + r8) * LDB + q * 8)
+                          : smem_addr(Bs + (lane & 15) * LDB + n0 + (lane >> 4) * 8);
     u32 af[2][MT][4];
     u32 bfr[2][NTL][2];
     frags(af[0], bfr[0], a_base, b_base, 0);
@@ -187,7 +206,8 @@ struct TensorCoreTF32 {
 
 // wgmma.mma_async m64nNk16 for input type T, one specialization per N the kernel uses: the
 // backend writes them (the accumulator operand list is N/2 registers long).
-template <class T, int N> struct WgmmaOp;
+// TA/TB: the instruction's imm-trans-a/imm-trans-b (A M-major, B N-major when 1).
+template <class T, int N, int TA = 0, int TB = 1> struct WgmmaOp;
 
 // A shared-memory matrix descriptor: start address, leading/stride byte offsets, swizzle mode.
 __device__ __forceinline__ u64 wgmma_desc(u32 addr, u32 lbo, u32 sbo, int sw) {
@@ -198,30 +218,38 @@ __device__ __forceinline__ u64 wgmma_desc(u32 addr, u32 lbo, u32 sbo, int sw) {
 
 // acc += A @ B with A an (M, K) stage (K-major chunks of SWA bytes) and B a (K, N) stage (N-major
 // chunks of SWB bytes). Warp w covers rows 16 * (w % WM); its warpgroup covers 64 rows and the
-// columns [(w / WM) * N / WN, +N / WN).
-template <class T, int M, int N, int K, int WM, int WN, int SWA, int SWB>
+// columns [(w / WM) * N / WN, +N / WN). TA: A is a (K, M) stage (M-major chunks of SWA bytes);
+// TB: B is an (N, K) stage (K-major chunks of SWB bytes): the wgmma reads them transposed.
+template <class T, int M, int N, int K, int WM, int WN, int SWA, int SWB, bool TA = false, bool TB = false>
 struct Wgmma {
   static constexpr int WTN = N / WN, CWA = SWA / (int)sizeof(T), CWB = SWB / (int)sizeof(T);
-  static_assert(WM % 4 == 0 && M == WM * 16 && WTN % CWB == 0 && K % 16 == 0, "not a wgmma tiling");
+  static_assert(WM % 4 == 0 && M == WM * 16 && K % 16 == 0, "not a wgmma tiling");
+  static_assert(TB ? K % CWB == 0 : WTN % CWB == 0, "not a wgmma tiling");
+  static_assert(!TA || 64 % CWA == 0, "not a wgmma tiling");
 
   // cp.async wrote the stage through the generic proxy; wgmma reads it through the async proxy.
   __device__ __forceinline__ static void fence_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
   // Issue the K / 16 wgmmas of one stage as one batch, then wait until at most PENDING batches
   // are in flight (PENDING = 1 lets a K loop overlap this batch with the next stage's set-up).
+  // K-major operands: rows of SW bytes, 8-row groups SBO = 8 * SW apart, k steps inside a row.
+  // MN-major operands: chunks of SW bytes of K rows, LBO = K * SW apart, 8-k-row groups SBO apart.
   template <int PENDING, class L>
   __device__ __forceinline__ static void run(Tile<float, L>& acc, const T* As, const T* Bs) {
     const int warp = threadIdx.x >> 5;
-    const u32 a0 = smem_addr(As) + (u32)((warp % WM) / 4 * 64 * SWA);
-    const u32 b0 = smem_addr(Bs) + (u32)((warp / WM) * WTN / CWB * K * SWB);
+    const int m0 = (warp % WM) / 4 * 64, n0 = (warp / WM) * WTN;
+    const u32 a0 = smem_addr(As) + (u32)(TA ? m0 / CWA * K * SWA : m0 * SWA);
+    const u32 b0 = smem_addr(Bs) + (u32)(TB ? n0 * SWB : n0 / CWB * K * SWB);
     pin(acc);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) {
       const int k = kk * 16;
-      const u64 da = wgmma_desc(a0 + (u32)((k / CWA) * M * SWA + (k % CWA) * (int)sizeof(T)), 16, 8 * SWA, SWA);
-      const u64 db = wgmma_desc(b0 + (u32)(k * SWB), K * SWB, 8 * SWB, SWB);
-      WgmmaOp<T, WTN>::mma(acc.v, da, db);
+      const u64 da = TA ? wgmma_desc(a0 + (u32)(k * SWA), K * SWA, 8 * SWA, SWA)
+                        : wgmma_desc(a0 + (u32)((k / CWA) * M * SWA + (k % CWA) * (int)sizeof(T)), 16, 8 * SWA, SWA);
+      const u64 db = TB ? wgmma_desc(b0 + (u32)((k / CWB) * N * SWB + (k % CWB) * (int)sizeof(T)), 16, 8 * SWB, SWB)
+                        : wgmma_desc(b0 + (u32)(k * SWB), K * SWB, 8 * SWB, SWB);
+      WgmmaOp<T, WTN, TA ? 1 : 0, TB ? 0 : 1>::mma(acc.v, da, db);
     }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     wait<PENDING>(acc);
