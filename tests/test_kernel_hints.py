@@ -38,7 +38,7 @@ MATMUL_CONSTS = {"BM": 128, "BN": 128, "BK": 64}
 SOFTMAX_SIG = (tj.float32[:, ::1], tj.float32[:, ::1])
 
 
-def _matmul(target: str, backend: str = "tileir", **hints: Any) -> Any:
+def _matmul(target: str, backend: str = "cuda", **hints: Any) -> Any:
     return tj.compile(matmul, MATMUL_SIG, constants=MATMUL_CONSTS, target=target, backend=backend, **hints)
 
 
@@ -159,13 +159,13 @@ def test_tileiras_accepts_the_hinted_modules(target: str, tileir_env: Any, tmp_p
     where the hint was written, none on sm_80; tileirdisasm reads the bytecode back with the same hints."""
     from tilejit.backends.tileir_backend import cluster_shape
 
-    art = _matmul(target, num_ctas=2, occupancy=1)
+    art = _matmul(target, "tileir", num_ctas=2, occupancy=1)
     image = art.image()
     assert image.image[:4] == b"\x7fELF"
     expected = 1 if target == "sm_80" else 2
     assert cluster_shape(image.image, image.symbol) == (expected, 1, 1)
     assert image.cluster == expected and image.entry()["cluster"] == expected
-    plain = _matmul(target).image()
+    plain = _matmul(target, "tileir").image()
     assert cluster_shape(plain.image, plain.symbol) == (1, 1, 1) and plain.cluster == 1
     disasm = Path(tileir_env.tileiras).with_name("tileirdisasm")
     if not disasm.exists():
@@ -213,8 +213,7 @@ def test_cli_flags_reach_the_artifact(tmp_path: Path) -> None:
     CUDA C++ inputs are usage errors."""
     base = ["compile", str(EXAMPLES / "matmul.py"), "--kernel", "matmul", "--signature",
             "f16[:,::1], f16[:,::1], f32[:,::1]", "-C", "BM=128", "-C", "BN=128", "-C", "BK=64", "-o", str(tmp_path)]
-    proc = _cli(*base, "--arch", "sm_90,sm_80", "--emit", "tileir", "--backend", "tileir", "--num-ctas", "2",
-                "--occupancy", "1")
+    proc = _cli(*base, "--arch", "sm_90,sm_80", "--emit", "tileir", "--num-ctas", "2", "--occupancy", "1")
     assert proc.returncode == 0, proc.stderr
     assert _hints_printed((tmp_path / "matmul.matmul.sm_90.tileir").read_text()) == [
         "optimization_hints=<sm_90 = {num_cta_in_cga = 2, occupancy = 1}>"]
