@@ -36,7 +36,7 @@ _DTYPES = (
 _ERRORS = (
     "TilejitError", "TileCompileError", "CompileError", "CUDAError", "DriverVersionError", "LaunchError",
     "LibraryNotFoundError", "TargetError", "ConfigError", "NotDeviceArrayError", "IRVerificationError",
-    "CacheWarning",
+    "CacheWarning", "TileIRUnsupportedError", "TileirasError",
 )
 
 _LAZY: dict[str, str] = {
@@ -92,6 +92,8 @@ if TYPE_CHECKING:
         NotDeviceArrayError,
         TargetError,
         TileCompileError,
+        TileirasError,
+        TileIRUnsupportedError,
         TilejitError,
     )
     from tilejit.language.ir.types import (

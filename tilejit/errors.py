@@ -118,6 +118,16 @@ class TileCompileError(TilejitError):
         return text
 
 
+class TileIRUnsupportedError(TileCompileError):
+    """The Tile IR backend cannot express something in a kernel (a located error suggesting ``backend="cuda"``):
+    ``backend="auto"`` compiles such a kernel with CUDA C++ instead."""
+
+
+class TileirasError(CompileError):
+    """tileiras failed, crashed or made an unusable CUBIN on the bytecode tilejit wrote for a kernel: a toolchain
+    failure, not a mistake in the kernel, so ``backend="auto"`` compiles such a kernel with CUDA C++ instead."""
+
+
 class LaunchError(TilejitError, TypeError):
     """Kernel arguments do not match the kernel's parameters (wrong type, dtype, rank or count)."""
 
@@ -155,5 +165,5 @@ def refuse_lone_surrogates(what: str, text: str) -> None:
 __all__ = [
     "Attempt", "CUDAError", "CacheWarning", "CompileError", "ConfigError", "DriverVersionError",
     "IRVerificationError", "LaunchError", "LibraryNotFoundError", "NotDeviceArrayError", "TargetError",
-    "TileCompileError", "TilejitError", "refuse_lone_surrogates",
+    "TileCompileError", "TileIRUnsupportedError", "TileirasError", "TilejitError", "refuse_lone_surrogates",
 ]

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 
 from tilejit.bindings.tileiras import Toolchain, find_toolchain
-from tilejit.errors import CompileError, DriverVersionError, TileCompileError
+from tilejit.errors import CompileError, DriverVersionError, TileCompileError, TileirasError
 
 BYTECODE_MAGIC = b"\x7fTileIR\x00"
 """The first 8 bytes of every Tile IR bytecode module; the version follows as major (u8), minor (u8)."""
@@ -78,7 +78,7 @@ def located_message(stderr: str) -> str | None:
 
 
 def explain_failure(code: int, stderr: str, toolchain: Toolchain, target: str) -> str:
-    """The text of the CompileError for a tileiras run that exited with ``code``."""
+    """The text of the TileirasError for a tileiras run that exited with ``code``."""
     text = stderr.strip()
     head = located_message(text)
     if head is not None:
@@ -135,8 +135,9 @@ def run_tileiras(
 ) -> bytes:
     """Compile a Tile IR bytecode module to a CUBIN for ``target`` (e.g. ``"sm_90"``) with tileiras.
 
-    Raises ``TargetError`` for a target the toolchain cannot compile for, ``CompileError`` (carrying
-    tileiras's stderr as ``log``) when tileiras fails or runs past ``timeout`` seconds."""
+    Raises ``TargetError`` for a target the toolchain cannot compile for, ``CompileError`` for bytecode of a
+    version it does not read, ``TileirasError`` (a ``CompileError`` carrying tileiras's stderr as ``log``) when
+    tileiras cannot run, fails, crashes, writes no CUBIN or runs past ``timeout`` seconds."""
     data = _as_bytes(bytecode)
     tc = find_toolchain() if toolchain is None else toolchain
     tc.check_target(target)
@@ -156,21 +157,21 @@ def run_tileiras(
                                   env=tool_env(tc, tmp), cwd=tmp, check=False)
         except subprocess.TimeoutExpired as exc:
             log = (exc.stderr or b"").decode(errors="replace")
-            raise CompileError(f"tileiras did not finish compiling for {target} within {timeout:g} s "
-                               "(it was stopped); a smaller kernel or tile size compiles faster", log) from None
+            raise TileirasError(f"tileiras did not finish compiling for {target} within {timeout:g} s "
+                                "(it was stopped); a smaller kernel or tile size compiles faster", log) from None
         except OSError as exc:
-            raise CompileError(f"cannot run tileiras at {tc.tileiras}: {exc.strerror or exc}") from None
+            raise TileirasError(f"cannot run tileiras at {tc.tileiras}: {exc.strerror or exc}") from None
         stderr = done.stderr.decode(errors="replace")
         if done.returncode != 0:
-            raise CompileError(explain_failure(done.returncode, stderr, tc, target), stderr)
+            raise TileirasError(explain_failure(done.returncode, stderr, tc, target), stderr)
         try:
             with open(output, "rb") as f:
                 cubin = f.read()
         except OSError:
             cubin = b""
     if cubin[:4] != b"\x7fELF":
-        raise CompileError(f"tileiras exited with code 0 for {target} but wrote no CUBIN (ELF) file:\n"
-                           f"{stderr.strip()}", stderr)
+        raise TileirasError(f"tileiras exited with code 0 for {target} but wrote no CUBIN (ELF) file:\n"
+                            f"{stderr.strip()}", stderr)
     return cubin
 
 

@@ -98,14 +98,15 @@ class MmaPlan:
 MAX_THREAD_WORDS = 256
 
 
-def located(loc: Loc, message: str) -> TileCompileError:
-    """A ``TileCompileError`` at ``loc`` in the user's source, with the line and a caret when the file reads."""
+def located(loc: Loc, message: str, error: type[TileCompileError] = TileCompileError) -> TileCompileError:
+    """A ``TileCompileError`` (or the subclass ``error``) at ``loc`` in the user's source, with the line and a caret
+    when the file reads."""
     if not loc.line or loc.filename.startswith("<"):
-        return TileCompileError(message)
+        return error(message)
     import linecache
 
     text = linecache.getline(loc.filename, loc.line).rstrip("\r\n")
-    return TileCompileError(message, loc.filename, loc.line, loc.col, text or None)
+    return error(message, loc.filename, loc.line, loc.col, text or None)
 
 
 def max_shared_bytes(arch: int) -> int:

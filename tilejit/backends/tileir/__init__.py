@@ -1,7 +1,7 @@
 """CUDA Tile IR output: bytecode for ``tileiras`` and the same module in ``cuda_tile.module`` text form.
 
 ``generate_bytecode(fn, target)`` and ``module_text(fn, target)`` take the IR ``Function`` of a
-specialized kernel (``Artifact.ir()``); unsupported ops raise a located ``TileCompileError``.
+specialized kernel (``Artifact.ir()``); unsupported ops raise a located ``TileIRUnsupportedError``.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ per dimension for the shape, then one per dimension for the strides in elements;
 scalar tile. Bools are bytes in memory and as parameters (the launcher's ``?``): ``ptr<i8>`` and
 ``tile<i8>``, read as ``!= 0``. The rules for each kind of op live in their own module (``elementwise``, ``memory``,
 ``reduce``, ``control``, ``mma``) and register themselves with ``@rule``. An op with no rule, or a
-form of one a rule does not cover, raises a located ``TileCompileError`` that names the op and
-suggests ``backend="cuda"``.
+form of one a rule does not cover, raises a located ``TileIRUnsupportedError`` (a ``TileCompileError``) that
+names the op and suggests ``backend="cuda"``; ``backend="auto"`` compiles such a kernel with CUDA C++ instead.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tilejit.backends.tileir.module import (
     TValue,
     constant_bytes,
 )
-from tilejit.errors import TileCompileError
+from tilejit.errors import TileIRUnsupportedError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import UNKNOWN_LOC, Loc, Op, Value
 from tilejit.language.ir.types import ArrayHint, ArrayType, DType, TileType
@@ -67,12 +67,17 @@ def rule(*op_types: type[Op]) -> Callable[[R], R]:
     return register
 
 
-def unsupported(op: Op, detail: str = "") -> TileCompileError:
+def unsupported(op: Op, detail: str = "") -> TileIRUnsupportedError:
     """The located refusal for an op (or a form of one) the Tile IR lowering does not cover."""
     what = f"'{op.NAME}'" + (f" ({detail})" if detail else "")
-    return located(
-        op.loc, f'the Tile IR backend cannot express {what} yet; compile this kernel with backend="cuda"'
-    )
+    return refusal(op.loc, f"the Tile IR backend cannot express {what} yet")
+
+
+def refusal(loc: Loc, message: str) -> TileIRUnsupportedError:
+    """The located refusal ``message`` (what Tile IR cannot express), suggesting the CUDA backend."""
+    error = located(loc, f'{message}; compile this kernel with backend="cuda"', TileIRUnsupportedError)
+    assert isinstance(error, TileIRUnsupportedError)
+    return error
 
 
 def element(dtype: DType, op: Op) -> Scalar:
@@ -175,11 +180,7 @@ class Lowerer:
             t = p.type
             elem = ELEMENTS.get(t.dtype.name) if isinstance(t, (ArrayType, TileType)) else None
             if elem is None or (isinstance(t, TileType) and t.shape):
-                raise located(
-                    def_loc,
-                    f"the Tile IR backend cannot express parameter '{name}' of type {t} yet; "
-                    'compile this kernel with backend="cuda"',
-                )
+                raise refusal(def_loc, f"the Tile IR backend cannot express parameter '{name}' of type {t} yet")
             stored = STORED.get(elem, elem)
             if isinstance(t, ArrayType):
                 base = TValue(Tile(Ptr(Scalar(stored))), name)
@@ -204,7 +205,7 @@ def lower_function(fn: O.Function, target: str = "", hints: Mapping[str, ArrayHi
                    kernel_hints: KernelHints = NO_HINTS) -> TModule:
     """The Tile IR module of kernel ``fn`` for ``target`` (``sm_NN``; ``""``: any), stating the launch-checked
     facts of ``hints`` (array parameter name -> ``ArrayHint``) about its arrays and the user's ``kernel_hints`` as
-    entry hints (raises a located ``TileCompileError`` for what it can't express)."""
+    entry hints (raises a located ``TileIRUnsupportedError`` for what it can't express)."""
     from tilejit.backends.tileir.lower import control, elementwise, memory, mma, reduce  # noqa: F401 (rules)
 
     return Lowerer(fn, target, hints, kernel_hints).run()
