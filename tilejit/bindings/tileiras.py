@@ -5,21 +5,26 @@ or of another CUDA minor version, so discovery finds the pieces tileiras itself 
 version, and names the wrong piece before anything runs. How tileiras finds them (measured with 13.5):
 libnvvm at ``<its bin>/../nvvm/lib64/libnvvm.so`` then ``<its bin>/../lib/libnvvm.so.4`` (or under
 ``$CUDA_HOME``/``$CUDA_PATH`` when set, which the runner therefore unsets; ``LD_LIBRARY_PATH`` is not used);
-ptxas in its own folder, else the first on ``PATH``. Nothing here is imported by ``import tilejit``.
+ptxas in its own folder, else the first on ``PATH``. Nothing here is imported by ``import tilejit``; finding
+the pieces (``locate``) runs none of them and imports no ``subprocess``, so that a caller who keeps what they
+reported (``Toolchain.from_fields``) finds a toolchain on a warm launch in file lookups alone.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
-import subprocess
 import threading
+from typing import TYPE_CHECKING
 
 from tilejit import config
 from tilejit.bindings import loader
 from tilejit.errors import Attempt, LibraryNotFoundError, TargetError
 from tilejit.records import Record
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Mapping
 
 EXE = ".exe" if loader.IS_WINDOWS else ""
 
@@ -39,8 +44,9 @@ FIRST_TARGET_RELEASE: tuple[tuple[range, tuple[int, int]], ...] = (
 )
 """The first tileiras release that compiles for each range of ``sm_XY`` numbers."""
 
-_RELEASE = re.compile(rb"Cuda compilation tools, release (\d+)\.(\d+), V(\d+(?:\.\d+)*)")
-_GPU_NAME = re.compile(r"^\s*=(sm_\d+)\b", re.MULTILINE)
+# Patterns, not compiled ones: compiling costs milliseconds at import, and only a probe (not a warm process) uses them.
+_RELEASE = rb"Cuda compilation tools, release (\d+)\.(\d+), V(\d+(?:\.\d+)*)"
+_GPU_NAME = r"(?m)^\s*=(sm_\d+)\b"
 _PROBE_TIMEOUT = 30.0
 
 
@@ -72,6 +78,12 @@ class Toolchain(Record):
     ) -> None:
         self._init(tileiras, tileirdisasm, ptxas, libnvvm, tileiras_version, ptxas_version, libnvvm_version,
                    bytecode_versions, targets, origin)
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, object]) -> Toolchain:
+        """The toolchain of ``fields`` (each field by name) as plain data holds them, e.g. read back from a memo
+        (lists for tuples); ``ValueError`` for a missing field or one of another type."""
+        return cls(*(_checked_field(name, fields.get(name)) for name in cls._fields))  # type: ignore[arg-type]
 
     @property
     def bin_dir(self) -> str:
@@ -111,6 +123,28 @@ class Toolchain(Record):
                           f"targets ({', '.join(self.targets)})")
 
 
+def _checked_field(name: str, value: object) -> object:
+    """``value`` as the ``Toolchain`` field ``name`` holds it (tuples for lists); ``ValueError`` if of another type."""
+    if name == "bytecode_versions":
+        if isinstance(value, list | tuple) and all(
+                isinstance(v, list | tuple) and len(v) == 2 and all(type(n) is int for n in v) for v in value):
+            return tuple((v[0], v[1]) for v in value)
+    elif name == "targets":
+        if isinstance(value, list | tuple) and all(isinstance(t, str) for t in value):
+            return tuple(value)
+    elif value is None and name in ("tileirdisasm", "libnvvm_version"):
+        return None
+    elif isinstance(value, str) and (not name.endswith("_version") or _is_version(value)):
+        return value
+    raise ValueError(f"toolchain field {name!r}: {value!r} is not of its type")
+
+
+def _is_version(text: str) -> bool:
+    """Whether ``text`` is a version such as ``13.5`` or ``13.5.37``."""
+    parts = text.split(".")
+    return len(parts) >= 2 and all(p.isascii() and p.isdigit() for p in parts)
+
+
 def major_minor(version: str) -> tuple[int, int]:
     """``"13.5.37"`` -> ``(13, 5)``."""
     parts = version.split(".")
@@ -147,16 +181,20 @@ def supported_targets(release: tuple[int, int], listed: tuple[str, ...]) -> tupl
 
 def _run_tool(path: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     """Run a toolchain program briefly for what it reports (its version, its lists)."""
+    import subprocess
+
     return subprocess.run([path, *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=_PROBE_TIMEOUT,
                           check=False)
 
 
 def program_version(path: str, what: str) -> str:
     """The ``V13.5.37`` of ``<path> --version``; ``LibraryNotFoundError`` naming ``what`` if it says none."""
+    import subprocess
+
     why = ""
     try:
         done = _run_tool(path, "--version")
-        m = _RELEASE.search(done.stdout + done.stderr)
+        m = re.search(_RELEASE, done.stdout + done.stderr)
         if m:
             return m.group(3).decode()
         why = f"`{os.path.basename(path)} --version` exited with code {done.returncode} and reported no release"
@@ -170,12 +208,14 @@ def program_version(path: str, what: str) -> str:
 def library_version(path: str) -> str | None:
     """The CUDA release a toolkit library states in its ``Cuda compilation tools, release X.Y, VX.Y.Z`` string
     (libnvvm's ``nvvmVersion`` says only the NVVM version, 2.0), read without loading it; None if absent."""
+    import mmap
+
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             start = data.find(b"Cuda compilation tools, release ")
             if start < 0:
                 return None
-            m = _RELEASE.match(data[start:start + 80])
+            m = re.match(_RELEASE, data[start:start + 80])
     except (OSError, ValueError):  # ValueError: an empty file cannot be mapped
         return None
     return m.group(3).decode() if m else None
@@ -183,6 +223,8 @@ def library_version(path: str) -> str | None:
 
 def bytecode_versions(tileiras: str) -> tuple[tuple[int, int], ...]:
     """The bytecode versions ``tileiras --list-versions`` accepts, e.g. ``((13, 1), ..., (13, 5))``."""
+    import subprocess
+
     try:
         done = _run_tool(tileiras, "--list-versions")
     except (OSError, subprocess.TimeoutExpired):
@@ -193,11 +235,13 @@ def bytecode_versions(tileiras: str) -> tuple[tuple[int, int], ...]:
 
 def listed_targets(tileiras: str) -> tuple[str, ...]:
     """The ``--gpu-name`` values of ``tileiras --help``."""
+    import subprocess
+
     try:
         done = _run_tool(tileiras, "--help")
     except (OSError, subprocess.TimeoutExpired):
         return ()
-    return tuple(dict.fromkeys(_GPU_NAME.findall(done.stdout.decode(errors="replace"))))
+    return tuple(dict.fromkeys(re.findall(_GPU_NAME, done.stdout.decode(errors="replace"))))
 
 
 # ----------------------------------------------------------------------------- discovery
@@ -325,20 +369,58 @@ def find_toolchain() -> Toolchain:
 
 def probe(tileiras: str, origin: str) -> Toolchain:
     """The ``Toolchain`` of the tileiras at ``tileiras``, checked for missing and mismatched pieces."""
+    toolchain = ask(locate(tileiras), origin)
+    check_consistent(toolchain)
+    return toolchain
+
+
+class Pieces(Record):
+    """Where the pieces of one toolchain are, found without running any: tileiras (its real path), the
+    tileirdisasm beside it (None: none), and the ptxas and libnvvm it uses."""
+
+    _fields = ("tileiras", "tileirdisasm", "ptxas", "libnvvm")
+    __slots__ = _fields
+    tileiras: str
+    tileirdisasm: str | None
+    ptxas: str
+    libnvvm: str
+
+    def __init__(self, tileiras: str, tileirdisasm: str | None, ptxas: str, libnvvm: str) -> None:
+        self._init(tileiras, tileirdisasm, ptxas, libnvvm)
+
+    def as_fields(self) -> dict[str, str | None]:
+        """The paths by field name, as ``Toolchain.from_fields`` takes them."""
+        return {"tileiras": self.tileiras, "tileirdisasm": self.tileirdisasm, "ptxas": self.ptxas,
+                "libnvvm": self.libnvvm}
+
+
+def locate(tileiras: str) -> Pieces:
+    """The pieces of the toolchain of the tileiras at ``tileiras``, running none of them; ``LibraryNotFoundError``
+    names a missing one."""
     tileiras = os.path.realpath(tileiras)
     libnvvm = find_libnvvm(tileiras)
     ptxas = find_ptxas(tileiras)
-    version = program_version(tileiras, f"tileiras ({origin})")
     disasm: str | None = os.path.join(os.path.dirname(tileiras), "tileirdisasm" + EXE)
     if _is_program(disasm) is not None:  # type: ignore[arg-type]
         disasm = None
-    toolchain = Toolchain(
-        tileiras, disasm, ptxas, libnvvm, version, program_version(ptxas, f"ptxas for tileiras at {tileiras}"),
-        library_version(libnvvm), bytecode_versions(tileiras),
-        supported_targets(major_minor(version), listed_targets(tileiras)), origin,
+    return Pieces(tileiras, disasm, ptxas, libnvvm)
+
+
+#: The ``Toolchain`` fields that ``ask`` learns by running (or reading) the pieces; the others are ``Pieces``' and
+#: the origin.
+REPORTED = ("tileiras_version", "ptxas_version", "libnvvm_version", "bytecode_versions", "targets")
+
+
+def ask(pieces: Pieces, origin: str) -> Toolchain:
+    """The ``Toolchain`` of ``pieces`` as they report themselves (runs tileiras and ptxas), not yet checked for
+    consistency (``check_consistent``); ``LibraryNotFoundError`` when one states no version."""
+    tileiras = pieces.tileiras
+    version = program_version(tileiras, f"tileiras ({origin})")
+    return Toolchain(
+        tileiras, pieces.tileirdisasm, pieces.ptxas, pieces.libnvvm, version,
+        program_version(pieces.ptxas, f"ptxas for tileiras at {tileiras}"), library_version(pieces.libnvvm),
+        bytecode_versions(tileiras), supported_targets(major_minor(version), listed_targets(tileiras)), origin,
     )
-    check_consistent(toolchain)
-    return toolchain
 
 
 def unavailable() -> str | None:
