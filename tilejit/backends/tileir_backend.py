@@ -2,9 +2,9 @@
 ``tileiras`` → CUBIN.
 
 Outside the ``tileir`` package on purpose, and light to import: a launch asks the registered backend's
-module for its cache identity and whether ``auto`` may pick it, and must not import the bytecode writer
-or run the toolchain's discovery for that. The writer covers part of the language, so ``auto`` never
-picks this backend (``base.INCOMPLETE``); ``backend="tileir"`` uses it where a toolchain is.
+module for its cache identity and whether ``auto`` picks it (where a toolchain is found), and must not import
+the bytecode writer for that, nor run the toolchain's programs: what they reported is kept in the disk cache
+(:func:`find_toolchain`), so a warm process finds the toolchain in file lookups alone.
 
 The launch ABI: the Tile IR entry's parameters (per array: base pointer, then each shape, then each
 stride, all 8 bytes; scalars as themselves) are laid out as tilejit's array struct (``ParamKind.array``),
@@ -22,7 +22,7 @@ from tilejit.backends.base import NO_HINTS, Backend, KernelHints, KernelImage, P
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from tilejit.bindings.tileiras import Toolchain
+    from tilejit.bindings.tileiras import Pieces, Toolchain
     from tilejit.compiler.targets import Target
     from tilejit.language.ir.ops import Function
     from tilejit.language.ir.types import ArrayHint
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 #: kernel changes (importing the writer to ask it would cost a warm launch its ``dataclasses``).
 WRITER_FORMAT = "4"  # 2: the launch facts of the hints as assume ops (TMA); 3: the occupancy entry hint;
 #                      4: int32 unit-step loop counters, 8 worker warps for wide matmul accumulators
+#: The format of the toolchain probe's memo in the disk cache (``find_toolchain``); raise it when what an entry
+#: holds, or how the probe reads the programs' answers, changes.
+PROBE_MEMO = "tilejit.tileiras-probe.1"
 
 EIATTR_KPARAM_INFO = 0x17
 EIATTR_KPARAM_INFO_V2 = 0x45  # u32 index, u16 ordinal, u16 offset, u16 size, u16 attributes (TMA kernels have it)
@@ -167,7 +170,8 @@ class TileIRBackend(Backend):
         self._found: dict[tuple[str | None, ...], Toolchain | str] = {}
 
     def toolchain(self) -> Toolchain | str:
-        """The toolchain found (once per process for the settings discovery reads), or why there is none."""
+        """The toolchain found (once per process for the settings discovery reads; :func:`find_toolchain`), or
+        why there is none."""
         import os
 
         from tilejit import config
@@ -175,15 +179,12 @@ class TileIRBackend(Backend):
         key = tuple(os.environ.get(v) for v in (config.TILEIRAS.name, "CUDA_HOME", "CUDA_PATH", "PATH"))
         found = self._found.get(key)
         if found is None:
-            from tilejit.bindings.tileiras import find_toolchain
-            from tilejit.errors import LibraryNotFoundError
-
-            try:
-                found = find_toolchain()
-            except LibraryNotFoundError as exc:
-                found = str(exc)
-            self._found[key] = found
+            found = self._found[key] = find_toolchain()
         return found
+
+    def missing(self) -> str | None:
+        tc = self.toolchain()
+        return tc if isinstance(tc, str) else None
 
     def available(self, target: Target) -> str | None:
         tc = self.toolchain()
@@ -224,7 +225,7 @@ class TileIRBackend(Backend):
     def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,
                  kernel_hints: KernelHints = NO_HINTS, kind: str = "cubin",
                  memo: dict[str, Any] | None = None) -> KernelImage:
-        from tilejit.errors import CompileError, TargetError
+        from tilejit.errors import TargetError, TileirasError
 
         if kind != "cubin":
             raise ValueError(f"kind={kind!r}: the Tile IR backend makes CUBINs only (tileiras writes no PTX); "
@@ -257,18 +258,18 @@ class TileIRBackend(Backend):
             offsets = param_offsets(cubin, symbol)
             cluster = cluster_shape(cubin, symbol)
         except ValueError as exc:
-            raise CompileError(f"kernel {fn.name}: the CUBIN tileiras {tc.tileiras_version} made for {gpu} cannot "
-                               f"be launched: {exc}") from None
+            raise TileirasError(f"kernel {fn.name}: the CUBIN tileiras {tc.tileiras_version} made for {gpu} cannot "
+                                f"be launched: {exc}") from None
         if threads[1:] != (1, 1) or not 1 <= threads[0] <= 1024:
-            raise CompileError(f"kernel {fn.name}: tileiras {tc.tileiras_version} asks for a block of {threads} "
-                               "threads; tilejit launches blocks of (n, 1, 1) threads only")
+            raise TileirasError(f"kernel {fn.name}: tileiras {tc.tileiras_version} asks for a block of {threads} "
+                                "threads; tilejit launches blocks of (n, 1, 1) threads only")
         if offsets != flat_params(params):
-            raise CompileError(f"kernel {fn.name}: the CUBIN tileiras {tc.tileiras_version} made for {gpu} lays out "
-                               f"its parameters as {offsets} (offset, size), not as tilejit passes them "
-                               f"({flat_params(params)}); use backend='cuda'")
+            raise TileirasError(f"kernel {fn.name}: the CUBIN tileiras {tc.tileiras_version} made for {gpu} lays out "
+                                f"its parameters as {offsets} (offset, size), not as tilejit passes them "
+                                f"({flat_params(params)}); use backend='cuda'")
         if cluster[1:] != (1, 1):
-            raise CompileError(f"kernel {fn.name}: tileiras {tc.tileiras_version} asks for clusters of {cluster} "
-                               "CTAs; tilejit launches clusters of (n, 1, 1) CTAs only")
+            raise TileirasError(f"kernel {fn.name}: tileiras {tc.tileiras_version} asks for clusters of {cluster} "
+                                "CTAs; tilejit launches clusters of (n, 1, 1) CTAs only")
         return KernelImage(backend=self.name, image=cubin, kind="cubin", symbol=symbol, num_threads=threads[0],
                            shared_bytes=0, params=params, cache_identity=self.cache_identity(), cluster=cluster[0])
 
@@ -290,7 +291,70 @@ class TileIRBackend(Backend):
         return data
 
 
+def find_toolchain() -> Toolchain | str:
+    """The toolchain ``bindings.tileiras.find_toolchain`` finds, checked the same way, or why there is none; what
+    its programs report (versions, bytecode versions, targets) is kept in the disk cache under each piece's real
+    path, size and mtime (:func:`probe_memo_key`), so a new process runs none of them, while a changed or replaced
+    piece is asked again. With caching off (``TILEJIT_CACHE=0``) the programs run in every process."""
+    from tilejit.bindings import tileiras
+    from tilejit.errors import LibraryNotFoundError
+
+    try:
+        path, origin = tileiras.find_tileiras()
+        found = _reported(tileiras.locate(path), origin)
+        tileiras.check_consistent(found)
+    except LibraryNotFoundError as exc:
+        return str(exc)
+    return found
+
+
+def _reported(pieces: Pieces, origin: str) -> Toolchain:
+    """``bindings.tileiras.ask(pieces, origin)``, from the disk cache when asked before of the same files; a memo
+    entry that is damaged or of another form is asked again and replaced."""
+    from tilejit import config
+    from tilejit.bindings import tileiras
+
+    key = probe_memo_key(pieces) if config.CACHE.get() else None
+    if key is None:
+        return tileiras.ask(pieces, origin)
+    from tilejit.compiler.cache import default_cache
+
+    cache = default_cache()
+    entry = cache.get(key)
+    if entry is not None:
+        try:
+            return tileiras.Toolchain.from_fields({**{n: entry.get(n) for n in tileiras.REPORTED},
+                                                   **pieces.as_fields(), "origin": origin})
+        except ValueError:
+            pass
+    found = tileiras.ask(pieces, origin)
+    cache.put(key, {name: getattr(found, name) for name in tileiras.REPORTED})
+    return found
+
+
+def probe_memo_key(pieces: Pieces) -> str | None:
+    """The disk cache key of what ``pieces`` report: tilejit's version and each piece's real path, size and
+    mtime (ns); None when one cannot be looked at (then it is asked, not memoized)."""
+    import os
+
+    from tilejit import __version__
+    from tilejit.compiler.cache import cache_key
+
+    parts = [PROBE_MEMO, __version__]
+    for path in (pieces.tileiras, pieces.ptxas, pieces.libnvvm, pieces.tileirdisasm):
+        if path is None:
+            parts.append("none")
+            continue
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(real)
+        except OSError:
+            return None
+        parts += [real, str(st.st_size), str(st.st_mtime_ns)]
+    return cache_key(*parts)
+
+
 BACKEND = TileIRBackend()
 
-__all__ = ["BACKEND", "WRITER_FORMAT", "TileIRBackend", "cluster_shape", "elf_sections", "nv_info", "param_offsets",
-           "required_threads", "tileiras_target"]
+__all__ = ["BACKEND", "PROBE_MEMO", "WRITER_FORMAT", "TileIRBackend", "cluster_shape", "elf_sections",
+           "find_toolchain", "nv_info", "param_offsets", "probe_memo_key", "required_threads", "tileiras_target"]
