@@ -50,7 +50,9 @@ def _as_param_type(name: str, t: object) -> ArrayType | TileType:
 
 class Artifact:
     """One specialization of a kernel for one target and backend (``backend``: its name, "cuda" or "tileir"),
-    compiled lazily stage by stage.
+    compiled lazily stage by stage. ``auto``: the compile left the backend to ``backend="auto"``, so a kernel the
+    Tile IR backend refuses is compiled with CUDA C++ when the image is made (``backend`` then says "cuda"), and
+    the CUDA C++ stages (``cuda_kernel``, ``cuda_source``, ``ptx``) are the CUDA backend's whatever ``backend`` is.
 
     A plain class, not a dataclass: a warm-cache launch builds one to name its cache entry, and
     importing ``dataclasses`` would cost that launch milliseconds."""
@@ -67,6 +69,7 @@ class Artifact:
         backend: str = "cuda",
         num_ctas: int | None = None,
         occupancy: int | None = None,
+        auto: bool = False,
     ) -> None:
         self.kernel_func = kernel_func
         self.name = name
@@ -78,6 +81,7 @@ class Artifact:
         self.backend = backend
         self.num_ctas = num_ctas  # the user's performance hints (KernelHints), None where not given
         self.occupancy = occupancy
+        self.auto = auto
         self._fn: Function | None = None
         self._stages: dict[str, Any] = {}  # the backend's intermediate outputs (``Backend.generate``'s memo)
 
@@ -105,9 +109,28 @@ class Artifact:
         return get_backend(self.backend)
 
     def image(self, kind: str = "cubin") -> KernelImage:
-        """The loadable kernel (``kind`` "cubin" or "ptx") with its launch facts, from the backend."""
-        return self.backend_impl().generate(self.ir(), self.target, self.hints, num_threads=self.num_threads,
-                                            kernel_hints=self.kernel_hints, kind=kind, memo=self._stages)
+        """The loadable kernel (``kind`` "cubin" or "ptx") with its launch facts, from the backend; with ``auto``, a
+        kernel the Tile IR backend refuses (``backends.base.FALLBACK_ERRORS``) is compiled with CUDA C++ instead,
+        logged at INFO level, and ``backend`` becomes "cuda"."""
+        from tilejit.backends.base import FALLBACK_ERRORS, log_fallback
+
+        try:
+            return self.generate(kind)
+        except FALLBACK_ERRORS as exc:
+            if not self.auto or self.backend == "cuda":
+                raise
+            log_fallback(self.name, exc)
+        self.backend = "cuda"
+        return self.generate(kind)
+
+    def generate(self, kind: str = "cubin") -> KernelImage:
+        """The image (``kind`` "cubin" or "ptx") from ``backend`` itself, never another: a launch falls back to CUDA
+        C++ itself, to try the CUDA backend's targets for its GPU."""
+        return self._generate(self.backend_impl(), kind)
+
+    def _generate(self, backend: Backend, kind: str) -> KernelImage:
+        return backend.generate(self.ir(), self.target, self.hints, num_threads=self.num_threads,
+                                kernel_hints=self.kernel_hints, kind=kind, memo=self._stages)
 
     def ir(self) -> Function:
         """The optimized tile IR."""
@@ -126,10 +149,12 @@ class Artifact:
         return print_function(self.ir())
 
     def _cuda_backend(self, stage: str) -> CudaBackend:
-        """The CUDA backend, for its stages (``stage``: the method asked for); other backends have none."""
+        """The CUDA backend, for its stages (``stage``: the method asked for): this artifact's, or with ``auto`` the
+        one it falls back to; other backends have none."""
+        from tilejit.backends.base import get_backend
         from tilejit.backends.cuda_backend import CudaBackend
 
-        backend = self.backend_impl()
+        backend = get_backend("cuda") if self.auto else self.backend_impl()
         if not isinstance(backend, CudaBackend):
             raise TypeError(f"{self.name}: {stage}() is a stage of the CUDA C++ backend; this artifact was compiled "
                             f"with backend={self.backend!r}: use .image() (or tj.compile(..., backend='cuda'))")
@@ -146,7 +171,8 @@ class Artifact:
         return self.cuda_kernel().source
 
     def ptx(self) -> str:
-        return self.image("ptx").image.decode()
+        backend = self._cuda_backend("ptx") if self.auto else self.backend_impl()  # Tile IR's says it makes none
+        return self._generate(backend, "ptx").image.decode()
 
     def tileir_bytecode(self, version: str | tuple[int, int] | None = None) -> bytes:
         """The kernel as Tile IR bytecode (what ``tileiras`` reads) at ``version`` ("13.1" .. "13.5"; default the
@@ -310,13 +336,16 @@ def compile(
     base and row strides, as a kernel launched from Python would detect, so the compile gets the same
     vectorized/pipelined code. Stages run when their output is first asked for.
     ``backend``: "cuda" (CUDA C++ through NVRTC), "tileir" (Tile IR through tileiras) or "auto"; default: the
-    kernel's own ``@tj.kernel(backend=...)``, else ``TILEJIT_BACKEND`` (auto: CUDA C++ while the Tile IR writer
-    covers part of the language).
+    kernel's own ``@tj.kernel(backend=...)``, else ``TILEJIT_BACKEND`` (default auto). ``auto`` is Tile IR where a
+    consistent Tile IR toolchain is found that compiles for ``target`` (and no ``num_threads`` is set), else CUDA
+    C++; a kernel the Tile IR backend then refuses (what Tile IR cannot express, a tileiras failure) is compiled
+    with CUDA C++ when its image is first made, logged at INFO level on the ``tilejit`` logger, and ``art.backend``
+    says the backend actually used once the image is made. Give "cuda" or "tileir" to use one backend only.
     ``num_ctas`` (CTAs per cluster, 1..16) and ``occupancy`` (CTAs per SM to aim for, 1..32): performance hints,
     default the kernel's own ``@tj.kernel(num_ctas=..., occupancy=...)``; a backend or target that cannot use one
     ignores it.
     """
-    from tilejit.backends.base import choose_backend
+    from tilejit.backends.base import choose_backend, requested_backend
     from tilejit.compiler.targets import resolve_target
 
     func = _kernel_function(kernel)
@@ -341,5 +370,6 @@ def compile(
         for n, t in arg_types.items()
         if isinstance(t, ArrayType) and t.contiguous
     }
-    chosen, _ = choose_backend(requested, tgt)
-    return Artifact(func, func.__name__, arg_types, consts, tgt, threads, hints, chosen.name, ctas, occ)
+    chosen, _ = choose_backend(requested, tgt, num_threads=threads)
+    return Artifact(func, func.__name__, arg_types, consts, tgt, threads, hints, chosen.name, ctas, occ,
+                    requested_backend(requested) == "auto")

@@ -14,7 +14,7 @@ import sys
 import threading
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilejit.api.compile import Artifact, check_backend, check_num_ctas, check_num_threads, check_occupancy
 from tilejit.api.signature import ALONE, EXTENT16, array_key, launch_facts, scalar_type_of
@@ -23,6 +23,10 @@ from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, DType, Tile
 from tilejit.runtime.interop import _BY_TYPE as _VIEW_BY_TYPE
 from tilejit.runtime.interop import ArrayView as _AV
 from tilejit.runtime.interop import as_view
+
+if TYPE_CHECKING:
+    from tilejit.backends.base import Backend
+    from tilejit.compiler.targets import Target
 
 
 class _Compiled:
@@ -704,7 +708,8 @@ class Kernel:
         if self._facts is None:
             from tilejit.backends.base import wants_launch_facts
 
-            self._facts = len(self._args) > len(self._annotated) and wants_launch_facts(self.backend)
+            self._facts = len(self._args) > len(self._annotated) and wants_launch_facts(self.backend,
+                                                                                        num_threads=self.num_threads)
         return self._facts
 
     def _for_thread(self, threads: dict[int, Callable[..., None]], thread: int, grid: tuple[int, int, int],
@@ -842,30 +847,46 @@ class Kernel:
         device: Any,
     ) -> _Compiled:
         """Compile (or fetch from the disk cache) one specialization and load it on ``device``, with the backend
-        ``choose_backend`` picks, trying each of the backend's targets for the device in turn."""
-        from tilejit.api.loader import load_artifact
-        from tilejit.backends.base import choose_backend
+        ``choose_backend`` picks; under ``auto``, a kernel the Tile IR backend refuses (``FALLBACK_ERRORS``) is
+        loaded with the CUDA backend instead (logged at INFO level)."""
+        from tilejit.backends.base import FALLBACK_ERRORS, choose_backend, get_backend, log_fallback, requested_backend
         from tilejit.compiler.targets import parse_target
 
         if self._fingerprint is None:
             self._fingerprint = _source_fingerprint(self.func)
         device_target = parse_target(device.arch)
-        backend, _ = choose_backend(self.backend, device_target)
+        backend, _ = choose_backend(self.backend, device_target, num_threads=self.num_threads)
         constants = dict(zip(self._constants, consts))
+        auto = requested_backend(self.backend) == "auto"
+        if backend.name == "cuda" or not auto:
+            return self._load(backend, device_target, arg_types, hints, constants, device, auto)
+        try:
+            return self._load(backend, device_target, arg_types, hints, constants, device, auto)
+        except FALLBACK_ERRORS as exc:
+            log_fallback(self.__name__, exc)
+        return self._load(get_backend("cuda"), device_target, arg_types, hints, constants, device, auto)
+
+    def _load(self, backend: Backend, device_target: Target, arg_types: dict[str, ArrayType | TileType],
+              hints: dict[str, Any], constants: dict[str, Any], device: Any, auto: bool) -> _Compiled:
+        """Load one specialization with ``backend``, trying each of its targets for the device in turn."""
+        from tilejit.api.loader import load_artifact
+
+        assert self._fingerprint is not None
         *first, last = backend.launch_targets(device_target)
         for target in first:
             try:
-                return load_artifact(self._artifact(arg_types, hints, constants, target, backend.name),
+                return load_artifact(self._artifact(arg_types, hints, constants, target, backend.name, auto),
                                      self._fingerprint, device)
             except TargetError:  # e.g. sm_90a, which an NVRTC older than 12.0 lacks
                 pass
-        return load_artifact(self._artifact(arg_types, hints, constants, last, backend.name), self._fingerprint, device)
+        return load_artifact(self._artifact(arg_types, hints, constants, last, backend.name, auto), self._fingerprint,
+                             device)
 
     def _artifact(self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], constants: dict[str, Any],
-                  target: Any, backend: str) -> Artifact:
-        """The artifact of one specialization for ``target`` with ``backend``."""
+                  target: Any, backend: str, auto: bool = False) -> Artifact:
+        """The artifact of one specialization for ``target`` with ``backend`` (``auto``: ``Artifact.auto``)."""
         return Artifact(self.func, self.func.__name__, arg_types, constants, target, self.num_threads, hints, backend,
-                        self.num_ctas, self.occupancy)
+                        self.num_ctas, self.occupancy, auto)
 
 
 def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = None,

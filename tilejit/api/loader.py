@@ -11,6 +11,12 @@ path that reaches it and the text of the value. A lookup takes those paths again
 ``getattr``/``getitem``, no front end) and uses the entry only when every text is the same; else it
 goes on to the entry keyed by the texts it found, so a few variants (a config value that differs between
 runs) each keep an entry. A kernel that read something with no path or no text is not cached.
+
+A kernel the Tile IR backend refuses (``backends.base.FALLBACK_ERRORS``: what Tile IR cannot express, a tileiras
+failure) leaves a refusal under its Tile IR key instead: its one-line reason, the error's class and the values
+read, never an image. A launch under ``auto`` that meets it raises that error at once (and so goes on with the CUDA
+backend, whose image has its own key) instead of running the front end and tileiras again in every process; a
+launch that asked for ``tileir`` by name compiles again, to raise the error with its source line.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
 # 6: the image's cluster size (``KernelImage.cluster``)
 _ENTRY_VERSION = "6"
 _FIELDS = frozenset({"image", "kind", "symbol", "num_threads", "shared_bytes", "params", "cluster", "reads"})
+_REFUSAL_FIELDS = frozenset({"refused", "error", "reads"})
 _CHAIN = 8  # entries a lookup tries for one specialization (variants of the values read from outside)
 
 
@@ -56,20 +63,24 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
 
 
 def _compile_entry(artifact: Artifact, ptx: bool) -> dict[str, Any]:
-    return artifact.image("ptx" if ptx else "cubin").entry()
+    return artifact.generate("ptx" if ptx else "cubin").entry()
 
 
 def _compile_recorded(artifact: Artifact, ptx: bool) -> tuple[dict[str, Any], list[tuple[Any, str]] | None]:
     """Compile an entry, recording what the translation read from outside the kernel: (entry, its reads as
     (path, text) pairs), the reads None when the kernel must not be cached (``Reads.opaque``, a value
-    without text, or no translation seen)."""
+    without text, or no translation seen). A kernel the backend refuses (``FALLBACK_ERRORS``) gives its refusal
+    entry, with the error itself under ``"raise"`` (not stored)."""
     from tilejit.api.kernel import _read_texts
+    from tilejit.backends.base import FALLBACK_ERRORS, fallback_reason
     from tilejit.language.frontend.scope import RECORDING, Reads
 
     reads = Reads()
     token = RECORDING.set(reads)
     try:
         entry = _compile_entry(artifact, ptx)
+    except FALLBACK_ERRORS as exc:
+        entry = {"refused": fallback_reason(exc), "error": type(exc).__name__, "raise": exc}
     finally:
         RECORDING.reset(token)
     if reads.opaque is not None or not reads.translated:
@@ -78,6 +89,17 @@ def _compile_recorded(artifact: Artifact, ptx: bool) -> tuple[dict[str, Any], li
     if any(t is None for t in texts):
         return entry, None
     return entry, [(path, text) for path, text in zip(reads.values, texts) if text is not None]
+
+
+def _refusal(entry: dict[str, Any]) -> Exception | None:
+    """The error a stored refusal entry stands for: its class (one of ``FALLBACK_ERRORS``) with its reason; None
+    for a class not among them (a malformed entry)."""
+    from tilejit.backends.base import FALLBACK_ERRORS
+
+    for cls in FALLBACK_ERRORS:
+        if cls.__name__ == entry["error"]:
+            return cls(str(entry["refused"]))
+    return None
 
 
 def _entry(artifact: Artifact, fingerprint: str, ptx: bool) -> dict[str, Any]:
@@ -96,7 +118,8 @@ def _entry(artifact: Artifact, fingerprint: str, ptx: bool) -> dict[str, Any]:
     for _ in range(_CHAIN):
         assert key is not None
         entry = cache.get(key)
-        if entry is None or not set(entry) >= _FIELDS or not isinstance(entry["reads"], list | tuple):
+        if (entry is None or not (set(entry) >= _FIELDS or set(entry) >= _REFUSAL_FIELDS)
+                or not isinstance(entry["reads"], list | tuple)):
             break
         try:
             paths, texts = [p for p, _ in entry["reads"]], [t for _, t in entry["reads"]]
@@ -104,14 +127,22 @@ def _entry(artifact: Artifact, fingerprint: str, ptx: bool) -> dict[str, Any]:
             break
         now = _texts_now(func, paths)
         if now == texts:
-            return entry
+            if "refused" not in entry:
+                return entry
+            refusal = _refusal(entry)
+            if refusal is not None and artifact.auto:
+                raise refusal
+            break  # asked for by name (or malformed): compiled again, so the error says where
         # the entry of the variant whose compile found these values on this entry's paths, if any
         key = cache_key(key, *("\0" if t is None else t for t in now))
     else:
         key = None  # as many variants as the chain holds: this one is compiled every time
     entry, reads = _compile_recorded(artifact, ptx)
+    refused = entry.pop("raise", None)
     if key is not None and reads is not None:
         cache.put(key, {**entry, "reads": reads})
+    if refused is not None:
+        raise refused
     return entry
 
 

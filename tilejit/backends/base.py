@@ -5,8 +5,9 @@ A backend (``cuda``: CUDA C++ through NVRTC; ``tileir``: Tile IR bytecode throug
 :class:`Backend` registered here by name and module path (the module's ``BACKEND``), imported only when
 first asked for; a registered module that is not there is a stand-in that says why it is not available.
 Every compile entry point (``@tj.kernel``, ``tj.compile``, ``tilejit compile``) picks one by the one rule
-of :func:`choose_backend`. Light to import, as must be each backend's registered module: a warm launch
-chooses its backend (``auto`` asks whether Tile IR is complete) and names its cache entry through them.
+of :func:`choose_backend`, and under ``auto`` falls back to CUDA C++ for a kernel the Tile IR backend refuses
+(:data:`FALLBACK_ERRORS`). Light to import, as must be each backend's registered module: a warm launch
+chooses its backend (``auto`` asks whether a Tile IR toolchain is found) and names its cache entry through them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tilejit.config import BACKEND
+from tilejit.errors import TileirasError, TileIRUnsupportedError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -29,14 +31,11 @@ CHOICES: tuple[str, ...] = BACKEND.choices
 _MODULES = {"cuda": "tilejit.backends.cuda_backend", "tileir": "tilejit.backends.tileir_backend"}
 _TITLES = {"cuda": "CUDA C++ through NVRTC", "tileir": "Tile IR through tileiras"}
 _LOADED: dict[str, Backend] = {}
-#: Backends ``auto`` must not pick yet, and why: a kernel that works and runs fast with CUDA C++ must not become
-#: an error, or slower, because another toolchain is installed. Kept here, not asked of the backend's module,
-#: so that ``auto`` on a warm launch imports no module but the CUDA backend's.
-INCOMPLETE = {
-    "tileir": "tileiras takes 0.3-5 s per kernel (NVRTC: about 50 ms), rows too long for its 256 threads run "
-              "at 0.5-0.6x of CUDA C++'s speed (bench/RESULTS.md, session 13) and some forms are refused (a "
-              "return inside a loop, 16-bit atomics), so auto uses CUDA C++",
-}
+#: What makes a compile that left the backend to ``auto`` go on with CUDA C++ after picking Tile IR: the lowering's
+#: located refusal of what Tile IR cannot express, and tileiras failing on the bytecode written. Never an error in
+#: the kernel itself (the front end's errors come before any backend), so installing a toolchain turns no kernel
+#: that compiles with CUDA C++ into an error.
+FALLBACK_ERRORS: tuple[type[Exception], ...] = (TileIRUnsupportedError, TileirasError)
 
 ParamSpec = tuple[str, str, int, str] | tuple[str, str, int] | tuple[str, str]
 
@@ -100,9 +99,10 @@ class Backend:
         """None when this backend can compile for ``target`` here, else why not (one clause)."""
         raise NotImplementedError
 
-    def incomplete(self) -> str | None:
-        """None when this backend compiles the whole language, else why ``auto`` must not pick it (``INCOMPLETE``)."""
-        return INCOMPLETE.get(self.name)
+    def missing(self) -> str | None:
+        """None when this backend's toolchain is found here (whatever the target), else why not; cheap
+        (``wants_launch_facts`` asks it)."""
+        return None
 
     def cache_identity(self) -> str:
         """What, besides the kernel and its specialization, decides the image: toolchain file and version,
@@ -132,6 +132,9 @@ class _Missing(Backend):
         self.reason = reason
 
     def available(self, target: Target) -> str | None:
+        return self.reason
+
+    def missing(self) -> str | None:
         return self.reason
 
     def cache_identity(self) -> str:
@@ -169,11 +172,18 @@ def unavailable_error(name: str, reason: str, given: str) -> Exception:
                        f"(CUDA C++ through NVRTC), or 'auto' to use the best backend available")
 
 
-def choose_backend(requested: str | None, target: Target) -> tuple[Backend, str]:
+def requested_backend(requested: str | None) -> str:
+    """What a compile asks for: ``requested`` ("cuda", "tileir", "auto") when given, else ``TILEJIT_BACKEND``."""
+    return BACKEND.get() if requested is None else requested
+
+
+def choose_backend(requested: str | None, target: Target, *, num_threads: int | None = None) -> tuple[Backend, str]:
     """The backend a compile for ``target`` uses, and why: ``requested`` ("cuda", "tileir", "auto") when given,
-    else ``TILEJIT_BACKEND`` (default "auto"). ``auto`` is Tile IR when that backend compiles the whole
-    language (``Backend.incomplete``) and is available for ``target``, else CUDA C++. An explicit backend that
-    is not available is an error saying why."""
+    else ``TILEJIT_BACKEND`` (default "auto"). ``auto`` is Tile IR where a consistent Tile IR toolchain is found
+    whose tileiras compiles for ``target`` (``Backend.available``), unless the kernel sets ``num_threads`` (tileiras
+    chooses a Tile IR kernel's block size itself); else CUDA C++. A compile under ``auto`` then falls back to
+    CUDA C++ for a kernel the Tile IR backend refuses (``FALLBACK_ERRORS``). An explicit backend that is not
+    available is an error saying why."""
     given = f"backend={requested!r}"
     if requested is None:
         requested = BACKEND.get()
@@ -186,9 +196,9 @@ def choose_backend(requested: str | None, target: Target) -> tuple[Backend, str]
         if reason is not None:
             raise unavailable_error(backend.name, reason, given)
         return backend, f"asked for by {given}"
-    reason = INCOMPLETE.get("tileir")
-    if reason is not None:
-        return get_backend("cuda"), f"auto picks it: {reason}"
+    if num_threads is not None:
+        return get_backend("cuda"), (f"auto picks it: the kernel sets num_threads={num_threads}, and tileiras "
+                                     "chooses a Tile IR kernel's block size itself")
     tileir = get_backend("tileir")
     reason = tileir.available(target)
     if reason is None:
@@ -196,14 +206,33 @@ def choose_backend(requested: str | None, target: Target) -> tuple[Backend, str]
     return get_backend("cuda"), f"auto picks it since Tile IR cannot be used: {reason}"
 
 
-def wants_launch_facts(requested: str | None) -> bool:
+def log_fallback(kernel: str, error: Exception) -> None:
+    """Say, in one INFO line on the ``tilejit`` logger, that ``auto`` compiles ``kernel`` with CUDA C++ because of
+    the Tile IR backend's ``error`` (one of ``FALLBACK_ERRORS``)."""
+    import logging
+
+    logging.getLogger("tilejit").info("kernel %s: backend auto compiles it with CUDA C++, since the Tile IR "
+                                      "backend cannot: %s", kernel, fallback_reason(error))
+
+
+def fallback_reason(error: Exception) -> str:
+    """``error``'s message in one line: its first line, with the next when the first ends in a colon (tileiras's
+    exit code, then the first line it printed)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    return " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
+def wants_launch_facts(requested: str | None, *, num_threads: int | None = None) -> bool:
     """Whether kernels compiled for ``requested`` (as ``choose_backend`` reads it) may use the launch facts
     ``ArrayHint.disjoint`` and ``extent16``, which cost a look at every launch's array spans and extents: only
-    the Tile IR backend does (token-free read-only loops, TMA stores)."""
-    if requested is None:
-        requested = BACKEND.get()
-    return requested == "tileir" or (requested == "auto" and "tileir" not in INCOMPLETE)
+    the Tile IR backend does (token-free read-only loops, TMA stores), so ``tileir``, and ``auto`` where a Tile IR
+    toolchain is found (for a kernel that sets no ``num_threads``). Cheap: the toolchain found is memoized."""
+    requested = requested_backend(requested)
+    if requested != "auto":
+        return requested == "tileir"
+    return num_threads is None and get_backend("tileir").missing() is None
 
 
-__all__ = ["CHOICES", "INCOMPLETE", "NO_HINTS", "Backend", "KernelHints", "KernelImage", "choose_backend",
-           "get_backend", "unavailable_error", "wants_launch_facts"]
+__all__ = ["CHOICES", "FALLBACK_ERRORS", "NO_HINTS", "Backend", "KernelHints", "KernelImage", "choose_backend",
+           "fallback_reason", "get_backend", "log_fallback", "requested_backend", "unavailable_error",
+           "wants_launch_facts"]

@@ -187,9 +187,9 @@ def _run_doctor(args: argparse.Namespace) -> int:
 def _backend_lines(archs: list[int], gpus: list[str]) -> list[str]:
     """Doctor's Backends section: each backend and whether it can compile here, and which one a compile with
     no ``backend=`` uses (``TILEJIT_BACKEND``, default auto) and why, for this GPU's target (else
-    ``TILEJIT_ARCH``, else the newest target NVRTC knows)."""
+    ``TILEJIT_ARCH``, else the newest target NVRTC knows); for Tile IR, which kernels still go to CUDA C++."""
     from tilejit import config
-    from tilejit.backends.base import choose_backend, get_backend
+    from tilejit.backends.base import choose_backend, get_backend, requested_backend
     from tilejit.compiler.targets import parse_target
 
     where, arch = "this GPU's target", gpus[0] if gpus else None
@@ -212,9 +212,6 @@ def _backend_lines(archs: list[int], gpus: list[str]) -> list[str]:
         else:
             reason = backend.available(target) if target is not None else problem
         status = "available" if reason is None else f"not available: {reason}"
-        incomplete = backend.incomplete()
-        if incomplete is not None:  # ask for it by name; auto does not pick it
-            status += f"; auto does not use it: {incomplete}"
         lines.append(f"{name} ({backend.title}): {status}".replace("\n", "\n    "))  # a reason's lines indented
     if target is None:
         lines.append(f"used: none: {problem}")
@@ -225,6 +222,13 @@ def _backend_lines(archs: list[int], gpus: list[str]) -> list[str]:
         lines.append(f"used: none: {exc}")
         return lines
     lines.append(f"used for {target.sm} ({where}): {chosen.name} ({why})")
+    if chosen.name == "tileir" and requested_backend(None) == "auto":
+        lines.append("fallback: auto compiles a kernel with CUDA C++ where the Tile IR backend refuses it (what Tile "
+                     "IR cannot express, such as a return inside a loop; tileiras failing on it), saying so in an "
+                     f"INFO line of the tilejit logger; {config.BACKEND.name}=cuda uses CUDA C++ for every kernel")
+    elif chosen.name == "tileir":
+        lines.append("fallback: none, as Tile IR is asked for by name: a kernel it refuses is an error that suggests "
+                     "backend='cuda'")
     return lines
 
 
@@ -356,7 +360,7 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend", default=None, choices=("auto", "cuda", "tileir"),
         help="Python files: the backend, cuda (C++ through NVRTC), tileir (Tile IR through tileiras) or auto "
-             "(default: $TILEJIT_BACKEND, else auto)",
+             "(default: $TILEJIT_BACKEND, else auto; auto with --emit cuda or ptx is cuda)",
     )
     p.add_argument(
         "--num-ctas", type=int, default=None, metavar="N",
@@ -582,16 +586,21 @@ def _compile_python_file(args: argparse.Namespace) -> int:
     if not isinstance(kernel, tj.Kernel):
         found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel))
         raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
+    from tilejit.backends.base import requested_backend
+
+    backend = args.backend
+    if any(e in _CUDA_EMITS for e in emits) and requested_backend(backend or kernel.backend) == "auto":
+        backend = "cuda"  # every output of one compile, so that the CUBIN is the one of the PTX asked for
     try:
         # the signature fits and the backend is available: checked once
-        art = tj.compile(kernel, signature, constants=constants, target=targets[0], backend=args.backend,
+        art = tj.compile(kernel, signature, constants=constants, target=targets[0], backend=backend,
                          num_ctas=args.num_ctas, occupancy=args.occupancy)
     except TypeError as exc:
         raise _UsageError(str(exc)) from None
     _check_backend_emits(art.backend, emits, args.kernel)
     out_dir = _output_dir(args)
     path = str(args.file.resolve())
-    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, args.backend,
+    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, backend,
                        args.num_ctas, args.occupancy)
             for t in targets]
     return _run_builds(jobs, args, out_dir)
