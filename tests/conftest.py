@@ -234,12 +234,17 @@ def _forget_kernel_specializations() -> None:
 @pytest.fixture(autouse=True)
 def tj_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
     """The backend a ``gpu`` test runs with, set as ``TILEJIT_BACKEND`` (``cuda_only`` tests: "cuda"); None
-    for other tests, which keep the environment as it is. The ``tileir`` variant points tilejit at the test
-    toolchain (skips with the reason where it is missing or cannot compile for this GPU), and both variants
-    draw the same inputs from unseeded ``np.random.default_rng()``."""
+    for other tests. CPU tests run with ``TILEJIT_BACKEND=cuda`` (a test of ``auto`` or of Tile IR sets its own),
+    so that a Tile IR toolchain on this machine's ``PATH`` changes none of what they compile; other ``gpu`` tests
+    (``own_backend``) keep the environment as it is. The ``tileir`` variant points tilejit at the test toolchain
+    (skips with the reason where it is missing or cannot compile for this GPU), and both variants draw the same
+    inputs from unseeded ``np.random.default_rng()``."""
     backend: str | None = getattr(request, "param", None)
-    if backend is None and request.node.get_closest_marker("gpu") and request.node.get_closest_marker("cuda_only"):
+    gpu = request.node.get_closest_marker("gpu")
+    if backend is None and gpu and request.node.get_closest_marker("cuda_only"):
         backend = "cuda"
+    if not gpu:
+        monkeypatch.setenv("TILEJIT_BACKEND", "cuda")
     if backend == "tileir":
         found = _tileir_toolchain()
         if isinstance(found, str):
@@ -248,7 +253,7 @@ def tj_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         _skip_unless_tileir_targets_this_gpu()
     if backend is not None:
         monkeypatch.setenv("TILEJIT_BACKEND", backend)
-    # Any other test launches with the environment's backend (auto: CUDA C++, while Tile IR is incomplete).
+    # An own_backend test launches with the environment's backend (auto: CUDA C++ unless a toolchain is found).
     built_for = "tileir" if backend == "tileir" else "cuda"
     if _KERNELS_BUILT_FOR[0] not in (None, built_for):
         _forget_kernel_specializations()

@@ -55,9 +55,6 @@ class _FakeTileIR(Backend):
                            shared_bytes=0, params=(("x", ("array", "float32", 1)),), cache_identity=self.identity)
 
 
-INCOMPLETE = base.INCOMPLETE["tileir"]
-
-
 @pytest.fixture(autouse=True)
 def _no_backend_setting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts with TILEJIT_BACKEND unset and the registry as tilejit fills it."""
@@ -69,9 +66,8 @@ def _no_backend_setting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _with_tileir(monkeypatch: pytest.MonkeyPatch, backend: Backend) -> None:
-    """``backend`` as the Tile IR backend, and one that compiles the whole language (``auto`` may pick it)."""
+    """``backend`` as the Tile IR backend."""
     monkeypatch.setitem(base._LOADED, "tileir", backend)
-    monkeypatch.delitem(base.INCOMPLETE, "tileir")
 
 
 @pytest.fixture
@@ -90,22 +86,23 @@ def no_toolchain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
 # ------------------------------------------------------------------ the selection rule
 
 
-def test_auto_is_cuda_while_the_tile_ir_writer_is_incomplete_and_says_why(no_toolchain: str) -> None:
+def test_auto_is_cuda_without_a_toolchain_and_says_why(no_toolchain: str) -> None:
     backend, why = choose_backend(None, parse_target("sm_90"))
     assert backend.name == "cuda" and isinstance(backend, CudaBackend)
-    assert why == f"auto picks it: {INCOMPLETE}"
+    assert why == f"auto picks it since Tile IR cannot be used: {no_toolchain}"
     assert choose_backend("auto", parse_target("sm_80"))[0] is backend
-    assert get_backend("tileir").incomplete() == INCOMPLETE and get_backend("cuda").incomplete() is None
+    assert get_backend("tileir").missing() == no_toolchain and get_backend("cuda").missing() is None
 
 
-def test_auto_is_cuda_even_where_the_tile_ir_toolchain_is(tileir_toolchain: Any,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kernel that works must not turn into an error because a toolchain got installed."""
+def test_auto_is_tile_ir_where_the_toolchain_is(tileir_toolchain: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17's rule (a kernel Tile IR refuses still compiles: tests/test_backend_auto.py)."""
     monkeypatch.setenv("TILEJIT_TILEIRAS", tileir_toolchain.tileiras)
     tileir = get_backend("tileir")
     assert tileir.available(parse_target("sm_100")) is None
-    assert choose_backend(None, parse_target("sm_100")) == (get_backend("cuda"), f"auto picks it: {INCOMPLETE}")
+    assert choose_backend(None, parse_target("sm_100")) == (
+        tileir, "auto picks it: a Tile IR toolchain is found and sm_100 supports it")
     assert choose_backend("tileir", parse_target("sm_100")) == (tileir, "asked for by backend='tileir'")
+    assert choose_backend("cuda", parse_target("sm_100"))[0].name == "cuda"
     monkeypatch.setenv("TILEJIT_BACKEND", "tileir")
     assert choose_backend(None, parse_target("sm_90a"))[0] is tileir
 
@@ -194,9 +191,11 @@ def test_compile_takes_backend_and_the_artifact_names_it(monkeypatch: pytest.Mon
     image = tile.image()
     assert (image.backend, image.kind, image.symbol, image.cache_identity) == ("tileir", "cubin", "_copy",
                                                                                "tileiras 13.1")
+    assert "__global__" in tile.cuda_source() and tile.backend == "tileir"  # auto: the CUDA stages are the fallback's
+    named = tj.compile(_copy, SIG, constants={"TILE": 128}, target="sm_100", backend="tileir")
     with pytest.raises(TypeError, match=r"cuda_source\(\) is a stage of the CUDA C\+\+ backend; this artifact was "
                                         r"compiled with backend='tileir'"):
-        tile.cuda_source()
+        named.cuda_source()
 
 
 def test_kernel_decorator_takes_backend(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,7 +230,7 @@ def _tried(monkeypatch: pytest.MonkeyPatch, kernel: tj.Kernel, refuse: str = "")
     return tried
 
 
-def test_a_launch_tries_the_targets_the_backend_names(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_launch_tries_the_targets_the_backend_names(monkeypatch: pytest.MonkeyPatch, no_toolchain: str) -> None:
     """The sm_90a-then-sm_90 retry on Hopper is the CUDA backend's ``launch_targets``."""
     k = tj.kernel(_copy.func)
     assert _tried(monkeypatch, k) == [("sm_90a", "cuda")]
@@ -292,6 +291,7 @@ def test_a_warm_key_loads_neither_the_code_generator_nor_nvrtc(tmp_path: Path) -
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
     env["TILEJIT_CACHE_DIR"] = str(tmp_path)
+    env.update(_no_tileiras_env(tmp_path))  # auto: CUDA C++
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split(" ", 1)[1].strip() == "[] True"
 
@@ -349,13 +349,14 @@ def test_doctor_says_which_backend_is_used_and_why(toolkit: Toolkit, tmp_path: P
         "tried:",
         f"      - {tmp_path / 'no-tileiras' / 'tileiras'} ($TILEJIT_TILEIRAS): file does not exist",
     ]
-    assert lines[3].startswith("    install the CUDA Tile IR toolchain") and lines[3].endswith(
-        f"; auto does not use it: {INCOMPLETE}")
+    assert lines[3].startswith("    install the CUDA Tile IR toolchain")
     used = _used_line(lines)
     if "TILEJIT_ARCH" in used:  # no GPU here: the configured target
-        assert used == f"  used for sm_80 (TILEJIT_ARCH): cuda (auto picks it: {INCOMPLETE})"
+        assert used == ("  used for sm_80 (TILEJIT_ARCH): cuda (auto picks it since Tile IR cannot be used: see the "
+                        "tileir line above)")
     else:
         assert used.startswith("  used for sm_") and "(this GPU's target): cuda (auto picks it" in used
+    assert not any(line.startswith("  fallback") for line in lines)
     r = _cli("doctor", env={**env, "TILEJIT_BACKEND": "cuda"})
     assert _used_line(_backends_section(r.stdout)).endswith(": cuda (asked for by TILEJIT_BACKEND=cuda)")
     r = _cli("doctor", env={**env, "TILEJIT_BACKEND": "tileir"})
@@ -367,16 +368,21 @@ def test_doctor_says_which_backend_is_used_and_why(toolkit: Toolkit, tmp_path: P
                                                        "expected one of auto, cuda, tileir")
 
 
-def test_doctor_says_tile_ir_is_available_but_not_used_by_auto(toolkit: Toolkit, tileir_toolchain: Any,
-                                                               tmp_path: Path) -> None:
+def test_doctor_says_auto_uses_tile_ir_where_it_is_available(toolkit: Toolkit, tileir_toolchain: Any,
+                                                              tmp_path: Path) -> None:
     env = {"TILEJIT_NVRTC": str(toolkit.nvrtc), "TILEJIT_CACHE_DIR": str(tmp_path), "TILEJIT_ARCH": "sm_100",
            "TILEJIT_TILEIRAS": tileir_toolchain.tileiras}
     lines = _backends_section(_cli("doctor", env=env).stdout)
-    assert lines[1] == f"  tileir (Tile IR through tileiras): available; auto does not use it: {INCOMPLETE}"
+    assert lines[1] == "  tileir (Tile IR through tileiras): available"
     if "TILEJIT_ARCH" in lines[2]:
-        assert lines[2] == f"  used for sm_100 (TILEJIT_ARCH): cuda (auto picks it: {INCOMPLETE})"
+        assert lines[2] == ("  used for sm_100 (TILEJIT_ARCH): tileir (auto picks it: a Tile IR toolchain is found and "
+                            "sm_100 supports it)")
+        assert lines[3].startswith("  fallback: auto compiles a kernel with CUDA C++ where the Tile IR backend "
+                                   "refuses it")
     lines = _backends_section(_cli("doctor", env={**env, "TILEJIT_BACKEND": "tileir"}).stdout)
     assert lines[2].endswith(": tileir (asked for by TILEJIT_BACKEND=tileir)")
+    assert lines[3] == ("  fallback: none, as Tile IR is asked for by name: a kernel it refuses is an error that "
+                        "suggests backend='cuda'")
 
 
 def _kernel_file(tmp_path: Path) -> Path:
@@ -415,7 +421,7 @@ def test_doctor_backends_without_nvrtc_or_with_a_bad_target(tmp_path: Path) -> N
     assert "Traceback" not in r.stdout + r.stderr
     lines = _backends_section(r.stdout)
     assert lines[0] == "  cuda (CUDA C++ through NVRTC): not available: no NVRTC (see above)"
-    assert lines[1].endswith(f"; auto does not use it: {INCOMPLETE}")
+    assert lines[1].startswith("  tileir (Tile IR through tileiras): ")
     if "this GPU's target" not in lines[-1]:
         assert lines[-1] == "  used: none: no target to choose for (no GPU, no NVRTC, TILEJIT_ARCH unset)"
     r = _cli("doctor", env={**env, "TILEJIT_ARCH": "sm_x"})

@@ -1,6 +1,7 @@
 """The Tile IR backend (``tilejit.backends.tileir_backend``): the writer's bytecode through tileiras to a CUBIN
-with its launch facts, the selection policy (auto stays CUDA C++), the artifact's Tile IR stages, the disk
-cache and the command line; on a GPU, launches against numpy."""
+with its launch facts, the selection policy (auto uses it where the toolchain is; the fallback:
+tests/test_backend_auto.py), the artifact's Tile IR stages, the disk cache and the command line; on a GPU,
+launches against numpy."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from conftest import Toolkit
 import tilejit as tj
 from tilejit.api import loader
 from tilejit.backends import base
-from tilejit.backends.base import INCOMPLETE, choose_backend, get_backend
+from tilejit.backends.base import choose_backend, get_backend
 from tilejit.backends.tileir_backend import (
     TileIRBackend,
     elf_sections,
@@ -28,7 +29,7 @@ from tilejit.backends.tileir_backend import (
 )
 from tilejit.compiler import tileiras as tileiras_runner
 from tilejit.compiler.targets import parse_target
-from tilejit.errors import TargetError, TileCompileError
+from tilejit.errors import TargetError, TileCompileError, TileIRUnsupportedError
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
@@ -135,11 +136,11 @@ def test_ptx_and_num_threads_are_refused(tileiras: Any) -> None:
         tj.compile(k, SIG, constants=TILE, target="sm_90", backend="tileir").image()
 
 
-def test_auto_stays_cuda_with_the_toolchain_present(tileiras: Any) -> None:
+def test_auto_uses_tile_ir_with_the_toolchain_present(tileiras: Any) -> None:
     assert get_backend("tileir").available(parse_target("sm_90")) is None
-    assert tj.compile(vector_add, SIG, constants=TILE, target="sm_90").backend == "cuda"
-    why = f"auto picks it: {INCOMPLETE['tileir']}"
-    assert choose_backend("auto", parse_target("sm_100")) == (get_backend("cuda"), why)
+    assert tj.compile(vector_add, SIG, constants=TILE, target="sm_90").backend == "tileir"
+    why = "auto picks it: a Tile IR toolchain is found and sm_100 supports it"
+    assert choose_backend("auto", parse_target("sm_100")) == (get_backend("tileir"), why)
 
 
 def test_explicit_tileir_without_a_toolchain_names_what_is_missing(no_tileiras: Path) -> None:
@@ -157,6 +158,7 @@ def test_an_op_the_writer_lacks_is_a_located_error(tileiras: Any) -> None:
     art = tj.compile(_bf16_add, (tj.bfloat16[:], tj.int32[:], tj.bfloat16[:]), target="sm_80", backend="tileir")
     with pytest.raises(TileCompileError) as err:
         art.image()
+    assert isinstance(err.value, TileIRUnsupportedError)  # auto would compile it with CUDA C++
     text = str(err.value)
     assert text.startswith(f"{__file__}:{_bf16_add.func.__code__.co_firstlineno + 3}:")
     assert ("cannot express 'atomic' (atomic_add on bfloat16 for sm_80; Tile IR has it from sm_90 on)" in text
