@@ -100,8 +100,9 @@ TILEIRAS: Setting[str | None] = Setting(
 )
 BACKEND: Setting[str] = Setting(
     "TILEJIT_BACKEND", str, "auto",
-    "tile kernel backend: cuda (C++ via NVRTC), tileir (via tileiras) or auto; read when a kernel builds a "
-    "specialization, which it then keeps for the process",
+    "tile kernel backend: cuda (C++ via NVRTC), tileir (via tileiras) or auto (Tile IR where a consistent "
+    "tileiras toolchain supports the target, else CUDA C++; a kernel Tile IR refuses falls back to CUDA C++); read "
+    "when a kernel builds a specialization, which it then keeps for the process",
     choices=("auto", "cuda", "tileir"),
 )
 
