@@ -221,6 +221,8 @@ def _backend_lines(archs: list[int], gpus: list[str]) -> list[str]:
     except TilejitError as exc:  # a bad TILEJIT_BACKEND, or one it names that is not available
         lines.append(f"used: none: {exc}")
         return lines
+    if "\n" in why:  # Tile IR's reason for not being used, which its line above gives in full
+        why = why.split(": ", 1)[0] + ": see the tileir line above"
     lines.append(f"used for {target.sm} ({where}): {chosen.name} ({why})")
     if chosen.name == "tileir" and requested_backend(None) == "auto":
         lines.append("fallback: auto compiles a kernel with CUDA C++ where the Tile IR backend refuses it (what Tile "
