@@ -3,16 +3,14 @@
 The toolchain comes from ``tilejit.bindings.tileiras`` (found and checked once). tileiras runs in a
 temporary folder of its own (also its ``TMPDIR``), with its own ``bin`` first on ``PATH`` and
 ``$CUDA_HOME``/``$CUDA_PATH`` unset, so it uses exactly the libnvvm and ptxas that discovery checked.
+A Tile IR launch imports this module for :func:`check_driver` on every warm process: what running the tools
+needs (``subprocess``, ``tempfile``: milliseconds) is imported when they run.
 """
 
 from __future__ import annotations
 
-import linecache
 import os
 import re
-import signal
-import subprocess
-import tempfile
 
 from tilejit.bindings.tileiras import Toolchain, find_toolchain
 from tilejit.errors import CompileError, DriverVersionError, TileCompileError, TileirasError
@@ -27,7 +25,7 @@ DEFAULT_TIMEOUT = 300.0
 
 _FAILED = "failed to compile Tile IR program"
 # loc("file":line:col): error: ...   and the debug form   loc(fused<...>["file":line:col]): error: ...
-_LOC = re.compile(r'loc\((?:[^)\[]*?\[)?"([^"]+)":(\d+):(\d+)\]?\):\s*error:\s*(.*)')
+_LOC = r'loc\((?:[^)\[]*?\[)?"([^"]+)":(\d+):(\d+)\]?\):\s*error:\s*(.*)'
 
 
 def bytecode_version(bytecode: bytes) -> tuple[int, int]:
@@ -69,9 +67,11 @@ def located_message(stderr: str) -> str | None:
     """The first ``loc("file":line:col): error: ...`` of tileiras's stderr as ``file:line:col: error: ...``
     with the source line and a caret when the file is readable; None when the stderr has no location."""
     for line in stderr.splitlines():
-        m = _LOC.search(line)
+        m = re.search(_LOC, line)
         if m:
             filename, row, col, message = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4).strip()
+            import linecache
+
             source = linecache.getline(filename, row) or None
             return str(TileCompileError(message, filename, row, max(col - 1, 0), source))
     return None
@@ -97,6 +97,8 @@ def explain_failure(code: int, stderr: str, toolchain: Toolchain, target: str) -
         )
     if code < 0:
         try:
+            import signal
+
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
@@ -144,6 +146,9 @@ def run_tileiras(
     if opt_level not in (0, 1, 2, 3):
         raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     _check_version(data, tc)
+    import subprocess
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="tilejit-tileiras-") as tmp:
         source = os.path.join(tmp, "module.tileirbc")
         output = os.path.join(tmp, "module.cubin")
@@ -182,6 +187,9 @@ def disassemble(bytecode: bytes, *, toolchain: Toolchain | None = None, timeout:
     tc = find_toolchain() if toolchain is None else toolchain
     if tc.tileirdisasm is None:
         raise CompileError(f"no tileirdisasm beside tileiras in {tc.bin_dir} (it ships with CUDA 13.4 and newer)")
+    import subprocess
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="tilejit-tileirdisasm-") as tmp:
         source = os.path.join(tmp, "module.tileirbc")
         with open(source, "wb") as f:
