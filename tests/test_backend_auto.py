@@ -28,7 +28,14 @@ from tilejit.backends.tileir_backend import TileIRBackend, probe_memo_key
 from tilejit.bindings import tileiras as bindings
 from tilejit.compiler.cache import MAGIC, DiskCache, default_cache
 from tilejit.compiler.targets import parse_target
-from tilejit.errors import CompileError, TargetError, TileCompileError, TileirasError, TileIRUnsupportedError
+from tilejit.errors import (
+    CompileError,
+    DriverVersionError,
+    TargetError,
+    TileCompileError,
+    TileirasError,
+    TileIRUnsupportedError,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 F32 = tj.float32
@@ -290,6 +297,39 @@ def test_a_launch_falls_back_to_the_cuda_targets_and_a_warm_process_skips_tile_i
     assert err.value.line == _line_of("return  # Tile IR's return")
 
 
+def test_a_launch_on_a_driver_too_old_for_tile_ir_uses_cuda(tileiras: Any, monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """tileiras's CUBINs need an r580 driver: under auto an older one gets the CUDA backend's image, checked before
+    anything is compiled; backend='tileir' is refused, as before."""
+    from tilejit.runtime import device as device_state
+
+    class OldDriver:
+        version = 12080
+
+    def no_front_end(self: Artifact) -> Any:
+        raise AssertionError("compiled for a driver that cannot load it")
+
+    caplog.set_level(logging.INFO, logger="tilejit")
+    monkeypatch.setattr(device_state, "initialized_driver", lambda: OldDriver())
+    monkeypatch.setattr(Artifact, "ir", no_front_end)
+    real = loader.load_artifact
+    tried: list[tuple[str, str]] = []
+
+    def load(artifact: Artifact, fingerprint: str, device: Any = None) -> Any:
+        tried.append((artifact.target.sm, artifact.backend))
+        return real(artifact, fingerprint, device) if artifact.backend == "tileir" else "the CUDA image"
+
+    monkeypatch.setattr(loader, "load_artifact", load)
+    types = specialize(_add, SIG)
+    assert tj.kernel(_add.func)._build(types, {}, (128,), _Device()) == "the CUDA image"
+    assert tried == [("sm_90", "tileir"), ("sm_90a", "cuda")]
+    (info,) = _info_lines(caplog)
+    assert info.startswith("kernel _add: backend auto compiles it with CUDA C++, since the Tile IR backend cannot: "
+                           "Tile IR kernels are built for CUDA 13.0") and "the driver supports CUDA 12.8" in info
+    with pytest.raises(DriverVersionError):
+        tj.kernel(_add.func, backend="tileir")._build(types, {}, (128,), _Device())
+
+
 def _keys_of(artifacts: list[Artifact]) -> list[str]:
     from tilejit.api.kernel import _source_fingerprint
 
@@ -426,6 +466,16 @@ def test_doctor_names_the_backend_auto_picks_and_why(tileiras: Any, nvrtc: Path,
                     f"{', '.join(tileiras.targets)})"]
     used = _used(_cli("doctor", env={**env, "TILEJIT_ARCH": "sm_90", "TILEJIT_BACKEND": "cuda"}).stdout)
     assert used == ["  used for sm_90 (TILEJIT_ARCH): cuda (asked for by TILEJIT_BACKEND=cuda)"]
+
+
+def test_doctor_says_launches_use_cuda_where_the_driver_is_too_old_for_tile_ir(tileiras: Any) -> None:
+    from tilejit.cli.main import _backend_lines
+
+    lines = _backend_lines([80, 90], ["sm_90"], 12080)
+    assert lines[2].startswith("used for sm_90 (this GPU's target): tileir (auto picks it")
+    assert lines[3].startswith("launches: CUDA C++ (auto falls back): Tile IR kernels are built for CUDA 13.0 (13000, "
+                               "driver r580) or newer; the driver supports CUDA 12.8 (12080)")
+    assert not any(line.startswith("launches") for line in _backend_lines([80, 90], ["sm_90"], 13000))
 
 
 _KERNELS = """

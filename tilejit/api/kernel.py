@@ -847,10 +847,11 @@ class Kernel:
         device: Any,
     ) -> _Compiled:
         """Compile (or fetch from the disk cache) one specialization and load it on ``device``, with the backend
-        ``choose_backend`` picks; under ``auto``, a kernel the Tile IR backend refuses (``FALLBACK_ERRORS``) is
-        loaded with the CUDA backend instead (logged at INFO level)."""
+        ``choose_backend`` picks; under ``auto``, a kernel the Tile IR backend refuses (``FALLBACK_ERRORS``), or a
+        driver too old for Tile IR CUBINs, is loaded with the CUDA backend instead (logged at INFO level)."""
         from tilejit.backends.base import FALLBACK_ERRORS, choose_backend, get_backend, log_fallback, requested_backend
         from tilejit.compiler.targets import parse_target
+        from tilejit.errors import DriverVersionError
 
         if self._fingerprint is None:
             self._fingerprint = _source_fingerprint(self.func)
@@ -860,9 +861,10 @@ class Kernel:
         auto = requested_backend(self.backend) == "auto"
         if backend.name == "cuda" or not auto:
             return self._load(backend, device_target, arg_types, hints, constants, device, auto)
+        refusals: tuple[type[Exception], ...] = (*FALLBACK_ERRORS, DriverVersionError)
         try:
             return self._load(backend, device_target, arg_types, hints, constants, device, auto)
-        except FALLBACK_ERRORS as exc:
+        except refusals as exc:
             log_fallback(self.__name__, exc)
         return self._load(get_backend("cuda"), device_target, arg_types, hints, constants, device, auto)
 

@@ -152,12 +152,12 @@ def load_artifact(artifact: Artifact, fingerprint: str, device: Any = None) -> _
     from tilejit.runtime.launch import Launcher, ParamKind
     from tilejit.runtime.module import Module
 
-    entry = _entry(artifact, fingerprint, EMIT_PTX.get() and artifact.backend != "tileir")  # Tile IR: CUBINs only
-    if artifact.backend == "tileir":  # tileiras's CUBINs need an r580 driver; an older one would fail to load them
+    if artifact.backend == "tileir":  # tileiras's CUBINs need an r580 driver: checked before compiling one
         from tilejit.compiler.tileiras import check_driver
         from tilejit.runtime.device import initialized_driver
 
         check_driver(initialized_driver().version)
+    entry = _entry(artifact, fingerprint, EMIT_PTX.get() and artifact.backend != "tileir")  # Tile IR: CUBINs only
     module = Module.load(entry["image"], entry["kind"], device=device)
     function = module.get_function(entry["symbol"])
     params = [(p[0], ParamKind.from_spec(p[1:])) for p in entry["params"]]

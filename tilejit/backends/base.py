@@ -208,7 +208,7 @@ def choose_backend(requested: str | None, target: Target, *, num_threads: int | 
 
 def log_fallback(kernel: str, error: Exception) -> None:
     """Say, in one INFO line on the ``tilejit`` logger, that ``auto`` compiles ``kernel`` with CUDA C++ because of
-    the Tile IR backend's ``error`` (one of ``FALLBACK_ERRORS``)."""
+    the Tile IR backend's ``error`` (one of ``FALLBACK_ERRORS``, or a launch's ``DriverVersionError``)."""
     import logging
 
     logging.getLogger("tilejit").info("kernel %s: backend auto compiles it with CUDA C++, since the Tile IR "

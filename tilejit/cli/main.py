@@ -89,7 +89,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
         from tilejit.bindings.driver import driver, format_version
 
         drv = driver()
-        return {"path": drv.path, "version": f"CUDA {format_version(drv.version)}"}
+        return {"path": drv.path, "version": f"CUDA {format_version(drv.version)}", "number": drv.version}
 
     def probe_gpus() -> dict[str, Any]:
         from tilejit.runtime.device import Device, device_count, initialized_driver
@@ -126,6 +126,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
     print("\nCUDA driver", file=out)
     found = _probe("the CUDA driver", probe_driver)
     driver_ok = "error" not in found
+    driver_version = int(found["number"]) if driver_ok else None
     if driver_ok:
         print(f"  found: {found['path']}", file=out)
         print(f"  version: {found['version']}", file=out)
@@ -150,7 +151,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
         print("  none: no CUDA driver", file=out)
 
     print("\nBackends", file=out)
-    for line in _backend_lines(archs, gpus):
+    for line in _backend_lines(archs, gpus, driver_version):
         print(f"  {line}", file=out)
 
     print("\nDisk cache", file=out)
@@ -184,10 +185,11 @@ def _run_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _backend_lines(archs: list[int], gpus: list[str]) -> list[str]:
+def _backend_lines(archs: list[int], gpus: list[str], driver_version: int | None = None) -> list[str]:
     """Doctor's Backends section: each backend and whether it can compile here, and which one a compile with
     no ``backend=`` uses (``TILEJIT_BACKEND``, default auto) and why, for this GPU's target (else
-    ``TILEJIT_ARCH``, else the newest target NVRTC knows); for Tile IR, which kernels still go to CUDA C++."""
+    ``TILEJIT_ARCH``, else the newest target NVRTC knows); for Tile IR, which kernels still go to CUDA C++ (all of
+    a launch's, under auto, where the driver is too old for Tile IR CUBINs)."""
     from tilejit import config
     from tilejit.backends.base import choose_backend, get_backend, requested_backend
     from tilejit.compiler.targets import parse_target
@@ -224,6 +226,15 @@ def _backend_lines(archs: list[int], gpus: list[str]) -> list[str]:
     if "\n" in why:  # Tile IR's reason for not being used, which its line above gives in full
         why = why.split(": ", 1)[0] + ": see the tileir line above"
     lines.append(f"used for {target.sm} ({where}): {chosen.name} ({why})")
+    if chosen.name == "tileir" and gpus and driver_version is not None:
+        from tilejit.compiler.tileiras import check_driver
+        from tilejit.errors import DriverVersionError
+
+        try:
+            check_driver(driver_version)
+        except DriverVersionError as exc:
+            auto = requested_backend(None) == "auto"
+            lines.append(f"launches: {'CUDA C++ (auto falls back)' if auto else 'refused'}: {exc}")
     if chosen.name == "tileir" and requested_backend(None) == "auto":
         lines.append("fallback: auto compiles a kernel with CUDA C++ where the Tile IR backend refuses it (what Tile "
                      "IR cannot express, such as a return inside a loop; tileiras failing on it), saying so in an "
