@@ -101,7 +101,7 @@ class Backend:
 
     def missing(self) -> str | None:
         """None when this backend's toolchain is found here (whatever the target), else why not; cheap
-        (``wants_launch_facts`` asks it)."""
+        (``wants_launch_facts`` asks it). The default looks for nothing: a backend with a toolchain to find says."""
         return None
 
     def cache_identity(self) -> str:
