@@ -298,7 +298,7 @@ def test_a_warm_key_loads_neither_the_code_generator_nor_nvrtc(tmp_path: Path) -
 
 def test_an_image_carries_what_a_cache_entry_holds(toolkit: Toolkit, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TILEJIT_NVRTC", str(toolkit.nvrtc))
-    art = tj.compile(_copy, SIG, constants={"TILE": 128}, target="sm_80")
+    art = tj.compile(_copy, SIG, constants={"TILE": 128}, target="sm_80", backend="cuda")
     ck = art.cuda_kernel()
     image = art.image("ptx")
     assert (image.backend, image.kind, image.symbol, image.num_threads, image.shared_bytes, image.params) == (
