@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 #: The writer's output format: part of the cache identity; raise it when the writer's bytecode for the same
 #: kernel changes (importing the writer to ask it would cost a warm launch its ``dataclasses``).
-WRITER_FORMAT = "4"  # 2: the launch facts of the hints as assume ops (TMA); 3: the occupancy entry hint;
-#                      4: int32 unit-step loop counters, 8 worker warps for wide matmul accumulators
+WRITER_FORMAT = "5"  # 2: the launch facts of the hints as assume ops (TMA); 3: the occupancy entry hint;
+#                      4: int32 unit-step loop counters, 8 worker warps for wide matmul accumulators;
+#                      5: 8 worker warps for long rows, padding selected along dims of size 1 only
 
 EIATTR_KPARAM_INFO = 0x17
 EIATTR_KPARAM_INFO_V2 = 0x45  # u32 index, u16 ordinal, u16 offset, u16 size, u16 attributes (TMA kernels have it)
