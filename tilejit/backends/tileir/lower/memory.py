@@ -258,6 +258,11 @@ def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...], dims: tuple
     return mask
 
 
+def access_hints(lo: Lowerer, op: O.LoadOp | O.StoreOp) -> dict[str, dict[str, bool | int]] | None:
+    """The optimization hints of a view load or store (``allow_tma``, ``latency``), or None: tileiras's own."""
+    return None
+
+
 @rule(O.LoadOp)
 def load(lo: Lowerer, op: O.LoadOp) -> None:
     """``load``: ``load_view_tko`` through the array's padded partition view, after the last store. A padding
@@ -274,7 +279,7 @@ def load(lo: Lowerer, op: O.LoadOp) -> None:
     tok = TValue(TOKEN)
     raw = lo.result(op) if not is_bool and exact else TValue(Tile(stored_elem(t.elem), t.shape))
     lo.emit("load_view_tko", [raw, tok], [pv, idx, lo.last_store], op, ordering="weak",
-            inbounds=(False,) * len(idx))
+            inbounds=(False,) * len(idx), hints=access_hints(lo, op))
     lo.loads_since.append(tok)
     value = loaded_form(lo, raw, op.result, op)
     if not exact:
@@ -302,7 +307,8 @@ def store(lo: Lowerer, op: O.StoreOp) -> None:
         pv = view(lo, op, op.array, t.shape, None)
         token, tok = waits(lo, op), TValue(TOKEN)
         idx = indices(lo, op.index, op)
-        lo.emit("store_view_tko", [tok], [value, pv, idx, token], op, ordering="weak", inbounds=(False,) * len(idx))
+        lo.emit("store_view_tko", [tok], [value, pv, idx, token], op, ordering="weak", inbounds=(False,) * len(idx),
+                hints=access_hints(lo, op))
     lo.last_store, lo.loads_since = tok, []
 
 
