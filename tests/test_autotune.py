@@ -53,12 +53,6 @@ def add_one(x, out, n, BLOCK: tj.Constant[int]):  # type: ignore[no-untyped-def]
     tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(BLOCK,)) + n)
 
 
-@tj.kernel
-def scaled(x, out, SCALE: tj.Constant[int], BLOCK: tj.Constant[int]):  # type: ignore[no-untyped-def]
-    i = tj.bid(0)
-    tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(BLOCK,)) * SCALE)
-
-
 class Launch:
     """One launch the stand-in build's launcher saw."""
 
@@ -109,11 +103,15 @@ def builds(monkeypatch: pytest.MonkeyPatch, use_device: Callable[[Any], Any], tm
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("TILEJIT_CACHE", raising=False)
     monkeypatch.delenv("TILEJIT_AUTOTUNE", raising=False)
-    for k in (add_one, scaled):
-        k._specs.clear()
-        k._fast.clear()
-        k._bound.clear()
+    forget_specializations()
     yield rec
+    forget_specializations()  # no stand-in build outlives the test
+
+
+def forget_specializations() -> None:
+    add_one._specs.clear()
+    add_one._fast.clear()
+    add_one._bound.clear()
 
 
 def timer(rec: Builds, times: dict[int, float],
