@@ -104,6 +104,10 @@ BACKEND: Setting[str] = Setting(
     "specialization, which it then keeps for the process",
     choices=("auto", "cuda", "tileir"),
 )
+AUTOTUNE: Setting[bool] = Setting(
+    "TILEJIT_AUTOTUNE", bool, True,
+    "set to 0 to launch autotuned kernels with their first config (after pruning), untimed"
+)
 
 ALL: tuple[Setting[object], ...] = (
     CUDA_DRIVER,  # type: ignore[assignment]
@@ -117,4 +121,5 @@ ALL: tuple[Setting[object], ...] = (
     ARCH_SPECIFIC,  # type: ignore[assignment]
     TILEIRAS,  # type: ignore[assignment]
     BACKEND,  # type: ignore[assignment]
+    AUTOTUNE,  # type: ignore[assignment]
 )
