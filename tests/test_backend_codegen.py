@@ -417,6 +417,23 @@ def test_long_16bit_rows_cap_registers_and_mask_compares_in_32_bits() -> None:
     assert "__launch_bounds__(256) _copy_rows" in source(_copy_rows, tj.bfloat16, 2, block=1024)
 
 
+@pytest.mark.parametrize(("block", "kernel", "n_arrays", "bounds"), [
+    (4096, "_copy_rows", 2, "(512, 4)"), (8192, "_copy_rows", 2, "(512, 4)"), (16384, "_copy_rows", 2, "(512, 2)"),
+    (32768, "_copy_rows", 2, "(512)"), (8192, "_scaled_rows", 3, "(512, 3)"), (16384, "_scaled_rows", 3, "(512)"),
+])
+def test_long_16bit_rows_cap_registers_only_where_the_row_fits(block: int, kernel: str, n_arrays: int,
+                                                                bounds: str) -> None:
+    """The resident-block cap of long 16-bit rows falls as rows grow, so that the cap still holds a thread's
+    share of the row (a 16384-element bf16 row under 4 blocks' 32 registers spilled 446 B; ptxas -v, sm_90a)."""
+    from tilejit.backends.cuda.plan import row_min_blocks
+
+    k = {"_copy_rows": _copy_rows, "_scaled_rows": _scaled_rows}[kernel]
+    sig = (tj.bfloat16[:, ::1], *([tj.bfloat16[::1]] * (n_arrays - 2)), tj.bfloat16[:, ::1])
+    src = tj.compile(k, sig, constants={"BLOCK": block}, target="sm_90", backend="cuda").cuda_source()
+    assert f"__launch_bounds__{bounds} {kernel}" in src
+    assert row_min_blocks(block, 512, n_arrays - 1) == (int(bounds[6:-1]) if "," in bounds else None)
+
+
 def test_headers_identity_follows_every_header(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tile-kernel cache key names the device headers by file identity: editing any of them changes it."""
     import shutil

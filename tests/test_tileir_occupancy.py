@@ -120,3 +120,26 @@ def test_tileiras_gives_a_wide_matmul_its_worker_warps(target: str, tileir_env: 
     assert image.image[:4] == b"\x7fELF"
     if target == "sm_90":
         assert image.num_threads == 384
+
+
+@pytest.mark.parametrize(("name", "block"), sorted(EXPECTED))
+def test_worker_warps_for_rows_no_occupancy_holds(name: str, block: int) -> None:
+    """A kernel without an mma gets 8 worker warps on sm_90 exactly where no occupancy's cap holds its tiles
+    (rows of 32768 elements), and then no occupancy; elsewhere the occupancy alone."""
+    fn = compiled(name, "float32", block).ir()
+    wide = EXPECTED[name, block] is None
+    assert choose_worker_warps(fn) == (8 if wide else None)
+    want = {"num_worker_warps_per_cta": 8} if wide else {"occupancy": EXPECTED[name, block]}
+    assert entry_hints(fn, "sm_90") == {"sm_90": want}
+    assert "num_worker_warps_per_cta" not in str(entry_hints(fn, "sm_80"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tileiras_gives_a_long_row_its_worker_warps(dtype: str, tileir_env: Any) -> None:
+    """A softmax over rows of 32768 elements: 384 threads on sm_90 (at tileiras's own 256 it spills 1080 B in
+    f32), tileiras's own choice on sm_80."""
+    for target, threads in (("sm_90", 384), ("sm_80", None)):
+        art = compiled("softmax", dtype, 32768, target, backend="tileir")
+        assert ("num_worker_warps_per_cta = 8" in art.tileir_text()) == (target == "sm_90")
+        if threads is not None:
+            assert art.image().num_threads == threads

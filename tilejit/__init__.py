@@ -36,7 +36,7 @@ _DTYPES = (
 _ERRORS = (
     "TilejitError", "TileCompileError", "CompileError", "CUDAError", "DriverVersionError", "LaunchError",
     "LibraryNotFoundError", "TargetError", "ConfigError", "NotDeviceArrayError", "IRVerificationError",
-    "CacheWarning", "TileIRUnsupportedError", "TileirasError",
+    "AutotuneError", "CacheWarning", "TileIRUnsupportedError", "TileirasError",
 )
 
 _LAZY: dict[str, str] = {
@@ -45,6 +45,8 @@ _LAZY: dict[str, str] = {
     "DType": "tilejit.language.ir.types",
     "kernel": "tilejit.api.kernel",
     "Kernel": "tilejit.api.kernel",
+    "autotune": "tilejit.api.autotune",
+    "Config": "tilejit.api.autotune",
     "compile": "tilejit.api.compile",
     "Artifact": "tilejit.api.compile",
     "RawKernel": "tilejit.api.raw",
@@ -77,10 +79,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from tilejit.api.autotune import Config, autotune
     from tilejit.api.compile import Artifact, compile
     from tilejit.api.kernel import Kernel, kernel
     from tilejit.api.raw import RawKernel
     from tilejit.errors import (
+        AutotuneError,
         CacheWarning,
         CompileError,
         ConfigError,

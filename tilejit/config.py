@@ -105,6 +105,10 @@ BACKEND: Setting[str] = Setting(
     "when a kernel builds a specialization, which it then keeps for the process",
     choices=("auto", "cuda", "tileir"),
 )
+AUTOTUNE: Setting[bool] = Setting(
+    "TILEJIT_AUTOTUNE", bool, True,
+    "set to 0 to launch autotuned kernels with their first config (after pruning), untimed"
+)
 
 ALL: tuple[Setting[object], ...] = (
     CUDA_DRIVER,  # type: ignore[assignment]
@@ -118,4 +122,5 @@ ALL: tuple[Setting[object], ...] = (
     ARCH_SPECIFIC,  # type: ignore[assignment]
     TILEIRAS,  # type: ignore[assignment]
     BACKEND,  # type: ignore[assignment]
+    AUTOTUNE,  # type: ignore[assignment]
 )

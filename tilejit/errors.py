@@ -142,6 +142,21 @@ class IRVerificationError(TilejitError, RuntimeError):
     """Invalid tile IR (an internal error of the compiler)."""
 
 
+class AutotuneError(TilejitError, RuntimeError):
+    """Every config an autotuned kernel offers failed to compile or launch; the message names each and why
+    (``failures``: (config, exception) pairs), or an autotuner was declared wrongly."""
+
+    failures: list[tuple[object, BaseException]]
+
+    def __init__(self, message: str, failures: list[tuple[object, BaseException]] | None = None) -> None:
+        self.failures = list(failures or [])
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle through ``__init__``'s own arguments, as ``LibraryNotFoundError`` does."""
+        return type(self), (str(self), self.failures), self.__dict__
+
+
 class CacheWarning(UserWarning):
     """The disk cache could not be written (read-only or full folder); tilejit keeps working without it."""
 
@@ -163,7 +178,7 @@ def refuse_lone_surrogates(what: str, text: str) -> None:
 
 
 __all__ = [
-    "Attempt", "CUDAError", "CacheWarning", "CompileError", "ConfigError", "DriverVersionError",
+    "Attempt", "AutotuneError", "CUDAError", "CacheWarning", "CompileError", "ConfigError", "DriverVersionError",
     "IRVerificationError", "LaunchError", "LibraryNotFoundError", "NotDeviceArrayError", "TargetError",
     "TileCompileError", "TileIRUnsupportedError", "TileirasError", "TilejitError", "refuse_lone_surrogates",
 ]

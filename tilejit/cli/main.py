@@ -894,8 +894,9 @@ def _results(jobs: Sequence[_CudaBuild | _TileBuild], workers: int) -> Iterator[
 
 
 def _configure_cache(p: argparse.ArgumentParser) -> None:
-    p.description = "Inspect or empty the disk cache of compiled kernels."
-    p.add_argument("action", choices=("info", "clear"), help="info: location and size; clear: remove every entry")
+    p.description = "Inspect or empty the disk cache of compiled kernels and autotuned choices."
+    p.add_argument("action", choices=("info", "clear"),
+                   help="info: location, size and autotuned choices; clear: remove every entry")
 
 
 def _cache_state(cache: DiskCache) -> str:
@@ -910,15 +911,19 @@ def _cache_state(cache: DiskCache) -> str:
 
 def _run_cache(args: argparse.Namespace) -> int:
     from tilejit import config
-    from tilejit.compiler.cache import default_cache
+    from tilejit.compiler.cache import TUNED_FOLDER, default_cache
 
-    cache = default_cache()
+    cache, tuned = default_cache(), default_cache(TUNED_FOLDER)
     if args.action == "clear":
         try:
             n = cache.clear()
+            t = tuned.clear()
         except OSError as exc:
             raise _Failure(exc.strerror or str(exc)) from None
-        print(f"removed {_plural(n, 'entry', 'entries')} from {cache.directory}")
+        with contextlib.suppress(OSError):
+            os.rmdir(tuned.directory)  # the folder only when nothing else is left in it
+        also = f" and {_plural(t, 'autotuned choice', 'autotuned choices')}" if t else ""
+        print(f"removed {_plural(n, 'entry', 'entries')}{also} from {cache.directory}")
         return 0
     info = cache.info()
     print(f"directory: {info['dir']}")
@@ -926,7 +931,30 @@ def _run_cache(args: argparse.Namespace) -> int:
     print(f"size:      {_bytes(info['bytes'])} ({info['bytes']} bytes)")
     print(f"max size:  {_bytes(info['max_bytes'])} ({config.CACHE_MAX_BYTES.name})")
     print(f"caching:   {_cache_state(cache)}")
+    choices = _tuned_choices(tuned)
+    print(f"autotuned: {len(choices)}" + (" (kernel, key -> config, when, GPU)" if choices else ""))
+    for line in choices:
+        print(f"  {line}")
     return 0
+
+
+def _tuned_choices(tuned: DiskCache) -> list[str]:
+    """One line for each autotuned choice in ``tuned``'s folder, oldest first."""
+    import time
+
+    from tilejit.api.autotune import RECORD
+
+    found = []
+    for _, entry in tuned.entries():
+        if entry.get("record") != RECORD:
+            continue
+        when = entry.get("when")
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if isinstance(when, int | float) else "?"
+        key = entry.get("key")
+        key_text = ", ".join(map(str, key)) if isinstance(key, list) and key else "()"
+        found.append((stamp, f"{entry.get('kernel')}, {key_text} -> {entry.get('config')}, {stamp}, "
+                             f"{entry.get('device')}"))
+    return [line for _, line in sorted(found)]
 
 
 COMMANDS: dict[str, tuple[str, Configure, Run]] = {

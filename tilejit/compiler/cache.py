@@ -118,8 +118,9 @@ class DiskCache:
             raise ValueError(f"cache key must be 16-128 lowercase hex digits (see cache_key()), got {key!r}")
         return os.path.join(self.directory, key + SUFFIX)
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str, *, touch: bool = True) -> dict[str, Any] | None:
         """The entry stored under ``key``, or None on a miss; a damaged entry of ours is removed and is a miss.
+        A hit marks the entry as recently used unless ``touch`` is false.
 
         Anything but a regular file no larger than ``max_bytes`` (a folder, FIFO, symbolic link, a huge
         sparse file) is a miss, read not at all, and left where it is."""
@@ -140,9 +141,10 @@ class DiskCache:
                 if blob.startswith(MAGIC):  # ours, damaged; anything else is left alone
                     _remove_if_same(path, st)
                 return None
-            with contextlib.suppress(OSError, NotImplementedError):
-                # Mark as recently used for LRU eviction: the file read, not whatever the name holds now.
-                os.utime(fd if os.utime in os.supports_fd else path)
+            if touch:
+                with contextlib.suppress(OSError, NotImplementedError):
+                    # Mark as recently used for LRU eviction: the file read, not whatever the name holds now.
+                    os.utime(fd if os.utime in os.supports_fd else path)
             return entry
         except OSError:
             return None
@@ -255,6 +257,18 @@ class DiskCache:
                     continue
                 entries += 1
         return {"dir": self.directory, "entries": entries, "bytes": total, "max_bytes": self.max_bytes}
+
+    def entries(self) -> list[tuple[str, dict[str, Any]]]:
+        """(key, entry) of every entry in the folder that reads back whole, as ``get`` reads it (a damaged one of
+        ours is removed), without marking any as used."""
+        found = []
+        for item in self._scan():
+            if _is_entry_name(item.name):
+                key = item.name[: -len(SUFFIX)]
+                entry = self.get(key, touch=False)
+                if entry is not None:
+                    found.append((key, entry))
+        return found
 
     def _scan(self) -> list[os.DirEntry[str]]:
         try:
@@ -437,18 +451,23 @@ def _warn_entry(path: str, exc: OSError) -> None:
                   CacheWarning, stacklevel=4)
 
 
-_defaults: dict[tuple[str | None, int], DiskCache] = {}
+#: The folder, inside the cache's, of autotuning's chosen configs: apart from compiled entries, so that listing
+#: them (``tilejit cache info``) reads a few small files, not every kernel image.
+TUNED_FOLDER = "autotune"
+_defaults: dict[tuple[str | None, int, str], DiskCache] = {}
 
 
-def default_cache() -> DiskCache:
-    """The process-wide cache for the current ``TILEJIT_CACHE_DIR`` / ``TILEJIT_CACHE_MAX_BYTES``.
+def default_cache(folder: str = "") -> DiskCache:
+    """The process-wide cache for the current ``TILEJIT_CACHE_DIR`` / ``TILEJIT_CACHE_MAX_BYTES``; with ``folder``
+    (e.g. ``TUNED_FOLDER``), the cache of that sub-folder of its folder, bounded alike.
 
     Whether to use it at all is ``config.CACHE`` (``TILEJIT_CACHE=0`` turns caching off); callers check that.
     """
-    key = (config.CACHE_DIR.get(), config.CACHE_MAX_BYTES.get())
+    key = (config.CACHE_DIR.get(), config.CACHE_MAX_BYTES.get(), folder)
     cache = _defaults.get(key)
     if cache is None:
-        cache = _defaults.setdefault(key, DiskCache(key[0], key[1]))
+        directory = os.path.join(key[0] or user_cache_dir(), folder) if folder else key[0]
+        cache = _defaults.setdefault(key, DiskCache(directory, key[1]))
     return cache
 
 
@@ -472,4 +491,5 @@ def cached_compile(src: str, filename: str) -> CodeType:
     return code
 
 
-__all__ = ["CacheWarning", "DiskCache", "cache_key", "cached_compile", "default_cache", "sha256", "user_cache_dir"]
+__all__ = ["TUNED_FOLDER", "CacheWarning", "DiskCache", "cache_key", "cached_compile", "default_cache", "sha256",
+           "user_cache_dir"]

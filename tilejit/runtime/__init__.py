@@ -1,5 +1,6 @@
-"""Layer 2: devices, contexts, streams, events, memory, arrays, interop, modules and launches.
+"""Layer 2: devices, contexts, streams, events, memory, arrays, interop, modules, launches, snapshots and timing.
 
 Nothing is imported here: each concept is its own module (``device``, ``context``, ``stream``,
-``event``, ``memory``, ``array``, ``interop``, ``module``, ``launch``), loaded when first used.
+``event``, ``memory``, ``array``, ``interop``, ``module``, ``launch``, ``snapshot``, ``bench``),
+loaded when first used.
 """

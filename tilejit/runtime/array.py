@@ -25,11 +25,12 @@ from tilejit.runtime.interop import (
     DLTensor,
     NotDeviceArrayError,
     as_view,
+    byte_span,
     c_strides,
     is_contiguous,
     register_converter,
 )
-from tilejit.runtime.memory import MAX_NBYTES, DeviceBuffer
+from tilejit.runtime.memory import MAX_NBYTES, DeviceBuffer, memset_d8
 from tilejit.runtime.stream import stream_handle
 
 
@@ -183,11 +184,7 @@ class DeviceArray:
 
     def _span(self) -> tuple[int, int]:
         """(lowest, highest+1) byte offsets from ``ptr`` that the elements touch."""
-        if self.size == 0:
-            return 0, 0
-        lo = sum(s * (n - 1) for s, n in zip(self.strides, self.shape) if s < 0)
-        hi = sum(s * (n - 1) for s, n in zip(self.strides, self.shape) if s > 0)
-        return lo, hi + self.itemsize
+        return byte_span(self.shape, self.strides, self.itemsize)
 
     def numpy(self, *, stream: Any = None) -> Any:
         """A new host numpy array with this array's contents (after the current stream's work)."""
@@ -231,10 +228,7 @@ class DeviceArray:
             return self
         one = np.asarray(value, dtype=self.dtype).reshape(1).view(np.uint8)
         if np.all(one == one[0]):
-            self.device.context.ensure_current()
-            d = initialized_driver()
-            h = ctypes.c_void_p(stream_handle(stream))
-            d.check(d.cuMemsetD8Async(self.ptr, int(one[0]), self.nbytes, h), "cuMemsetD8Async")
+            memset_d8(self.device, self.ptr, int(one[0]), self.nbytes, stream)
         else:
             _copy_htod(self.device, self.ptr, np.full(self.shape, value, dtype=self.dtype), stream)
         return self
@@ -243,11 +237,7 @@ class DeviceArray:
         """Fill with 0xFF bytes (NaN for floats, -1 / max for ints) to catch unwritten outputs."""
         if not self.is_c_contiguous:
             raise ValueError("poison needs a C-contiguous array")
-        if self.nbytes:
-            self.device.context.ensure_current()
-            d = initialized_driver()
-            d.check(d.cuMemsetD8Async(self.ptr, 0xFF, self.nbytes, ctypes.c_void_p(stream_handle(stream))),
-                    "cuMemsetD8Async")
+        memset_d8(self.device, self.ptr, 0xFF, self.nbytes, stream)
         return self
 
     # ------------------------------------------------------------------ exchange protocols
@@ -299,9 +289,7 @@ def empty(shape: int | Sequence[int], dtype: Any = "float32", *, device: Device 
 
 def zeros(shape: int | Sequence[int], dtype: Any = "float32", *, device: Device | int | None = None) -> DeviceArray:
     a = DeviceArray(shape, dtype, device=device)
-    if a.nbytes:
-        d = initialized_driver()
-        d.check(d.cuMemsetD8Async(a.ptr, 0, a.nbytes, ctypes.c_void_p(stream_handle(None))), "cuMemsetD8Async")
+    memset_d8(a.device, a.ptr, 0, a.nbytes)
     return a
 
 

@@ -39,6 +39,15 @@ def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(strides)
 
 
+def byte_span(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """(lowest, highest+1) byte offsets from element 0 that the elements of an array touch; ``strides`` in bytes."""
+    if 0 in shape:
+        return 0, 0
+    lo = sum(s * (n - 1) for s, n in zip(strides, shape) if s < 0)
+    hi = sum(s * (n - 1) for s, n in zip(strides, shape) if s > 0)
+    return lo, hi + itemsize
+
+
 def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Whether elements of ``shape`` at ``strides`` (in elements) are packed in C order; dimensions of
     length 1 may have any stride, and an empty array is contiguous."""
@@ -391,6 +400,6 @@ def as_view(obj: Any) -> ArrayView:
 
 
 __all__ = [
-    "ArrayView", "DLPackOwner", "NotDeviceArrayError", "as_view", "c_strides", "is_contiguous",
+    "ArrayView", "DLPackOwner", "NotDeviceArrayError", "as_view", "byte_span", "c_strides", "is_contiguous",
     "not_contiguous_error", "parse_cuda_array_interface", "parse_dlpack_capsule", "pointer_of", "register_converter",
 ]

@@ -43,6 +43,22 @@ def _host_address(buf: Any, *, writable: bool) -> tuple[int, int, Any]:
     return int(arr.ctypes.data), int(arr.nbytes), arr
 
 
+def copy_dtod(device: Device, dst: int, src: int, nbytes: int, stream: Any = None) -> None:
+    """Queue a copy of ``nbytes`` from device address ``src`` to ``dst`` (both on ``device``) on ``stream``."""
+    if nbytes:
+        device.context.ensure_current()
+        d = initialized_driver()
+        d.check(d.cuMemcpyDtoDAsync(dst, src, nbytes, ctypes.c_void_p(stream_handle(stream))), "cuMemcpyDtoDAsync")
+
+
+def memset_d8(device: Device, ptr: int, value: int, nbytes: int, stream: Any = None) -> None:
+    """Queue setting ``nbytes`` bytes at device address ``ptr`` (on ``device``) to the byte ``value`` on ``stream``."""
+    if nbytes:
+        device.context.ensure_current()
+        d = initialized_driver()
+        d.check(d.cuMemsetD8Async(ptr, value, nbytes, ctypes.c_void_p(stream_handle(stream))), "cuMemsetD8Async")
+
+
 class DeviceBuffer:
     """``nbytes`` of memory on ``device`` (default: the current device). ``ptr`` is its address."""
 
@@ -125,11 +141,7 @@ class DeviceBuffer:
     def copy_from_device(self, src_ptr: int, nbytes: int, offset: int = 0, *, stream: Any = None) -> None:
         """Copy ``nbytes`` from device address ``src_ptr`` into this buffer (queued on the stream)."""
         self._check_range(offset, nbytes)
-        if nbytes:
-            self.device.context.ensure_current()
-            d = initialized_driver()
-            d.check(d.cuMemcpyDtoDAsync(self.ptr + offset, src_ptr, nbytes, ctypes.c_void_p(stream_handle(stream))),
-                    "cuMemcpyDtoDAsync")
+        copy_dtod(self.device, self.ptr + offset, src_ptr, nbytes, stream)
 
     def memset(self, value: int, offset: int = 0, nbytes: int | None = None, *, stream: Any = None) -> None:
         """Set bytes to ``value`` (0..255), queued on the stream."""
@@ -137,11 +149,7 @@ class DeviceBuffer:
             raise ValueError(f"memset value must be a byte 0..255, got {value!r}")
         n = self.nbytes - offset if nbytes is None else nbytes
         self._check_range(offset, n)
-        if n:
-            self.device.context.ensure_current()
-            d = initialized_driver()
-            d.check(d.cuMemsetD8Async(self.ptr + offset, value, n, ctypes.c_void_p(stream_handle(stream))),
-                    "cuMemsetD8Async")
+        memset_d8(self.device, self.ptr + offset, value, n, stream)
 
     def close(self) -> None:
         """Free the memory now (idempotent). Work still queued that uses it must be finished first."""
@@ -165,4 +173,4 @@ class DeviceBuffer:
                 pass
 
 
-__all__ = ["MAX_NBYTES", "DeviceBuffer"]
+__all__ = ["MAX_NBYTES", "DeviceBuffer", "copy_dtod", "memset_d8"]

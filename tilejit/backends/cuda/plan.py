@@ -139,6 +139,24 @@ def wgmma_stages(stage_bytes: int) -> int:
     return 2 if 2 * stage_bytes <= 220 * 1024 else 0
 
 
+#: Registers a row-kernel thread needs beside its share of the row (addresses, indices, reduction partials).
+ROW_BASE_REGISTERS = 16
+
+
+def row_min_blocks(largest: int, nt: int, big_loads: int) -> int | None:
+    """``__launch_bounds__``'s minimum resident blocks for a kernel of long 16-bit rows (one row per block of
+    ``nt`` threads, the largest tile of ``largest`` elements, ``big_loads`` loads at least half that size): 4
+    blocks for one such load, 3 for more (layer norm's weight and bias), keeping bytes in flight; fewer where the
+    cap (65536 registers / (nt * blocks)) would not hold a thread's share of the row in float32, about 1.0 times
+    over for one load and 1.6 for more (fitted to ptxas -v on sm_90a: a 16384-element bf16 softmax row spilled
+    446 B under the cap of 4 blocks, 32 registers); None (no cap) when not even 2 blocks' cap holds it."""
+    need = ROW_BASE_REGISTERS + largest / nt * (1.0 if big_loads <= 1 else 1.6)
+    for blocks in range(4 if big_loads <= 1 else 3, 1, -1):
+        if need <= 65536 // (nt * blocks):
+            return blocks
+    return None
+
+
 def _pow2(x: int) -> bool:
     return x > 0 and x & (x - 1) == 0
 
@@ -219,11 +237,9 @@ class Plan:
         tc = any(p.path in ("tc", "tf32") for p in self.mma.values())
         self.min_blocks_arg = ", 2" if tc and small_acc and self.nt <= 256 else ""
         if num_threads is None and not mmas and self._long_16bit_rows(tiles):
-            # one row per block: cap registers so that 4 blocks (one full-row load) or 3 (more,
-            # e.g. layer norm's weight and bias) stay resident, keeping enough bytes in flight
             largest = max(t.size for t in tiles)
-            big_loads = sum(1 for n in load_sizes if 2 * n >= largest)
-            self.min_blocks_arg = ", 4" if big_loads <= 1 else ", 3"
+            blocks = row_min_blocks(largest, self.nt, sum(1 for n in load_sizes if 2 * n >= largest))
+            self.min_blocks_arg = f", {blocks}" if blocks else ""
         self._fixed = assign_mma_layouts(fn, mma_results)
         self._cache: dict[tuple[int, ...], Layout] = {}
         self.defs: dict[Value, Op] = {r: op for op in fn.body.walk() for r in op.results}

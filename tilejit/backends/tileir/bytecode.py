@@ -40,7 +40,7 @@ DYNAMIC = -(1 << 63)
 # Section ids; the 0x80 bit on the id says an alignment varint follows the length.
 SEC_END, SEC_STRING, SEC_FUNC, SEC_DEBUG, SEC_CONSTANT, SEC_TYPE = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05
 PAD_BYTE = b"\xcb"
-TAG_INTEGER, TAG_FLOAT, TAG_ARRAY, TAG_DICT, TAG_HINTS = 0x01, 0x02, 0x06, 0x0A, 0x0B
+TAG_INTEGER, TAG_FLOAT, TAG_BOOL, TAG_ARRAY, TAG_DICT, TAG_HINTS = 0x01, 0x02, 0x03, 0x06, 0x0A, 0x0B
 TAG_DIV_BY, TAG_BOUNDED = 0x08, 0x0C  # assume predicates
 DI_COMPILE_UNIT, DI_FILE, DI_LOC, DI_SUBPROGRAM = 0x01, 0x02, 0x04, 0x05
 FLAG_ENTRY = 0x02
@@ -233,6 +233,21 @@ class Writer:
                 varint(self.string_id(key), buf)
                 self.attribute(value, Scalar("i32"), buf)
 
+    def access_hints(self, hints: dict[str, dict[str, bool | int]], buf: bytearray) -> None:
+        """A view load's or store's optimization hints (untagged, unlike an entry's): per architecture, a
+        dictionary of ``allow_tma`` (a bool) and ``latency`` (an i32)."""
+        varint(len(hints), buf)
+        for arch, items in sorted(hints.items()):
+            varint(self.string_id(arch), buf)
+            buf.append(TAG_DICT)
+            varint(len(items), buf)
+            for key, value in sorted(items.items()):
+                varint(self.string_id(key), buf)
+                if isinstance(value, bool):
+                    buf += bytes((TAG_BOOL, int(value)))
+                else:
+                    self.attribute(value, Scalar("i32"), buf)
+
     def define(self, values: list[TValue]) -> None:
         """Give ``values`` the next value ids, in order."""
         for v in values:
@@ -311,8 +326,11 @@ class Writer:
                 varint(len(op.regions), buf)
                 for block in op.regions:
                     self.region(block, buf)
-            elif item == "tko":
-                varint(4 if op.operands[-1] is not None else 0, buf)
+            elif item == "tko":  # flags: bit 1 access hints, bit 2 a token operand
+                varint((4 if op.operands[-1] is not None else 0) | (2 if op.attrs.get("hints") else 0), buf)
+            elif item == "access_hints":
+                if op.attrs.get("hints"):
+                    self.access_hints(op.attrs["hints"], buf)
             elif item.startswith("enum:"):
                 key = item[5:]
                 buf.append(ENUMS[key][op.attrs[key]])

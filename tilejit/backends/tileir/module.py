@@ -208,7 +208,7 @@ OPS: dict[str, OpSpec] = {
         61, ("res2", "flags:scope,hints,mask,padding,token", "enum:ordering", "enum?:scope", "o", "o?:mask",
              "o?:padding", "o?:token")
     ),
-    "load_view_tko": OpSpec(62, ("res*", "tko", "enum:ordering", "inbounds", "o", "o*", "o?")),
+    "load_view_tko": OpSpec(62, ("res*", "tko", "enum:ordering", "access_hints", "inbounds", "o", "o*", "o?")),
     "log": OpSpec(63, ("res", "o")),
     "log2": OpSpec(64, ("res", "o")),
     "loop": OpSpec(65, ("res*", "o*", "regions")),
@@ -245,7 +245,7 @@ OPS: dict[str, OpSpec] = {
     "store_ptr_tko": OpSpec(
         101, ("res", "flags:scope,hints,mask,token", "enum:ordering", "enum?:scope", "o", "o", "o?:mask", "o?:token")
     ),
-    "store_view_tko": OpSpec(102, ("res*", "tko", "enum:ordering", "inbounds", "o", "o", "o*", "o?")),
+    "store_view_tko": OpSpec(102, ("res*", "tko", "enum:ordering", "access_hints", "inbounds", "o", "o", "o*", "o?")),
     "subf": OpSpec(103, ("res", "ftz", "enum:rounding", "o", "o")),
     "subi": OpSpec(104, ("res", "enum:overflow", "o", "o")),
     "tanh": OpSpec(106, ("res", "enum:rounding@13.2", "o")),

@@ -153,11 +153,7 @@ class Printer:
     def function(self, fn: TFunction) -> None:
         """One ``entry`` with its parameters and body."""
         params = ", ".join(f"{self.name(p)}: {type_text(p.type)}" for p in fn.params)
-        hints = ", ".join(  # keys sorted, as MLIR dictionaries are
-            f"{arch} = {{{', '.join(f'{k} = {v}' for k, v in sorted(items.items()))}}}"
-            for arch, items in sorted(fn.hints.items())
-        )
-        hints = f" optimization_hints=<{hints}>" if fn.hints else ""
+        hints = f" optimization_hints=<{hints_text(fn.hints)}>" if fn.hints else ""
         self.lines.append(f"  entry @{fn.name}({params}){hints} {{")
         self.ops(fn.body, "    ")
         self.lines.append("  }")
@@ -406,17 +402,33 @@ def _index_type(p: Printer, op: TOp, view: int) -> str:
     return f", {type_text(index[0].type)}" if index else ""
 
 
+def hints_text(hints: dict[str, dict[str, bool | int]]) -> str:
+    """``sm_90 = {allow_tma = false, latency = 3}``: per architecture, keys sorted as MLIR dictionaries are."""
+    def value(v: bool | int) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+    return ", ".join(f"{arch} = {{{', '.join(f'{k} = {value(v)}' for k, v in sorted(items.items()))}}}"
+                     for arch, items in sorted(hints.items()))
+
+
+def _access_hints(op: TOp) -> str:
+    """`` optimization_hints = <...>`` of a view load or store that has hints, else nothing."""
+    hints = op.attrs.get("hints")
+    return f" optimization_hints = <{hints_text(hints)}>" if hints else ""
+
+
 def _load(p: Printer, op: TOp) -> str:
     """``load_view_tko weak %view[%i] token = %t : view, index -> tile, token``."""
     access = _view_access(p, op, 0)
-    return f"load_view_tko {op.attrs['ordering']} {access} : {_ot(op, 0)}{_index_type(p, op, 0)} -> {_t(op)}, token"
+    return (f"load_view_tko {op.attrs['ordering']} {access}{_access_hints(op)} : {_ot(op, 0)}{_index_type(p, op, 0)} "
+            f"-> {_t(op)}, token")
 
 
 def _store(p: Printer, op: TOp) -> str:
     """``store_view_tko weak %tile, %view[%i] token = %t : tile, view, index -> token``."""
     access = _view_access(p, op, 1)
     types = f"{_ot(op, 0)}, {_ot(op, 1)}{_index_type(p, op, 1)}"
-    return f"store_view_tko {op.attrs['ordering']} {_v(p, op, 0)}, {access} : {types} -> token"
+    return f"store_view_tko {op.attrs['ordering']} {_v(p, op, 0)}, {access}{_access_hints(op)} : {types} -> token"
 
 
 def _optional(p: Printer, op: TOp, first: int) -> tuple[str, str]:

@@ -229,12 +229,20 @@ def loaded_form(lo: Lowerer, raw: TValue, result: Value, op: Op) -> TValue:
 # ------------------------------------------------------------------ tile loads and stores
 
 
-def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...]) -> TValue:
-    """Which elements of the tile ``op`` loads lie inside the array: per dim, ``index * tile + iota``
-    below the dim's extent (a 1-d mask, broadcast), all dims and-ed."""
+def unbounded_dims(shape: tuple[int, ...], view_pads: bool) -> tuple[int, ...]:
+    """The dims along which a load must select its padding itself: every dim when the view cannot pad with the
+    wanted value, else only dims of size 1, along which tileiras 13.5 ignores a view's bounds (measured on an
+    H100: tiles of (1,), (1, 1) and (1, 8) read past the array's end there; docs/tileir.md, "Found on the GPU")."""
+    return tuple(d for d, n in enumerate(shape) if not view_pads or n == 1)
+
+
+def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...], dims: tuple[int, ...]) -> TValue:
+    """Which elements of the tile ``op`` loads lie inside the array along ``dims``: per dim, ``index * tile +
+    iota`` below the dim's extent (a 1-d mask, broadcast), the dims and-ed."""
     _, extents, _ = lo.arrays[op.array]
     mask: TValue | None = None
-    for d, (ix, n) in enumerate(zip(op.index, shape)):
+    for d in dims:
+        ix, n = op.index[d], shape[d]
         i = to_i64(lo, lo.value(ix), ix.type.dtype, op)  # type: ignore[attr-defined]
         origin = binary(lo, "muli", i, constant(lo, n, I64.elem, (), op), op, overflow="none")
         iota = TValue(Tile(I64.elem, (n,)))
@@ -250,6 +258,11 @@ def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...]) -> TValue:
     return mask
 
 
+def access_hints(lo: Lowerer, op: O.LoadOp | O.StoreOp) -> dict[str, dict[str, bool | int]] | None:
+    """The optimization hints of a view load or store (``allow_tma``, ``latency``), or None: tileiras's own."""
+    return None
+
+
 @rule(O.LoadOp)
 def load(lo: Lowerer, op: O.LoadOp) -> None:
     """``load``: ``load_view_tko`` through the array's padded partition view, after the last store. A padding
@@ -259,20 +272,19 @@ def load(lo: Lowerer, op: O.LoadOp) -> None:
         raise unsupported(op, "a 0-d array")
     is_bool = t.elem == BOOL
     pad = None if is_bool else padding_name(op.padding)
-    # tileiras 13.5 ignores the bounds of a view along a tile dimension of size 1 (measured on an H100: tiles of
-    # (1,), (1, 1) and (1, 8) read past the array's end there), so such loads select the padding themselves
-    exact = (pad is not None or (is_bool and not op.padding)) and 1 not in t.shape
+    dims = unbounded_dims(t.shape, pad is not None or (is_bool and not op.padding))
+    exact = not dims
     pv = view(lo, op, op.array, t.shape, pad or "zero")
     idx = indices(lo, op.index, op)
     tok = TValue(TOKEN)
     raw = lo.result(op) if not is_bool and exact else TValue(Tile(stored_elem(t.elem), t.shape))
     lo.emit("load_view_tko", [raw, tok], [pv, idx, lo.last_store], op, ordering="weak",
-            inbounds=(False,) * len(idx))
+            inbounds=(False,) * len(idx), hints=access_hints(lo, op))
     lo.loads_since.append(tok)
     value = loaded_form(lo, raw, op.result, op)
     if not exact:
         padding = constant(lo, op.padding, t.elem, t.shape, op)
-        value = select(lo, tile_in_range(lo, op, t.shape), value, padding, op, op.result.name)
+        value = select(lo, tile_in_range(lo, op, t.shape, dims), value, padding, op, op.result.name)
     lo.vals[op.result] = value
 
 
@@ -295,7 +307,8 @@ def store(lo: Lowerer, op: O.StoreOp) -> None:
         pv = view(lo, op, op.array, t.shape, None)
         token, tok = waits(lo, op), TValue(TOKEN)
         idx = indices(lo, op.index, op)
-        lo.emit("store_view_tko", [tok], [value, pv, idx, token], op, ordering="weak", inbounds=(False,) * len(idx))
+        lo.emit("store_view_tko", [tok], [value, pv, idx, token], op, ordering="weak", inbounds=(False,) * len(idx),
+                hints=access_hints(lo, op))
     lo.last_store, lo.loads_since = tok, []
 
 

@@ -86,12 +86,19 @@ WIDE_ACCUMULATOR = 128 * 256
 
 def choose_worker_warps(fn: O.Function) -> int | None:
     """``num_worker_warps_per_cta`` for kernel ``fn``: 8 when an ``mma`` accumulates a tile of at least
-    ``WIDE_ACCUMULATOR`` elements, else ``None`` (tileiras's own choice). Measured on an H100: a 128x256x64 bf16
-    matmul ran at 0.06x cuBLAS with tileiras's choice (256 threads, spilling) and 0.90-0.98x with 8."""
-    for op in fn.body.walk():
-        if isinstance(op, O.MmaOp) and _words(op.result.type) >= WIDE_ACCUMULATOR:
-            return 8
-    return None
+    ``WIDE_ACCUMULATOR`` elements, or when a kernel without one holds tiles too large for any occupancy's cap at
+    ``THREADS`` threads (``choose_occupancy`` gives None); else ``None`` (tileiras's own choice).
+    Measured on an H100: a 128x256x64 bf16 matmul ran at 0.06x cuBLAS with tileiras's choice (256 threads,
+    spilling) and 0.90-0.98x with 8; a softmax over rows of 32768 floats spills 1080 B at 256 threads and none
+    at the 384 threads tileiras gives it with 8 worker warps (ptxas -v; docs/tileir.md, "Worker warps for
+    long rows")."""
+    need = estimate_registers(fn)
+    if need is None:
+        for op in fn.body.walk():
+            if isinstance(op, O.MmaOp) and _words(op.result.type) >= WIDE_ACCUMULATOR:
+                return 8
+        return None
+    return 8 if need > 65536 // (THREADS * CHOICES[-1]) else None
 
 
 def entry_hints(fn: O.Function, target: str, user: KernelHints = NO_HINTS) -> dict[str, dict[str, int]]:
