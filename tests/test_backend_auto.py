@@ -519,3 +519,41 @@ def test_cli_compile_under_auto(tileiras: Any, nvrtc: Path, tmp_path: Path) -> N
     assert made[".ptx"].startswith(b"//") and b"___NV_TILE_LAUNCH_META_DATA___" not in made[".cubin"]
     made = compile_("return_in_loop", "float32[:],float32[:],int32", "cubin")
     assert made[".cubin"][:4] == b"\x7fELF" and b"___NV_TILE_LAUNCH_META_DATA___" not in made[".cubin"]
+
+
+# ------------------------------------------------------------------ on a GPU
+
+
+def _launched(kernel: Any) -> list[str]:
+    """The backends of ``kernel``'s loaded specializations."""
+    return sorted({c.artifact.backend for c in kernel._specs.values() if c.artifact is not None})
+
+
+@pytest.mark.gpu
+@pytest.mark.own_backend
+def test_auto_launches_tile_ir_and_falls_back_to_cuda_on_a_gpu(tileiras: Any,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """With the toolchain found, a kernel under auto runs as Tile IR and one Tile IR refuses runs as CUDA C++,
+    both computing the right values (outputs poisoned)."""
+    import numpy as np
+
+    from tilejit.runtime.device import get_device
+
+    if get_backend("tileir").available(parse_target(get_device().arch)) is not None:
+        pytest.skip("tileiras does not compile for this GPU")
+    caplog.set_level(logging.INFO, logger="tilejit")
+    rng = np.random.default_rng()
+    n = 1000
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    add_k = tj.kernel(_add.func)
+    out = tj.asarray(np.full(n, np.nan, np.float32))
+    add_k[tj.cdiv(n, 128)](tj.asarray(x), tj.asarray(y), out, TILE=128)
+    np.testing.assert_array_equal(out.numpy(), x + y)
+    assert _launched(add_k) == ["tileir"]
+    loop_k = tj.kernel(_return_in_loop.func)
+    out = tj.asarray(np.full(n, np.nan, np.float32))
+    loop_k[tj.cdiv(n, 128)](tj.asarray(x), out, 5, TILE=128)
+    want = ((x + np.float32(1)) + np.float32(1)) + np.float32(1)  # stored after k = 0, 1, 2; returns at k = 3
+    np.testing.assert_array_equal(out.numpy(), want)
+    assert _launched(loop_k) == ["cuda"]
+    assert any("kernel _return_in_loop: backend auto compiles it with CUDA C++" in m for m in _info_lines(caplog))
