@@ -743,17 +743,14 @@ def copy_tiles(a, o, T0: tj.Constant[int], T1: tj.Constant[int], P: tj.Constant)
 def test_tiles_with_a_dimension_of_1_bound_their_accesses_themselves(t0: int, t1: int,
                                                                      tileir_toolchain: Any) -> None:
     """tileiras 13.5 ignores a view's bounds along a tile dimension of 1 (reads of (1, 1) tiles past the end
-    returned the array's neighbours, a store of one wrote outside): such loads select their padding along those
-    dims, and a one-element tile is stored through a masked pointer; tileiras compiles both."""
+    returned the array's neighbours, a store of one wrote outside): such loads select their padding, and a
+    one-element tile is stored through a masked pointer; tileiras compiles both."""
     from tilejit.compiler.tileiras import run_tileiras
 
     art = tj.compile(tj.kernel(copy_tiles), (F32[:, :], F32[:, :]), constants={"T0": t0, "T1": t1, "P": 0.0},
                      target="sm_90")
     text = art.tileir_text()
     assert re.search(r"= select %\w+, %\w+, %\w+ : tile<\d+x\d+xi1>", text), text
-    # the mask covers the dims of size 1 only: the view's zero padding bounds the others
-    assert "iota : tile<1xi64>" in text, text
-    assert ("iota : tile<8xi64>" in text) is False, text
     assert ("store_ptr_tko" in text) == (t0 == t1 == 1), text
     assert ("store_view_tko" in text) == (t0 * t1 > 1), text
     run_tileiras(art.tileir_bytecode(), "sm_90", toolchain=tileir_toolchain)

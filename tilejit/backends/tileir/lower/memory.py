@@ -229,20 +229,12 @@ def loaded_form(lo: Lowerer, raw: TValue, result: Value, op: Op) -> TValue:
 # ------------------------------------------------------------------ tile loads and stores
 
 
-def unbounded_dims(shape: tuple[int, ...], view_pads: bool) -> tuple[int, ...]:
-    """The dims along which a load must select its padding itself: every dim when the view cannot pad with the
-    wanted value, else only dims of size 1, along which tileiras 13.5 ignores a view's bounds (measured on an
-    H100: tiles of (1,), (1, 1) and (1, 8) read past the array's end there; docs/tileir.md, "Found on the GPU")."""
-    return tuple(d for d, n in enumerate(shape) if not view_pads or n == 1)
-
-
-def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...], dims: tuple[int, ...]) -> TValue:
-    """Which elements of the tile ``op`` loads lie inside the array along ``dims``: per dim, ``index * tile +
-    iota`` below the dim's extent (a 1-d mask, broadcast), the dims and-ed."""
+def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...]) -> TValue:
+    """Which elements of the tile ``op`` loads lie inside the array: per dim, ``index * tile + iota``
+    below the dim's extent (a 1-d mask, broadcast), all dims and-ed."""
     _, extents, _ = lo.arrays[op.array]
     mask: TValue | None = None
-    for d in dims:
-        ix, n = op.index[d], shape[d]
+    for d, (ix, n) in enumerate(zip(op.index, shape)):
         i = to_i64(lo, lo.value(ix), ix.type.dtype, op)  # type: ignore[attr-defined]
         origin = binary(lo, "muli", i, constant(lo, n, I64.elem, (), op), op, overflow="none")
         iota = TValue(Tile(I64.elem, (n,)))
@@ -272,8 +264,9 @@ def load(lo: Lowerer, op: O.LoadOp) -> None:
         raise unsupported(op, "a 0-d array")
     is_bool = t.elem == BOOL
     pad = None if is_bool else padding_name(op.padding)
-    dims = unbounded_dims(t.shape, pad is not None or (is_bool and not op.padding))
-    exact = not dims
+    # tileiras 13.5 ignores the bounds of a view along a tile dimension of size 1 (measured on an H100: tiles of
+    # (1,), (1, 1) and (1, 8) read past the array's end there), so such loads select the padding themselves
+    exact = (pad is not None or (is_bool and not op.padding)) and 1 not in t.shape
     pv = view(lo, op, op.array, t.shape, pad or "zero")
     idx = indices(lo, op.index, op)
     tok = TValue(TOKEN)
@@ -284,7 +277,7 @@ def load(lo: Lowerer, op: O.LoadOp) -> None:
     value = loaded_form(lo, raw, op.result, op)
     if not exact:
         padding = constant(lo, op.padding, t.elem, t.shape, op)
-        value = select(lo, tile_in_range(lo, op, t.shape, dims), value, padding, op, op.result.name)
+        value = select(lo, tile_in_range(lo, op, t.shape), value, padding, op, op.result.name)
     lo.vals[op.result] = value
 
 
