@@ -82,6 +82,14 @@ def row_of(x, out, row, TILE: tj.Constant[int]):
 
 
 @tj.kernel
+def row_softmax(x, out, TILE: tj.Constant[int]):  # a float32 row kernel: its view accesses carry allow_tma = false
+    i = tj.bid(0)
+    t = tj.load(x, index=(i, 0), shape=(1, TILE), padding=float("-inf"))
+    e = tj.exp(t - tj.max(t, axis=1, keepdims=True))
+    tj.store(out, index=(i, 0), tile=e / tj.sum(e, axis=1, keepdims=True))
+
+
+@tj.kernel
 def elementwise(x, n, out, nout, TILE: tj.Constant[int]):
     i = tj.bid(0)
     a = tj.load(x, index=(i,), shape=(TILE,))
@@ -129,6 +137,7 @@ KERNELS = {
     "in_place": (in_place, (F32,), {"TILE": 128}),
     "nothing": (nothing, (F32, tj.float64), {}),
     "row_of": (row_of, (tj.float32[:, :], tj.float32[:, :], tj.int64), {"TILE": 64}),
+    "row_softmax": (row_softmax, (tj.float32[:, ::1], tj.float32[:, ::1]), {"TILE": 4096}),
     "elementwise": (elementwise, (F32, tj.int32[:], F32, tj.int32[:]), {"TILE": 128}),
     "control": (control, (F32, F32, tj.int32), {"TILE": 128}),
     "reductions": (

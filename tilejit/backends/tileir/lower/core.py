@@ -116,6 +116,7 @@ class Lowerer:
         self.last_store: TValue | None = None
         self.loads_since: list[TValue] = []
         self.control: list[Any] = []  # the enclosing loops and if branches, innermost last (control.py)
+        self.no_tma: bool | None = None  # view accesses without TMA (memory.access_hints), decided on first use
 
     # ------------------------------------------------------------------ helpers
 

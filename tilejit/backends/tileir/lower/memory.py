@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from tilejit.backends.tileir.lower.core import I64, STORED, TOKEN, Lowerer, rule, unsupported
+from tilejit.backends.tileir.lower.occupancy import NO_TMA_ARCHS, choose_no_tma
 from tilejit.backends.tileir.module import (
     PartitionView,
     Ptr,
@@ -251,8 +252,13 @@ def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...]) -> TValue:
 
 
 def access_hints(lo: Lowerer, op: O.LoadOp | O.StoreOp) -> dict[str, dict[str, bool | int]] | None:
-    """The optimization hints of a view load or store (``allow_tma``, ``latency``), or None: tileiras's own."""
-    return None
+    """The optimization hints of a view load or store: ``allow_tma = false`` under the target's name where
+    ``occupancy.choose_no_tma`` says so, else None (tileiras's own choice)."""
+    if lo.target not in NO_TMA_ARCHS:
+        return None
+    if lo.no_tma is None:
+        lo.no_tma = choose_no_tma(lo.fn)
+    return {lo.target: {"allow_tma": False}} if lo.no_tma else None
 
 
 @rule(O.LoadOp)

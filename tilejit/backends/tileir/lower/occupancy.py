@@ -16,7 +16,7 @@ from tilejit.backends.base import NO_HINTS, KernelHints
 from tilejit.backends.tileir.module import HINT_ARCHS
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Value
-from tilejit.language.ir.types import TileType
+from tilejit.language.ir.types import ArrayType, TileType
 
 #: Threads per CTA tileiras gives a non-mma kernel with large tiles (smaller tiles get 128, i.e. more
 #: registers per thread under the same cap, so the estimate at 256 is the tighter one).
@@ -99,6 +99,32 @@ def choose_worker_warps(fn: O.Function) -> int | None:
                 return 8
         return None
     return 8 if need > 65536 // (THREADS * CHOICES[-1]) else None
+
+
+#: Targets and tile sizes (largest tile's elements) where row kernels of float32 data ran faster without TMA
+#: (H100, tileiras 13.5.37): measured only there (docs/tileir.md, "Worker warps for long rows; TMA for rows").
+NO_TMA_ARCHS = ("sm_90",)
+NO_TMA_SIZES = (4096, 8192)
+
+
+def choose_no_tma(fn: O.Function) -> bool:
+    """Whether kernel ``fn``'s view loads and stores should not use TMA: a kernel without an mma that reduces
+    (a row kernel), whose arrays are all float32 and whose largest tile has ``NO_TMA_SIZES`` elements. Measured on
+    an H100: layer norm over 4096/8192 floats 0.86x/0.84x of the CUDA backend with TMA (its tiles staged through
+    up to 98 KB of shared memory), 1.00x/1.00x without; softmax 0.98-0.99x -> 1.00x. Elsewhere the data was mixed
+    (layer norm over 16384 floats 0.74x -> 0.58x; bfloat16 rows) or not taken, so tileiras keeps its choice."""
+    reduces = False
+    largest = 0
+    for op in fn.body.walk():
+        if isinstance(op, O.MmaOp):
+            return False
+        reduces = reduces or isinstance(op, (O.ReduceOp, O.ArgReduceOp, O.ScanOp))
+        for r in op.results:
+            if isinstance(r.type, TileType):
+                largest = max(largest, r.type.size)
+    arrays = [v.type for v in fn.params if isinstance(v.type, ArrayType)]
+    return (reduces and largest in NO_TMA_SIZES and bool(arrays)
+            and all(t.dtype.name == "float32" for t in arrays))
 
 
 def entry_hints(fn: O.Function, target: str, user: KernelHints = NO_HINTS) -> dict[str, dict[str, int]]:
