@@ -101,30 +101,38 @@ def choose_worker_warps(fn: O.Function) -> int | None:
     return 8 if need > 65536 // (THREADS * CHOICES[-1]) else None
 
 
-#: Targets and tile sizes (largest tile's elements) where row kernels of float32 data ran faster without TMA
-#: (H100, tileiras 13.5.37): measured only there (docs/tileir.md, "Worker warps for long rows; TMA for rows").
+#: Targets and tile sizes (the largest tile's elements) where float32 row kernels ran faster without TMA (H100,
+#: tileiras 13.5.37), for one large load (softmax) and for more (layer norm: x, weight, bias): measured only there
+#: (docs/tileir.md, "Worker warps for long rows; TMA for rows").
 NO_TMA_ARCHS = ("sm_90",)
+NO_TMA_SIZES_ONE_LOAD = (4096, 8192, 16384, 32768)
 NO_TMA_SIZES = (4096, 8192)
 
 
 def choose_no_tma(fn: O.Function) -> bool:
     """Whether kernel ``fn``'s view loads and stores should not use TMA: a kernel without an mma that reduces
-    (a row kernel), whose arrays are all float32 and whose largest tile has ``NO_TMA_SIZES`` elements. Measured on
-    an H100: layer norm over 4096/8192 floats 0.86x/0.84x of the CUDA backend with TMA (its tiles staged through
-    up to 98 KB of shared memory), 1.00x/1.00x without; softmax 0.98-0.99x -> 1.00x. Elsewhere the data was mixed
-    (layer norm over 16384 floats 0.74x -> 0.58x; bfloat16 rows) or not taken, so tileiras keeps its choice."""
+    (a row kernel), whose arrays are all float32, and whose largest tile has ``NO_TMA_SIZES_ONE_LOAD`` elements
+    when one load is at least half that large, ``NO_TMA_SIZES`` when more are. Measured on an H100 against the
+    CUDA backend: softmax 0.92-0.99x with TMA (its rows staged through shared memory), 1.00x without at 4K-32K
+    floats; layer norm 0.86x/0.84x -> 1.00x at 4K/8K but 0.74x -> 0.58x at 16K. bfloat16 rows were mixed, so
+    tileiras keeps its choice there."""
     reduces = False
     largest = 0
+    loads: list[int] = []
     for op in fn.body.walk():
         if isinstance(op, O.MmaOp):
             return False
         reduces = reduces or isinstance(op, (O.ReduceOp, O.ArgReduceOp, O.ScanOp))
+        if isinstance(op, O.LoadOp) and isinstance(op.result.type, TileType):
+            loads.append(op.result.type.size)
         for r in op.results:
             if isinstance(r.type, TileType):
                 largest = max(largest, r.type.size)
     arrays = [v.type for v in fn.params if isinstance(v.type, ArrayType)]
-    return (reduces and largest in NO_TMA_SIZES and bool(arrays)
-            and all(t.dtype.name == "float32" for t in arrays))
+    if not (reduces and arrays and all(t.dtype.name == "float32" for t in arrays)):
+        return False
+    big_loads = sum(1 for n in loads if 2 * n >= largest)
+    return largest in (NO_TMA_SIZES_ONE_LOAD if big_loads <= 1 else NO_TMA_SIZES)
 
 
 def entry_hints(fn: O.Function, target: str, user: KernelHints = NO_HINTS) -> dict[str, dict[str, int]]:
