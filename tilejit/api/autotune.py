@@ -131,7 +131,7 @@ def _backend_name(kernel: Kernel, device: Any) -> str:
     from tilejit.backends.base import choose_backend
     from tilejit.compiler.targets import parse_target
 
-    return choose_backend(kernel.backend, parse_target(device.arch))[0].name
+    return choose_backend(kernel.backend, parse_target(device.arch), num_threads=kernel.num_threads)[0].name
 
 
 def _view_or_none(value: Any) -> ArrayView | None:
