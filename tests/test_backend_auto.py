@@ -330,6 +330,38 @@ def test_a_launch_on_a_driver_too_old_for_tile_ir_uses_cuda(tileiras: Any, monke
         tj.kernel(_add.func, backend="tileir")._build(types, {}, (128,), _Device())
 
 
+_KILLED = """
+case "$1" in --version|--list-versions|--help) exec "$REAL" "$@";; esac
+kill -9 $$
+"""
+
+
+def test_a_tileiras_killed_on_the_launch_path_falls_back_and_is_tried_again_later(
+        wrapped_toolchain: Callable[[str], Path], nvrtc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tileiras killed (as the out-of-memory killer does) is a failure that may not recur: the launch falls back
+    to CUDA C++, but no refusal is remembered, so the next build runs tileiras again."""
+    monkeypatch.setenv("TILEJIT_TILEIRAS", str(wrapped_toolchain(_KILLED)))
+    tried: list[tuple[str, str]] = []
+    artifacts: list[Artifact] = []
+
+    def load(artifact: Artifact, fingerprint: str, device: Any = None) -> dict[str, Any]:
+        tried.append((artifact.target.sm, artifact.backend))
+        artifacts.append(artifact)
+        return loader._entry(artifact, fingerprint, False)
+
+    monkeypatch.setattr(loader, "load_artifact", load)
+    types = specialize(_add, SIG)
+    with pytest.raises(TileirasError) as err:
+        tj.compile(_add, SIG, constants=TILE, target="sm_90", backend="tileir").image()
+    assert not err.value.lasting and "SIGKILL" in str(err.value)
+    tj.kernel(_add.func)._build(types, {}, (128,), _Device())
+    assert tried == [("sm_90", "tileir"), ("sm_90a", "cuda")]
+    assert default_cache().get(_keys_of(artifacts[:1])[0]) is None  # no refusal kept under the Tile IR key
+    tried.clear()
+    tj.kernel(_add.func)._build(types, {}, (128,), _Device())
+    assert tried == [("sm_90", "tileir"), ("sm_90a", "cuda")]
+
+
 def _keys_of(artifacts: list[Artifact]) -> list[str]:
     from tilejit.api.kernel import _source_fingerprint
 

@@ -125,7 +125,13 @@ class TileIRUnsupportedError(TileCompileError):
 
 class TileirasError(CompileError):
     """tileiras failed, crashed or made an unusable CUBIN on the bytecode tilejit wrote for a kernel: a toolchain
-    failure, not a mistake in the kernel, so ``backend="auto"`` compiles such a kernel with CUDA C++ instead."""
+    failure, not a mistake in the kernel, so ``backend="auto"`` compiles such a kernel with CUDA C++ instead.
+    ``lasting`` is False for a failure that may not recur (a timeout, a kill, a tileiras that could not start):
+    such a refusal is not remembered in the disk cache."""
+
+    def __init__(self, message: str, log: str = "", *, lasting: bool = True) -> None:
+        self.lasting = lasting
+        super().__init__(message, log)
 
 
 class LaunchError(TilejitError, TypeError):

@@ -139,7 +139,7 @@ def _entry(artifact: Artifact, fingerprint: str, ptx: bool) -> dict[str, Any]:
         key = None  # as many variants as the chain holds: this one is compiled every time
     entry, reads = _compile_recorded(artifact, ptx)
     refused = entry.pop("raise", None)
-    if key is not None and reads is not None:
+    if key is not None and reads is not None and getattr(refused, "lasting", True):
         cache.put(key, {**entry, "reads": reads})
     if refused is not None:
         raise refused

@@ -163,12 +163,14 @@ def run_tileiras(
         except subprocess.TimeoutExpired as exc:
             log = (exc.stderr or b"").decode(errors="replace")
             raise TileirasError(f"tileiras did not finish compiling for {target} within {timeout:g} s "
-                                "(it was stopped); a smaller kernel or tile size compiles faster", log) from None
+                                "(it was stopped); a smaller kernel or tile size compiles faster", log,
+                                lasting=False) from None
         except OSError as exc:
-            raise TileirasError(f"cannot run tileiras at {tc.tileiras}: {exc.strerror or exc}") from None
+            raise TileirasError(f"cannot run tileiras at {tc.tileiras}: {exc.strerror or exc}", lasting=False) from None
         stderr = done.stderr.decode(errors="replace")
-        if done.returncode != 0:
-            raise TileirasError(explain_failure(done.returncode, stderr, tc, target), stderr)
+        if done.returncode != 0:  # killed (the out-of-memory killer's SIGKILL): it may well work next time
+            raise TileirasError(explain_failure(done.returncode, stderr, tc, target), stderr,
+                                lasting=done.returncode != -9)
         try:
             with open(output, "rb") as f:
                 cubin = f.read()
