@@ -241,8 +241,8 @@ def test_compile_without_a_target_follows_tilejit_arch(nvrtc_here: Path, monkeyp
     k = RawKernel(IF0, "fill")
     assert k.compile().target == Target(8, 6)
     monkeypatch.delenv("TILEJIT_ARCH")
-    with pytest.raises(TargetError, match=r"no GPU is present to choose a compile target: pass target='sm_90' "
-                                          r"\(or set TILEJIT_ARCH=sm_90\)"):
+    with pytest.raises(TargetError, match=r"no GPU is present to choose a compile target: pass target='sm_90'"
+                                          r", set TILEJIT_ARCH=sm_90, or run where a GPU is"):
         RawKernel(IF0, "fill").compile()
 
 
