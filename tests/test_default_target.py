@@ -9,7 +9,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import toolkits
 
 import tilejit as tj
 from tilejit.api.raw import RawKernel
@@ -47,16 +46,6 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TILEJIT_ARCH", raising=False)
 
 
-@pytest.fixture
-def nvrtc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An NVRTC for the entry points that compile CUDA C++ at once, and a private disk cache."""
-    found = toolkits()
-    if not found:
-        pytest.skip("no CUDA toolkits in TILEJIT_TEST_CUDA_ROOTS or .ci-cache/")
-    monkeypatch.setenv("TILEJIT_NVRTC", str(found[0].nvrtc))
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def test_every_entry_point_raises_the_same_target_error(no_gpu: None) -> None:
     """No GPU and no ``TILEJIT_ARCH``: one error type and one message, which says what to do."""
     messages = {}
@@ -68,7 +57,7 @@ def test_every_entry_point_raises_the_same_target_error(no_gpu: None) -> None:
     assert set(messages.values()) == {NO_TARGET}, messages
 
 
-def test_every_entry_point_uses_tilejit_arch(no_gpu: None, nvrtc: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_entry_point_uses_tilejit_arch(no_gpu: None, nvrtc_here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TILEJIT_ARCH", "sm_86")
     for name, entry in ENTRY_POINTS.items():
         assert entry().target == Target(8, 6), name
@@ -82,7 +71,7 @@ def test_every_entry_point_names_a_bad_tilejit_arch(no_gpu: None, monkeypatch: p
         assert name
 
 
-def test_every_entry_point_prefers_the_gpu(nvrtc: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_entry_point_prefers_the_gpu(nvrtc_here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a GPU (a stand-in here) its architecture wins over ``TILEJIT_ARCH``."""
     import tilejit.runtime.device
 
