@@ -352,6 +352,17 @@ def toolkit(request: pytest.FixtureRequest) -> Toolkit:
 
 
 @pytest.fixture
+def nvrtc_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """TILEJIT_NVRTC set to the newest toolkit's NVRTC (skips without one) and a private disk cache folder, returned."""
+    found = toolkits()
+    if not found:
+        pytest.skip("no CUDA toolkits in TILEJIT_TEST_CUDA_ROOTS or .ci-cache/")
+    monkeypatch.setenv("TILEJIT_NVRTC", str(found[0].nvrtc))
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
 def use_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Any], Any]]:
     """``use_device(dev)`` makes ``dev`` (a stand-in device; None: none chosen yet) the calling thread's
     current device for the test, and, unless None, the device that threads which choose none start from

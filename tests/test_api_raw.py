@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import has_gpu, toolkits
+from conftest import has_gpu
 
 from tilejit.api.raw import RawKernel, ptx_entry_params
 from tilejit.compiler.targets import Target
@@ -59,17 +59,6 @@ __global__ void fill(real_t* out, real_t a, int n) {
 
 FLOAT = [("out", P("float32")), ("a", S("float32")), ("n", S("int32"))]
 DOUBLE = [("out", P("float64")), ("a", S("float64")), ("n", S("int64"))]
-
-
-@pytest.fixture
-def nvrtc_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An NVRTC from .ci-cache (the newest) and a private disk cache folder, returned."""
-    found = toolkits()
-    if not found:
-        pytest.skip("no CUDA toolkits in TILEJIT_TEST_CUDA_ROOTS or .ci-cache/")
-    monkeypatch.setenv("TILEJIT_NVRTC", str(found[0].nvrtc))
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 def test_if0_old_signature_is_not_the_kernels(nvrtc_here: Path) -> None:
@@ -241,8 +230,8 @@ def test_compile_without_a_target_follows_tilejit_arch(nvrtc_here: Path, monkeyp
     k = RawKernel(IF0, "fill")
     assert k.compile().target == Target(8, 6)
     monkeypatch.delenv("TILEJIT_ARCH")
-    with pytest.raises(TargetError, match=r"no GPU is present to choose a compile target: pass target='sm_90' "
-                                          r"\(or set TILEJIT_ARCH=sm_90\)"):
+    with pytest.raises(TargetError, match=r"no GPU is present to choose a compile target: pass target='sm_90'"
+                                          r", set TILEJIT_ARCH=sm_90, or run where a GPU is"):
         RawKernel(IF0, "fill").compile()
 
 

@@ -295,7 +295,7 @@ def test_compile_without_arch_or_gpu(project: Path) -> None:
         pytest.skip("with a GPU the target defaults to it")
     r = tilejit("compile", str(project / "scale.cu"))
     assert r.returncode == 2
-    assert "pass --arch" in r.stderr
+    assert "pass --arch sm_90, set TILEJIT_ARCH=sm_90, or run where a GPU is" in r.stderr
 
 
 def test_cache_info_and_clear(tmp_path: Path) -> None:

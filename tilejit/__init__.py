@@ -18,20 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_TILE_NAMES = (
-    # kernel-side language
-    "Constant", "function", "static_range", "bid", "num_blocks", "num_tiles", "cdiv",
-    "load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
-    "full", "zeros", "ones", "arange", "where", "astype", "reshape", "transpose", "expand_dims", "broadcast_to",
-    "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",
-    "maximum", "minimum", "pow", "erf", "sigmoid",
-    "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul",
-)
-_DTYPES = (
-    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64",
-)
-
 #: Every exception and warning class of ``tilejit.errors`` (a test checks that none is missing).
 _ERRORS = (
     "TilejitError", "TileCompileError", "CompileError", "CUDAError", "DriverVersionError", "LaunchError",
@@ -39,9 +25,9 @@ _ERRORS = (
     "AutotuneError", "CacheWarning", "TileIRUnsupportedError", "TileirasError",
 )
 
+#: The public names outside the tile language, each with its module. The tile language's names (``tj.load``,
+#: ``tj.float32``...) are ``tilejit.language.tile.__all__``, read when one is first asked for.
 _LAZY: dict[str, str] = {
-    **{name: "tilejit.language.tile" for name in _TILE_NAMES},
-    **{name: "tilejit.language.ir.types" for name in _DTYPES},
     "DType": "tilejit.language.ir.types",
     "kernel": "tilejit.api.kernel",
     "Kernel": "tilejit.api.kernel",
@@ -62,20 +48,30 @@ _LAZY: dict[str, str] = {
     **{name: "tilejit.errors" for name in _ERRORS},
 }
 
-__all__ = sorted(_LAZY) + ["__version__"]
+_TILE = "tilejit.language.tile"
+
+
+def _public_names() -> list[str]:
+    """``tilejit.__all__``: the names above and the tile language's (importing it: asked for, not at import)."""
+    return sorted({*_LAZY, *importlib.import_module(_TILE).__all__}) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tilejit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    if name == "__all__":
+        value: Any = _public_names()
+    else:
+        module = _LAZY.get(name)
+        if module is None and not name.startswith("__") and name in importlib.import_module(_TILE).__all__:
+            module = _TILE
+        if module is None:
+            raise AttributeError(f"module 'tilejit' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return __all__
+    return _public_names()
 
 
 if TYPE_CHECKING:
@@ -100,22 +96,7 @@ if TYPE_CHECKING:
         TileIRUnsupportedError,
         TilejitError,
     )
-    from tilejit.language.ir.types import (
-        DType,
-        bfloat16,
-        bool_,
-        float16,
-        float32,
-        float64,
-        int8,
-        int16,
-        int32,
-        int64,
-        uint8,
-        uint16,
-        uint32,
-        uint64,
-    )
+    from tilejit.language.ir.types import DType
     from tilejit.language.tile import *
     from tilejit.runtime.array import DeviceArray, asarray, empty
     from tilejit.runtime.device import Device, device_count, get_device

@@ -633,12 +633,11 @@ def _compile_cuda_file(args: argparse.Namespace) -> int:
         targets = _targets(args.arch)
     else:
         try:
-            targets = [default_target()]
-        except TargetError:
+            targets = [default_target(how="--arch sm_90")]
+        except TargetError as exc:
             if config.DEFAULT_ARCH.get():
                 raise  # TILEJIT_ARCH is set but not a target: its own error says why
-            raise _UsageError("no GPU here to choose a target from: pass --arch (e.g. --arch sm_90) "
-                              "or set TILEJIT_ARCH") from None
+            raise _UsageError(str(exc)) from None  # nothing to compile for: a usage error (exit 2)
     for opt in args.nvrtc_option:
         if opt.startswith(("-arch", "--gpu-architecture", "-dlto", "--dlink-time-opt")):
             raise _UsageError(f"--nvrtc-option={opt}: choose targets with --arch and LTO-IR with --emit ltoir")

@@ -148,8 +148,12 @@ def resolve_target(target: TargetLike | None = None) -> Target:
     return default_target()
 
 
-def default_target() -> Target:
-    """The target when none is given: the current GPU's architecture, else ``TILEJIT_ARCH``, else a ``TargetError``."""
+def default_target(how: str = "target='sm_90'") -> Target:
+    """The target when none is given: the current GPU's architecture, else ``TILEJIT_ARCH``, else a ``TargetError``.
+
+    This is the one rule for every compile entry point (``tj.compile``, ``RawKernel.compile``, ``compile_cuda``,
+    ``tilejit compile``); ``how`` is how the caller's user names a target (the command line: ``--arch sm_90``),
+    for the error's advice."""
     from tilejit import config
 
     if _has_gpu():
@@ -163,7 +167,8 @@ def default_target() -> Target:
         except TargetError as exc:
             raise TargetError(f"{config.DEFAULT_ARCH.name}={configured!r}: {exc}") from None
     raise TargetError(
-        f"no GPU is present to choose a compile target: pass target='sm_90' (or set {config.DEFAULT_ARCH.name}=sm_90)"
+        f"no GPU is present to choose a compile target: pass {how}, set {config.DEFAULT_ARCH.name}=sm_90, "
+        "or run where a GPU is"
     )
 
 

@@ -417,6 +417,8 @@ def matmul(a: Any, b: Any) -> Tile:
 
 _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
 
+#: The tile language's names, listed here only: each is also ``tj.<name>`` (``tilejit.__getattr__`` reads this list),
+#: and each function is one the front end implements (``frontend.calls.BUILTINS``) unless ``calls.HOST_ONLY``.
 __all__ = [
     "Constant", "TileFunction", "function", "static_range", "cdiv", "bid", "num_blocks", "num_tiles",
     "load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",

@@ -61,8 +61,14 @@ if TYPE_CHECKING:
 
 Impl = Callable[..., object]
 
-#: id(user-facing function) -> (that function, its implementation)
+#: id(user-facing function) -> (that function, its implementation): every function of ``tile.__all__``
+#: (the one list of the tile language's names, which ``tj.*`` also reads) but those of ``HOST_ONLY``.
 BUILTINS: dict[int, tuple[Callable[..., Any], Impl]] = {}
+
+#: The names of ``tile.__all__`` that tile code does not call: ``tj.Constant`` annotates a parameter, and
+#: ``tj.function`` decorates a helper outside any kernel (whose ``TileFunction`` kernels call, inlined). The
+#: dtypes of ``tile.__all__`` are called as conversions (``tj.float16(x)``).
+HOST_ONLY = frozenset({"Constant", "function", "TileFunction"})
 
 
 def builtin(api: Callable[..., Any]) -> Callable[[Impl], Impl]:
@@ -480,8 +486,7 @@ def _fold_unary(fn: str, x: object) -> object:
         return math.nan
 
 
-for _fn in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil", "erf",
-            "sigmoid"):
+for _fn in (*_PY_UNARY, "abs"):
     builtin(getattr(tile, _fn))(_unary_impl(_fn, _fn))
 
 
