@@ -27,6 +27,13 @@ Semantics follow numpy unless noted:
 - ``sum``/``prod``/``cumsum`` of bool or integers narrower than 32 bits return ``int32`` (or
   ``uint32`` for unsigned), and of 32-bit integers stay 32-bit and wrap (numpy: 64-bit); floats keep
   their dtype (16-bit floats accumulate in float32).
+- Python's ``abs``, ``min`` and ``max`` work on run-time values (tiles, scalars such as ``tj.bid(0)``,
+  ``x.shape[0]`` or scalar parameters): ``abs(x)`` is ``tj.abs(x)``, and ``min(a, b, c)`` is
+  ``tj.minimum(tj.minimum(a, b), c)`` (``max``: ``tj.maximum``), with their promotion, broadcasting and NaN
+  rule, not Python's order-dependent one (Python's ``min(nan, 1)`` is nan but ``min(1, nan)`` is 1; here a NaN
+  in either operand gives NaN). With compile-time arguments only they are Python's. ``min``/``max`` of one
+  run-time argument (a tile, an iterable) and their ``key=``/``default=`` are errors: reduce a tile with
+  ``tj.min``/``tj.max``.
 - Float math is CUDA's math library (``exp``, ``log``, ``sin``... within the CUDA Math API's 1-4 ulp
   bounds for float32, so results can differ from numpy's in the last bits); float32 ``/`` is within
   2 ulp (PTX ``div.full.f32``, GPU compilers' default), float64 ``/`` is exact. Float to integer
@@ -325,7 +332,7 @@ def tanh(x: Any) -> Tile:
 
 
 def abs(x: Any) -> Tile:
-    """Element-wise absolute value (keeps integer dtypes)."""
+    """Element-wise absolute value (keeps integer dtypes); Python's ``abs(x)`` of a run-time value is this."""
     _outside("abs")
 
 
@@ -350,12 +357,16 @@ def sigmoid(x: Any) -> Tile:
 
 
 def maximum(x: Any, y: Any) -> Tile:
-    """Element-wise maximum with broadcasting and promotion (keeps integer dtypes)."""
+    """Element-wise maximum with broadcasting and promotion (keeps integer dtypes), as ``numpy.maximum``: NaN
+    if either operand is NaN; for bools, ``x or y``. Python's ``max(x, y, ...)`` of run-time values is this,
+    nested from the left. Of two compile-time numbers: Python's ``max``."""
     _outside("maximum")
 
 
 def minimum(x: Any, y: Any) -> Tile:
-    """Element-wise minimum with broadcasting and promotion (keeps integer dtypes)."""
+    """Element-wise minimum with broadcasting and promotion (keeps integer dtypes), as ``numpy.minimum``: NaN
+    if either operand is NaN; for bools, ``x and y``. Python's ``min(x, y, ...)`` of run-time values is this,
+    nested from the left. Of two compile-time numbers: Python's ``min``."""
     _outside("minimum")
 
 

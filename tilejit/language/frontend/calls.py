@@ -1,5 +1,6 @@
 """What calls, attributes and subscripts mean in tile code: one small function per ``tj.*``
-builtin, tile methods, and the few Python builtins that work on compile-time values.
+builtin, tile methods, and the few Python builtins that work on compile-time values (``abs``, ``min``
+and ``max`` also on run-time values, as ``tj.abs``, ``tj.minimum`` and ``tj.maximum``).
 
 Builtins are found by identity of the function object (``tilejit.language.tile.load`` however it
 was imported). Arguments are bound against the user-facing signature in ``tile.py``, so defaults
@@ -909,6 +910,10 @@ def _py_len(tr: Translator, v: object) -> object:
     raise FrontendError(f"len() of {describe(v)}")
 
 
+#: Python builtins that also take run-time values (tiles, scalars): then they are the tj function named here,
+#: the same implementation (promotion, weak Python numbers, broadcasting, NaN); ``min``/``max`` of several
+#: arguments nest it from the left. With compile-time arguments only they stay Python's (``_CONST_ONLY``).
+_RUNTIME: dict[Any, Callable[..., Any]] = {abs: tile.abs, min: tile.minimum, max: tile.maximum}
 _STRUCTURAL = {tuple, list, enumerate, zip, reversed, isinstance}
 _CONST_ONLY = {range, min, max, sum, abs, divmod, round, sorted, str, repr, any, all, hash, type, slice, pow}
 #: the builtins that iterate their arguments (each at most MAX_ITERATIONS items)
@@ -945,13 +950,45 @@ def _call_const_builtin(tr: Translator, fn: Any, args: list[object], kwargs: dic
     return fn(*args, **kwargs)
 
 
+def _runtime_builtin(tr: Translator, fn: Any, args: list[object], kwargs: dict[str, object]) -> object:
+    """``abs(x)``, ``min(a, b, ...)`` or ``max(a, b, ...)`` with a run-time argument: ``tj.abs(x)``,
+    ``tj.minimum(tj.minimum(a, b), ...)``, ``tj.maximum(...)``."""
+    name = fn.__name__
+    if kwargs:
+        raise FrontendError(
+            f"{name}() of run-time values takes no keyword arguments (got {', '.join(f'{k}=' for k in kwargs)}); "
+            "key= and default= work only when every argument is a compile-time value"
+        )
+    if fn is builtins.abs:
+        if len(args) != 1:
+            raise FrontendError(f"abs() takes exactly one argument ({len(args)} given)")
+    elif len(args) == 1:
+        what = "minimum" if fn is builtins.min else "maximum"
+        raise FrontendError(
+            f"{name}() of one run-time argument ({describe(args[0])}) is not supported: for the {what} of a tile's "
+            f"elements use tj.{name}(t, axis=...); for the element-wise {what} pass two or more arguments, "
+            f"{name}(a, b, ...)"
+        )
+    for a in args:
+        if not isinstance(a, Tile) and not is_number(a):
+            raise FrontendError(f"{name}() of run-time values expects tiles or numbers, got {describe(a)}")
+    api = _RUNTIME[fn]
+    impl = BUILTINS[id(api)][1]
+    result = args[0]
+    if fn is builtins.abs:
+        return impl(tr, result)
+    for a in args[1:]:
+        result = impl(tr, result, a)
+    return result
+
+
 def _call_python_builtin(tr: Translator, fn: Any, args: list[object], kwargs: dict[str, object]) -> object:
     if fn in (int, float, bool) and not kwargs:
         return _py_int_float_bool(tr, fn, args)
     if fn is len and len(args) == 1 and not kwargs:
         return _py_len(tr, args[0])
-    if fn is builtins.abs and len(args) == 1 and isinstance(args[0], Tile):
-        return tr.b.unary("abs", args[0])
+    if fn in _RUNTIME and not (all(is_const(a) for a in args) and all(is_const(v) for v in kwargs.values())):
+        return _runtime_builtin(tr, fn, args, kwargs)
     if fn in _ITERATING:
         for a in args:
             check_iterable(a, f"{fn.__name__}(): ")
@@ -964,7 +1001,7 @@ def _call_python_builtin(tr: Translator, fn: Any, args: list[object], kwargs: di
         return tr.budget.check(out, f"the result of {fn.__name__}()")
     if fn in _CONST_ONLY:
         if not all(is_const(a) for a in args) or not all(is_const(a) for a in kwargs.values()):
-            hint = {min: "tj.minimum or tj.min", max: "tj.maximum or tj.max", sum: "tj.sum"}.get(fn)
+            hint = {sum: "tj.sum"}.get(fn)
             raise FrontendError(
                 f"{fn.__name__}() works on compile-time values only" + (f"; for tiles use {hint}" if hint else "")
             )
