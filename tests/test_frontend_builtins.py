@@ -150,6 +150,21 @@ def nan_kernel(out, FIRST_NAN: tj.Constant[bool]):
     tj.store(out, index=(0,), tile=tj.full((2,), lo) + tj.full((2,), hi))
 
 
+@tj.kernel
+def tj_nan_kernel(out, FIRST_NAN: tj.Constant[bool]):
+    nan = float("nan")
+    a, b = (nan, 1.0) if FIRST_NAN else (1.0, nan)
+    tj.store(out, index=(0,), tile=tj.full((2,), tj.minimum(a, b)) + tj.full((2,), tj.maximum(a, b)))
+
+
+@pytest.mark.parametrize("first_nan", [True, False])
+def test_tj_minimum_maximum_of_constants_fold_to_nan_in_either_order(first_nan: bool) -> None:
+    """tj.minimum / tj.maximum fold as they compute at run time: NaN when either operand is NaN, in either order
+    (not Python's order-dependent rule, which only Python's own min/max of constants keep)."""
+    text = tj.compile(tj_nan_kernel, (tj.float32[:],), constants={"FIRST_NAN": first_nan}, target="sm_90").ir_text()
+    assert "value=nan" in text and "value=2.0" not in text
+
+
 def test_constant_nan_keeps_python_order_rule() -> None:
     """With compile-time arguments only, Python's rule: min(nan, 1) is nan, min(1, nan) is 1."""
     first = tj.compile(nan_kernel, (tj.float32[:],), constants={"FIRST_NAN": True}, target="sm_90").ir_text()

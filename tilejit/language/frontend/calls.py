@@ -509,8 +509,17 @@ def _binary_impl(fn: str, name: str, pyfn: Callable[[Any, Any], Any]) -> Impl:
     return impl
 
 
-builtin(tile.maximum)(_binary_impl("maximum", "maximum", builtins.max))
-builtin(tile.minimum)(_binary_impl("minimum", "minimum", builtins.min))
+def _nan_first(pick: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``pick`` (Python's max or min) of two compile-time numbers, NaN when either is NaN: what tj.maximum and
+    tj.minimum do at run time (Python's own rule depends on the order: ``min(1, nan)`` is 1, ``min(nan, 1)`` NaN)."""
+    def fold(x: Any, y: Any) -> Any:
+        return x if x != x else y if y != y else pick(x, y)
+
+    return fold
+
+
+builtin(tile.maximum)(_binary_impl("maximum", "maximum", _nan_first(builtins.max)))
+builtin(tile.minimum)(_binary_impl("minimum", "minimum", _nan_first(builtins.min)))
 builtin(tile.pow)(_binary_impl("pow", "pow", builtins.pow))
 
 
