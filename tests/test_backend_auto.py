@@ -256,11 +256,9 @@ class _Device:
     arch = "sm_90"
 
 
-def test_a_launch_falls_back_to_the_cuda_targets_and_a_warm_process_skips_tile_ir(
-        tileiras: Any, nvrtc: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """The fallback compiles for the CUDA backend's targets (sm_90a first on Hopper) under the CUDA key; the Tile IR
-    key holds only the refusal, which a later process under auto takes at once (no front end, no tileiras)."""
-    caplog.set_level(logging.INFO, logger="tilejit")
+def _record_loads(monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[str, str]], list[Artifact]]:
+    """The loader made to hand back cache entries instead of loading them, recording each artifact it is given:
+    (its (target, backend) pairs, the artifacts), filled as builds go."""
     tried: list[tuple[str, str]] = []
     artifacts: list[Artifact] = []
 
@@ -270,6 +268,15 @@ def test_a_launch_falls_back_to_the_cuda_targets_and_a_warm_process_skips_tile_i
         return loader._entry(artifact, fingerprint, False)
 
     monkeypatch.setattr(loader, "load_artifact", load)
+    return tried, artifacts
+
+
+def test_a_launch_falls_back_to_the_cuda_targets_and_a_warm_process_skips_tile_ir(
+        tileiras: Any, nvrtc: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The fallback compiles for the CUDA backend's targets (sm_90a first on Hopper) under the CUDA key; the Tile IR
+    key holds only the refusal, which a later process under auto takes at once (no front end, no tileiras)."""
+    caplog.set_level(logging.INFO, logger="tilejit")
+    tried, artifacts = _record_loads(monkeypatch)
     types = specialize(_return_in_loop, LOOP_SIG)
     entry = tj.kernel(_return_in_loop.func)._build(types, {}, (128,), _Device())
     assert tried == [("sm_90", "tileir"), ("sm_90a", "cuda")]
@@ -341,15 +348,7 @@ def test_a_tileiras_killed_on_the_launch_path_falls_back_and_is_tried_again_late
     """A tileiras killed (as the out-of-memory killer does) is a failure that may not recur: the launch falls back
     to CUDA C++, but no refusal is remembered, so the next build runs tileiras again."""
     monkeypatch.setenv("TILEJIT_TILEIRAS", str(wrapped_toolchain(_KILLED)))
-    tried: list[tuple[str, str]] = []
-    artifacts: list[Artifact] = []
-
-    def load(artifact: Artifact, fingerprint: str, device: Any = None) -> dict[str, Any]:
-        tried.append((artifact.target.sm, artifact.backend))
-        artifacts.append(artifact)
-        return loader._entry(artifact, fingerprint, False)
-
-    monkeypatch.setattr(loader, "load_artifact", load)
+    tried, artifacts = _record_loads(monkeypatch)
     types = specialize(_add, SIG)
     with pytest.raises(TileirasError) as err:
         tj.compile(_add, SIG, constants=TILE, target="sm_90", backend="tileir").image()

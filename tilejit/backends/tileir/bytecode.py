@@ -8,7 +8,7 @@ tables are a count, fixed-width offsets and the concatenated entries. Details: T
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tilejit.backends.tileir.module import (
     ENUMS,
@@ -222,20 +222,13 @@ class Writer:
         buf += body
 
     def hints(self, hints: dict[str, dict[str, int]], buf: bytearray) -> None:
-        """Optimization hints: per architecture, a dictionary of i32 hint values (keys sorted, as in MLIR)."""
+        """An entry's optimization hints: tagged, then the per-architecture dictionary of ``access_hints``."""
         buf.append(TAG_HINTS)
-        varint(len(hints), buf)
-        for arch, items in sorted(hints.items()):
-            varint(self.string_id(arch), buf)
-            buf.append(TAG_DICT)
-            varint(len(items), buf)
-            for key, value in sorted(items.items()):
-                varint(self.string_id(key), buf)
-                self.attribute(value, Scalar("i32"), buf)
+        self.access_hints(hints, buf)
 
-    def access_hints(self, hints: dict[str, dict[str, bool | int]], buf: bytearray) -> None:
-        """A view load's or store's optimization hints (untagged, unlike an entry's): per architecture, a
-        dictionary of ``allow_tma`` (a bool) and ``latency`` (an i32)."""
+    def access_hints(self, hints: Mapping[str, Mapping[str, bool | int]], buf: bytearray) -> None:
+        """Optimization hints as a view load or store carries them (untagged): per architecture, a dictionary
+        (keys sorted, as in MLIR) of bools (``allow_tma``) and i32 values (``latency``, an entry's ``occupancy``)."""
         varint(len(hints), buf)
         for arch, items in sorted(hints.items()):
             varint(self.string_id(arch), buf)
