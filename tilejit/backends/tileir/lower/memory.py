@@ -368,24 +368,24 @@ def scatter(lo: Lowerer, op: O.ScatterOp) -> None:
     lo.last_store, lo.loads_since = tok, []
 
 
-def _float_max_min(lo: Lowerer, kind: str, a: TValue, b: TValue, op: Op) -> TValue:
-    """tj::maximum/minimum(a, b) (memory.cuh's MaxFn/MinFn): f32 ``maxf``/``minf`` propagate_nan (sm_80+'s
-    ``max.NaN.f32``, what tj calls there); f64 tj's template ``(a > b || a != a) ? a : b`` (``<`` for min)."""
-    if elem_of(a).name == "f32":
-        r = TValue(a.type)
-        lo.emit("maxf" if kind == "max" else "minf", [r], [a, b], op, propagate_nan=True)
-        return r
-    i1 = Tile(BOOL, shape_of(a))
-    wins, nan = TValue(i1), TValue(i1)
-    pred = "greater_than" if kind == "max" else "less_than"
-    lo.emit("cmpf", [wins], [a, b], op, predicate=pred, comparison="ordered")
-    lo.emit("cmpf", [nan], [a, a], op, predicate="not_equal", comparison="unordered")
-    return select(lo, binary(lo, "ori", wins, nan, op), a, b, op)
+def _cas_next(lo: Lowerer, kind: str, cur: TValue, value: TValue, op: Op) -> TValue:
+    """What a float max/min CAS writes: ``value`` where it beats ``cur`` (greater for max, less for min, or a NaN
+    over a number: NaN wins as in tj::maximum/minimum), else ``cur`` itself. Keeping ``cur`` on ties matters:
+    tileiras may give one element to several threads, and a rule that wrote ``value`` on ties (-0.0 vs +0.0)
+    let two such copies swap the zeros forever; with this one, a settled element's CAS rewrites its own bits."""
+    i1 = Tile(BOOL, shape_of(cur))
+    beats, value_nan, cur_num = TValue(i1), TValue(i1), TValue(i1)
+    lo.emit("cmpf", [beats], [value, cur], op, predicate="greater_than" if kind == "max" else "less_than",
+            comparison="ordered")
+    lo.emit("cmpf", [value_nan], [value, value], op, predicate="not_equal", comparison="unordered")
+    lo.emit("cmpf", [cur_num], [cur, cur], op, predicate="equal", comparison="ordered")
+    wins = binary(lo, "ori", beats, binary(lo, "andi", value_nan, cur_num, op), op)
+    return select(lo, wins, value, cur, op)
 
 
 def _cas_loop(lo: Lowerer, op: O.AtomicOp, ptrs: TValue, mask: TValue, value: TValue) -> TValue:
     """Float atomic max/min as the CUDA backend's ``atomic_cas_loop``, on the whole tile at once: read each
-    element once (relaxed), then loop { ``next = fn(cur, value)``; CAS the bits of ``cur`` -> ``next`` in the
+    element once (relaxed), then loop { ``next = _cas_next(cur, value)``; CAS the bits of ``cur`` -> ``next`` in the
     lanes still pending; a lane whose CAS saw bits other than ``cur`` takes them as ``cur`` and stays pending }
     until no lane is. Each lane's result is the ``cur`` its CAS succeeded with (the old value), compared and
     swapped as bits (as cas_word: -0.0 and +0.0, and NaNs, are told apart). The CAS chain is a store for ordering."""
@@ -404,7 +404,7 @@ def _cas_loop(lo: Lowerer, op: O.AtomicOp, ptrs: TValue, mask: TValue, value: TV
     with lo.in_block() as body:
         cur_f, nxt = TValue(t), TValue(bt)
         lo.emit("bitcast", [cur_f], [cur], op)
-        lo.emit("bitcast", [nxt], [_float_max_min(lo, op.kind, cur_f, value, op)], op)
+        lo.emit("bitcast", [nxt], [_cas_next(lo, op.kind, cur_f, value, op)], op)
         seen, tok2 = TValue(bt), TValue(TOKEN)
         lo.emit("atomic_cas_tko", [seen, tok2], [iptrs, cur, nxt, pending, tok], op, ordering="relaxed",
                 scope="device")
