@@ -437,12 +437,16 @@ def _cas_loop(lo: Lowerer, op: O.AtomicOp, ptrs: TValue, mask: TValue, value: TV
 def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
     """``atomic_*``: ``atomic_rmw_tko`` / ``atomic_cas_tko``, relaxed at device scope (CUDA's ``atomicAdd``
     and kin), masked to the elements in range; their results are the old values, 0 where out of range.
-    Float max/min (f32/f64, all the front end takes): the CUDA backend's CAS loop (``_cas_loop``)."""
+    Float max/min (f32/f64, all the front end takes): the CUDA backend's CAS loop (``_cas_loop``), refused where
+    the kernel uses the old values it returns (that form hung on an H100, the form without them did not)."""
     dtype = op.array.type.dtype  # type: ignore[attr-defined]
     t = lo.tile_type(op.value.type, op)  # the result's type; an atomic whose old values go unused has no result
     value = lo.value(op.value)
     attrs: dict[str, object] = {"ordering": "relaxed", "scope": "device"}
     cas_loop = op.kind in ("max", "min") and dtype.is_float
+    if cas_loop and op.results and any(op.result in o.operands() for o in lo.fn.body.walk()):
+        raise unsupported(op, f"the old values of atomic_{op.kind} on {dtype.name}: the compare-and-swap loop that "
+                              "returns them hung on an H100 (tileiras 13.5); without them it is supported")
     if cas_loop and dtype.bits < 32:  # the CAS loop works on the element's bits: Tile IR swaps 32 or 64 of them
         raise unsupported(op, f"atomic_{op.kind} on {dtype.name}; Tile IR compares and swaps 32- and 64-bit words")
     if dtype.bits < 32 and not (op.kind == "add" and dtype.is_float):
