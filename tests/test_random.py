@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -470,40 +469,40 @@ def k_float_umulhi(x, out, n, f):
     r = tj.umulhi(n, f)
 
 
-def test_seeds_must_be_integer_scalars() -> None:
-    check(k_float_seed, "tj.rand(f,", "tj.rand(): seed must be an integer scalar (an int parameter, a constant or an "
-          "integer scalar value), got a scalar of type f32")
-    check(k_float_const_seed, "tj.randn(1.5,", "tj.randn(): seed must be an integer scalar")
-    check(k_tile_seed, "tj.randint(tj.arange(16),", "seed must be an integer scalar (an int parameter, a constant or "
-          "an integer scalar value), got a tile of type tile<16xi32>")
-    check(k_bool_seed, "tj.randint4x(n > 0,", "tj.randint4x(): seed must be an integer scalar")
-    check(k_huge_seed, "tj.rand(2**64,", "tj.rand(): the seed 18446744073709551616 does not fit in 64 bits")
+#: (kernel, where its error points, what the message says)
+ERRORS = [
+    (k_float_seed, "tj.rand(f,", "tj.rand(): seed must be an integer scalar (an int parameter, a constant or an "
+     "integer scalar value), got a scalar of type f32"),
+    (k_float_const_seed, "tj.randn(1.5,", "tj.randn(): seed must be an integer scalar"),
+    (k_tile_seed, "tj.randint(tj.arange(16),", "seed must be an integer scalar (an int parameter, a constant or an "
+     "integer scalar value), got a tile of type tile<16xi32>"),
+    (k_bool_seed, "tj.randint4x(n > 0,", "tj.randint4x(): seed must be an integer scalar"),
+    (k_huge_seed, "tj.rand(2**64,", "tj.rand(): the seed 18446744073709551616 does not fit in 64 bits"),
+    (k_float_offsets, "tj.rand(n, tj.load(", "tj.rand(): offsets must be an integer tile or int, got a tile of type "
+     "tile<16xf32>"),
+    (k_float_number_offsets, "tj.randint(n, 0.5)", "tj.randint(): offsets must be an integer tile or int, got the "
+     "constant 0.5"),
+    (k_bool_offsets, "tj.randn(n, tj.arange(16) > 3)", "tj.randn(): offsets must be an integer tile or int"),
+    (k_narrow_offsets, "tj.rand(n, tj.arange(16, tj.int16))", "tj.rand(): offsets must be 32- or 64-bit integers "
+     "(Philox-4x32 or Philox-4x64, as in Triton), got int16: convert with .astype(tj.int32)"),
+    (k_one_argument, "tj.rand(n)", "tj.rand(): missing a required argument: 'offsets'"),
+    (k_three_arguments, "tj.randint(n, n, n, n)", "tj.randint(): too many positional arguments"),
+    (k_run_time_rounds, "tj.randint4x(n, tj.arange(16), n_rounds=n)", "tj.randint4x() n_rounds must be a "
+     "compile-time int"),
+    (k_too_many_rounds, "tj.rand(n, tj.arange(16), 65)", "tj.rand(): n_rounds must be from 0 to 64, got 65"),
+    (k_mixed_widths, "tj.philox(n, tj.arange(16), tj.arange(16, tj.int64)", "tj.philox(): the counters c0..c3 must "
+     "all be 32-bit or all 64-bit integers, got int32, int64"),
+    (k_counter_too_wide, "tj.philox(n, tj.arange(16), 2**33", "tj.philox(): c1 8589934592 does not fit in a 32-bit "
+     "counter"),
+    (k_float_umulhi, "tj.umulhi(n, f)", "tj.umulhi() expects integer tiles or ints, got a scalar of type f32"),
+]
 
 
-def test_offsets_must_be_32_or_64_bit_integers() -> None:
-    check(k_float_offsets, "tj.rand(n, tj.load(", "tj.rand(): offsets must be an integer tile or int, got a tile of "
-          "type tile<16xf32>")
-    check(k_float_number_offsets, "tj.randint(n, 0.5)", "tj.randint(): offsets must be an integer tile or int, got "
-          "the constant 0.5")
-    check(k_bool_offsets, "tj.randn(n, tj.arange(16) > 3)", "tj.randn(): offsets must be an integer tile or int")
-    check(k_narrow_offsets, "tj.rand(n, tj.arange(16, tj.int16))", "tj.rand(): offsets must be 32- or 64-bit "
-          "integers (Philox-4x32 or Philox-4x64, as in Triton), got int16: convert with .astype(tj.int32)")
-
-
-def test_arity_and_rounds_are_checked() -> None:
-    check(k_one_argument, "tj.rand(n)", "tj.rand(): missing a required argument: 'offsets'")
-    check(k_three_arguments, "tj.randint(n, n, n, n)", "tj.randint(): too many positional arguments")
-    check(k_run_time_rounds, "tj.randint4x(n, tj.arange(16), n_rounds=n)", "tj.randint4x() n_rounds must be a "
-          "compile-time int")
-    check(k_too_many_rounds, "tj.rand(n, tj.arange(16), 65)", "tj.rand(): n_rounds must be from 0 to 64, got 65")
-
-
-def test_philox_counters_and_umulhi_operands_are_checked() -> None:
-    check(k_mixed_widths, "tj.philox(n, tj.arange(16), tj.arange(16, tj.int64)", "tj.philox(): the counters c0..c3 "
-          "must all be 32-bit or all 64-bit integers, got int32, int64")
-    check(k_counter_too_wide, "tj.philox(n, tj.arange(16), 2**33", "tj.philox(): c1 8589934592 does not fit in a "
-          "32-bit counter")
-    check(k_float_umulhi, "tj.umulhi(n, f)", "tj.umulhi() expects integer tiles or ints, got a scalar of type f32")
+@pytest.mark.parametrize(("kernel", "at", "message"), ERRORS, ids=[k.__name__ for k, _, _ in ERRORS])
+def test_bad_arguments_are_located_errors(kernel: Callable[..., Any], at: str, message: str) -> None:
+    """Seeds that are not integer scalars, offsets that are not 32- or 64-bit integers, wrong arity, run-time or
+    too many rounds, counters of two widths, float umulhi operands."""
+    check(kernel, at, message)
 
 
 def test_random_functions_outside_kernels_say_where_they_work() -> None:
@@ -524,7 +523,6 @@ def readme_dropout(tmp_path: Path) -> tuple[Any, str]:
     spec = importlib.util.spec_from_file_location("readme_dropout", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["readme_dropout"] = module
     spec.loader.exec_module(module)
     return module.dropout, launch
 
@@ -606,6 +604,7 @@ def test_gpu_readme_dropout_example(tmp_path: Path, rng: np.random.Generator) ->
     scaled by 1 / (1 - p); the others are 0."""
     dropout, launch = readme_dropout(tmp_path)
     n, p, seed = 100_003, 0.5, 1234
+    assert "(x, out, 1234, 0.5, TILE=1024)" in launch  # the seed and p this test checks the mask of
     hx = rng.standard_normal(n).astype(np.float32)
     out = tj.asarray(poison((n,), "float32"))
     namespace = {"tj": tj, "dropout": dropout, "n": n, "x": tj.asarray(hx), "out": out}

@@ -460,14 +460,15 @@ def randint(seed: Any, offsets: Any, n_rounds: int = 10) -> Tile:
 
 
 def rand(seed: Any, offsets: Any, n_rounds: int = 10) -> Tile:
-    """float32 uniform in [0, 1) from ``randint(seed, offsets)`` (its bits as a signed integer ``x``, then
-    ``(x if x >= 0 else -x - 1) * 2**-31`` rounded as Triton's ``tl.rand``)."""
+    """float32 uniform in [0, 1) from ``randint(seed, offsets)``, as Triton's ``tl.rand``: its bits as a signed
+    integer ``x``, ``x if x >= 0 else -x - 1`` converted to float32, times a float32 scale just below ``2**-31``
+    (``2**-63`` for 64-bit offsets)."""
     _outside("rand")
 
 
 def randn(seed: Any, offsets: Any, n_rounds: int = 10) -> Tile:
-    """float32 standard normal from the first two tiles of ``randint4x`` (Box-Muller's cosine branch, as Triton's
-    ``tl.randn``)."""
+    """float32 standard normal, as Triton's ``tl.randn``: Box-Muller's cosine branch of the uniforms of the first two
+    tiles of ``randint4x``, ``sqrt(-2 * log(max(u1, 1e-7))) * cos(2 * pi * u2)``."""
     _outside("randn")
 
 
