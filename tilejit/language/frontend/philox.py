@@ -44,6 +44,11 @@ def _rounds(fn: str, n_rounds: object) -> int:
     return n
 
 
+def _is_integer(v: object) -> bool:
+    """Whether ``v`` is an integer tile or scalar, or a Python int (not a bool)."""
+    return (isinstance(v, Tile) and v.dtype.is_int) or (isinstance(v, int) and not isinstance(v, bool))
+
+
 def _number_width(v: int, fn: str, what: str) -> int:
     """The counter width a Python int takes, as Triton types it: 32 in the int32 range, else 64 (int64, uint64)."""
     if -(1 << 31) <= v < (1 << 31):
@@ -58,7 +63,7 @@ def _counters(tr: Translator, fn: str, values: dict[str, object], what: str) -> 
     them all) as unsigned tiles of that width broadcast together (their bits: ``int32(-1)`` is ``0xffffffff``), and
     the width."""
     for name, v in values.items():
-        if not (isinstance(v, Tile) and v.dtype.is_int) and not (isinstance(v, int) and not isinstance(v, bool)):
+        if not _is_integer(v):
             raise FrontendError(f"tj.{fn}(): {name} must be an integer tile or int, got {describe(v)}")
     tiles = [v for v in values.values() if isinstance(v, Tile)]
     for t in tiles:
@@ -140,7 +145,7 @@ def _umulhi_values(tr: Translator, x: object, y: object) -> Tile:
     """``tj.umulhi``: the operands promoted, multiplied as unsigned numbers of their width, the high half back in
     the promoted dtype."""
     for v in (x, y):
-        if not (isinstance(v, Tile) and v.dtype.is_int) and not (isinstance(v, int) and not isinstance(v, bool)):
+        if not _is_integer(v):
             raise FrontendError(f"tj.umulhi() expects integer tiles or ints, got {describe(v)}")
     dtype = tr.b.common_dtype([x, y])
     unsigned = BY_NAME[f"uint{dtype.bits}"]
