@@ -86,8 +86,8 @@ def unary_op(FN, a):
 
 @tj.function
 def binary_op(OP, a, b):
-    """``a OP b``: add, sub, mul, truediv, floordiv, mod, pow, maximum, minimum, and, or, xor, lshift, rshift, or
-    a comparison eq, ne, lt, le, gt, ge."""
+    """``a OP b``: add, sub, mul, truediv, floordiv, mod, pow, maximum, minimum, and, or, xor, lshift, rshift, mulhi
+    (``tj.umulhi``), or a comparison eq, ne, lt, le, gt, ge."""
     if OP == "add":
         r = a + b
     elif OP == "sub":
@@ -116,6 +116,8 @@ def binary_op(OP, a, b):
         r = a << b
     elif OP == "rshift":
         r = a >> b
+    elif OP == "mulhi":
+        r = tj.umulhi(a, b)
     elif OP == "eq":
         r = a == b
     elif OP == "ne":

@@ -26,7 +26,7 @@ from tilejit.backends.tileir.module import TFunction, TModule
 MATH = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf"]
 UNARY = ["neg", "invert", "abs", "floor", "ceil", *MATH]
 BINARY = ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum", "and", "or", "xor",
-          "lshift", "rshift"]
+          "lshift", "rshift", "mulhi"]
 COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
 REDUCE = ["sum", "prod", "max", "min", "argmax", "argmin", "cumsum"]
 #: (target, bytecode version) builds: every target, and the oldest and newest versions (sm_90 needs 13.3+).
@@ -179,7 +179,7 @@ def binary_dtypes(op: str) -> list[str]:
     """The dtypes the front end takes ``op`` on (bool - bool is an error, as in numpy)."""
     if op in ("and", "or", "xor"):
         return ["bool", *INTS]
-    if op in ("lshift", "rshift"):
+    if op in ("lshift", "rshift", "mulhi"):
         return INTS
     if op == "sub":
         return INTS + FLOATS
@@ -253,8 +253,8 @@ def cases(kind: str) -> dict[str, Case]:
 
 KINDS = ["unary", "binary", "cast", "reduce", "shape"]
 #: The Tile IR ops (rows of OPS) these cases are the ones to put through tileiras and tileirdisasm.
-OPS_TESTED_HERE = {"bitcast", "cos", "divi", "exp", "exp2", "fpowf", "ftoi", "log", "log2", "permute", "remf", "remi",
-                   "rsqrt", "scan", "shli", "shri", "sin", "tanh"}
+OPS_TESTED_HERE = {"bitcast", "cos", "divi", "exp", "exp2", "fpowf", "ftoi", "log", "log2", "mulhii", "permute", "remf",
+                   "remi", "rsqrt", "scan", "shli", "shri", "sin", "tanh"}
 
 
 @functools.cache
@@ -598,6 +598,7 @@ def ref_binary(op: str, x: np.ndarray, y: np.ndarray, name: str) -> np.ndarray:
                             "ge": "greater_equal"}[op])(x, y)
     if name in INTS:
         pa, pb = [int(v) for v in x], [int(v) for v in y]
+        bits = np.iinfo(name).bits
         if op == "truediv":
             return (x.astype(np.float32) / y.astype(np.float32)).astype(np.float32)
         fns: dict[str, Callable[[int, int], int]] = {
@@ -606,6 +607,7 @@ def ref_binary(op: str, x: np.ndarray, y: np.ndarray, name: str) -> np.ndarray:
             "pow": lambda a, b: ipow(a, b, name), "maximum": max, "minimum": min,
             "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b,
             "lshift": lambda a, b: shift(a, b, "lshift", name), "rshift": lambda a, b: shift(a, b, "rshift", name),
+            "mulhi": lambda a, b: (a % (1 << bits)) * (b % (1 << bits)) >> bits,  # the bits as unsigned numbers
         }
         return wrap([fns[op](a, b) for a, b in zip(pa, pb)], name)
     a, b = f32(x), f32(y)

@@ -61,6 +61,11 @@ Semantics follow numpy unless noted:
   ``*`` unpacking, ``sum``/``tuple``/``sorted``... of a range) of at most 2**16 items, and at most
   2**19 translation steps per kernel (AST nodes, each unrolled iteration and inlined helper call
   counted again).
+- ``rand``, ``randn``, ``randint``, ``randint4x`` and ``philox`` give the bits Triton's ``tl.*`` of the same
+  names give for the same seed and offsets (Philox-4x32-10, or Philox-4x64-10 for 64-bit offsets): a seed is an
+  integer scalar (an ``int`` parameter or constant, taken as uint64 as Triton does: a negative int32 seed
+  sign-extends), offsets an integer tile or scalar of 32 or 64 bits. ``randn`` is Triton's Box-Muller (its cosine
+  branch) with CUDA's ``log``/``sqrt``/``cos``, so it matches a float32 numpy Box-Muller to a few ulp, not bits.
 - ``print(...)`` in tile code prints nothing (there is no device printing yet): its arguments are
   still evaluated, so mistakes in them are errors, and a ``UserWarning`` at the call's file:line says
   so, once per call site.
@@ -426,6 +431,47 @@ def matmul(a: Any, b: Any) -> Tile:
     _outside("matmul")
 
 
+# ------------------------------------------------------------------------------- random numbers
+
+
+def umulhi(x: Any, y: Any) -> Tile:
+    """Element-wise high half of the double-width product of two integer tiles (promoted as for ``*``), as Triton's
+    ``tl.umulhi``: signed operands multiply as the unsigned numbers of their bits, and the result has their dtype."""
+    _outside("umulhi")
+
+
+def philox(seed: Any, c0: Any, c1: Any, c2: Any, c3: Any, n_rounds: int = 10) -> tuple[Tile, Tile, Tile, Tile]:
+    """Philox-4x32 (32-bit counters) or Philox-4x64 (64-bit) of the counter ``(c0, c1, c2, c3)`` (integer tiles of
+    one width, broadcast together) under the key ``seed`` (an integer scalar): four uint32 (uint64) tiles, as
+    Triton's ``tl.philox``."""
+    _outside("philox")
+
+
+def randint4x(seed: Any, offsets: Any, n_rounds: int = 10) -> tuple[Tile, Tile, Tile, Tile]:
+    """Four tiles of random uint32 bits for ``offsets`` (an int32/uint32 tile or scalar; int64/uint64 give uint64
+    from Philox-4x64) and an integer scalar ``seed``: ``philox(seed, offsets, 0, 0, 0)``, as Triton's
+    ``tl.randint4x``."""
+    _outside("randint4x")
+
+
+def randint(seed: Any, offsets: Any, n_rounds: int = 10) -> Tile:
+    """The first tile of ``randint4x(seed, offsets)``, as Triton's ``tl.randint``."""
+    _outside("randint")
+
+
+def rand(seed: Any, offsets: Any, n_rounds: int = 10) -> Tile:
+    """float32 uniform in [0, 1) from ``randint(seed, offsets)``, as Triton's ``tl.rand``: its bits as a signed
+    integer ``x``, ``x if x >= 0 else -x - 1`` converted to float32, times a float32 scale just below ``2**-31``
+    (``2**-63`` for 64-bit offsets)."""
+    _outside("rand")
+
+
+def randn(seed: Any, offsets: Any, n_rounds: int = 10) -> Tile:
+    """float32 standard normal, as Triton's ``tl.randn``: Box-Muller's cosine branch of the uniforms of the first two
+    tiles of ``randint4x``, ``sqrt(-2 * log(max(u1, 1e-7))) * cos(2 * pi * u2)``."""
+    _outside("randn")
+
+
 _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
 
 #: The tile language's names, listed here only: each is also ``tj.<name>`` (``tilejit.__getattr__`` reads this list),
@@ -437,6 +483,7 @@ __all__ = [
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",
     "maximum", "minimum", "pow", "erf", "sigmoid",
     "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul",
+    "umulhi", "philox", "randint4x", "randint", "rand", "randn",
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64",
 ]

@@ -154,6 +154,7 @@ BINARY: dict[str, dict[str, str]] = {
     "xor": {"i": "{x} ^ {y}", "u": "{x} ^ {y}", "b": "({x} != {y})"},
     "lshift": {"i": "tj::lshift({x}, {y})", "u": "tj::lshift({x}, {y})"},
     "rshift": {"i": "tj::rshift({x}, {y})", "u": "tj::rshift({x}, {y})"},
+    "mulhi": {"u": "tj::mulhi({x}, {y})"},
 }
 
 COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

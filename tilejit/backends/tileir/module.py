@@ -222,6 +222,7 @@ OPS: dict[str, OpSpec] = {
     "mmaf": OpSpec(73, ("res", "int:fast_acc@13.3", "o", "o", "o")),
     "mmai": OpSpec(74, ("res", "enum:signedness", "enum:signedness", "o", "o", "o")),
     "mulf": OpSpec(76, ("res", "ftz", "enum:rounding", "o", "o")),
+    "mulhii": OpSpec(77, ("res", "o", "o")),
     "muli": OpSpec(78, ("res", "enum:overflow", "o", "o")),
     "negf": OpSpec(79, ("res", "o")),
     "negi": OpSpec(80, ("res", "enum:overflow@13.2", "o")),

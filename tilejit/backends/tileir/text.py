@@ -508,6 +508,7 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "andi": _plain_binary,
     "ori": _plain_binary,
     "xori": _plain_binary,
+    "mulhii": _plain_binary,
     "cmpf": _compare,
     "cmpi": _compare,
     "select": lambda p, op: f"select {_v(p, op, 0)}, {_v(p, op, 1)}, {_v(p, op, 2)} : {_ot(op, 0)}, {_t(op)}",

@@ -313,6 +313,8 @@ class Builder:
         elif fn in ("lshift", "rshift"):
             if not dtype.is_int:
                 raise FrontendError(f"operator {sym} needs integer operands, got {dtype.name}")
+        elif fn == "mulhi" and dtype.kind != "u":
+            raise FrontendError(f"{sym} needs unsigned integer operands, got {dtype.name}")
         elif dtype.is_bool and fn == "sub":
             raise FrontendError(
                 f"operator {sym} is not defined for bool tiles (as in numpy); use ^ or != for xor"

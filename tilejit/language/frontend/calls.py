@@ -1066,3 +1066,7 @@ def call(tr: Translator, callee: object, args: list[object], kwargs: dict[str, o
             "and a few builtins on compile-time values can be called (decorate it with @tj.function)"
         )
     raise FrontendError(f"{describe(callee)} is not callable")
+
+
+# tj.umulhi, tj.philox and the random numbers register themselves (a module of their own; it imports this one)
+from tilejit.language.frontend import philox as _philox  # noqa: E402, F401

@@ -140,7 +140,7 @@ UNARY_FNS = (
 )
 BINARY_FNS = (
     "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum",
-    "and", "or", "xor", "lshift", "rshift",
+    "and", "or", "xor", "lshift", "rshift", "mulhi",
 )
 COMPARE_FNS = ("eq", "ne", "lt", "le", "gt", "ge")
 
@@ -157,7 +157,8 @@ class UnaryOp(Op):
 @dataclass(eq=False, kw_only=True)
 class BinaryOp(Op):
     """Elementwise ``fn(x, y)``; both operands have the result's type. 'truediv' only on floats
-    (the front end casts ints first); 'floordiv' and 'mod' follow Python (floor) semantics."""
+    (the front end casts ints first); 'floordiv' and 'mod' follow Python (floor) semantics; 'mulhi' (unsigned
+    integers only) is the high half of the double-width product."""
 
     NAME: ClassVar[str] = "binary"
     fn: str = attribute()

@@ -148,6 +148,8 @@ def _fold_unary(fn: str, v: object, dtype: DType) -> object:
 
 
 def _fold_binary(fn: str, a: object, b: object, dtype: DType) -> object:
+    if fn == "mulhi":  # unsigned: the high half of the exact product
+        return (int(a) * int(b)) >> dtype.bits  # type: ignore[call-overload]
     x, y = _arr(a, dtype), _arr(b, dtype)
     if dtype.is_int or dtype.is_bool:
         if fn in ("floordiv", "mod", "truediv") and int(y) == 0:

@@ -178,6 +178,8 @@ def _check_binary(op: ops.BinaryOp, r: TileType) -> None:
         raise _Check(f"{op.fn!r} needs integer or bool operands, got {d}")
     if op.fn in ("lshift", "rshift") and not d.is_int:
         raise _Check(f"{op.fn!r} needs integer operands, got {d}")
+    if op.fn == "mulhi" and d.kind != "u":
+        raise _Check(f"'mulhi' needs unsigned integer operands, got {d}")
 
 
 def _check_compare(op: ops.CompareOp, r: TileType) -> None:

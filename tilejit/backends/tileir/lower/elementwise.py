@@ -423,6 +423,8 @@ def binary(lo: Lowerer, op: O.BinaryOp) -> None:
         r = fbin(lo, op, _FLOAT_BIN[fn], x, y)  # a 16-bit result rounded once equals tj's f32 op then cast
     elif k in "iu" and fn in _INT_BIN:
         r = ibin(lo, op, _INT_BIN[fn], x, y)
+    elif k == "u" and fn == "mulhi":
+        r = ibin(lo, op, "mulhii", x, y)
     elif k in "iu" and fn in ("floordiv", "mod"):
         r = _int_floordiv_mod(lo, op, fn, x, y, signed)
     elif k in "iu" and fn == "pow":

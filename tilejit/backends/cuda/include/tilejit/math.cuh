@@ -275,6 +275,13 @@ __device__ __forceinline__ void cvt_pair(bf16& lo, bf16& hi, float a, float b) {
 #endif
 }
 
+// The high half of the double-width product of two unsigned integers (8- and 16-bit: in unsigned int, since
+// their promotion to int could overflow).
+__device__ __forceinline__ u8 mulhi(u8 a, u8 b) { return (u8)(((unsigned int)a * (unsigned int)b) >> 8); }
+__device__ __forceinline__ u16 mulhi(u16 a, u16 b) { return (u16)(((unsigned int)a * (unsigned int)b) >> 16); }
+__device__ __forceinline__ u32 mulhi(u32 a, u32 b) { return __umulhi(a, b); }
+__device__ __forceinline__ u64 mulhi(u64 a, u64 b) { return __umul64hi(a, b); }
+
 // Shifts by >= the bit width give 0 (or -1 for an arithmetic right shift of a negative number).
 template <class T> __device__ __forceinline__ T lshift(T a, T b) {
   return (b < T(0) || (u64)b >= sizeof(T) * 8) ? T(0) : T(typename WrapT<T>::type(a) << b);
