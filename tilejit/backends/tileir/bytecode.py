@@ -251,7 +251,10 @@ class Writer:
         """Append ``ops``, each with its debug entry and then its result ids."""
         for op in ops:
             self.op_locs.append(self.location(op.loc))  # before the ops of its regions
-            self.op(op, buf)
+            if not self.op(op, buf):  # a version before its results (print_tko's token): make them here
+                for r in op.results:
+                    self.op_locs.append(self.location(op.loc))
+                    self.op(TOp("make_token", [r], [], {}, op.loc), buf)
             self.define(op.results)
 
     def region(self, block: TBlock, buf: bytearray) -> None:
@@ -281,18 +284,26 @@ class Writer:
             signed = bits - (1 << 64) if bits >> 63 else bits
             varint(signed << 1 if signed >= 0 else ~(signed << 1), buf)
 
-    def op(self, op: TOp, buf: bytearray) -> None:
-        """Append ``op`` following its layout in ``OPS``."""
+    def op(self, op: TOp, buf: bytearray) -> bool:
+        """Append ``op`` following its layout in ``OPS``; False when this version writes none of its results."""
         ids = self.ids
         spec = OPS[op.name]
         varint(spec.opcode, buf)
         operands = iter(op.operands)
         named = _named_operands(spec.layout, op)
+        results = True
         for item in spec.layout:
             item, _, since = item.partition("@")
             if since and self.version < tuple(int(x) for x in since.split(".")):
+                if item.startswith("o"):
+                    next(operands)  # an operand this version has not: passed over
                 continue
-            if item == "res":
+            if item.startswith("res*:"):  # results only from a version on: before it, a count of 0
+                results = self.version >= tuple(int(x) for x in item[5:].split("."))
+                item = "res*" if results else "res0"
+            if item == "res0":
+                varint(0, buf)
+            elif item == "res":
                 varint(self.type_id(op.results[0].type), buf)
             elif item == "res*":
                 varint(len(op.results), buf)
@@ -311,6 +322,8 @@ class Writer:
                 varint(int(bool(op.attrs.get(item[5:], False))), buf)
             elif item.startswith("i32s:"):
                 int_list(op.attrs[item[5:]], 4, buf)
+            elif item.startswith("str:"):
+                varint(self.string_id(op.attrs[item[4:]]), buf)
             elif item == "identities":
                 varint(len(op.attrs["identities"]), buf)
                 for value, elem in op.attrs["identities"]:
@@ -358,12 +371,14 @@ class Writer:
                     varint(_id(ids, value), buf)
             else:  # pragma: no cover - a typo in OPS
                 raise AssertionError(f"unknown layout item {item!r} of {op.name}")
+        return results
 
 
 def _named_operands(layout: tuple[str, ...], op: TOp) -> dict[str, object]:
     """The optional operands a layout names (``o?:<name>``) by name, for its ``flags`` item."""
     named: dict[str, object] = {}
-    consumers = [item for item in layout if item.split("@")[0] in ("o", "o*") or item.startswith("o?")]
+    consumers = [item.partition("@")[0] for item in layout
+                 if item.partition("@")[0] in ("o", "o*") or item.startswith("o?")]
     for item, value in zip(consumers, op.operands):
         if item.startswith("o?:"):
             named[item[3:]] = value
