@@ -142,6 +142,12 @@ def _order(lw: Lowering, op: O.AtomicOp | O.FenceOp) -> tuple[str, str]:
     return _SEMS[op.sem], _SCOPES[op.scope]
 
 
+def barrier(lw: Lowering) -> None:
+    """``__syncthreads();``, unless the statement just emitted ends with one (the threads have just met)."""
+    if not (lw.lines and lw.lines[-1].endswith("__syncthreads();")):
+        lw.line("__syncthreads();")
+
+
 def _releases(sem: str) -> bool:
     return sem in ("release", "acq_rel")
 
@@ -165,15 +171,15 @@ def op_AtomicOp(lw: Lowering, op: O.AtomicOp) -> None:
     if kind == "cas" and len(op.compare) != 1:
         raise CompileError("atomic cas needs exactly one tile of expected values")
     order = ", ".join(_order(lw, op))
-    res = op.results[0] if op.results else None
-    layout = lw.plan.layout_of(res if res is not None else op.value)
+    res = op.results[0] if op.results and op.results[0] in lw.plan.used else None  # old values no op reads: none
+    layout = lw.plan.layout_of(op.results[0] if op.results else op.value)
     setup, name = lw._element_indices(op.array, op.indices, layout)
     args = f"{name}.ptr + tj_off, " + (f"{lw.elem(op.compare[0], layout)}, " if kind == "cas" else "")
     args += lw.elem(op.value, layout)
     call = f"tj::atomic_{kind}<{order}>({args})"
     lname = lw.lname(layout)
-    if _releases(op.sem):
-        lw.line("__syncthreads();  // release: the block's earlier memory ops first")
+    if _releases(op.sem):  # the block's earlier memory ops first
+        barrier(lw)
     shared = False
     if res is None:
         lw.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
@@ -191,16 +197,18 @@ def op_AtomicOp(lw: Lowering, op: O.AtomicOp) -> None:
             copy = lw.define_tile(res, layout)
             lw.need_smem(layout.size * at.dtype.itemsize)
             lw.line(f"tj::remap<tj::IdentityMap>({copy}, {tname}, tj_smem);")
-    if _acquires(op.sem) and not shared:
-        lw.line("__syncthreads();  // acquire: before the block's later memory ops")
+    if _acquires(op.sem) and not shared:  # then the block's later memory ops
+        barrier(lw)
 
 
 def op_FenceOp(lw: Lowering, op: O.FenceOp) -> None:
     """A fence of every thread between two barriers: what any thread of the block did before it happens before
     what any thread does after it, as threads of the scope see them (PTX fence.acq_rel whatever the sem)."""
     _, scope = _order(lw, op)
-    lw.line(f"__syncthreads(); tj::fence<{scope}>(); __syncthreads();")
+    barrier(lw)
+    lw.line(f"tj::fence<{scope}>(); __syncthreads();")
 
 
 def op_BarrierOp(lw: Lowering, op: O.BarrierOp) -> None:
-    lw.line("__syncthreads();")
+    """``__syncthreads()``: Triton's ``debug_barrier``."""
+    barrier(lw)

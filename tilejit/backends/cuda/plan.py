@@ -243,6 +243,7 @@ class Plan:
         self._fixed = assign_mma_layouts(fn, mma_results)
         self._cache: dict[tuple[int, ...], Layout] = {}
         self.defs: dict[Value, Op] = {r: op for op in fn.body.walk() for r in op.results}
+        self.used: set[Value] = {v for op in fn.body.walk() for v in op.operands()}  # values some op reads
         self.pipelines: dict[int, Pipeline] = {}
         self.deferred: set[int] = set()
         for op in fn.body.walk():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from tilejit.backends.tileir.lower.core import I64, STORED, TOKEN, Lowerer, refusal, rule, unsupported
+from tilejit.backends.tileir.lower.core import I64, STORED, TOKEN, Lowerer, rule, unsupported
 from tilejit.backends.tileir.lower.occupancy import NO_TMA_ARCHS, choose_no_tma
 from tilejit.backends.tileir.module import (
     PartitionView,
@@ -481,9 +481,9 @@ def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
 @rule(O.FenceOp)
 def fence(lo: Lowerer, op: O.FenceOp) -> None:
     """Refused: Tile IR has no memory fence (its atomics carry the order)."""
-    raise refusal(op.loc, "tj.fence() has no Tile IR equivalent (Tile IR orders memory only through the sem and "
-                          "scope of its atomics: give the atomic that publishes or reads the data sem=\"release\" "
-                          "or sem=\"acquire\" instead)")
+    raise unsupported(op, "tj.fence(): Tile IR has no memory fence; it orders memory through the sem and scope of "
+                          "its atomics, so give the atomic that publishes the data sem=\"release\" and the one that "
+                          "reads it sem=\"acquire\"")
 
 
 @rule(O.BarrierOp)
