@@ -220,7 +220,7 @@ def test_the_ir_records_each_atomics_order_with_triton_defaults() -> None:
 # --------------------------------------------------------------------------------------------- CPU: CUDA backend
 
 
-@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("scope", SCOPES, ids=[f"scope={s}" for s in SCOPES])
 @pytest.mark.parametrize("sem", SEMS)
 def test_a_scalar_atomic_is_one_ordered_atom_with_the_blocks_barriers(sem: str, scope: str) -> None:
     """One thread does a scalar atomic: a release first waits for the block at a barrier (every thread's earlier
@@ -263,7 +263,7 @@ def test_a_float_max_loops_on_an_ordered_cas() -> None:
 
 
 @CUDA_PATHS
-@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("scope", SCOPES, ids=[f"scope={s}" for s in SCOPES])
 def test_a_fence_is_fence_acq_rel_between_two_barriers(scope: str) -> None:
     for sem in ("acquire", "release", "acq_rel"):
         text = ptx(compile_(fence_only, (tj.int32[:],), {"SEM": sem, "SCOPE": scope}))
@@ -333,7 +333,7 @@ def tileir_text(fn: Any, sig: Any, constants: dict[str, Any]) -> str:
     return module_text(compile_(fn, sig, constants).ir(), "sm_90")
 
 
-@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("scope", SCOPES, ids=[f"scope={s}" for s in SCOPES])
 @pytest.mark.parametrize("sem", SEMS)
 def test_tileir_atomics_carry_the_order_and_scope(sem: str, scope: str) -> None:
     rmw = tileir_text(add_tile, (tj.int32[:],), {"SEM": sem, "SCOPE": scope})
@@ -472,7 +472,7 @@ def test_the_last_block_sums_what_every_block_published(sem: str, tj_backend: st
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("scope", SCOPES, ids=[f"scope={s}" for s in SCOPES])
 @pytest.mark.parametrize("sem", SEMS)
 def test_every_sem_and_scope_counts_exactly(sem: str, scope: str) -> None:
     blocks = 333

@@ -53,7 +53,9 @@ def op_PrintOp(lw: Lowering, op: O.PrintOp) -> None:
     args = ["(int)blockIdx.x", "(int)blockIdx.y", "(int)blockIdx.z", "tj_tid"]
     layout = lw.plan.layout_of(tiles[0]) if tiles else None
     if tiles:
-        shape = tiles[0].type.shape  # type: ignore[attr-defined]
+        t0 = tiles[0].type
+        assert isinstance(t0, TileType)
+        shape = t0.shape
         fmt += "idx (" + ", ".join(["%d"] * len(shape)) + ") "
         for d, size in enumerate(shape):
             shift = sum(log2(s) for s in shape[d + 1:])

@@ -251,11 +251,19 @@ class Writer:
         """Append ``ops``, each with its debug entry and then its result ids."""
         for op in ops:
             self.op_locs.append(self.location(op.loc))  # before the ops of its regions
-            if not self.op(op, buf):  # a version before its results (print_tko's token): make them here
-                for r in op.results:
-                    self.op_locs.append(self.location(op.loc))
-                    self.op(TOp("make_token", [r], [], {}, op.loc), buf)
+            self.op(op, buf)
+            for r in op.results[len(op.results) - self.made_after(op):]:  # results this version's op lacks
+                self.op_locs.append(self.location(op.loc))
+                self.op(TOp("make_token", [r], [], {}, op.loc), buf)
             self.define(op.results)
+
+    def made_after(self, op: TOp) -> int:
+        """How many of ``op``'s results (tokens) this version's op has not, which ``make_token`` ops after it
+        define: all of them when its layout's ``res*:<version>`` is newer than this version."""
+        for item in OPS[op.name].layout:
+            if item.startswith("res*:") and self.version < _version(item[5:]):
+                return len(op.results)
+        return 0
 
     def region(self, block: TBlock, buf: bytearray) -> None:
         """One block: its argument types, op count and ops; its values' ids end with it."""
@@ -263,7 +271,7 @@ class Writer:
         varint(len(block.args), buf)
         for a in block.args:
             varint(self.type_id(a.type), buf)
-        varint(len(block.ops), buf)
+        varint(sum(1 + self.made_after(op) for op in block.ops), buf)
         saved = self.next_id
         self.define(block.args)
         self.ops(block.ops, buf)
@@ -284,23 +292,21 @@ class Writer:
             signed = bits - (1 << 64) if bits >> 63 else bits
             varint(signed << 1 if signed >= 0 else ~(signed << 1), buf)
 
-    def op(self, op: TOp, buf: bytearray) -> bool:
-        """Append ``op`` following its layout in ``OPS``; False when this version writes none of its results."""
+    def op(self, op: TOp, buf: bytearray) -> None:
+        """Append ``op`` following its layout in ``OPS``."""
         ids = self.ids
         spec = OPS[op.name]
         varint(spec.opcode, buf)
         operands = iter(op.operands)
         named = _named_operands(spec.layout, op)
-        results = True
         for item in spec.layout:
             item, _, since = item.partition("@")
-            if since and self.version < tuple(int(x) for x in since.split(".")):
+            if since and self.version < _version(since):
                 if item.startswith("o"):
                     next(operands)  # an operand this version has not: passed over
                 continue
             if item.startswith("res*:"):  # results only from a version on: before it, a count of 0
-                results = self.version >= tuple(int(x) for x in item[5:].split("."))
-                item = "res*" if results else "res0"
+                item = "res*" if self.version >= _version(item[5:]) else "res0"
             if item == "res0":
                 varint(0, buf)
             elif item == "res":
@@ -371,7 +377,11 @@ class Writer:
                     varint(_id(ids, value), buf)
             else:  # pragma: no cover - a typo in OPS
                 raise AssertionError(f"unknown layout item {item!r} of {op.name}")
-        return results
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``"13.2"`` -> ``(13, 2)``."""
+    return tuple(int(x) for x in text.split("."))
 
 
 def _named_operands(layout: tuple[str, ...], op: TOp) -> dict[str, object]:

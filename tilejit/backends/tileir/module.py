@@ -195,7 +195,6 @@ OPS: dict[str, OpSpec] = {
     "exp": OpSpec(23, ("res", "enum:rounding@13.3", "o")),
     "exp2": OpSpec(24, ("res", "ftz", "o")),
     "exti": OpSpec(37, ("res", "enum:signedness", "o")),
-    "extract": OpSpec(38, ("res*", "o*")),
     "floor": OpSpec(39, ("res", "o")),
     "for": OpSpec(41, ("res*", "int:unsigned_cmp@13.2", "o*", "regions")),
     "fpowf": OpSpec(84, ("res", "o", "o")),

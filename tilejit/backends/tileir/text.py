@@ -484,12 +484,6 @@ def string_text(s: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _extract(p: Printer, op: TOp) -> str:
-    """``extract %t[%i, %j] : tile<4x8xf32> -> tile<1x1xf32>``."""
-    source, *index = _vs(p, op, 0)
-    return f"extract {p.name(source)}[{p.names_of(index)}] : {type_text(source.type)} -> {_t(op)}"
-
-
 def _print(p: Printer, op: TOp) -> str:
     """``print_tko "format", %a, %b token=%t : tile<4xf32>, tile<i32> -> token``."""
     args = _vs(p, op, 0)
@@ -578,7 +572,6 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "ptr_to_int": _convert,
     "ptr_to_ptr": _convert,
     "print_tko": _print,
-    "extract": _extract,
 }
 
 

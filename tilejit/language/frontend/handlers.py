@@ -917,7 +917,8 @@ def _format_field(tr: Translator, v: ast.FormattedValue, val: object) -> str:
     except (ValueError, TypeError) as exc:
         raise FrontendError(f"cannot format {describe(val)}" + (f" with {spec!r}" if spec else "")
                             + f": {exc}", v) from None
-    return tr.budget.check(text, "the f-string")
+    tr.budget.check(text, "the f-string")
+    return text
 
 
 def _print_fstring(tr: Translator, node: ast.JoinedStr) -> object:
@@ -933,11 +934,11 @@ def _print_fstring(tr: Translator, node: ast.JoinedStr) -> object:
         if is_const(val):
             parts.append(_format_field(tr, v, val))
         elif not isinstance(val, Tile):
-            raise FrontendError(f"print() cannot print {describe(val)}", v)
+            raise FrontendError(f"print() cannot print {describe(val)}", v.value)
         elif v.format_spec is not None or v.conversion != -1:
             raise FrontendError(
                 "print() writes a run-time value of an f-string in its one device format: write f'{x}' (not "
-                "f'{x:.3f}' or f'{x!r}'); format specs and conversions work on compile-time values", v)
+                "f'{x:.3f}' or f'{x!r}'); format specs and conversions work on compile-time values", v.value)
         else:
             parts.append(val)
     if all(isinstance(p, str) for p in parts):

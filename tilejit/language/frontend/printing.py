@@ -94,6 +94,7 @@ def device_print(tr: Translator, items: list[object], sep: object, end: object) 
         line.text(sep if k else "")
         _item(tr, line, v)
     line.text(end)
+    tr.budget.check("".join(line.texts), "the printed text")
     if len(line.values) > MAX_VALUES:
         raise FrontendError(f"print() of {len(line.values)} run-time values: at most {MAX_VALUES} per print "
                             "(split it into several prints)")
