@@ -496,3 +496,22 @@ def test_a_barrier_orders_a_store_before_a_load_of_other_threads(rng: np.random.
     out = dev(np.full((m, n), np.nan, np.float32))
     tj.kernel(barrier_between)[-(-m // 64)](dev(x), out, BM=64, BN=n)
     np.testing.assert_array_equal(out.numpy(), x * 2 + 1)
+
+
+def mm_k_loop(a, b, c, BK: tj.Constant[int], SYNC: tj.Constant[bool]):
+    acc = tj.zeros((64, 64), tj.float32)
+    for k in range(tj.cdiv(a.shape[1], BK)):
+        acc = tj.mma(tj.load(a, index=(0, k), shape=(64, BK)), tj.load(b, index=(k, 0), shape=(BK, 64)), acc)
+        if SYNC:
+            tj.barrier()
+    tj.store(c, index=(0, 0), tile=acc)
+
+
+@CUDA_PATHS
+def test_a_k_loop_that_synchronizes_keeps_its_loads_in_program_order() -> None:
+    """The CUDA backend streams an mma K loop's loads ahead through cp.async stages, unless the loop has an atomic,
+    fence or barrier: then a load could move across it."""
+    sig = (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1])
+    plain = compile_(mm_k_loop, sig, {"BK": 32, "SYNC": False}, "sm_80").cuda_source()
+    synced = compile_(mm_k_loop, sig, {"BK": 32, "SYNC": True}, "sm_80").cuda_source()
+    assert "cp_async" in plain and "cp_async" not in synced and "__syncthreads();" in synced
