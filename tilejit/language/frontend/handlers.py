@@ -891,18 +891,43 @@ def _tuple(tr: Translator, node: ast.Tuple | ast.List) -> object:
 
 @expr(ast.JoinedStr)
 def _fstring(tr: Translator, node: ast.JoinedStr) -> object:
-    parts: list[str] = []
+    parts = _fstring_parts(tr, node, printing=False)
+    return tr.budget.check("".join(p for p in parts if isinstance(p, str)), "the f-string")
+
+
+def _print_fstring(tr: Translator, node: ast.JoinedStr) -> object:
+    """An f-string argument of ``print()``: a string, or its parts when it has run-time values (``FString``)."""
+    parts = _fstring_parts(tr, node, printing=True)
+    if all(isinstance(p, str) for p in parts):
+        return tr.budget.check("".join(p for p in parts if isinstance(p, str)), "the f-string")
+    return FString(tuple(parts))
+
+
+def _fstring_parts(tr: Translator, node: ast.JoinedStr, printing: bool) -> list[str | Tile]:
+    """An f-string's parts in order: its text, and each field formatted as Python does when it is a compile-time
+    value; a run-time value (tiles and scalars, in a print's argument only: ``printing``) is kept as it is, for
+    the device to write."""
+    parts: list[str | Tile] = []
     for v in node.values:
         if isinstance(v, ast.Constant):
             parts.append(str(v.value))
             continue
         assert isinstance(v, ast.FormattedValue)
         val = tr.expr(v.value)
-        if not is_const(val):
+        if is_const(val):
+            parts.append(_format_field(tr, v, val))
+        elif not printing:
             raise FrontendError("f-strings can only format compile-time values (print() also takes run-time ones, "
                                 "as f'x = {x}')", v)
-        parts.append(_format_field(tr, v, val))
-    return tr.budget.check("".join(parts), "the f-string")
+        elif not isinstance(val, Tile):
+            raise FrontendError(f"print() cannot print {describe(val)}", v.value)
+        elif v.format_spec is not None or v.conversion != -1:
+            raise FrontendError(
+                "print() writes a run-time value of an f-string in its one device format: write f'{x}' (not "
+                "f'{x:.3f}' or f'{x!r}'); format specs and conversions work on compile-time values", v.value)
+        else:
+            parts.append(val)
+    return parts
 
 
 def _format_field(tr: Translator, v: ast.FormattedValue, val: object) -> str:
@@ -919,31 +944,6 @@ def _format_field(tr: Translator, v: ast.FormattedValue, val: object) -> str:
                             + f": {exc}", v) from None
     tr.budget.check(text, "the f-string")
     return text
-
-
-def _print_fstring(tr: Translator, node: ast.JoinedStr) -> object:
-    """An f-string argument of ``print()``: compile-time fields formatted as Python does, run-time ones (tiles
-    and scalars, written as the device prints them) kept in order; a plain string when it has none."""
-    parts: list[str | Tile] = []
-    for v in node.values:
-        if isinstance(v, ast.Constant):
-            parts.append(str(v.value))
-            continue
-        assert isinstance(v, ast.FormattedValue)
-        val = tr.expr(v.value)
-        if is_const(val):
-            parts.append(_format_field(tr, v, val))
-        elif not isinstance(val, Tile):
-            raise FrontendError(f"print() cannot print {describe(val)}", v.value)
-        elif v.format_spec is not None or v.conversion != -1:
-            raise FrontendError(
-                "print() writes a run-time value of an f-string in its one device format: write f'{x}' (not "
-                "f'{x:.3f}' or f'{x!r}'); format specs and conversions work on compile-time values", v.value)
-        else:
-            parts.append(val)
-    if all(isinstance(p, str) for p in parts):
-        return tr.budget.check("".join(parts), "the f-string")  # type: ignore[arg-type]
-    return FString(tuple(parts))
 
 
 @expr(ast.Attribute)
