@@ -311,13 +311,16 @@ def test_every_order_and_type_compiles_with_each_cuda_major(major: int) -> None:
 
 @CUDA_PATHS
 def test_before_sm_70_atomics_run_between_membar_fences_and_sys_scope_is_refused() -> None:
-    """sm_6x PTX has no .sem on atom: a release is a membar then the atom, an acquire the atom then a membar."""
+    """Before sm_70 PTX has no .sem on atom: a release is a membar then the atom, an acquire the atom then a
+    membar (a float64 add before sm_60 is a CAS loop)."""
     ops = sync_ops(ptx(compile_(xchg_scalar, (tj.int32[:],), {"SEM": "acq_rel", "SCOPE": "gpu"}, "sm_60"), 12))
     assert ops == ["bar.sync", "membar.gl", "atom.global.exch.b32", "membar.gl", "bar.sync"]
     ops = sync_ops(ptx(compile_(add_tile, (tj.float16[:],), {"SEM": "release", "SCOPE": "cta"}, "sm_60"), 12))
     assert ops[:2] == ["bar.sync", "membar.cta"] and "atom.global.cas.b32" in ops  # a CAS loop on the 32-bit word
     assert sync_ops(ptx(compile_(fence_only, (tj.int32[:],), {"SEM": "acq_rel", "SCOPE": "cta"}, "sm_60"), 12)) == [
         "bar.sync", "membar.cta", "bar.sync"]
+    ops = sync_ops(ptx(compile_(add_tile, (tj.float64[:],), {"SEM": "acquire", "SCOPE": "gpu"}, "sm_52"), 12))
+    assert "atom.global.cas.b64" in ops and "membar.gl" in ops and ops[-1] == "bar.sync"  # no f64 add before sm_60
     with pytest.raises(TileCompileError) as info:
         compile_(xchg_scalar, (tj.int32[:],), {"SEM": "release", "SCOPE": "sys"}, "sm_60").cuda_source()
     assert info.value.line == where("tj.atomic_xchg(lock, 0, 1, sem=SEM, scope=SCOPE)")[0]
