@@ -164,9 +164,9 @@ class BarrierOp(Op):
 @dataclass(eq=False, kw_only=True)
 class PrintOp(Op):
     """Print ``texts[0] value[0] texts[1] ... value[-1] texts[-1]`` from the device (``len(texts)`` is
-    ``len(values) + 1``; ``texts[-1]`` ends the line). ``values`` are scalars or tiles of one shape: a print of
-    tiles prints each element (the CUDA backend a line per element, Tile IR whole tiles), with scalars repeated;
-    how numbers are written and what says which block prints is the backend's (README, "Device print")."""
+    ``len(values) + 1``; ``texts[-1]`` ends the line). ``values`` are scalars or tiles of one shape; every element
+    of the tiles is printed. How the lines name the block and the element, and how numbers are written, is the
+    backends' (README, "Device print")."""
 
     NAME: ClassVar[str] = "print"
     has_side_effects: ClassVar[bool] = True
