@@ -484,18 +484,14 @@ def test_print_arguments_are_evaluated() -> None:
     assert (err.line, err.col) == where("no_such_name_in_print)")
 
 
-def test_print_warns_once_per_call_site() -> None:
-    line = where('print("value", t, sep=": ")')[0]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        translate(k_print_tile, {"x": F32_1, "out": F32_1}, {})
-        translate(k_print_tile, {"x": F32_1, "out": F32_1}, {})
-    mine = [w for w in caught if "print()" in str(w.message)]
-    assert len(mine) == 1, [str(w.message) for w in caught]
-    w = mine[0]
-    assert (w.filename, w.lineno, w.category) == (__file__, line, UserWarning)
-    assert str(w.message) == ("print() in tile code prints nothing: printing from the GPU is not supported yet "
-                              "(the arguments are still evaluated, so errors in them are reported)")
+def test_print_becomes_a_device_print_of_its_run_time_values() -> None:
+    """print() in tile code is no longer dropped with a warning: it is a print op of the tile, the text around it
+    joined by sep (tests/test_device_print.py covers the rest)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fn = translate(k_print_tile, {"x": F32_1, "out": F32_1}, {})
+    (op,) = [op for op in fn.body.walk() if op.NAME == "print"]
+    assert op.texts == ("value: ", "\n") and op.values[0].type.shape == (16,)
 
 
 # ------------------------------------------------------------------------------ source edited after import

@@ -326,9 +326,10 @@ def test_bool_arrays_are_bytes_and_bool_scalars_read_as_nonzero() -> None:
     ("atomic_add_uint64", "add"), ("atomic_max_int32", "max"), ("atomic_max_uint32", "umax"),
     ("atomic_min_int64", "min"), ("atomic_min_uint64", "umin"), ("atomic_xchg_float64", "xchg"),
 ])
-def test_atomic_modes_are_relaxed_at_device_scope_and_read_0_out_of_range(name: str, mode: str) -> None:
+def test_atomic_modes_are_acq_rel_at_device_scope_and_read_0_out_of_range(name: str, mode: str) -> None:
+    """tj.atomic_*'s default order: sem="acq_rel", scope="gpu" (Triton's and cuTile's); test_sync.py checks others."""
     text = text_of(name)
-    m = re.search(rf"(%\w+), (%\w+) = atomic_rmw_tko relaxed device %\w+, {mode}, %\w+, (%\w+) token=%\w+ :", text)
+    m = re.search(rf"(%\w+), (%\w+) = atomic_rmw_tko acq_rel device %\w+, {mode}, %\w+, (%\w+) token=%\w+ :", text)
     assert m, text
     old, _, mask = m.groups()
     assert re.search(rf"= select {mask}, {old}, %\w+ :", text)
@@ -336,7 +337,7 @@ def test_atomic_modes_are_relaxed_at_device_scope_and_read_0_out_of_range(name: 
 
 def test_atomic_cas_is_masked_and_reads_0_out_of_range() -> None:
     text = text_of("atomic_cas_float64")
-    m = re.search(r"(%\w+), %\w+ = atomic_cas_tko relaxed device %\w+, %\w+, %\w+, (%\w+) token=%\w+ : "
+    m = re.search(r"(%\w+), %\w+ = atomic_cas_tko acq_rel device %\w+, %\w+, %\w+, (%\w+) token=%\w+ : "
                   r"tile<128xptr<f64>>, tile<128xf64>, tile<128xi1> -> tile<128xf64>, token", text)
     assert m, text
     assert re.search(rf"= select {m.group(2)}, {m.group(1)}, %\w+ :", text)
@@ -346,7 +347,7 @@ def test_an_atomic_is_a_store_for_ordering_and_the_gather_after_it_waits() -> No
     """The atomic waits for the index load; the gather of the same array waits for the atomic's token."""
     text = text_of("add_then_gather")
     load_tok = re.search(r"%\w+, (%\w+) = load_view_tko", text).group(1)  # type: ignore[union-attr]
-    m = re.search(r"%\w+, (%\w+) = atomic_rmw_tko relaxed device .* token=(%\w+) :", text)
+    m = re.search(r"%\w+, (%\w+) = atomic_rmw_tko acq_rel device .* token=(%\w+) :", text)
     assert m and m.group(2) == load_tok
     assert re.search(rf"= load_ptr_tko weak %\w+, %\w+, %\w+ token={m.group(1)} :", text)
 
@@ -390,7 +391,7 @@ def test_float_atomic_max_min_is_a_cas_loop_on_the_bits(name: str, bits: int, be
     loop = re.search(rf"(%\w+):2 = loop iter_values\(%cur = {read.group(1)}, %pending = {mask}, %cas_token = "
                      rf"{read.group(2)}\) : tile<128x{i}>, tile<128xi1>, token -> tile<128x{i}>, token", text)
     assert loop, text
-    cas = re.search(rf"(%\w+), (%\w+) = atomic_cas_tko relaxed device {ptrs.group(1)}, %cur, (%\w+), %pending "
+    cas = re.search(rf"(%\w+), (%\w+) = atomic_cas_tko acq_rel device {ptrs.group(1)}, %cur, (%\w+), %pending "
                     r"token=%cas_token :", text)
     assert cas, text
     seen, tok = cas.group(1), cas.group(2)
@@ -772,7 +773,7 @@ def test_an_atomic_without_a_result_lowers(name: str) -> None:
     (atomic,) = [op for op in ir.body.ops if isinstance(op, O.AtomicOp)]
     atomic.results = []
     text = print_module(lower_function(ir))
-    assert re.search(r"atomic_(rmw|cas)_tko relaxed device", text), text
+    assert re.search(r"atomic_(rmw|cas)_tko acq_rel device", text), text
 
 
 def test_a_16_bit_float_atomic_max_is_a_located_refusal() -> None:

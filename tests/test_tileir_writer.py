@@ -266,8 +266,9 @@ def test_in_place_kernel_orders_its_memory_ops_with_tokens() -> None:
 
 
 def normalized(text: str) -> list[str]:
-    """The entry's lines with value names replaced by numbers in order of definition, spaces collapsed; a
-    region's names are its own (sibling regions may reuse names, as both printers do, for different values)."""
+    """The entry's lines with value names replaced by numbers in order of definition (not inside string literals:
+    a print's format has its own %d), spaces collapsed; a region's names are its own (sibling regions may reuse
+    names, as both printers do, for different values)."""
     body = [re.sub(r"\s+", " ", ln.strip()) for ln in text.splitlines() if ln.strip()]
     if body[0].startswith("cuda_tile.module"):  # our wrapper; tileirdisasm prints the entry alone
         body = body[1:-1]
@@ -284,7 +285,7 @@ def normalized(text: str) -> list[str]:
             scopes[-1][m.group(0)] = f"%v{count}"
             return f"%v{count}"
 
-        return re.sub(r"%[\w.$-]+", one, part)
+        return re.sub(r'"(?:[^"\\]|\\.)*"|%[\w.$-]+', lambda m: m.group(0) if m.group(0)[0] == '"' else one(m), part)
 
     out = []
     for ln in body:
@@ -437,8 +438,9 @@ def test_every_op_in_the_encoding_table_is_printed_and_exercised_by_the_test_ker
     used = set().union(*(names(lower_function(ir_of(k)).functions[0].body) for k in KERNELS))
     used |= set().union(*(names(lower_function(memory_ir(k)).functions[0].body) for k in MEMORY_KERNELS))
     assert set(OP_TEXT) == set(OPS)
-    # assume: tests/test_tileir_mma.py; ptr_to_int (versioned read-only loops): tests/test_tileir_loop_versions.py
-    assert used | OPS_TESTED_HERE | {"assume", "ptr_to_int"} == set(OPS)
+    # assume: tests/test_tileir_mma.py; ptr_to_int (versioned read-only loops): tests/test_tileir_loop_versions.py;
+    # print_tko: tests/test_device_print.py
+    assert used | OPS_TESTED_HERE | {"assume", "ptr_to_int", "print_tko"} == set(OPS)
 
 
 @pytest.mark.parametrize("version", [VERSIONS[0], VERSIONS[-1]])

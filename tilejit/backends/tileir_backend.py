@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 
 #: The writer's output format: part of the cache identity; raise it when the writer's bytecode for the same
 #: kernel changes (importing the writer to ask it would cost a warm launch its ``dataclasses``).
-WRITER_FORMAT = "5"  # 2: the launch facts of the hints as assume ops (TMA); 3: the occupancy entry hint;
+WRITER_FORMAT = "6"  # 2: the launch facts of the hints as assume ops (TMA); 3: the occupancy entry hint;
 #                      4: int32 unit-step loop counters, 8 worker warps for wide matmul accumulators;
-#                      5: 8 worker warps for long rows, view accesses without TMA for float32 rows of 4K-8K
+#                      5: 8 worker warps for long rows, view accesses without TMA for float32 rows of 4K-8K;
+#                      6: atomics' memory order (acq_rel by default, was relaxed), device print
 #: The format of the toolchain probe's memo in the disk cache (``find_toolchain``); raise it when what an entry
 #: holds, or how the probe reads the programs' answers, changes.
 PROBE_MEMO = "tilejit.tileiras-probe.1"

@@ -66,9 +66,26 @@ Semantics follow numpy unless noted:
   integer scalar (an ``int`` parameter or constant, taken as uint64 as Triton does: a negative int32 seed
   sign-extends), offsets an integer tile or scalar of 32 or 64 bits. ``randn`` is Triton's Box-Muller (its cosine
   branch) with CUDA's ``log``/``sqrt``/``cos``, so it matches a float32 numpy Box-Muller to a few ulp, not bits.
-- ``print(...)`` in tile code prints nothing (there is no device printing yet): its arguments are
-  still evaluated, so mistakes in them are errors, and a ``UserWarning`` at the call's file:line says
-  so, once per call site.
+- Memory order: ``atomic_*`` take ``sem`` ("relaxed", "acquire", "release" or "acq_rel"; default "acq_rel", as
+  in Triton and cuTile) and ``scope`` ("cta": the block, "gpu": the device, "sys": the device, the host and peer
+  GPUs; default "gpu"). They order the memory ops of the whole block, not of one thread: with a release
+  ("release", "acq_rel") every memory op of the block before the atomic happens before its updates (so a lock
+  released with ``atomic_xchg(lock, 0, 0)`` publishes what the block stored before), with an acquire ("acquire",
+  "acq_rel") its updates happen before every later memory op of the block. "relaxed" orders nothing else (the
+  fastest: counters, histograms). The elements of one tile atomic are separate updates in no set order.
+  ``fence(sem, scope)`` orders the block's memory ops before it before those after it (the CUDA backend only:
+  Tile IR has no fence, only ordered atomics); ``barrier()`` makes the block's memory ops before it visible to
+  its memory ops after it (the CUDA backend's ``__syncthreads``; Tile IR orders its memory ops with tokens).
+- Device print: ``print(...)`` (Python's: ``sep=`` and ``end=`` too) and ``tj.print(prefix, *values)`` print
+  from the device when the kernel runs. Compile-time values (strings, numbers, tuples) are written as Python's
+  ``str``; run-time values (tiles, scalars, also in tuples and in f-strings without a format spec) by the
+  backend: integers in decimal, bools as 1 and 0, floats with ``%.Ng`` and enough digits to read back
+  (float32: 9). Tiles are broadcast to one shape. The CUDA backend writes a line per element, by the thread
+  holding it: ``pid (x, y, z) tid T idx (i, j) <text>`` (the block, the thread, the element's index), and a
+  print of scalars only is one line by thread 0, ``pid (x, y, z) tid 0 <text>``; Tile IR writes one line per
+  print, ``pid (x, y, z) <text>``, each tile as a nested list in row order (``[[1, 2], [3, 4]]``). Lines of
+  different blocks and threads come in any order. At most 16 run-time values and 4096 elements per print; the
+  driver's printf buffer (1 MiB by default) drops lines past it.
 """
 
 from __future__ import annotations
@@ -208,30 +225,50 @@ def scatter(array: Array, indices: Any, tile: Tile) -> None:
     _outside("scatter")
 
 
-def atomic_add(array: Array, indices: Any, value: Any) -> Tile:
-    """Atomically add ``value`` at ``indices`` (as ``scatter``); returns the old values."""
+def atomic_add(array: Array, indices: Any, value: Any, sem: str = "acq_rel", scope: str = "gpu") -> Tile:
+    """Atomically add ``value`` at ``indices`` (as ``scatter``); returns the old values. ``sem`` and ``scope``: the
+    memory order (module doc, "Memory order")."""
     _outside("atomic_add")
 
 
-def atomic_max(array: Array, indices: Any, value: Any) -> Tile:
+def atomic_max(array: Array, indices: Any, value: Any, sem: str = "acq_rel", scope: str = "gpu") -> Tile:
     """Atomically store the maximum of the old value and ``value``; returns the old values."""
     _outside("atomic_max")
 
 
-def atomic_min(array: Array, indices: Any, value: Any) -> Tile:
+def atomic_min(array: Array, indices: Any, value: Any, sem: str = "acq_rel", scope: str = "gpu") -> Tile:
     """Atomically store the minimum of the old value and ``value``; returns the old values."""
     _outside("atomic_min")
 
 
-def atomic_xchg(array: Array, indices: Any, value: Any) -> Tile:
+def atomic_xchg(array: Array, indices: Any, value: Any, sem: str = "acq_rel", scope: str = "gpu") -> Tile:
     """Atomically replace the values at ``indices`` with ``value``; returns the old values."""
     _outside("atomic_xchg")
 
 
-def atomic_cas(array: Array, indices: Any, expected: Any, desired: Any) -> Tile:
+def atomic_cas(array: Array, indices: Any, expected: Any, desired: Any, sem: str = "acq_rel",
+               scope: str = "gpu") -> Tile:
     """Atomic compare-and-swap: where the old value equals ``expected`` store ``desired``; returns
     the old values."""
     _outside("atomic_cas")
+
+
+def fence(sem: str = "acq_rel", scope: str = "gpu") -> None:
+    """A memory fence for the whole block: its memory ops before the fence happen before those after it, as
+    threads of ``scope`` see them (``sem``: "acquire", "release" or "acq_rel"). CUDA backend only."""
+    _outside("fence")
+
+
+def barrier() -> None:
+    """Wait for every thread of the block: the block's memory ops before the barrier are visible to its memory
+    ops after it (Triton's ``debug_barrier``)."""
+    _outside("barrier")
+
+
+def print(prefix: str, *values: Any, sep: str = " ", end: str = "\n") -> None:
+    """Print from the device, as ``print(prefix, *values, sep=sep, end=end)`` (module doc, "Device print");
+    ``prefix`` is a compile-time string (Triton's ``device_print``)."""
+    _outside("print")
 
 
 # ------------------------------------------------------------------------------- creation
@@ -479,6 +516,7 @@ _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, floa
 __all__ = [
     "Constant", "TileFunction", "function", "static_range", "cdiv", "bid", "num_blocks", "num_tiles",
     "load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
+    "fence", "barrier", "print",
     "full", "zeros", "ones", "arange", "where", "astype", "reshape", "transpose", "expand_dims", "broadcast_to",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",
     "maximum", "minimum", "pow", "erf", "sigmoid",

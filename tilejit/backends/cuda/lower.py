@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable, Mapping
 
 from tilejit.backends.cuda import memory_lower as mem
+from tilejit.backends.cuda import print_lower, tables
 from tilejit.backends.cuda import reduce_lower as red
-from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.layouts import Layout, log2
 from tilejit.backends.cuda.plan import Plan
 from tilejit.backends.cuda.values import CV, USER_PREFIX, c_ident
@@ -368,6 +368,9 @@ class Lowering:
     op_GatherOp = mem.op_GatherOp
     op_ScatterOp = mem.op_ScatterOp
     op_AtomicOp = mem.op_AtomicOp
+    op_FenceOp = mem.op_FenceOp
+    op_BarrierOp = mem.op_BarrierOp
+    op_PrintOp = print_lower.op_PrintOp
     _acc_copy = red._acc_copy
     _finish = red._finish
     _reduce = red._reduce

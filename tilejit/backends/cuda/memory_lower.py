@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.layouts import Layout
+from tilejit.backends.cuda.plan import located
 from tilejit.errors import CompileError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Value
@@ -126,7 +127,39 @@ _ATOMIC_OK = {
 }
 
 
+#: The header's template arguments for a memory order and scope (memory.cuh, "atomics").
+_SEMS = {"relaxed": "tj::RELAXED", "acquire": "tj::ACQUIRE", "release": "tj::RELEASE", "acq_rel": "tj::ACQ_REL"}
+_SCOPES = {"cta": "tj::CTA", "gpu": "tj::GPU", "sys": "tj::SYS"}
+
+
+def _order(lw: Lowering, op: O.AtomicOp | O.FenceOp) -> tuple[str, str]:
+    """``("tj::ACQ_REL", "tj::GPU")``: the header's arguments for ``op``'s order; sys scope needs sm_70's ``.sys``."""
+    if op.sem not in _SEMS or op.scope not in _SCOPES:
+        raise CompileError(f"unknown memory order {op.sem!r} or scope {op.scope!r}")
+    if op.scope == "sys" and lw.plan.arch < 70:
+        raise located(op.loc, f'scope="sys" needs sm_70 or newer (PTX atom and fence take .sys from sm_70 on); '
+                              f'this kernel is compiled for sm_{lw.plan.arch}')
+    return _SEMS[op.sem], _SCOPES[op.scope]
+
+
+def barrier(lw: Lowering) -> None:
+    """``__syncthreads();``, unless the statement just emitted ends with one (the threads have just met)."""
+    if not (lw.lines and lw.lines[-1].endswith("__syncthreads();")):
+        lw.line("__syncthreads();")
+
+
+def _releases(sem: str) -> bool:
+    return sem in ("release", "acq_rel")
+
+
+def _acquires(sem: str) -> bool:
+    return sem in ("acquire", "acq_rel")
+
+
 def op_AtomicOp(lw: Lowering, op: O.AtomicOp) -> None:
+    """Each owned element's atomic, by the thread owning it, with the op's order; the order is the block's:
+    a release waits at a barrier first (every thread's earlier memory ops happen before it), an acquire at a
+    barrier after (before every thread's later ones), as PTX orders a release or acquire by one thread only."""
     _, at = lw._array(op.array)
     kind = op.kind
     allowed = _ATOMIC_OK.get({"min": "max", "cas": "xchg"}.get(kind, kind))
@@ -137,24 +170,45 @@ def op_AtomicOp(lw: Lowering, op: O.AtomicOp) -> None:
     lw._as_array_dtype(op.value, at.dtype)
     if kind == "cas" and len(op.compare) != 1:
         raise CompileError("atomic cas needs exactly one tile of expected values")
-    res = op.results[0] if op.results else None
-    layout = lw.plan.layout_of(res if res is not None else op.value)
+    order = ", ".join(_order(lw, op))
+    res = op.results[0] if op.results and op.results[0] in lw.plan.used else None  # old values no op reads: none
+    layout = lw.plan.layout_of(op.results[0] if op.results else op.value)
     setup, name = lw._element_indices(op.array, op.indices, layout)
     args = f"{name}.ptr + tj_off, " + (f"{lw.elem(op.compare[0], layout)}, " if kind == "cas" else "")
     args += lw.elem(op.value, layout)
+    call = f"tj::atomic_{kind}<{order}>({args})"
     lname = lw.lname(layout)
-    zero = tables.literal(0, at.dtype)
+    if _releases(op.sem):  # the block's earlier memory ops first
+        barrier(lw)
+    shared = False
     if res is None:
         lw.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
-        lw.line(f"  {setup} if (tj_ok) tj::atomic_{kind}({args});")
+        lw.line(f"  {setup} if (tj_ok) {call};")
         lw.line("}")
-        return
-    tname = lw.define_tile(res, layout)
-    lw.line(f"TJ_EACH(i, {lname}) {tname}.v[i] = {zero};")
-    lw.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
-    lw.line(f"  {setup} if (tj_ok) {tname}.v[i] = tj::atomic_{kind}({args});")
-    lw.line("}")
-    if any(b < 0 for b in layout.tbits):  # replicas learn the owner's old values
-        shared = lw.define_tile(res, layout)
-        lw.need_smem(layout.size * at.dtype.itemsize)
-        lw.line(f"tj::remap<tj::IdentityMap>({shared}, {tname}, tj_smem);")
+    else:
+        zero = tables.literal(0, at.dtype)
+        tname = lw.define_tile(res, layout)
+        lw.line(f"TJ_EACH(i, {lname}) {tname}.v[i] = {zero};")
+        lw.line(f"if ({lname}::owner(tj_tid)) TJ_EACH(i, {lname}) {{")
+        lw.line(f"  {setup} if (tj_ok) {tname}.v[i] = {call};")
+        lw.line("}")
+        if any(b < 0 for b in layout.tbits):  # replicas learn the owner's old values (barriers inside)
+            shared = True
+            copy = lw.define_tile(res, layout)
+            lw.need_smem(layout.size * at.dtype.itemsize)
+            lw.line(f"tj::remap<tj::IdentityMap>({copy}, {tname}, tj_smem);")
+    if _acquires(op.sem) and not shared:  # then the block's later memory ops
+        barrier(lw)
+
+
+def op_FenceOp(lw: Lowering, op: O.FenceOp) -> None:
+    """A fence of every thread between two barriers: what any thread of the block did before it happens before
+    what any thread does after it, as threads of the scope see them (PTX fence.acq_rel whatever the sem)."""
+    _, scope = _order(lw, op)
+    barrier(lw)
+    lw.line(f"tj::fence<{scope}>(); __syncthreads();")
+
+
+def op_BarrierOp(lw: Lowering, op: O.BarrierOp) -> None:
+    """``__syncthreads()``: Triton's ``debug_barrier``."""
+    barrier(lw)

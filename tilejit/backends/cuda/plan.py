@@ -24,9 +24,11 @@ from tilejit.language.ir.core import Loc, Op, Value
 from tilejit.language.ir.ops import (
     ArgReduceOp,
     AtomicOp,
+    BarrierOp,
     BinaryOp,
     CastOp,
     ConstantOp,
+    FenceOp,
     ForOp,
     Function,
     GatherOp,
@@ -243,6 +245,7 @@ class Plan:
         self._fixed = assign_mma_layouts(fn, mma_results)
         self._cache: dict[tuple[int, ...], Layout] = {}
         self.defs: dict[Value, Op] = {r: op for op in fn.body.walk() for r in op.results}
+        self.used: set[Value] = {v for op in fn.body.walk() for v in op.operands()}  # values some op reads
         self.pipelines: dict[int, Pipeline] = {}
         self.deferred: set[int] = set()
         for op in fn.body.walk():
@@ -289,8 +292,8 @@ class Plan:
         """A cp.async pipeline for ``for k: mma(load(a, k), load(b, k), acc)`` loops on sm_80+; an
         operand may also be ``transpose(load)`` (16-bit tensor cores read the stage transposed) or a
         3-D ``load`` of shape (1, R, C) reshaped to (R, C) (a batch index outside the tile)."""
-        if self.arch < 80:
-            return None
+        if self.arch < 80 or any(isinstance(op, AtomicOp | FenceOp | BarrierOp) for op in loop.body.walk()):
+            return None  # a loop that synchronizes keeps its loads where the program puts them
         top = loop.body.ops
         mmas = [op for op in top if isinstance(op, MmaOp)]
         if len(mmas) != 1 or any(isinstance(op, MmaOp) for op in loop.body.walk() if op not in top):

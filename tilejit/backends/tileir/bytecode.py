@@ -252,7 +252,18 @@ class Writer:
         for op in ops:
             self.op_locs.append(self.location(op.loc))  # before the ops of its regions
             self.op(op, buf)
+            for r in op.results[len(op.results) - self.made_after(op):]:  # results this version's op lacks
+                self.op_locs.append(self.location(op.loc))
+                self.op(TOp("make_token", [r], [], {}, op.loc), buf)
             self.define(op.results)
+
+    def made_after(self, op: TOp) -> int:
+        """How many of ``op``'s results (tokens) this version's op has not, which ``make_token`` ops after it
+        define: all of them when its layout's ``res*:<version>`` is newer than this version."""
+        for item in OPS[op.name].layout:
+            if item.startswith("res*:") and self.version < _version(item[5:]):
+                return len(op.results)
+        return 0
 
     def region(self, block: TBlock, buf: bytearray) -> None:
         """One block: its argument types, op count and ops; its values' ids end with it."""
@@ -260,7 +271,7 @@ class Writer:
         varint(len(block.args), buf)
         for a in block.args:
             varint(self.type_id(a.type), buf)
-        varint(len(block.ops), buf)
+        varint(sum(1 + self.made_after(op) for op in block.ops), buf)
         saved = self.next_id
         self.define(block.args)
         self.ops(block.ops, buf)
@@ -290,9 +301,15 @@ class Writer:
         named = _named_operands(spec.layout, op)
         for item in spec.layout:
             item, _, since = item.partition("@")
-            if since and self.version < tuple(int(x) for x in since.split(".")):
+            if since and self.version < _version(since):
+                if item.startswith("o"):
+                    next(operands)  # an operand this version has not: passed over
                 continue
-            if item == "res":
+            if item.startswith("res*:"):  # results only from a version on: before it, a count of 0
+                item = "res*" if self.version >= _version(item[5:]) else "res0"
+            if item == "res0":
+                varint(0, buf)
+            elif item == "res":
                 varint(self.type_id(op.results[0].type), buf)
             elif item == "res*":
                 varint(len(op.results), buf)
@@ -311,6 +328,8 @@ class Writer:
                 varint(int(bool(op.attrs.get(item[5:], False))), buf)
             elif item.startswith("i32s:"):
                 int_list(op.attrs[item[5:]], 4, buf)
+            elif item.startswith("str:"):
+                varint(self.string_id(op.attrs[item[4:]]), buf)
             elif item == "identities":
                 varint(len(op.attrs["identities"]), buf)
                 for value, elem in op.attrs["identities"]:
@@ -360,10 +379,16 @@ class Writer:
                 raise AssertionError(f"unknown layout item {item!r} of {op.name}")
 
 
+def _version(text: str) -> tuple[int, ...]:
+    """``"13.2"`` -> ``(13, 2)``."""
+    return tuple(int(x) for x in text.split("."))
+
+
 def _named_operands(layout: tuple[str, ...], op: TOp) -> dict[str, object]:
     """The optional operands a layout names (``o?:<name>``) by name, for its ``flags`` item."""
     named: dict[str, object] = {}
-    consumers = [item for item in layout if item.split("@")[0] in ("o", "o*") or item.startswith("o?")]
+    consumers = [item.partition("@")[0] for item in layout
+                 if item.partition("@")[0] in ("o", "o*") or item.startswith("o?")]
     for item, value in zip(consumers, op.operands):
         if item.startswith("o?:"):
             named[item[3:]] = value

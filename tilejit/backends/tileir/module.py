@@ -152,14 +152,16 @@ class OpSpec:
     ``attrs['data']``; ``inbounds`` the per-dimension in-bounds flags (13.4+ only); ``nan_ftz``
     the maxf/minf flag bits (bit 0 propagate NaN); ``int:<attr>`` a varint; ``flag:<attr>`` a
     boolean attribute as one varint (0 when absent); ``i32s:<attr>`` a counted array of 32-bit
-    integers; ``identities`` the reduce/scan identities (a tagged array); ``o`` an operand; ``o*`` a
-    counted operand list; ``o?`` an optional operand (``o?:<name>`` names it for ``flags``);
-    ``flags:<a>,<b>,...`` a varint of presence bits, bit i for name i (an attribute or a named optional
-    operand); ``enum?:<attr>`` one byte when the attribute is given; ``regions`` the op's regions;
+    integers; ``str:<attr>`` a string-table index; ``identities`` the reduce/scan identities (a tagged
+    array); ``o`` an operand; ``o*`` a counted operand list; ``o?`` an optional operand (``o?:<name>``
+    names it for ``flags``); ``flags:<a>,<b>,...`` a varint of presence bits, bit i for name i (an attribute
+    or a named optional operand); ``enum?:<attr>`` one byte when the attribute is given; ``regions`` the op's
+    regions;
     ``pred`` an ``assume`` predicate (``attrs['predicate']``: ``("div_by", n)`` or ``("bounded", lo, hi)``,
     ``None`` for an open end).
     ``@13.2`` after an item: only from that version on (an attribute the registry added later; older
-    versions imply its default).
+    versions imply its default). ``res*:13.2``: the counted result types, none before that version (the writer
+    then defines the op's results with ``make_token`` ops after it: ``print_tko``'s token).
     """
 
     opcode: int
@@ -229,6 +231,7 @@ OPS: dict[str, OpSpec] = {
     "offset": OpSpec(81, ("res", "o", "o")),
     "ori": OpSpec(82, ("res", "o", "o")),
     "permute": OpSpec(83, ("res", "i32s:permutation", "o")),
+    "print_tko": OpSpec(85, ("res*:13.2", "flags:token@13.2", "str:format", "o*", "o?:token@13.2")),
     "ptr_to_int": OpSpec(86, ("res", "o")),
     "ptr_to_ptr": OpSpec(87, ("res", "o")),
     "reduce": OpSpec(88, ("res*", "int:dim", "identities", "o*", "regions")),

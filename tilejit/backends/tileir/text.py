@@ -474,6 +474,26 @@ def _atomic(p: Printer, op: TOp) -> str:
     return f"{head}{extra} : {_ot(op, 0)}, {_t(op)}{types} -> {_t(op)}, token"
 
 
+def string_text(s: str) -> str:
+    """``s`` quoted as MLIR prints a string attribute: printable ASCII as is, ``\\`` doubled, ``"`` and every
+    other byte (of its UTF-8) as ``\\XX`` in upper-case hex."""
+    out = []
+    for b in s.encode():
+        c = chr(b)
+        out.append("\\\\" if c == "\\" else c if 0x20 <= b < 0x7F and c != '"' else f"\\{b:02X}")
+    return '"' + "".join(out) + '"'
+
+
+def _print(p: Printer, op: TOp) -> str:
+    """``print_tko "format", %a, %b token=%t : tile<4xf32>, tile<i32> -> token``."""
+    args = _vs(p, op, 0)
+    token = op.operands[1]
+    text = f"print_tko {string_text(op.attrs['format'])}" + "".join(f", {p.name(a)}" for a in args)
+    if isinstance(token, TValue):
+        text += f" token={p.name(token)}"
+    return text + (f" : {_types(args)}" if args else "") + " -> token"
+
+
 OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "addf": _float_binary,
     "subf": _float_binary,
@@ -552,6 +572,7 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "mmai": _mma,
     "ptr_to_int": _convert,
     "ptr_to_ptr": _convert,
+    "print_tko": _print,
 }
 
 

@@ -28,6 +28,7 @@ from tilejit.language.frontend.builder import (
     is_pow2,
 )
 from tilejit.language.frontend.limits import check_iterable, check_math_call, range_len
+from tilejit.language.frontend.printing import device_print
 from tilejit.language.frontend.source import FrontendError
 from tilejit.language.frontend.values import (
     Array,
@@ -354,44 +355,81 @@ _ATOMIC_DTYPES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _atomic(tr: Translator, kind: str, array: object, indices: object, value: object,
-            expected: object = None) -> Tile:
+def memory_order(fn: str, sem: object, scope: object) -> tuple[str, str]:
+    """``sem`` and ``scope`` of ``tj.{fn}()`` checked: compile-time strings naming a memory order and a scope."""
+    for what, value, allowed in (("sem", sem, ops.MEMORY_ORDERS), ("scope", scope, ops.MEMORY_SCOPES)):
+        if not isinstance(value, str) or value not in allowed:
+            names = ", ".join(f'"{a}"' for a in allowed)
+            raise FrontendError(f"tj.{fn}(): {what} must be one of {names}, got {describe(value)}")
+    assert isinstance(sem, str) and isinstance(scope, str)
+    return sem, scope
+
+
+def _atomic(tr: Translator, kind: str, array: object, indices: object, value: object, sem: object,
+            scope: object, expected: object = None) -> Tile:
     fn = f"atomic_{kind}"
     arr = as_array(array, fn)
     if arr.dtype.short not in _ATOMIC_DTYPES[kind]:
         allowed = ", ".join(BY_NAME[s].name for s in _ATOMIC_DTYPES[kind])
         raise FrontendError(f"tj.{fn}() does not support {arr.dtype.name} arrays (supported: {allowed})")
+    order, where = memory_order(fn, sem, scope)
     others = [value] + ([expected] if kind == "cas" else [])
     idx, shape = element_indices(tr, arr, indices, fn, others)
     val = values_as(tr, value, arr.dtype, shape, fn, "desired" if kind == "cas" else "value")
     compare = [values_as(tr, expected, arr.dtype, shape, fn, "expected")] if kind == "cas" else []
     return tr.b.tile(ops.AtomicOp, TileType(arr.dtype, shape), kind=kind, array=arr.value, indices=idx,
-                     value=val, compare=compare)
+                     value=val, compare=compare, sem=order, scope=where)
 
 
 @builtin(tile.atomic_add)
-def _atomic_add(tr: Translator, array: object, indices: object, value: object) -> object:
-    return _atomic(tr, "add", array, indices, value)
+def _atomic_add(tr: Translator, array: object, indices: object, value: object, sem: object, scope: object) -> object:
+    return _atomic(tr, "add", array, indices, value, sem, scope)
 
 
 @builtin(tile.atomic_max)
-def _atomic_max(tr: Translator, array: object, indices: object, value: object) -> object:
-    return _atomic(tr, "max", array, indices, value)
+def _atomic_max(tr: Translator, array: object, indices: object, value: object, sem: object, scope: object) -> object:
+    return _atomic(tr, "max", array, indices, value, sem, scope)
 
 
 @builtin(tile.atomic_min)
-def _atomic_min(tr: Translator, array: object, indices: object, value: object) -> object:
-    return _atomic(tr, "min", array, indices, value)
+def _atomic_min(tr: Translator, array: object, indices: object, value: object, sem: object, scope: object) -> object:
+    return _atomic(tr, "min", array, indices, value, sem, scope)
 
 
 @builtin(tile.atomic_xchg)
-def _atomic_xchg(tr: Translator, array: object, indices: object, value: object) -> object:
-    return _atomic(tr, "xchg", array, indices, value)
+def _atomic_xchg(tr: Translator, array: object, indices: object, value: object, sem: object,
+                 scope: object) -> object:
+    return _atomic(tr, "xchg", array, indices, value, sem, scope)
 
 
 @builtin(tile.atomic_cas)
-def _atomic_cas(tr: Translator, array: object, indices: object, expected: object, desired: object) -> object:
-    return _atomic(tr, "cas", array, indices, desired, expected)
+def _atomic_cas(tr: Translator, array: object, indices: object, expected: object, desired: object, sem: object,
+                scope: object) -> object:
+    return _atomic(tr, "cas", array, indices, desired, sem, scope, expected)
+
+
+@builtin(tile.fence)
+def _fence(tr: Translator, sem: object, scope: object) -> object:
+    order, where = memory_order("fence", sem, scope)
+    if order == "relaxed":
+        raise FrontendError('tj.fence(): a relaxed fence orders nothing; sem must be "acquire", "release" or '
+                            '"acq_rel"')
+    tr.b.make(ops.FenceOp, None, sem=order, scope=where)
+    return None
+
+
+@builtin(tile.barrier)
+def _barrier(tr: Translator) -> object:
+    tr.b.make(ops.BarrierOp, None)
+    return None
+
+
+@builtin(tile.print)
+def _print(tr: Translator, prefix: object, values: tuple[object, ...], sep: object, end: object) -> object:
+    if not isinstance(prefix, str):
+        raise FrontendError(f"tj.print(): prefix must be a compile-time string, got {describe(prefix)}")
+    device_print(tr, [prefix, *values], sep, end)
+    return None
 
 
 # ====================================================================== creation

@@ -17,15 +17,16 @@ import ast
 import builtins
 import inspect
 import operator
-import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tilejit.errors import TileCompileError
+from tilejit.language import tile
 from tilejit.language.frontend import calls
 from tilejit.language.frontend.builder import Builder, common_default, const_value, weak_dtype
 from tilejit.language.frontend.limits import Budget, check_format_spec, check_iterable, range_len
 from tilejit.language.frontend.params import closure_of
+from tilejit.language.frontend.printing import FString, python_print
 from tilejit.language.frontend.scope import (
     RECORDING,
     ControlSignal,
@@ -865,8 +866,9 @@ def _name(tr: Translator, node: ast.Name) -> object:
     return value
 
 
-def _expand(tr: Translator, nodes: list[ast.expr]) -> list[object]:
-    """Translate a list of expressions, unpacking ``*starred`` sequences in place."""
+def _expand(tr: Translator, nodes: list[ast.expr], printing: bool = False) -> list[object]:
+    """Translate a list of expressions, unpacking ``*starred`` sequences in place; ``printing``: the arguments of
+    a print, whose f-strings may hold run-time values."""
     out: list[object] = []
     for e in nodes:
         if isinstance(e, ast.Starred):
@@ -875,6 +877,8 @@ def _expand(tr: Translator, nodes: list[ast.expr]) -> list[object]:
             if seq is None:
                 raise FrontendError(f"cannot unpack {describe(v)} with *", e)
             out.extend(seq)
+        elif printing and isinstance(e, ast.JoinedStr):
+            out.append(_print_fstring(tr, e))
         else:
             out.append(tr.expr(e))
     return out
@@ -887,27 +891,59 @@ def _tuple(tr: Translator, node: ast.Tuple | ast.List) -> object:
 
 @expr(ast.JoinedStr)
 def _fstring(tr: Translator, node: ast.JoinedStr) -> object:
-    parts: list[str] = []
+    parts = _fstring_parts(tr, node, printing=False)
+    return tr.budget.check("".join(p for p in parts if isinstance(p, str)), "the f-string")
+
+
+def _print_fstring(tr: Translator, node: ast.JoinedStr) -> object:
+    """An f-string argument of ``print()``: a string, or its parts when it has run-time values (``FString``)."""
+    parts = _fstring_parts(tr, node, printing=True)
+    if all(isinstance(p, str) for p in parts):
+        return tr.budget.check("".join(p for p in parts if isinstance(p, str)), "the f-string")
+    return FString(tuple(parts))
+
+
+def _fstring_parts(tr: Translator, node: ast.JoinedStr, printing: bool) -> list[str | Tile]:
+    """An f-string's parts in order: its text, and each field formatted as Python does when it is a compile-time
+    value; a run-time value (tiles and scalars, in a print's argument only: ``printing``) is kept as it is, for
+    the device to write."""
+    parts: list[str | Tile] = []
     for v in node.values:
         if isinstance(v, ast.Constant):
             parts.append(str(v.value))
             continue
         assert isinstance(v, ast.FormattedValue)
         val = tr.expr(v.value)
-        if not is_const(val):
-            raise FrontendError("f-strings can only format compile-time values", v)
-        tr.budget.check(val, "the value formatted by the f-string")
-        spec = str(tr.expr(v.format_spec)) if v.format_spec is not None else ""
-        check_format_spec(spec)
-        convs: dict[int, Callable[[object], str]] = {115: str, 114: repr, 97: ascii}
-        conv = convs.get(v.conversion)
-        try:
-            parts.append(format(conv(val) if conv else val, spec))
-        except (ValueError, TypeError) as exc:
-            raise FrontendError(f"cannot format {describe(val)}" + (f" with {spec!r}" if spec else "")
-                                + f": {exc}", v) from None
-        tr.budget.check(parts[-1], "the f-string")
-    return tr.budget.check("".join(parts), "the f-string")
+        if is_const(val):
+            parts.append(_format_field(tr, v, val))
+        elif not printing:
+            raise FrontendError("f-strings can only format compile-time values (print() also takes run-time ones, "
+                                "as f'x = {x}')", v)
+        elif not isinstance(val, Tile):
+            raise FrontendError(f"print() cannot print {describe(val)}", v.value)
+        elif v.format_spec is not None or v.conversion != -1:
+            raise FrontendError(
+                "print() writes a run-time value of an f-string in its one device format: write f'{x}' (not "
+                "f'{x:.3f}' or f'{x!r}'); format specs and conversions work on compile-time values", v.value)
+        else:
+            parts.append(val)
+    return parts
+
+
+def _format_field(tr: Translator, v: ast.FormattedValue, val: object) -> str:
+    """One field of an f-string, a compile-time value, formatted as Python does (conversion, then spec)."""
+    tr.budget.check(val, "the value formatted by the f-string")
+    spec = str(tr.expr(v.format_spec)) if v.format_spec is not None else ""
+    check_format_spec(spec)
+    convs: dict[int, Callable[[object], str]] = {115: str, 114: repr, 97: ascii}
+    conv = convs.get(v.conversion)
+    try:
+        text = format(conv(val) if conv else val, spec)
+    except (ValueError, TypeError) as exc:
+        raise FrontendError(f"cannot format {describe(val)}" + (f" with {spec!r}" if spec else "")
+                            + f": {exc}", v) from None
+    tr.budget.check(text, "the f-string")
+    return text
 
 
 @expr(ast.Attribute)
@@ -942,7 +978,8 @@ def _slice(tr: Translator, node: ast.Slice) -> object:
 @expr(ast.Call)
 def _call(tr: Translator, node: ast.Call) -> object:
     callee = tr.expr(node.func)
-    args = _expand(tr, node.args)
+    printing = callee is builtins.print or callee is tile.print
+    args = _expand(tr, node.args, printing)
     kwargs: dict[str, object] = {}
     for k in node.keywords:
         if k.arg is None:
@@ -953,27 +990,9 @@ def _call(tr: Translator, node: ast.Call) -> object:
         else:
             kwargs[k.arg] = tr.expr(k.value)
     if callee is builtins.print:
-        _warn_print(tr, node)
+        python_print(tr, args, kwargs)
         return None
     return tr.call(callee, args, kwargs, node)
-
-
-#: the print() calls already warned about, by (file, line, column): one warning per call site
-_PRINT_WARNED: set[tuple[str, int, int]] = set()
-
-
-def _warn_print(tr: Translator, node: ast.Call) -> None:
-    """Warn, once per call site, that print() in tile code prints nothing (its arguments were translated,
-    so mistakes in them are still errors)."""
-    src = tr.func.source
-    line, col = src.position(node)
-    if (src.filename, line, col) in _PRINT_WARNED:
-        return
-    _PRINT_WARNED.add((src.filename, line, col))
-    warnings.warn_explicit(
-        "print() in tile code prints nothing: printing from the GPU is not supported yet (the arguments are "
-        "still evaluated, so errors in them are reported)", UserWarning, src.filename, line,
-    )
 
 
 _BINOPS: dict[type[ast.AST], tuple[str, str, Callable[[Any, Any], Any]]] = {

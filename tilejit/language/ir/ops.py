@@ -116,11 +116,20 @@ class ScatterOp(Op):
     tile: Value = operand()
 
 
+MEMORY_ORDERS = ("relaxed", "acquire", "release", "acq_rel")
+MEMORY_SCOPES = ("cta", "gpu", "sys")
+
+
 @dataclass(eq=False, kw_only=True)
 class AtomicOp(Op):
     """Atomic read-modify-write at element indices (as ``ScatterOp``), one per element of ``value``.
     ``kind`` is 'add', 'max', 'min', 'xchg' or 'cas' (then ``compare`` holds the expected values).
-    The result holds the old values (out-of-range elements: 0, nothing written)."""
+    The result holds the old values (out-of-range elements: 0, nothing written).
+
+    ``sem`` (one of ``MEMORY_ORDERS``) and ``scope`` (``MEMORY_SCOPES``: the block, the device, the system)
+    order the block's other memory ops around it, for the whole block: with 'release' or 'acq_rel' every
+    earlier memory op of the block happens before each element's update, with 'acquire' or 'acq_rel' each
+    element's update happens before every later memory op of the block."""
 
     NAME: ClassVar[str] = "atomic"
     has_side_effects: ClassVar[bool] = True
@@ -129,6 +138,40 @@ class AtomicOp(Op):
     indices: list[Value] = operand()
     value: Value = operand()
     compare: list[Value] = operand()  # [] or [expected]
+    sem: str = attribute("acq_rel")
+    scope: str = attribute("gpu")
+
+
+@dataclass(eq=False, kw_only=True)
+class FenceOp(Op):
+    """A memory fence of ``scope`` for the whole block: every memory op of the block before it happens before
+    every one after it, as observed by threads of ``scope`` (``sem``: 'acquire', 'release' or 'acq_rel')."""
+
+    NAME: ClassVar[str] = "fence"
+    has_side_effects: ClassVar[bool] = True
+    sem: str = attribute("acq_rel")
+    scope: str = attribute("gpu")
+
+
+@dataclass(eq=False, kw_only=True)
+class BarrierOp(Op):
+    """A block-wide barrier: the block's memory ops before it are visible to its memory ops after it."""
+
+    NAME: ClassVar[str] = "barrier"
+    has_side_effects: ClassVar[bool] = True
+
+
+@dataclass(eq=False, kw_only=True)
+class PrintOp(Op):
+    """Print ``texts[0] value[0] texts[1] ... value[-1] texts[-1]`` from the device (``len(texts)`` is
+    ``len(values) + 1``; ``texts[-1]`` ends the line). ``values`` are scalars or tiles of one shape; every element
+    of the tiles is printed. How the lines name the block and the element, and how numbers are written, is the
+    backends' (README, "Device print")."""
+
+    NAME: ClassVar[str] = "print"
+    has_side_effects: ClassVar[bool] = True
+    values: list[Value] = operand()
+    texts: tuple[str, ...] = attribute()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,10 +429,11 @@ class Function:
 
 ALL_OPS: tuple[type[Op], ...] = (
     ConstantOp, ArangeOp, BlockIdOp, NumBlocksOp, ArrayDimOp, LoadOp, StoreOp, GatherOp, ScatterOp,
-    AtomicOp, UnaryOp, BinaryOp, CompareOp, SelectOp, CastOp, ReshapeOp, PermuteOp, BroadcastOp,
-    ReduceOp, ArgReduceOp, ScanOp, MmaOp, ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp, ReturnOp,
+    AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, CompareOp, SelectOp, CastOp, ReshapeOp, PermuteOp,
+    BroadcastOp, ReduceOp, ArgReduceOp, ScanOp, MmaOp, ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp, ReturnOp,
 )
 
 __all__ = [cls.__name__ for cls in ALL_OPS] + [
-    "ARGREDUCE_FNS", "BINARY_FNS", "COMPARE_FNS", "REDUCE_FNS", "SCAN_FNS", "UNARY_FNS", "DType", "Function",
+    "ARGREDUCE_FNS", "BINARY_FNS", "COMPARE_FNS", "MEMORY_ORDERS", "MEMORY_SCOPES", "REDUCE_FNS", "SCAN_FNS",
+    "UNARY_FNS", "DType", "Function",
 ]

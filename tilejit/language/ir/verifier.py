@@ -18,7 +18,8 @@ _SINGLE_RESULT = (
     ops.AtomicOp, ops.UnaryOp, ops.BinaryOp, ops.CompareOp, ops.SelectOp, ops.CastOp, ops.ReshapeOp,
     ops.PermuteOp, ops.BroadcastOp, ops.ReduceOp, ops.ArgReduceOp, ops.ScanOp, ops.MmaOp,
 )
-_NO_RESULT = (ops.StoreOp, ops.ScatterOp, ops.YieldOp, ops.ContinueOp, ops.BreakOp, ops.ReturnOp)
+_NO_RESULT = (ops.StoreOp, ops.ScatterOp, ops.FenceOp, ops.BarrierOp, ops.PrintOp, ops.YieldOp, ops.ContinueOp,
+              ops.BreakOp, ops.ReturnOp)
 
 _FLOAT_ONLY_UNARY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "floor", "ceil", "erf",
                      "sigmoid"}
@@ -149,6 +150,32 @@ def _check_atomic(op: ops.AtomicOp, r: TileType) -> None:
         raise _Check(f"atomic {op.kind} takes {'one' if op.kind == 'cas' else 'no'} compare value")
     for c in op.compare:
         _same(_tile(c, "compare"), r, "compare type vs result type")
+    _check_order(op.sem, op.scope)
+
+
+def _check_order(sem: object, scope: object) -> None:
+    if sem not in ops.MEMORY_ORDERS or scope not in ops.MEMORY_SCOPES:
+        raise _Check(f"unknown memory order {sem!r} or scope {scope!r}")
+
+
+def _check_fence(op: ops.FenceOp, r: None) -> None:
+    _check_order(op.sem, op.scope)
+    if op.sem == "relaxed":
+        raise _Check("a fence cannot be relaxed")
+
+
+def _check_barrier(op: ops.BarrierOp, r: None) -> None:
+    pass
+
+
+def _check_print(op: ops.PrintOp, r: None) -> None:
+    if not isinstance(op.texts, tuple) or len(op.texts) != len(op.values) + 1:
+        raise _Check(f"{len(op.values)} values need {len(op.values) + 1} texts, got {op.texts!r}")
+    if not all(isinstance(t, str) for t in op.texts):
+        raise _Check(f"texts must be strings, got {op.texts!r}")
+    shapes = {t.shape for t in (_tile(v, "value") for v in op.values) if not t.is_scalar}
+    if len(shapes) > 1:
+        raise _Check(f"printed tiles have different shapes: {sorted(shapes)}")
 
 
 def _check_unary(op: ops.UnaryOp, r: TileType) -> None:
@@ -273,7 +300,8 @@ _OP_CHECKS: dict[type[Op], Callable[..., None]] = {
     ops.ConstantOp: _check_constant, ops.ArangeOp: _check_arange, ops.BlockIdOp: _check_grid,
     ops.NumBlocksOp: _check_grid, ops.ArrayDimOp: _check_array_dim, ops.LoadOp: _check_load,
     ops.StoreOp: _check_store, ops.GatherOp: _check_gather, ops.ScatterOp: _check_scatter,
-    ops.AtomicOp: _check_atomic, ops.UnaryOp: _check_unary, ops.BinaryOp: _check_binary,
+    ops.AtomicOp: _check_atomic, ops.FenceOp: _check_fence, ops.BarrierOp: _check_barrier,
+    ops.PrintOp: _check_print, ops.UnaryOp: _check_unary, ops.BinaryOp: _check_binary,
     ops.CompareOp: _check_compare, ops.SelectOp: _check_select, ops.CastOp: _check_cast,
     ops.ReshapeOp: _check_reshape, ops.PermuteOp: _check_permute, ops.BroadcastOp: _check_broadcast,
     ops.ReduceOp: _check_reduce, ops.ArgReduceOp: _check_argreduce, ops.ScanOp: _check_scan,

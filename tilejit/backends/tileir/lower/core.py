@@ -207,6 +207,6 @@ def lower_function(fn: O.Function, target: str = "", hints: Mapping[str, ArrayHi
     """The Tile IR module of kernel ``fn`` for ``target`` (``sm_NN``; ``""``: any), stating the launch-checked
     facts of ``hints`` (array parameter name -> ``ArrayHint``) about its arrays and the user's ``kernel_hints`` as
     entry hints (raises a located ``TileIRUnsupportedError`` for what it can't express)."""
-    from tilejit.backends.tileir.lower import control, elementwise, memory, mma, reduce  # noqa: F401 (rules)
+    from tilejit.backends.tileir.lower import control, elementwise, memory, mma, printing, reduce  # noqa: F401
 
     return Lowerer(fn, target, hints, kernel_hints).run()

@@ -132,13 +132,18 @@ def zero_with_sign_of(lo: Lowerer, op: Op, x: TValue) -> TValue:
 # ------------------------------------------------------------------ values from nothing
 
 
-@rule(O.BlockIdOp)
-def block_id(lo: Lowerer, op: O.BlockIdOp) -> None:
-    """``bid(axis)``: one ``get_tile_block_id`` at the top of the entry serves every axis."""
+def block_ids(lo: Lowerer, op: Op) -> list[TValue]:
+    """This block's index along x, y and z: one ``get_tile_block_id`` at the top of the entry, made on first use."""
     if not lo.block_ids:
         lo.block_ids = [TValue(I32, f"bid_{a}") for a in "xyz"]
         lo.prologue.append(TOp("get_tile_block_id", lo.block_ids, [], {}, op.loc))
-    lo.vals[op.result] = lo.block_ids[op.axis]
+    return lo.block_ids
+
+
+@rule(O.BlockIdOp)
+def block_id(lo: Lowerer, op: O.BlockIdOp) -> None:
+    """``bid(axis)``: one ``get_tile_block_id`` at the top of the entry serves every axis."""
+    lo.vals[op.result] = block_ids(lo, op)[op.axis]
 
 
 @rule(O.NumBlocksOp)

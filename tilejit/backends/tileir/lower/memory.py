@@ -383,12 +383,17 @@ def _cas_next(lo: Lowerer, kind: str, cur: TValue, value: TValue, op: Op) -> TVa
     return select(lo, wins, value, cur, op)
 
 
+#: tilejit's memory scopes -> Tile IR's.
+SCOPES = {"cta": "tl_blk", "gpu": "device", "sys": "sys"}
+
+
 def _cas_loop(lo: Lowerer, op: O.AtomicOp, ptrs: TValue, mask: TValue, value: TValue) -> TValue:
     """Float atomic max/min as the CUDA backend's ``atomic_cas_loop``, on the whole tile at once: read each
-    element once (relaxed), then loop { ``next = _cas_next(cur, value)``; CAS the bits of ``cur`` -> ``next`` in the
-    lanes still pending; a lane whose CAS saw bits other than ``cur`` takes them as ``cur`` and stays pending }
-    until no lane is. Each lane's result is the ``cur`` its CAS succeeded with (the old value), compared and
-    swapped as bits (as cas_word: -0.0 and +0.0, and NaNs, are told apart). The CAS chain is a store for ordering."""
+    element once (relaxed, at the op's scope), then loop { ``next = _cas_next(cur, value)``; CAS (with the op's order)
+    the bits of ``cur`` -> ``next`` in the lanes still pending; a lane whose CAS saw bits other than ``cur`` takes
+    them as ``cur`` and stays pending } until no lane is. Each lane's result is the ``cur`` its CAS succeeded with
+    (the old value), compared and swapped as bits (as cas_word: -0.0 and +0.0, and NaNs, are told apart). The CAS
+    chain is a store for ordering."""
     t = value.type
     assert isinstance(t, Tile)
     shape = t.shape
@@ -399,15 +404,15 @@ def _cas_loop(lo: Lowerer, op: O.AtomicOp, ptrs: TValue, mask: TValue, value: TV
     lo.emit("ptr_to_ptr", [iptrs], [ptrs], op)
     first, tok0 = TValue(bt), TValue(TOKEN)
     lo.emit("load_ptr_tko", [first, tok0], [iptrs, mask, constant(lo, 0, bits, shape, op), waits(lo, op)], op,
-            ordering="relaxed", scope="device")
+            ordering="relaxed", scope=SCOPES[op.scope])
     cur, pending, tok = TValue(bt, "cur"), TValue(i1, "pending"), TValue(TOKEN, "cas_token")
     with lo.in_block() as body:
         cur_f, nxt = TValue(t), TValue(bt)
         lo.emit("bitcast", [cur_f], [cur], op)
         lo.emit("bitcast", [nxt], [_cas_next(lo, op.kind, cur_f, value, op)], op)
         seen, tok2 = TValue(bt), TValue(TOKEN)
-        lo.emit("atomic_cas_tko", [seen, tok2], [iptrs, cur, nxt, pending, tok], op, ordering="relaxed",
-                scope="device")
+        lo.emit("atomic_cas_tko", [seen, tok2], [iptrs, cur, nxt, pending, tok], op, ordering=op.sem,
+                scope=SCOPES[op.scope])
         differs = TValue(i1)
         lo.emit("cmpi", [differs], [seen, cur], op, predicate="not_equal", signedness="unsigned")
         retry = binary(lo, "andi", differs, pending, op)
@@ -435,14 +440,16 @@ def _cas_loop(lo: Lowerer, op: O.AtomicOp, ptrs: TValue, mask: TValue, value: TV
 
 @rule(O.AtomicOp)
 def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
-    """``atomic_*``: ``atomic_rmw_tko`` / ``atomic_cas_tko``, relaxed at device scope (CUDA's ``atomicAdd``
-    and kin), masked to the elements in range; their results are the old values, 0 where out of range.
+    """``atomic_*``: ``atomic_rmw_tko`` / ``atomic_cas_tko`` with the op's memory order and scope (``cta``:
+    ``tl_blk``, ``gpu``: ``device``), masked to the elements in range; their results are the old values, 0 where
+    out of range. Ordered with tokens as a store: after every earlier memory op of the block, before every later
+    one, so a release or acquire orders the whole tile block's accesses (the Tile IR memory model's thread).
     Float max/min (f32/f64, all the front end takes): the CUDA backend's CAS loop (``_cas_loop``), refused where
     the kernel uses the old values it returns (that form hung on an H100, the form without them did not)."""
     dtype = op.array.type.dtype  # type: ignore[attr-defined]
     t = lo.tile_type(op.value.type, op)  # the result's type; an atomic whose old values go unused has no result
     value = lo.value(op.value)
-    attrs: dict[str, object] = {"ordering": "relaxed", "scope": "device"}
+    attrs: dict[str, object] = {"ordering": op.sem, "scope": SCOPES[op.scope]}
     cas_loop = op.kind in ("max", "min") and dtype.is_float
     if cas_loop and op.results and any(op.result in o.operands() for o in lo.fn.body.walk()):
         raise unsupported(op, f"the old values of atomic_{op.kind} on {dtype.name}: the compare-and-swap loop that "
@@ -473,3 +480,20 @@ def atomic(lo: Lowerer, op: O.AtomicOp) -> None:
         lo.last_store, lo.loads_since = tok, []
     if op.results:
         lo.vals[op.result] = select(lo, mask, old, constant(lo, 0, elem_of(old), t.shape, op), op, op.result.name)
+
+
+@rule(O.FenceOp)
+def fence(lo: Lowerer, op: O.FenceOp) -> None:
+    """Refused: Tile IR has no memory fence (its atomics carry the order)."""
+    raise unsupported(op, "tj.fence(): Tile IR has no memory fence; it orders memory through the sem and scope of "
+                          "its atomics, so give the atomic that publishes the data sem=\"release\" and the one that "
+                          "reads it sem=\"acquire\"")
+
+
+@rule(O.BarrierOp)
+def barrier(lo: Lowerer, op: O.BarrierOp) -> None:
+    """A join of the memory state: every later load and store waits for every earlier memory op of the block
+    (Tile IR orders a block's accesses by tokens; there are no threads to wait for)."""
+    token = waits(lo, op)
+    if token is not None:
+        lo.last_store, lo.loads_since = token, []

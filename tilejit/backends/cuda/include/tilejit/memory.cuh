@@ -279,16 +279,107 @@ __device__ __forceinline__ i64 index_offset(const Array<T, N>& a, const i64 (&id
   return off;
 }
 
-// ---- atomics: add / max / min / xchg / cas, by element type
-__device__ __forceinline__ u32 cas32(u32* p, u32 cmp, u32 val) { return atomicCAS(p, cmp, val); }
-__device__ __forceinline__ u64 cas64(u64* p, u64 cmp, u64 val) {
-  return atomicCAS((unsigned long long*)p, (unsigned long long)cmp, (unsigned long long)val);
-}
-__device__ __forceinline__ u16 cas16(u16* p, u16 cmp, u16 val) {
+// ---- atomics: add / max / min / xchg / cas, by element type, with a memory order and scope
+//
+// tj::atomic_KIND<SEM, SCOPE>(p, ...) returns the old value. SEM and SCOPE are PTX's .sem and .scope qualifiers
+// (below). From sm_70 on each hardware atomic is one `atom.<sem>.<scope>.global` instruction; the types without
+// one (float max/min, 16-bit max/min/xchg and integer add, bfloat16 add before sm_90, float16 add before
+// sm_70) loop on a compare-and-swap that carries the order. Before sm_70 (no .sem or .scope on atom) the
+// device-scope atomic runs between fences of the scope: one before it to release, one after it to acquire.
+// The generated code adds the block barriers that make the order the whole block's (memory_lower.py).
+enum { RELAXED = 0, ACQUIRE = 1, RELEASE = 2, ACQ_REL = 3 };  // bit 0: acquires, bit 1: releases
+enum { CTA = 0, GPU = 1, SYS = 2 };
+
+// A memory fence of SCOPE for the calling thread: fence.acq_rel (membar before sm_70).
+template <int SCOPE>
+__device__ __forceinline__ void fence() {
 #if __CUDA_ARCH__ >= 700
-  u16 old;
-  asm volatile("atom.global.cas.b16 %0, [%1], %2, %3;" : "=h"(old) : "l"(p), "h"(cmp), "h"(val) : "memory");
-  return old;
+  if (SCOPE == CTA) asm volatile("fence.acq_rel.cta;" ::: "memory");
+  if (SCOPE == GPU) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  if (SCOPE == SYS) asm volatile("fence.acq_rel.sys;" ::: "memory");
+#else
+  if (SCOPE == CTA) asm volatile("membar.cta;" ::: "memory");
+  if (SCOPE == GPU) asm volatile("membar.gl;" ::: "memory");
+  if (SCOPE == SYS) asm volatile("membar.sys;" ::: "memory");
+#endif
+}
+
+// ASM(Q, ...) with Q the qualifier string of SEM and SCOPE (".acq_rel.gpu"); before sm_70 with none, between
+// fences. The switch is on template constants: only the chosen instruction is compiled.
+#if __CUDA_ARCH__ >= 700
+#define TJ_ORDERED(ASM, ...)                                                                          \
+  switch (SEM * 3 + SCOPE) {                                                                          \
+    case 0: ASM(".relaxed.cta", __VA_ARGS__); break;                                                  \
+    case 1: ASM(".relaxed.gpu", __VA_ARGS__); break;                                                  \
+    case 2: ASM(".relaxed.sys", __VA_ARGS__); break;                                                  \
+    case 3: ASM(".acquire.cta", __VA_ARGS__); break;                                                  \
+    case 4: ASM(".acquire.gpu", __VA_ARGS__); break;                                                  \
+    case 5: ASM(".acquire.sys", __VA_ARGS__); break;                                                  \
+    case 6: ASM(".release.cta", __VA_ARGS__); break;                                                  \
+    case 7: ASM(".release.gpu", __VA_ARGS__); break;                                                  \
+    case 8: ASM(".release.sys", __VA_ARGS__); break;                                                  \
+    case 9: ASM(".acq_rel.cta", __VA_ARGS__); break;                                                  \
+    case 10: ASM(".acq_rel.gpu", __VA_ARGS__); break;                                                 \
+    default: ASM(".acq_rel.sys", __VA_ARGS__); break;                                                 \
+  }
+#else
+#define TJ_ORDERED(ASM, ...)                                                                          \
+  if (SEM & RELEASE) fence<SCOPE>();                                                                  \
+  ASM("", __VA_ARGS__);                                                                               \
+  if (SEM & ACQUIRE) fence<SCOPE>();
+#endif
+#define TJ_RMW_ASM(Q, INSTR, C) \
+  asm volatile("atom" Q ".global." INSTR " %0, [%1], %2;" : "=" C(old) : "l"(p), C(v) : "memory")
+#define TJ_CAS_ASM(Q, INSTR, C) \
+  asm volatile("atom" Q ".global." INSTR " %0, [%1], %2, %3;" : "=" C(old) : "l"(p), C(cmp), C(v) : "memory")
+// Ordered one-instruction atomics on words: NAME<SEM, SCOPE>(p, v) (and cas: (p, cmp, v)).
+#define TJ_RMW(NAME, W, INSTR, C)                                        \
+  template <int SEM, int SCOPE>                                          \
+  __device__ __forceinline__ W NAME(W* p, W v) {                         \
+    W old;                                                               \
+    TJ_ORDERED(TJ_RMW_ASM, INSTR, C)                                     \
+    return old;                                                          \
+  }
+#define TJ_CAS(W, INSTR, C)                                              \
+  template <int SEM, int SCOPE>                                          \
+  __device__ __forceinline__ W atom_cas(W* p, W cmp, W v) {              \
+    W old;                                                               \
+    TJ_ORDERED(TJ_CAS_ASM, INSTR, C)                                     \
+    return old;                                                          \
+  }
+TJ_RMW(atom_add, i32, "add.s32", "r")
+TJ_RMW(atom_add, u32, "add.u32", "r")
+TJ_RMW(atom_add, u64, "add.u64", "l")
+TJ_RMW(atom_add, float, "add.f32", "f")
+TJ_RMW(atom_add_f64, double, "add.f64", "d")   // sm_60+
+TJ_RMW(atom_add_f16, u16, "add.noftz.f16", "h")   // sm_70+
+TJ_RMW(atom_add_bf16, u16, "add.noftz.bf16", "h")   // sm_90+
+TJ_RMW(atom_max, i32, "max.s32", "r")
+TJ_RMW(atom_max, u32, "max.u32", "r")
+TJ_RMW(atom_max, i64, "max.s64", "l")
+TJ_RMW(atom_max, u64, "max.u64", "l")
+TJ_RMW(atom_min, i32, "min.s32", "r")
+TJ_RMW(atom_min, u32, "min.u32", "r")
+TJ_RMW(atom_min, i64, "min.s64", "l")
+TJ_RMW(atom_min, u64, "min.u64", "l")
+TJ_RMW(atom_exch, u32, "exch.b32", "r")
+TJ_RMW(atom_exch, u64, "exch.b64", "l")
+TJ_CAS(u32, "cas.b32", "r")
+TJ_CAS(u64, "cas.b64", "l")
+#if __CUDA_ARCH__ >= 700
+TJ_CAS(u16, "cas.b16", "h")
+#endif
+#undef TJ_RMW
+#undef TJ_CAS
+#undef TJ_RMW_ASM
+#undef TJ_CAS_ASM
+#undef TJ_ORDERED
+
+// A 16-bit compare-and-swap: one instruction from sm_70 on, before it a CAS loop on the 32-bit word around it.
+template <int SEM, int SCOPE>
+__device__ __forceinline__ u16 cas_word(u16* p, u16 cmp, u16 val) {
+#if __CUDA_ARCH__ >= 700
+  return atom_cas<SEM, SCOPE>(p, cmp, val);
 #else
   u32* w = (u32*)((u64)p & ~(u64)3);
   const int sh = ((u64)p & 2) ? 16 : 0;
@@ -297,19 +388,19 @@ __device__ __forceinline__ u16 cas16(u16* p, u16 cmp, u16 val) {
     const u16 have = (u16)(cur >> sh);
     if (have != cmp) return have;
     const u32 next = (cur & ~(0xffffu << sh)) | ((u32)val << sh);
-    const u32 seen = atomicCAS(w, cur, next);
+    const u32 seen = atom_cas<SEM, SCOPE>(w, cur, next);
     if (seen == cur) return have;
     cur = seen;
   }
 #endif
 }
-
-__device__ __forceinline__ u16 cas_word(u16* p, u16 c, u16 v) { return cas16(p, c, v); }
-__device__ __forceinline__ u32 cas_word(u32* p, u32 c, u32 v) { return cas32(p, c, v); }
-__device__ __forceinline__ u64 cas_word(u64* p, u64 c, u64 v) { return cas64(p, c, v); }
+template <int SEM, int SCOPE>
+__device__ __forceinline__ u32 cas_word(u32* p, u32 c, u32 v) { return atom_cas<SEM, SCOPE>(p, c, v); }
+template <int SEM, int SCOPE>
+__device__ __forceinline__ u64 cas_word(u64* p, u64 c, u64 v) { return atom_cas<SEM, SCOPE>(p, c, v); }
 
 // Generic read-modify-write through compare-and-swap on the element's bits.
-template <class T, class F>
+template <int SEM, int SCOPE, class T, class F>
 __device__ __forceinline__ T atomic_cas_loop(T* p, T val, F fn) {
   typedef typename UWord<sizeof(T)>::type W;
   union U { T t; W w; };
@@ -318,7 +409,7 @@ __device__ __forceinline__ T atomic_cas_loop(T* p, T val, F fn) {
   for (;;) {
     next.t = fn(cur.t, val);
     U seen;
-    seen.w = cas_word(reinterpret_cast<W*>(p), cur.w, next.w);
+    seen.w = cas_word<SEM, SCOPE>(reinterpret_cast<W*>(p), cur.w, next.w);
     if (seen.w == cur.w) return cur.t;
     cur = seen;
   }
@@ -329,55 +420,85 @@ struct MinFn { template <class T> __device__ T operator()(T a, T b) const { retu
 struct XchgFn { template <class T> __device__ T operator()(T, T b) const { return b; } };
 
 // atomic_add
-template <class T> __device__ __forceinline__ T atomic_add(T* p, T v) { return atomic_cas_loop(p, v, AddFn()); }
-__device__ __forceinline__ i32 atomic_add(i32* p, i32 v) { return atomicAdd(p, v); }
-__device__ __forceinline__ u32 atomic_add(u32* p, u32 v) { return atomicAdd(p, v); }
-__device__ __forceinline__ u64 atomic_add(u64* p, u64 v) { return atomicAdd((unsigned long long*)p, (unsigned long long)v); }
-__device__ __forceinline__ i64 atomic_add(i64* p, i64 v) { return (i64)atomicAdd((unsigned long long*)p, (unsigned long long)v); }
-__device__ __forceinline__ float atomic_add(float* p, float v) { return atomicAdd(p, v); }
+template <int SEM, int SCOPE, class T>
+__device__ __forceinline__ T atomic_add(T* p, T v) { return atomic_cas_loop<SEM, SCOPE>(p, v, AddFn()); }
+template <int SEM, int SCOPE>
+__device__ __forceinline__ i32 atomic_add(i32* p, i32 v) { return atom_add<SEM, SCOPE>(p, v); }
+template <int SEM, int SCOPE>
+__device__ __forceinline__ u32 atomic_add(u32* p, u32 v) { return atom_add<SEM, SCOPE>(p, v); }
+template <int SEM, int SCOPE>
+__device__ __forceinline__ u64 atomic_add(u64* p, u64 v) { return atom_add<SEM, SCOPE>(p, v); }
+template <int SEM, int SCOPE>
+__device__ __forceinline__ i64 atomic_add(i64* p, i64 v) { return (i64)atom_add<SEM, SCOPE>((u64*)p, (u64)v); }
+template <int SEM, int SCOPE>
+__device__ __forceinline__ float atomic_add(float* p, float v) { return atom_add<SEM, SCOPE>(p, v); }
+template <int SEM, int SCOPE>
 __device__ __forceinline__ double atomic_add(double* p, double v) {
 #if __CUDA_ARCH__ >= 600
-  return atomicAdd(p, v);
+  return atom_add_f64<SEM, SCOPE>(p, v);
 #else
-  return atomic_cas_loop(p, v, AddFn());
+  return atomic_cas_loop<SEM, SCOPE>(p, v, AddFn());
 #endif
 }
+template <int SEM, int SCOPE>
 __device__ __forceinline__ half atomic_add(half* p, half v) {
-  half old;
-  asm volatile("atom.global.add.noftz.f16 %0, [%1], %2;" : "=h"(old.bits) : "l"(p), "h"(v.bits) : "memory");
-  return old;
+#if __CUDA_ARCH__ >= 700
+  return half::from_bits(atom_add_f16<SEM, SCOPE>(&p->bits, v.bits));
+#else
+  return atomic_cas_loop<SEM, SCOPE>(p, v, AddFn());
+#endif
 }
+template <int SEM, int SCOPE>
 __device__ __forceinline__ bf16 atomic_add(bf16* p, bf16 v) {
 #if __CUDA_ARCH__ >= 900
   bf16 old;
-  asm volatile("atom.global.add.noftz.bf16 %0, [%1], %2;" : "=h"(old.bits) : "l"(p), "h"(v.bits) : "memory");
+  old.bits = atom_add_bf16<SEM, SCOPE>(&p->bits, v.bits);
   return old;
 #else
-  return atomic_cas_loop(p, v, AddFn());
+  return atomic_cas_loop<SEM, SCOPE>(p, v, AddFn());
 #endif
 }
 
-// atomic_max / atomic_min: native for 32/64-bit integers, CAS loops otherwise.
-template <class T> __device__ __forceinline__ T atomic_max(T* p, T v) { return atomic_cas_loop(p, v, MaxFn()); }
-template <class T> __device__ __forceinline__ T atomic_min(T* p, T v) { return atomic_cas_loop(p, v, MinFn()); }
-__device__ __forceinline__ i32 atomic_max(i32* p, i32 v) { return atomicMax(p, v); }
-__device__ __forceinline__ u32 atomic_max(u32* p, u32 v) { return atomicMax(p, v); }
-__device__ __forceinline__ i64 atomic_max(i64* p, i64 v) { return (i64)atomicMax((long long*)p, (long long)v); }
-__device__ __forceinline__ u64 atomic_max(u64* p, u64 v) { return atomicMax((unsigned long long*)p, (unsigned long long)v); }
-__device__ __forceinline__ i32 atomic_min(i32* p, i32 v) { return atomicMin(p, v); }
-__device__ __forceinline__ u32 atomic_min(u32* p, u32 v) { return atomicMin(p, v); }
-__device__ __forceinline__ i64 atomic_min(i64* p, i64 v) { return (i64)atomicMin((long long*)p, (long long)v); }
-__device__ __forceinline__ u64 atomic_min(u64* p, u64 v) { return atomicMin((unsigned long long*)p, (unsigned long long)v); }
+// atomic_max / atomic_min: one instruction for 32/64-bit integers, CAS loops otherwise.
+template <int SEM, int SCOPE, class T>
+__device__ __forceinline__ T atomic_max(T* p, T v) { return atomic_cas_loop<SEM, SCOPE>(p, v, MaxFn()); }
+template <int SEM, int SCOPE, class T>
+__device__ __forceinline__ T atomic_min(T* p, T v) { return atomic_cas_loop<SEM, SCOPE>(p, v, MinFn()); }
+#define TJ_MAX_MIN(W)                                                                                              \
+  template <int SEM, int SCOPE>                                                                                    \
+  __device__ __forceinline__ W atomic_max(W* p, W v) { return atom_max<SEM, SCOPE>(p, v); }                        \
+  template <int SEM, int SCOPE>                                                                                    \
+  __device__ __forceinline__ W atomic_min(W* p, W v) { return atom_min<SEM, SCOPE>(p, v); }
+TJ_MAX_MIN(i32)
+TJ_MAX_MIN(u32)
+TJ_MAX_MIN(i64)
+TJ_MAX_MIN(u64)
+#undef TJ_MAX_MIN
 
-// atomic_xchg / atomic_cas on the element's bits (16/32/64-bit types).
-template <class T> __device__ __forceinline__ T atomic_xchg(T* p, T v) { return atomic_cas_loop(p, v, XchgFn()); }
-template <class T> __device__ __forceinline__ T atomic_cas(T* p, T cmp, T v) {
+// atomic_xchg / atomic_cas on the element's bits (16/32/64-bit types; 16-bit exchanges are CAS loops).
+template <int SEM, int SCOPE>
+__device__ __forceinline__ u16 exch_word(u16* p, u16 v) { return atomic_cas_loop<SEM, SCOPE>(p, v, XchgFn()); }
+template <int SEM, int SCOPE>
+__device__ __forceinline__ u32 exch_word(u32* p, u32 v) { return atom_exch<SEM, SCOPE>(p, v); }
+template <int SEM, int SCOPE>
+__device__ __forceinline__ u64 exch_word(u64* p, u64 v) { return atom_exch<SEM, SCOPE>(p, v); }
+template <int SEM, int SCOPE, class T>
+__device__ __forceinline__ T atomic_xchg(T* p, T v) {
+  typedef typename UWord<sizeof(T)>::type W;
+  union U { T t; W w; };
+  U n, o;
+  n.t = v;
+  o.w = exch_word<SEM, SCOPE>(reinterpret_cast<W*>(p), n.w);
+  return o.t;
+}
+template <int SEM, int SCOPE, class T>
+__device__ __forceinline__ T atomic_cas(T* p, T cmp, T v) {
   typedef typename UWord<sizeof(T)>::type W;
   union U { T t; W w; };
   U c, n, o;
   c.t = cmp;
   n.t = v;
-  o.w = cas_word(reinterpret_cast<W*>(p), c.w, n.w);
+  o.w = cas_word<SEM, SCOPE>(reinterpret_cast<W*>(p), c.w, n.w);
   return o.t;
 }
 
