@@ -68,6 +68,7 @@ Semantics follow numpy unless noted:
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -286,13 +287,27 @@ def broadcast_to(x: Any, shape: Shape) -> Tile:
     _outside("broadcast_to")
 
 
-def exp(x: Any) -> Tile:
-    """Element-wise e**x."""
+class RoundingMode(str, enum.Enum):
+    """How a float op rounds (cuTile's ``ct.RoundingMode``), for ``rounding_mode=`` of ``exp``, ``tanh``,
+    ``sqrt`` and ``truediv``; the plain strings (``"approx"``) work too. ``RN``/``RZ``/``RM``/``RP``: IEEE, to nearest
+    even, toward zero, -inf, +inf; ``FULL``: the CUDA Math API's full-range function; ``APPROX``: the GPU's fast
+    approximation (float32 only: ``__expf``, ``tanh.approx``, ``sqrt.approx``, ``__fdividef``)."""
+
+    RN = "rn"
+    RZ = "rz"
+    RM = "rm"
+    RP = "rp"
+    FULL = "full"
+    APPROX = "approx"
+
+
+def exp(x: Any, *, rounding_mode: RoundingMode | str | None = None) -> Tile:
+    """Element-wise e**x; ``rounding_mode="approx"`` (float32): the fast ``__expf``, which flushes subnormals."""
     _outside("exp")
 
 
-def exp2(x: Any) -> Tile:
-    """Element-wise 2**x."""
+def exp2(x: Any, *, flush_to_zero: bool = False) -> Tile:
+    """Element-wise 2**x; ``flush_to_zero=True`` (float32) flushes subnormal inputs and results to zero."""
     _outside("exp2")
 
 
@@ -306,13 +321,14 @@ def log2(x: Any) -> Tile:
     _outside("log2")
 
 
-def sqrt(x: Any) -> Tile:
-    """Element-wise square root."""
+def sqrt(x: Any, *, rounding_mode: RoundingMode | str | None = None, flush_to_zero: bool = False) -> Tile:
+    """Element-wise square root, IEEE (rounded to nearest); ``rounding_mode`` ``"rz"``, ``"rm"``, ``"rp"``
+    (float32, float64) or ``"approx"`` (float32), ``flush_to_zero`` (float32)."""
     _outside("sqrt")
 
 
-def rsqrt(x: Any) -> Tile:
-    """Element-wise 1 / sqrt(x)."""
+def rsqrt(x: Any, *, flush_to_zero: bool = False) -> Tile:
+    """Element-wise 1 / sqrt(x); ``flush_to_zero=True`` (float32) flushes subnormal inputs and results to zero."""
     _outside("rsqrt")
 
 
@@ -326,9 +342,81 @@ def cos(x: Any) -> Tile:
     _outside("cos")
 
 
-def tanh(x: Any) -> Tile:
-    """Element-wise hyperbolic tangent."""
+def tanh(x: Any, *, rounding_mode: RoundingMode | str | None = None) -> Tile:
+    """Element-wise hyperbolic tangent; ``rounding_mode="approx"`` (float32): the GPU's ``tanh.approx.f32``
+    (sm_75 and newer; about 2**-11 relative error)."""
     _outside("tanh")
+
+
+def asin(x: Any) -> Tile:
+    """Element-wise arc sine (NaN outside [-1, 1])."""
+    _outside("asin")
+
+
+def acos(x: Any) -> Tile:
+    """Element-wise arc cosine (NaN outside [-1, 1])."""
+    _outside("acos")
+
+
+def atan(x: Any) -> Tile:
+    """Element-wise arc tangent."""
+    _outside("atan")
+
+
+def sinh(x: Any) -> Tile:
+    """Element-wise hyperbolic sine."""
+    _outside("sinh")
+
+
+def cosh(x: Any) -> Tile:
+    """Element-wise hyperbolic cosine."""
+    _outside("cosh")
+
+
+def log1p(x: Any) -> Tile:
+    """Element-wise log(1 + x), accurate for small ``x``."""
+    _outside("log1p")
+
+
+def expm1(x: Any) -> Tile:
+    """Element-wise e**x - 1, accurate for small ``x``."""
+    _outside("expm1")
+
+
+def cbrt(x: Any) -> Tile:
+    """Element-wise cube root (negative for negative ``x``)."""
+    _outside("cbrt")
+
+
+def erfinv(x: Any) -> Tile:
+    """Element-wise inverse error function: ``erf(erfinv(x)) == x`` on [-1, 1] (+-inf at +-1, NaN outside)."""
+    _outside("erfinv")
+
+
+def isnan(x: Any) -> Tile:
+    """Element-wise ``x != x`` as a bool tile (False for integers and bools)."""
+    _outside("isnan")
+
+
+def isinf(x: Any) -> Tile:
+    """Element-wise ``x`` is +inf or -inf, as a bool tile (False for integers and bools)."""
+    _outside("isinf")
+
+
+def signbit(x: Any) -> Tile:
+    """Element-wise sign bit as a bool tile: True for negative numbers, ``-0.0``, NaNs with the sign bit set."""
+    _outside("signbit")
+
+
+def popc(x: Any) -> Tile:
+    """Element-wise number of set bits of a 32- or 64-bit integer tile, as int32 (CUDA's ``__popc``)."""
+    _outside("popc")
+
+
+def clz(x: Any) -> Tile:
+    """Element-wise number of leading zero bits of a 32- or 64-bit integer tile (32 or 64 for 0), as int32
+    (CUDA's ``__clz``)."""
+    _outside("clz")
 
 
 def abs(x: Any) -> Tile:
@@ -375,6 +463,25 @@ def pow(x: Any, y: Any) -> Tile:
     _outside("pow")
 
 
+def atan2(y: Any, x: Any) -> Tile:
+    """Element-wise arc tangent of ``y / x`` in the quadrant of the point ``(x, y)`` (``numpy.arctan2``), with
+    broadcasting and promotion."""
+    _outside("atan2")
+
+
+def fma(x: Any, y: Any, z: Any) -> Tile:
+    """Element-wise ``x * y + z`` rounded once (a fused multiply-add), with broadcasting and promotion."""
+    _outside("fma")
+
+
+def truediv(x: Any, y: Any, *, rounding_mode: RoundingMode | str | None = None,
+            flush_to_zero: bool = False) -> Tile:
+    """``x / y`` with a chosen rounding (cuTile's ``ct.truediv``): by default as ``/`` (float32 within 2 ulp,
+    ``div.full.f32``; float64 IEEE); ``rounding_mode`` ``"rn"``, ``"rz"``, ``"rm"``, ``"rp"`` (IEEE, float32 and
+    float64) or ``"approx"`` (float32, ``__fdividef``); ``flush_to_zero`` (float32)."""
+    _outside("truediv")
+
+
 # ------------------------------------------------------------------------------- reductions, scans, mma
 
 
@@ -413,17 +520,34 @@ def cumsum(x: Any, axis: int = 0) -> Tile:
     _outside("cumsum")
 
 
-def mma(a: Any, b: Any, acc: Any) -> Tile:
+def mma(a: Any, b: Any, acc: Any, *, precision: str = "ieee") -> Tile:
     """``a @ b + acc`` for a: (M, K), b: (K, N), acc: (M, N). ``a`` and ``b`` share a dtype; ``acc``
     is float32 for float16/bfloat16/float32 inputs, float64 for float64, int32 for 8-bit ints.
-    Returns the new accumulator (tensor cores where the target has them)."""
+    Returns the new accumulator (tensor cores where the target has them). ``precision="tf32"`` (float32 inputs)
+    lets tensor cores multiply the inputs rounded to tf32 (10-bit mantissa), accumulating in float32; the
+    default ``"ieee"`` keeps full float32 products."""
     _outside("mma")
 
 
-def matmul(a: Any, b: Any) -> Tile:
+def matmul(a: Any, b: Any, *, precision: str = "ieee") -> Tile:
     """``a @ b`` of 2-d tiles: accumulates like ``mma`` from zeros; float results are cast back to
-    the inputs' dtype (as numpy), integer results stay int32."""
+    the inputs' dtype (as numpy), integer results stay int32. ``precision`` as ``mma``'s."""
     _outside("matmul")
+
+
+# ------------------------------------------------------------------------------- compile time
+
+
+def static_print(*values: Any) -> None:
+    """Print ``values`` when the kernel is translated (once per compile; a cached compile prints nothing):
+    compile-time values as Python prints them, tiles and arrays as their types and shapes."""
+    _outside("static_print")
+
+
+def static_assert(cond: Any, msg: Any = None) -> None:
+    """A ``TileCompileError`` at this line, with ``msg``, when the compile-time condition ``cond`` is false; a
+    condition only known at run time (a tile, a scalar) is an error too."""
+    _outside("static_assert")
 
 
 _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
@@ -436,7 +560,9 @@ __all__ = [
     "full", "zeros", "ones", "arange", "where", "astype", "reshape", "transpose", "expand_dims", "broadcast_to",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",
     "maximum", "minimum", "pow", "erf", "sigmoid",
-    "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul",
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "log1p", "expm1", "cbrt", "erfinv", "fma",
+    "isnan", "isinf", "signbit", "popc", "clz", "truediv", "RoundingMode",
+    "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul", "static_print", "static_assert",
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64",
 ]
