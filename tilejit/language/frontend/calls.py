@@ -850,6 +850,8 @@ def static_text(v: object) -> str:
         return f"({items})" if isinstance(v, tuple) else f"[{items}]"
     if isinstance(v, ArrayDims | BoundMethod | Undefined):
         return describe(v)
+    if isinstance(v, DType):
+        return v.name
     try:
         return str(v)
     except Exception as exc:  # a user object whose __str__ raises
