@@ -38,6 +38,7 @@ BIT_INTS = ["int32", "int64", "uint32", "uint64"]
 TILEIR_MATH = ["asin", "acos", "atan", "sinh", "cosh", "log1p", "expm1", "atan2", "fma"]
 CUDA_ONLY_MATH = ["cbrt", "erfinv"]
 PREDICATES = ["isnan", "isinf", "signbit"]
+BIT_COUNTS = ["popc", "clz"]
 #: The Tile IR ops (rows of its OPS table) these tests put through tileiras and tileirdisasm.
 TILEIR_OPS_TESTED_HERE = {"atan2", "sinh", "cosh", "fma"}
 #: The fast-math options on float32, as (fn, rounding_mode, flush_to_zero): every one ``ops.FAST_MATH`` allows.
@@ -865,11 +866,17 @@ def rng() -> np.random.Generator:
 
 
 def run(kernel: Any, inputs: list[np.ndarray], out_dtype: str, tile: int, **constants: Any) -> np.ndarray:
-    """``kernel`` on ``inputs`` into a poisoned output of ``out_dtype``, one block per ``tile`` elements."""
+    """``kernel`` on ``inputs`` into a poisoned output of ``out_dtype``, one block per ``tile`` elements: floats
+    poisoned with ``POISON``, integers with -1 (no bit count), bools once with each value (the results must agree)."""
     n = len(inputs[0])
-    out = tj.asarray(np.full(n, POISON if out_dtype in FLOATS else 1).astype(np_dtype(out_dtype)))
-    kernel[tj.cdiv(n, tile)](*(tj.asarray(np.ascontiguousarray(a)) for a in inputs), out, TILE=tile, **constants)
-    return out.numpy()
+    results = []
+    for poison in ([True, False] if out_dtype == "bool" else [POISON if out_dtype in FLOATS else -1]):
+        out = tj.asarray(np.full(n, poison).astype(np_dtype(out_dtype)))
+        kernel[tj.cdiv(n, tile)](*(tj.asarray(np.ascontiguousarray(a)) for a in inputs), out, TILE=tile, **constants)
+        results.append(out.numpy())
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0], err_msg="elements left unwritten")
+    return results[0]
 
 
 def check_function(fn: str, dtype: str, rng: np.random.Generator) -> None:

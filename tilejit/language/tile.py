@@ -15,7 +15,8 @@ Semantics follow numpy unless noted:
   integer or bool tile gives ``float32``; and ``/`` on integers gives ``float32``.
 - Float math (``exp``, ``sqrt``, ``sin``...) on integer or bool tiles computes in ``float32``;
   ``abs``, ``maximum`` and ``minimum`` keep integer dtypes, and ``floor``/``ceil`` of an integer or
-  bool tile return it unchanged (numpy 2).
+  bool tile return it unchanged (numpy 2). ``isnan``/``isinf`` of integers and bools are False and
+  ``signbit`` is ``x < 0`` (numpy); ``popc``/``clz`` take 32- and 64-bit integers only.
 - Integer ``+ - * ** <<`` and unary ``-`` wrap around as in numpy; integer ``//`` and ``%`` by zero
   give 0 (numpy warns and gives 0); ``bool + bool`` and ``bool * bool`` are logical or/and (bool),
   ``bool - bool`` is an error, and ``//``, ``%``, ``**`` of bools give ``int8``, as in numpy.
@@ -41,8 +42,9 @@ Semantics follow numpy unless noted:
   32- or 64-bit range (NaN gives 0) and 8- and 16-bit results keep the low bits of that. The sign of
   a zero that ``maximum``/``minimum``/``max``/``min`` pick between ``-0.0`` and ``0.0`` is unspecified.
 - Floats are IEEE 754 as in numpy: float ``+``, ``-`` and ``*`` round once each (``x * y + z`` is never fused
-  into one multiply-add, so it matches numpy bit for bit), and subnormal numbers are kept, never flushed to
-  zero (no ``-ftz``, no fast-math intrinsics; math functions keep them within the bounds above). Exceptions:
+  into one multiply-add, so it matches numpy bit for bit; ``fma`` fuses, rounding once), and subnormal numbers are
+  kept, never flushed to zero (no ``-ftz``, no fast-math intrinsics unless a call asks with ``rounding_mode=`` or
+  ``flush_to_zero=``; math functions keep them within the bounds above). Exceptions:
   float32 ``atomic_add`` flushes subnormal inputs and results to zero (the GPU's float32 atomic add on global
   memory always does; float64, float16 and bfloat16 atomic adds keep them); ``mma`` may fuse multiply-adds
   and sums in its own order (tensor cores), so it can differ from numpy's ``@`` in the last bits.

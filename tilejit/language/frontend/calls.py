@@ -466,20 +466,44 @@ def _flag(fn: str, what: str, value: object) -> bool:
     return value
 
 
-def _fast_options(fn: str, options: dict[str, object]) -> tuple[str | None, bool]:
-    """``rounding_mode=`` and ``flush_to_zero=`` of ``tj.<fn>`` (either may be absent from its signature)."""
-    return (_rounding_mode(fn, options.get("rounding_mode")),
-            _flag(fn, "flush_to_zero", options.get("flush_to_zero", False)))
+def _unary(tr: Translator, fn: str, x: object, rounding_mode: object = None, flush_to_zero: object = False) -> object:
+    """``tj.<fn>(x)`` with its fast-math options: folded for a compile-time number, else a unary op."""
+    rounding, ftz = _rounding_mode(fn, rounding_mode), _flag(fn, "flush_to_zero", flush_to_zero)
+    if is_number(x):
+        return _fold_unary(fn, x)
+    return tr.b.unary(fn, as_tile(tr, x, fn, "x"), rounding, ftz)
 
 
-def _unary_impl(fn: str, name: str) -> Impl:
-    def impl(tr: Translator, x: object, **options: object) -> object:
-        rounding, ftz = _fast_options(name, options)
-        if is_number(x):
-            return _fold_unary(fn, x)
-        return tr.b.unary(fn, as_tile(tr, x, name, "x"), rounding, ftz)
+def _unary_impl(fn: str) -> Impl:
+    def impl(tr: Translator, x: object) -> object:
+        return _unary(tr, fn, x)
 
     return impl
+
+
+@builtin(tile.exp)
+def _exp(tr: Translator, x: object, rounding_mode: object) -> object:
+    return _unary(tr, "exp", x, rounding_mode)
+
+
+@builtin(tile.tanh)
+def _tanh(tr: Translator, x: object, rounding_mode: object) -> object:
+    return _unary(tr, "tanh", x, rounding_mode)
+
+
+@builtin(tile.exp2)
+def _exp2(tr: Translator, x: object, flush_to_zero: object) -> object:
+    return _unary(tr, "exp2", x, flush_to_zero=flush_to_zero)
+
+
+@builtin(tile.rsqrt)
+def _rsqrt(tr: Translator, x: object, flush_to_zero: object) -> object:
+    return _unary(tr, "rsqrt", x, flush_to_zero=flush_to_zero)
+
+
+@builtin(tile.sqrt)
+def _sqrt(tr: Translator, x: object, rounding_mode: object, flush_to_zero: object) -> object:
+    return _unary(tr, "sqrt", x, rounding_mode, flush_to_zero)
 
 
 def _fold_unary(fn: str, x: object) -> object:
@@ -505,14 +529,13 @@ def _fold_unary(fn: str, x: object) -> object:
             raise FrontendError(f"tj.{fn}(): the constant {shown(x)} does not fit float64") from None
 
 
-#: The unary tj functions with one implementation each (``tj.abs`` too).
+#: The unary tj functions without options (``tj.abs`` too); those with fast-math options are above.
 _UNARY = (
-    "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "floor", "ceil", "erf", "sigmoid", "abs",
-    "asin", "acos", "atan", "sinh", "cosh", "log1p", "expm1", "cbrt", "erfinv", "isnan", "isinf", "signbit", "popc",
-    "clz",
+    "log", "log2", "sin", "cos", "floor", "ceil", "erf", "sigmoid", "abs", "asin", "acos", "atan", "sinh", "cosh",
+    "log1p", "expm1", "cbrt", "erfinv", "isnan", "isinf", "signbit", "popc", "clz",
 )
 for _fn in _UNARY:
-    builtin(getattr(tile, _fn))(_unary_impl(_fn, _fn))
+    builtin(getattr(tile, _fn))(_unary_impl(_fn))
 
 
 def _binary_impl(fn: str, name: str, pyfn: Callable[[Any, Any], Any]) -> Impl:
@@ -555,7 +578,7 @@ def _atan2_impl(tr: Translator, y: object, x: object) -> object:
 
 @builtin(tile.truediv)
 def _truediv(tr: Translator, x: object, y: object, rounding_mode: object, flush_to_zero: object) -> object:
-    rounding, ftz = _fast_options("truediv", {"rounding_mode": rounding_mode, "flush_to_zero": flush_to_zero})
+    rounding, ftz = _rounding_mode("truediv", rounding_mode), _flag("truediv", "flush_to_zero", flush_to_zero)
     if is_number(x) and is_number(y):
         if y == 0:
             raise FrontendError("tj.truediv() of compile-time values failed: division by zero")
