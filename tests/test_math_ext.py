@@ -335,6 +335,7 @@ def test_cuda_source_names_each_function(dtype: str) -> None:
         assert f"tj::{name}(" in source, name
     if dtype in ("float16", "bfloat16"):
         assert "tj::asin(static_cast<float>(" in source  # 16-bit floats compute in float32
+        assert "tj::signbit(t" in source and "tj::signbit(static_cast" not in source  # but are classified as they are
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

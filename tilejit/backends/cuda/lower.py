@@ -236,7 +236,8 @@ class Lowering:
             if op.rounding or op.ftz:
                 fmt = tables.fast_math_entry(op.fn, op.rounding, op.ftz, "{x}")
             t = tables.ctype(tables.compute_dtype(dt))
-            return f"tj::cast<{out}>({fmt.format(x=self._in_compute(dt)(g(op.x)), t=t)})"
+            x = g(op.x) if op.fn in O.PREDICATE_FNS else self._in_compute(dt)(g(op.x))  # 16-bit: from their bits
+            return f"tj::cast<{out}>({fmt.format(x=x, t=t)})"
         if isinstance(op, O.BinaryOp):
             dt = self._dtype(op.x)
             if self._dtype(op.y) != dt:

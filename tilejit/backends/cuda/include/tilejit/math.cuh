@@ -121,6 +121,13 @@ __device__ __forceinline__ bool isinf(double x) {
 }
 __device__ __forceinline__ bool signbit(float x) { return (__float_as_uint(x) >> 31) != 0u; }
 __device__ __forceinline__ bool signbit(double x) { return __double_as_longlong(x) < 0; }
+// 16-bit floats from their own bits (a conversion to float need not keep a NaN's sign).
+__device__ __forceinline__ bool isnan(half x) { return (x.bits & 0x7fffu) > 0x7c00u; }
+__device__ __forceinline__ bool isinf(half x) { return (x.bits & 0x7fffu) == 0x7c00u; }
+__device__ __forceinline__ bool signbit(half x) { return (x.bits >> 15) != 0u; }
+__device__ __forceinline__ bool isnan(bf16 x) { return (x.bits & 0x7fffu) > 0x7f80u; }
+__device__ __forceinline__ bool isinf(bf16 x) { return (x.bits & 0x7fffu) == 0x7f80u; }
+__device__ __forceinline__ bool signbit(bf16 x) { return (x.bits >> 15) != 0u; }
 // Bit counts of 32- and 64-bit integers as int32, as CUDA's __popc and __clz (clz(0) is the width).
 __device__ __forceinline__ i32 popc(u32 x) { return __popc(x); }
 __device__ __forceinline__ i32 popc(i32 x) { return __popc((u32)x); }
