@@ -472,7 +472,8 @@ def atan2(y: Any, x: Any) -> Tile:
 
 
 def fma(x: Any, y: Any, z: Any) -> Tile:
-    """Element-wise ``x * y + z`` rounded once (a fused multiply-add), with broadcasting and promotion."""
+    """Element-wise ``x * y + z`` rounded once (a fused multiply-add), with broadcasting and promotion (integers
+    and bools compute in float32)."""
     _outside("fma")
 
 
