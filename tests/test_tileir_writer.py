@@ -431,6 +431,7 @@ def test_every_op_in_the_encoding_table_is_printed_and_exercised_by_the_test_ker
     def names(ops: list[TOp]) -> set[str]:
         return {op.name for op in ops} | {n for op in ops for b in op.regions for n in names(b.ops)}
 
+    from test_math_ext import TILEIR_OPS_TESTED_HERE as MATH_OPS  # atan2, sinh, cosh, fma go through them there
     from test_tileir_memory import KERNELS as MEMORY_KERNELS
     from test_tileir_memory import ir_of as memory_ir
     from test_tileir_ops import OPS_TESTED_HERE  # the elementwise/reduction ops go through the tools there
@@ -440,7 +441,7 @@ def test_every_op_in_the_encoding_table_is_printed_and_exercised_by_the_test_ker
     assert set(OP_TEXT) == set(OPS)
     # assume: tests/test_tileir_mma.py; ptr_to_int (versioned read-only loops): tests/test_tileir_loop_versions.py;
     # print_tko: tests/test_device_print.py
-    assert used | OPS_TESTED_HERE | {"assume", "ptr_to_int", "print_tko"} == set(OPS)
+    assert used | OPS_TESTED_HERE | MATH_OPS | {"assume", "ptr_to_int", "print_tko"} == set(OPS)
 
 
 @pytest.mark.parametrize("version", [VERSIONS[0], VERSIONS[-1]])

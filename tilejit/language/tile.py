@@ -15,7 +15,8 @@ Semantics follow numpy unless noted:
   integer or bool tile gives ``float32``; and ``/`` on integers gives ``float32``.
 - Float math (``exp``, ``sqrt``, ``sin``...) on integer or bool tiles computes in ``float32``;
   ``abs``, ``maximum`` and ``minimum`` keep integer dtypes, and ``floor``/``ceil`` of an integer or
-  bool tile return it unchanged (numpy 2).
+  bool tile return it unchanged (numpy 2). ``isnan``/``isinf`` of integers and bools are False and
+  ``signbit`` is ``x < 0`` (numpy); ``popc``/``clz`` take 32- and 64-bit integers only.
 - Integer ``+ - * ** <<`` and unary ``-`` wrap around as in numpy; integer ``//`` and ``%`` by zero
   give 0 (numpy warns and gives 0); ``bool + bool`` and ``bool * bool`` are logical or/and (bool),
   ``bool - bool`` is an error, and ``//``, ``%``, ``**`` of bools give ``int8``, as in numpy.
@@ -41,8 +42,9 @@ Semantics follow numpy unless noted:
   32- or 64-bit range (NaN gives 0) and 8- and 16-bit results keep the low bits of that. The sign of
   a zero that ``maximum``/``minimum``/``max``/``min`` pick between ``-0.0`` and ``0.0`` is unspecified.
 - Floats are IEEE 754 as in numpy: float ``+``, ``-`` and ``*`` round once each (``x * y + z`` is never fused
-  into one multiply-add, so it matches numpy bit for bit), and subnormal numbers are kept, never flushed to
-  zero (no ``-ftz``, no fast-math intrinsics; math functions keep them within the bounds above). Exceptions:
+  into one multiply-add, so it matches numpy bit for bit; ``fma`` fuses, rounding once), and subnormal numbers are
+  kept, never flushed to zero (no ``-ftz``, no fast-math intrinsics unless a call asks with ``rounding_mode=`` or
+  ``flush_to_zero=``; math functions keep them within the bounds above). Exceptions:
   float32 ``atomic_add`` flushes subnormal inputs and results to zero (the GPU's float32 atomic add on global
   memory always does; float64, float16 and bfloat16 atomic adds keep them); ``mma`` may fuse multiply-adds
   and sums in its own order (tensor cores), so it can differ from numpy's ``@`` in the last bits.
@@ -90,6 +92,7 @@ Semantics follow numpy unless noted:
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -328,13 +331,27 @@ def broadcast_to(x: Any, shape: Shape) -> Tile:
     _outside("broadcast_to")
 
 
-def exp(x: Any) -> Tile:
-    """Element-wise e**x."""
+class RoundingMode(str, enum.Enum):
+    """How a float op rounds (cuTile's ``ct.RoundingMode``), for ``rounding_mode=`` of ``exp``, ``tanh``,
+    ``sqrt`` and ``truediv``; the plain strings (``"approx"``) work too. ``RN``/``RZ``/``RM``/``RP``: IEEE, to nearest
+    even, toward zero, -inf, +inf; ``FULL``: the CUDA Math API's full-range function; ``APPROX``: the GPU's fast
+    approximation (float32 only: ``__expf``, ``tanh.approx``, ``sqrt.approx``, ``__fdividef``)."""
+
+    RN = "rn"
+    RZ = "rz"
+    RM = "rm"
+    RP = "rp"
+    FULL = "full"
+    APPROX = "approx"
+
+
+def exp(x: Any, *, rounding_mode: RoundingMode | str | None = None) -> Tile:
+    """Element-wise e**x; ``rounding_mode="approx"`` (float32): the fast ``__expf``, which flushes subnormals."""
     _outside("exp")
 
 
-def exp2(x: Any) -> Tile:
-    """Element-wise 2**x."""
+def exp2(x: Any, *, flush_to_zero: bool = False) -> Tile:
+    """Element-wise 2**x; ``flush_to_zero=True`` (float32) flushes subnormal inputs and results to zero."""
     _outside("exp2")
 
 
@@ -348,13 +365,14 @@ def log2(x: Any) -> Tile:
     _outside("log2")
 
 
-def sqrt(x: Any) -> Tile:
-    """Element-wise square root."""
+def sqrt(x: Any, *, rounding_mode: RoundingMode | str | None = None, flush_to_zero: bool = False) -> Tile:
+    """Element-wise square root, IEEE (rounded to nearest); ``rounding_mode`` ``"rz"``, ``"rm"``, ``"rp"``
+    (float32, float64) or ``"approx"`` (float32), ``flush_to_zero`` (float32)."""
     _outside("sqrt")
 
 
-def rsqrt(x: Any) -> Tile:
-    """Element-wise 1 / sqrt(x)."""
+def rsqrt(x: Any, *, flush_to_zero: bool = False) -> Tile:
+    """Element-wise 1 / sqrt(x); ``flush_to_zero=True`` (float32) flushes subnormal inputs and results to zero."""
     _outside("rsqrt")
 
 
@@ -368,9 +386,81 @@ def cos(x: Any) -> Tile:
     _outside("cos")
 
 
-def tanh(x: Any) -> Tile:
-    """Element-wise hyperbolic tangent."""
+def tanh(x: Any, *, rounding_mode: RoundingMode | str | None = None) -> Tile:
+    """Element-wise hyperbolic tangent; ``rounding_mode="approx"`` (float32): the GPU's ``tanh.approx.f32``
+    (sm_75 and newer; about 2**-11 relative error)."""
     _outside("tanh")
+
+
+def asin(x: Any) -> Tile:
+    """Element-wise arc sine (NaN outside [-1, 1])."""
+    _outside("asin")
+
+
+def acos(x: Any) -> Tile:
+    """Element-wise arc cosine (NaN outside [-1, 1])."""
+    _outside("acos")
+
+
+def atan(x: Any) -> Tile:
+    """Element-wise arc tangent."""
+    _outside("atan")
+
+
+def sinh(x: Any) -> Tile:
+    """Element-wise hyperbolic sine."""
+    _outside("sinh")
+
+
+def cosh(x: Any) -> Tile:
+    """Element-wise hyperbolic cosine."""
+    _outside("cosh")
+
+
+def log1p(x: Any) -> Tile:
+    """Element-wise log(1 + x), accurate for small ``x``."""
+    _outside("log1p")
+
+
+def expm1(x: Any) -> Tile:
+    """Element-wise e**x - 1, accurate for small ``x``."""
+    _outside("expm1")
+
+
+def cbrt(x: Any) -> Tile:
+    """Element-wise cube root (negative for negative ``x``)."""
+    _outside("cbrt")
+
+
+def erfinv(x: Any) -> Tile:
+    """Element-wise inverse error function: ``erf(erfinv(x)) == x`` on [-1, 1] (+-inf at +-1, NaN outside)."""
+    _outside("erfinv")
+
+
+def isnan(x: Any) -> Tile:
+    """Element-wise ``x != x`` as a bool tile (False for integers and bools)."""
+    _outside("isnan")
+
+
+def isinf(x: Any) -> Tile:
+    """Element-wise ``x`` is +inf or -inf, as a bool tile (False for integers and bools)."""
+    _outside("isinf")
+
+
+def signbit(x: Any) -> Tile:
+    """Element-wise sign bit as a bool tile: True for negative numbers, ``-0.0``, NaNs with the sign bit set."""
+    _outside("signbit")
+
+
+def popc(x: Any) -> Tile:
+    """Element-wise number of set bits of a 32- or 64-bit integer tile, as int32 (CUDA's ``__popc``)."""
+    _outside("popc")
+
+
+def clz(x: Any) -> Tile:
+    """Element-wise number of leading zero bits of a 32- or 64-bit integer tile (32 or 64 for 0), as int32
+    (CUDA's ``__clz``)."""
+    _outside("clz")
 
 
 def abs(x: Any) -> Tile:
@@ -417,6 +507,26 @@ def pow(x: Any, y: Any) -> Tile:
     _outside("pow")
 
 
+def atan2(y: Any, x: Any) -> Tile:
+    """Element-wise arc tangent of ``y / x`` in the quadrant of the point ``(x, y)`` (``numpy.arctan2``), with
+    broadcasting and promotion."""
+    _outside("atan2")
+
+
+def fma(x: Any, y: Any, z: Any) -> Tile:
+    """Element-wise ``x * y + z`` rounded once (a fused multiply-add), with broadcasting and promotion (integers
+    and bools compute in float32)."""
+    _outside("fma")
+
+
+def truediv(x: Any, y: Any, *, rounding_mode: RoundingMode | str | None = None,
+            flush_to_zero: bool = False) -> Tile:
+    """``x / y`` with a chosen rounding (cuTile's ``ct.truediv``): by default as ``/`` (float32 within 2 ulp,
+    ``div.full.f32``; float64 IEEE); ``rounding_mode`` ``"rn"``, ``"rz"``, ``"rm"``, ``"rp"`` (IEEE, float32 and
+    float64) or ``"approx"`` (float32, ``__fdividef``); ``flush_to_zero`` (float32)."""
+    _outside("truediv")
+
+
 # ------------------------------------------------------------------------------- reductions, scans, mma
 
 
@@ -455,16 +565,18 @@ def cumsum(x: Any, axis: int = 0) -> Tile:
     _outside("cumsum")
 
 
-def mma(a: Any, b: Any, acc: Any) -> Tile:
+def mma(a: Any, b: Any, acc: Any, *, precision: str = "ieee") -> Tile:
     """``a @ b + acc`` for a: (M, K), b: (K, N), acc: (M, N). ``a`` and ``b`` share a dtype; ``acc``
     is float32 for float16/bfloat16/float32 inputs, float64 for float64, int32 for 8-bit ints.
-    Returns the new accumulator (tensor cores where the target has them)."""
+    Returns the new accumulator (tensor cores where the target has them). ``precision="tf32"`` (float32 inputs)
+    lets tensor cores multiply the inputs rounded to tf32 (10-bit mantissa), accumulating in float32; the
+    default ``"ieee"`` keeps full float32 products."""
     _outside("mma")
 
 
-def matmul(a: Any, b: Any) -> Tile:
+def matmul(a: Any, b: Any, *, precision: str = "ieee") -> Tile:
     """``a @ b`` of 2-d tiles: accumulates like ``mma`` from zeros; float results are cast back to
-    the inputs' dtype (as numpy), integer results stay int32."""
+    the inputs' dtype (as numpy), integer results stay int32. ``precision`` as ``mma``'s."""
     _outside("matmul")
 
 
@@ -509,6 +621,21 @@ def randn(seed: Any, offsets: Any, n_rounds: int = 10) -> Tile:
     _outside("randn")
 
 
+# ------------------------------------------------------------------------------- compile time
+
+
+def static_print(*values: Any) -> None:
+    """Print ``values`` when the kernel is translated (once per compile; a cached compile prints nothing):
+    compile-time values as Python prints them, tiles and arrays as their types and shapes."""
+    _outside("static_print")
+
+
+def static_assert(cond: Any, msg: Any = None) -> None:
+    """A ``TileCompileError`` at this line, with ``msg``, when the compile-time condition ``cond`` is false; a
+    condition only known at run time (a tile, a scalar) is an error too."""
+    _outside("static_assert")
+
+
 _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
 
 #: The tile language's names, listed here only: each is also ``tj.<name>`` (``tilejit.__getattr__`` reads this list),
@@ -520,7 +647,9 @@ __all__ = [
     "full", "zeros", "ones", "arange", "where", "astype", "reshape", "transpose", "expand_dims", "broadcast_to",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",
     "maximum", "minimum", "pow", "erf", "sigmoid",
-    "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul",
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "log1p", "expm1", "cbrt", "erfinv", "fma",
+    "isnan", "isinf", "signbit", "popc", "clz", "truediv", "RoundingMode",
+    "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul", "static_print", "static_assert",
     "umulhi", "philox", "randint4x", "randint", "rand", "randn",
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64",

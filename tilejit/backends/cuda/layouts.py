@@ -16,6 +16,7 @@ from tilejit.language.ir.ops import (
     BinaryOp,
     CastOp,
     CompareOp,
+    FmaOp,
     ForOp,
     Function,
     IfOp,
@@ -146,7 +147,7 @@ def assign_mma_layouts(fn: Function, mma_results: dict[Value, Layout]) -> dict[V
         for op in ops:
             if isinstance(op, MmaOp) and op.result in lay:
                 put(op.acc, lay[op.result])
-            elif isinstance(op, UnaryOp | BinaryOp | CompareOp | SelectOp | CastOp):
+            elif isinstance(op, UnaryOp | BinaryOp | FmaOp | CompareOp | SelectOp | CastOp):
                 for v in op.operands():
                     rt = op.result.type
                     same = isinstance(v.type, TileType) and isinstance(rt, TileType) and v.type.shape == rt.shape

@@ -203,7 +203,7 @@ class Lowering:
             return
         layout = self.plan.layout_of(res)
         lname = self.lname(layout)
-        packed = isinstance(op, O.UnaryOp | O.BinaryOp | O.CastOp) and layout.elems % 2 == 0
+        packed = isinstance(op, O.UnaryOp | O.BinaryOp | O.FmaOp | O.CastOp) and layout.elems % 2 == 0
         if isinstance(op, O.CastOp) and self._dtype(op.x) == float64 and t.dtype == float16:
             packed = False  # float64 -> float16 rounds once (tj::cast), not through float as pairs do
         if packed and t.dtype in (float16, bfloat16):
@@ -233,18 +233,28 @@ class Lowering:
         if isinstance(op, O.UnaryOp):
             dt = self._dtype(op.x)
             fmt = tables.table_entry(tables.UNARY, op.fn, dt, "unary function")
+            if op.rounding or op.ftz:
+                fmt = tables.fast_math_entry(op.fn, op.rounding, op.ftz, "{x}")
             t = tables.ctype(tables.compute_dtype(dt))
-            return f"tj::cast<{out}>({fmt.format(x=self._in_compute(dt)(g(op.x)), t=t)})"
+            x = g(op.x) if op.fn in O.PREDICATE_FNS else self._in_compute(dt)(g(op.x))  # 16-bit: from their bits
+            return f"tj::cast<{out}>({fmt.format(x=x, t=t)})"
         if isinstance(op, O.BinaryOp):
             dt = self._dtype(op.x)
             if self._dtype(op.y) != dt:
                 raise CompileError(f"binary '{op.fn}' operands differ in dtype: {dt.name} and {self._dtype(op.y).name}")
             fmt = tables.table_entry(tables.BINARY, op.fn, dt, "binary function")
+            if op.rounding or op.ftz:
+                fmt = tables.fast_math_entry(op.fn, op.rounding, op.ftz, "{x}, {y}")
             if dt.is_int and op.fn in ("floordiv", "mod", "pow", "maximum", "minimum", "lshift", "rshift"):
                 return f"tj::cast<{out}>({fmt.format(x=g(op.x), y=g(op.y), t=tables.ctype(dt))})"
             conv = self._in_compute(dt)
             ct = tables.ctype(tables.compute_dtype(dt))
             return f"tj::cast<{out}>(({ct})({fmt.format(x=conv(g(op.x)), y=conv(g(op.y)), t=ct)}))"
+        if isinstance(op, O.FmaOp):
+            dt = self._dtype(op.result)
+            conv = self._in_compute(dt)
+            expr = tables.FMA.format(x=conv(g(op.x)), y=conv(g(op.y)), z=conv(g(op.z)))
+            return f"tj::cast<{out}>({expr})"
         if isinstance(op, O.CompareOp):
             sym = tables.COMPARE.get(op.fn)
             if sym is None:
@@ -262,7 +272,7 @@ class Lowering:
             return tables.literal(op.value, self._dtype(op.result))
         raise CompileError(f"op '{op.NAME}' is not an elementwise op")
 
-    op_UnaryOp = op_BinaryOp = op_CompareOp = op_SelectOp = op_CastOp = _elementwise
+    op_UnaryOp = op_BinaryOp = op_FmaOp = op_CompareOp = op_SelectOp = op_CastOp = _elementwise
 
     def _narrow_compare(self, op: O.CompareOp, sym: str, g: Callable[[Value], str]) -> str | None:
         """``int64(arange) <op> s`` (s block-uniform int64, e.g. a mask against a shape) in 32 bits.

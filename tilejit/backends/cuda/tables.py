@@ -131,7 +131,10 @@ UNARY: dict[str, dict[str, str]] = {
     "floor": {"f": "tj::floor({x})", "i": "{x}", "u": "{x}", "b": "{x}"},
     "ceil": {"f": "tj::ceil({x})", "i": "{x}", "u": "{x}", "b": "{x}"},
     **{fn: {"f": f"tj::{fn}({{x}})"} for fn in
-       ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid")},
+       ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid", "asin", "acos",
+        "atan", "sinh", "cosh", "log1p", "expm1", "cbrt", "erfinv", "isnan", "isinf", "signbit")},
+    "popc": {"i": "tj::popc({x})", "u": "tj::popc({x})"},
+    "clz": {"i": "tj::clz({x})", "u": "tj::clz({x})"},
 }
 
 BINARY: dict[str, dict[str, str]] = {
@@ -155,7 +158,17 @@ BINARY: dict[str, dict[str, str]] = {
     "lshift": {"i": "tj::lshift({x}, {y})", "u": "tj::lshift({x}, {y})"},
     "rshift": {"i": "tj::rshift({x}, {y})", "u": "tj::rshift({x}, {y})"},
     "mulhi": {"u": "tj::mulhi({x}, {y})"},
+    "atan2": {"f": "tj::atan2({x}, {y})"},
 }
+
+#: ``x * y + z`` rounded once (float compute types only).
+FMA = "tj::fma({x}, {y}, {z})"
+
+
+def fast_math_entry(fn: str, rounding: str, ftz: bool, operands: str) -> str:
+    """The format string of ``fn`` with a fast-math option (``ops.FAST_MATH``, float only): math.cuh's
+    ``tj::<fn>_<rounding>[_ftz]``, e.g. ``tj::sqrt_rz_ftz({x})``."""
+    return f"tj::{'_'.join(p for p in (fn, rounding, 'ftz' if ftz else '') if p)}({operands})"
 
 COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
@@ -174,6 +187,6 @@ def table_entry(table: dict[str, dict[str, str]], fn: str, dt: DType, what: str)
 
 
 __all__ = [
-    "BINARY", "COMPARE", "C_TYPES", "REDUCE_OPS", "UNARY", "compute_dtype", "ctype", "literal",
-    "table_entry",
+    "BINARY", "COMPARE", "C_TYPES", "FMA", "REDUCE_OPS", "UNARY", "compute_dtype", "ctype", "fast_math_entry",
+    "literal", "table_entry",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from tilejit.backends.tileir.lower.core import refusal
 from tilejit.backends.tileir.module import (
     ENUMS,
     OPS,
@@ -296,6 +297,9 @@ class Writer:
         """Append ``op`` following its layout in ``OPS``."""
         ids = self.ids
         spec = OPS[op.name]
+        if self.version < spec.since:
+            raise refusal(op.loc, f"the Tile IR op '{op.name}' needs bytecode version {spec.since[0]}.{spec.since[1]} "
+                                  f"or newer, not {self.version[0]}.{self.version[1]} (an older tileiras)")
         varint(spec.opcode, buf)
         operands = iter(op.operands)
         named = _named_operands(spec.layout, op)

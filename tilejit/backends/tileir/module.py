@@ -160,12 +160,14 @@ class OpSpec:
     ``pred`` an ``assume`` predicate (``attrs['predicate']``: ``("div_by", n)`` or ``("bounded", lo, hi)``,
     ``None`` for an open end).
     ``@13.2`` after an item: only from that version on (an attribute the registry added later; older
-    versions imply its default). ``res*:13.2``: the counted result types, none before that version (the writer
-    then defines the op's results with ``make_token`` ops after it: ``print_tko``'s token).
+    versions imply its default). ``since``: the first bytecode version that has the op at all. ``res*:13.2``: the
+    counted result types, none before that version (the writer then defines the op's results with ``make_token``
+    ops after it: ``print_tko``'s token).
     """
 
     opcode: int
     layout: tuple[str, ...]
+    since: tuple[int, int] = (13, 1)
 
 
 OPS: dict[str, OpSpec] = {
@@ -175,6 +177,7 @@ OPS: dict[str, OpSpec] = {
     "addi": OpSpec(3, ("res", "enum:overflow", "o", "o")),
     "andi": OpSpec(4, ("res", "o", "o")),
     "assume": OpSpec(6, ("res", "pred", "o")),
+    "atan2": OpSpec(110, ("res", "o", "o"), since=(13, 2)),
     "atomic_cas_tko": OpSpec(
         7, ("res2", "flags:mask,token", "enum:ordering", "enum:scope", "o", "o", "o", "o?:mask", "o?:token")
     ),
@@ -190,12 +193,14 @@ OPS: dict[str, OpSpec] = {
     "constant": OpSpec(16, ("res", "const")),
     "continue": OpSpec(17, ("res*", "o*")),
     "cos": OpSpec(18, ("res", "o")),
+    "cosh": OpSpec(19, ("res", "o")),
     "divf": OpSpec(20, ("res", "ftz", "enum:rounding", "o", "o")),
     "divi": OpSpec(21, ("res", "enum:signedness", "enum:rounding", "o", "o")),
     "exp": OpSpec(23, ("res", "enum:rounding@13.3", "o")),
     "exp2": OpSpec(24, ("res", "ftz", "o")),
     "exti": OpSpec(37, ("res", "enum:signedness", "o")),
     "floor": OpSpec(39, ("res", "o")),
+    "fma": OpSpec(40, ("res", "ftz", "enum:rounding", "o", "o", "o")),
     "for": OpSpec(41, ("res*", "int:unsigned_cmp@13.2", "o*", "regions")),
     "fpowf": OpSpec(84, ("res", "o", "o")),
     "ftof": OpSpec(42, ("res", "enum:rounding", "o")),
@@ -245,6 +250,7 @@ OPS: dict[str, OpSpec] = {
     "shli": OpSpec(96, ("res", "enum:overflow", "o", "o")),
     "shri": OpSpec(97, ("res", "enum:signedness", "o", "o")),
     "sin": OpSpec(98, ("res", "o")),
+    "sinh": OpSpec(99, ("res", "o")),
     "sqrt": OpSpec(100, ("res", "ftz", "enum:rounding", "o")),
     "store_ptr_tko": OpSpec(
         101, ("res", "flags:scope,hints,mask,token", "enum:ordering", "enum?:scope", "o", "o", "o?:mask", "o?:token")

@@ -30,6 +30,34 @@ from tilejit.language.ir.types import (
 
 OpT = TypeVar("OpT", bound=Op)
 
+#: The roundings each op with fast-math options takes (``rounding_mode=``), the first its default on float32.
+ROUNDING_MODES: dict[str, tuple[str, ...]] = {
+    "exp": ("full", "approx"), "tanh": ("full", "approx"), "sqrt": ("rn", "rz", "rm", "rp", "approx"),
+    "truediv": ("full", "rn", "rz", "rm", "rp", "approx"), "exp2": (), "rsqrt": (),
+}
+
+
+def fast_math(fn: str, dtype: DType, rounding: str | None, ftz: bool) -> tuple[str, bool]:
+    """The IR's ``(rounding, ftz)`` for ``tj.<fn>(..., rounding_mode=rounding, flush_to_zero=ftz)`` computed in
+    ``dtype`` (the op's own default rounding is ""), or a FrontendError saying which modes and dtypes it takes."""
+    modes = ROUNDING_MODES[fn]
+    if rounding is not None and rounding not in modes:
+        taken = ", ".join(repr(m) for m in modes)
+        raise FrontendError(f"tj.{fn}() takes rounding_mode None, {taken}; got {rounding!r}")
+    default = "rn" if fn == "truediv" and dtype.bits == 64 else (modes[0] if modes else "")
+    mode = "" if rounding in (None, default) else rounding
+    if not mode and not ftz:
+        return "", False
+    allowed = ops.FAST_MATH.get((fn, mode, ftz), ("f32",))
+    if dtype.short not in allowed or (fn, mode, ftz) not in ops.FAST_MATH:
+        what = " and ".join(x for x in (f"rounding_mode={mode!r}" if mode else "", "flush_to_zero=True" if ftz else "")
+                            if x)
+        names = " and ".join({"f32": "float32", "f64": "float64"}[d] for d in allowed)
+        raise FrontendError(f"tj.{fn}(): {what} is for {names} only, not {dtype.name}"
+                            + (" (16-bit floats compute in float32 and round again)" if dtype.bits == 16 else ""))
+    return mode, ftz
+
+
 def int_range(dtype: DType) -> tuple[int, int]:
     """The inclusive range of an integer (or bool) dtype."""
     if dtype.is_bool:
@@ -301,11 +329,13 @@ class Builder:
 
     # ------------------------------------------------------------------ element-wise operations
 
-    def binary(self, fn: str, a: object, b: object, symbol: str | None = None) -> Tile:
-        """``a fn b`` for tiles/numbers (at least one a tile) with promotion and broadcasting."""
+    def binary(self, fn: str, a: object, b: object, symbol: str | None = None, rounding: str | None = None,
+               ftz: bool = False) -> Tile:
+        """``a fn b`` for tiles/numbers (at least one a tile) with promotion and broadcasting; ``rounding`` and
+        ``ftz``: ``tj.truediv``'s fast-math options (``fast_math``)."""
         sym = symbol or fn
         dtype = self.common_dtype([a, b])
-        if fn == "truediv" and not dtype.is_float:
+        if fn in ("truediv", "atan2") and not dtype.is_float:
             dtype = float32
         elif fn in ("and", "or", "xor"):
             if dtype.is_float:
@@ -327,8 +357,15 @@ class Builder:
                 f"the result would be {dtype.name}; use a float base, e.g. x.astype(tj.float32) ** {shown(b)}"
             )
         # bool + bool and bool * bool stay bool (logical or / and), as in numpy
+        options = fast_math(fn, dtype, rounding, ftz) if fn in ROUNDING_MODES else ("", False)
         x, y = self.unify([a, b], dtype)
-        return self.tile(ops.BinaryOp, x.type, fn=fn, x=x.value, y=y.value)
+        return self.tile(ops.BinaryOp, x.type, fn=fn, x=x.value, y=y.value, rounding=options[0], ftz=options[1])
+
+    def fma(self, a: object, b: object, c: object) -> Tile:
+        """``a * b + c`` rounded once, promoted and broadcast (integers and bools compute in float32)."""
+        dtype = self.common_dtype([a, b, c])
+        x, y, z = self.unify([a, b, c], dtype if dtype.is_float else float32)
+        return self.tile(ops.FmaOp, x.type, x=x.value, y=y.value, z=z.value)
 
     def compare(self, fn: str, a: object, b: object) -> Tile:
         if isinstance(a, Tile) and isinstance(b, Tile) and {a.dtype.kind, b.dtype.kind} == {"i", "u"} \
@@ -352,9 +389,20 @@ class Builder:
             return self.binary("or", neg, c)
         return self.binary("and", self.unary("not", neg), c)
 
-    def unary(self, fn: str, a: object) -> Tile:
-        """``fn(a)``: float math on int/bool tiles computes in float32; abs/neg/floor/ceil keep ints."""
+    def unary(self, fn: str, a: object, rounding: str | None = None, ftz: bool = False) -> Tile:
+        """``fn(a)``: float math on int/bool tiles computes in float32; abs/neg/floor/ceil keep ints; isnan/isinf/
+        signbit give bools (of integers: False, or ``x < 0``); popc/clz count bits of 32- and 64-bit integers into
+        int32. ``rounding``/``ftz``: fast-math options (``fast_math``)."""
         t = self.as_tile(a)
+        if fn in ops.PREDICATE_FNS and not t.dtype.is_float:
+            if fn == "signbit" and t.dtype.is_signed:
+                return self.compare("lt", t, 0)
+            return self.constant(False, t.type.with_dtype(bool_))
+        if fn in ops.BIT_COUNT_FNS:
+            if not t.dtype.is_int or t.dtype.bits not in (32, 64):
+                raise FrontendError(f"tj.{fn}() counts the bits of int32, int64, uint32 or uint64 tiles, got "
+                                    f"{t.dtype.name}" + (" (convert it with .astype)" if t.dtype.is_int else ""))
+            return self.tile(ops.UnaryOp, t.type.with_dtype(int32), fn=fn, x=t.value)
         if fn == "neg":
             if t.dtype.is_bool:
                 raise FrontendError("unary - is not defined for bool tiles; use ~ or 'not'")
@@ -372,7 +420,9 @@ class Builder:
             return t  # numpy 2: integers and bools are their own floor and ceiling (no float32 rounding)
         elif not t.dtype.is_float:
             t = self.cast(t, float32)
-        return self.tile(ops.UnaryOp, t.type, fn=fn, x=t.value)
+        mode, flush = fast_math(fn, t.dtype, rounding, ftz) if fn in ROUNDING_MODES else ("", False)
+        rt = t.type.with_dtype(bool_) if fn in ops.PREDICATE_FNS else t.type
+        return self.tile(ops.UnaryOp, rt, fn=fn, x=t.value, rounding=mode, ftz=flush)
 
     def select(self, cond: object, x: object, y: object) -> Tile:
         c = self.as_tile(cond)

@@ -16,6 +16,7 @@ import inspect
 import itertools
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from tilejit.language import tile
@@ -42,6 +43,7 @@ from tilejit.language.frontend.values import (
     shown,
 )
 from tilejit.language.ir import ops
+from tilejit.language.ir.passes import NUMPY_MATH, bit_count
 from tilejit.language.ir.types import (
     BY_NAME,
     DType,
@@ -67,10 +69,11 @@ Impl = Callable[..., object]
 #: (the one list of the tile language's names, which ``tj.*`` also reads) but those of ``HOST_ONLY``.
 BUILTINS: dict[int, tuple[Callable[..., Any], Impl]] = {}
 
-#: The names of ``tile.__all__`` that tile code does not call: ``tj.Constant`` annotates a parameter, and
-#: ``tj.function`` decorates a helper outside any kernel (whose ``TileFunction`` kernels call, inlined). The
-#: dtypes of ``tile.__all__`` are called as conversions (``tj.float16(x)``).
-HOST_ONLY = frozenset({"Constant", "function", "TileFunction"})
+#: The names of ``tile.__all__`` that tile code does not call: ``tj.Constant`` annotates a parameter,
+#: ``tj.function`` decorates a helper outside any kernel (whose ``TileFunction`` kernels call, inlined), and
+#: ``tj.RoundingMode``'s members are values of ``rounding_mode=``. The dtypes of ``tile.__all__`` are called as
+#: conversions (``tj.float16(x)``).
+HOST_ONLY = frozenset({"Constant", "function", "TileFunction", "RoundingMode"})
 
 
 def builtin(api: Callable[..., Any]) -> Callable[[Impl], Impl]:
@@ -481,52 +484,96 @@ def _arange(tr: Translator, n: object, dtype: object) -> object:
 # ====================================================================== element-wise
 
 
-def _unary_impl(fn: str, name: str) -> Impl:
+def _rounding_mode(fn: str, value: object) -> str | None:
+    """The rounding a ``rounding_mode=`` argument names: None, a ``tj.RoundingMode`` or its string."""
+    if value is None:
+        return None
+    if isinstance(value, tile.RoundingMode):
+        return value.value
+    if isinstance(value, str) and value in {m.value for m in tile.RoundingMode}:
+        return value
+    names = ", ".join(repr(m.value) for m in tile.RoundingMode)
+    raise FrontendError(f"tj.{fn}(): rounding_mode must be None, a tj.RoundingMode or one of {names}; got "
+                        f"{describe(value)}")
+
+
+def _flag(fn: str, what: str, value: object) -> bool:
+    """A keyword that must be a compile-time True or False."""
+    if not isinstance(value, bool):
+        raise FrontendError(f"tj.{fn}(): {what} must be a compile-time True or False, got {describe(value)}")
+    return value
+
+
+def _unary(tr: Translator, fn: str, x: object, rounding_mode: object = None, flush_to_zero: object = False) -> object:
+    """``tj.<fn>(x)`` with its fast-math options: folded for a compile-time number, else a unary op."""
+    rounding, ftz = _rounding_mode(fn, rounding_mode), _flag(fn, "flush_to_zero", flush_to_zero)
+    if is_number(x):
+        return _fold_unary(fn, x)
+    return tr.b.unary(fn, as_tile(tr, x, fn, "x"), rounding, ftz)
+
+
+def _unary_impl(fn: str) -> Impl:
     def impl(tr: Translator, x: object) -> object:
-        if is_number(x):
-            return _fold_unary(fn, x)
-        return tr.b.unary(fn, as_tile(tr, x, name, "x"))
+        return _unary(tr, fn, x)
 
     return impl
 
 
-def _sigmoid(v: float) -> float:
-    return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))
+@builtin(tile.exp)
+def _exp(tr: Translator, x: object, rounding_mode: object) -> object:
+    return _unary(tr, "exp", x, rounding_mode)
 
 
-_PY_UNARY: dict[str, Callable[[float], float]] = {
-    "exp": math.exp, "exp2": lambda v: 2.0**v, "log": math.log, "log2": math.log2, "sqrt": math.sqrt,
-    "rsqrt": lambda v: 1.0 / math.sqrt(v), "sin": math.sin, "cos": math.cos, "tanh": math.tanh,
-    "floor": math.floor, "ceil": math.ceil, "erf": math.erf, "sigmoid": _sigmoid,
-}
+@builtin(tile.tanh)
+def _tanh(tr: Translator, x: object, rounding_mode: object) -> object:
+    return _unary(tr, "tanh", x, rounding_mode)
+
+
+@builtin(tile.exp2)
+def _exp2(tr: Translator, x: object, flush_to_zero: object) -> object:
+    return _unary(tr, "exp2", x, flush_to_zero=flush_to_zero)
+
+
+@builtin(tile.rsqrt)
+def _rsqrt(tr: Translator, x: object, flush_to_zero: object) -> object:
+    return _unary(tr, "rsqrt", x, flush_to_zero=flush_to_zero)
+
+
+@builtin(tile.sqrt)
+def _sqrt(tr: Translator, x: object, rounding_mode: object, flush_to_zero: object) -> object:
+    return _unary(tr, "sqrt", x, rounding_mode, flush_to_zero)
 
 
 def _fold_unary(fn: str, x: object) -> object:
-    """A math function of a compile-time number, computed in float64 (domain errors give nan/inf)."""
+    """A math function of a compile-time number, computed in float64 (domain errors give nan/inf); the bit
+    counts of an integer in its default dtype (int32, or int64 when it needs 64 bits)."""
     assert isinstance(x, bool | int | float)
     if fn == "abs":
         return builtins.abs(x)
+    if fn in ops.PREDICATE_FNS:
+        if not isinstance(x, float):
+            return fn == "signbit" and x < 0
+        return math.isnan(x) if fn == "isnan" else math.isinf(x) if fn == "isinf" else math.copysign(1, x) < 0
+    if fn in ops.BIT_COUNT_FNS:
+        if not isinstance(x, int) or isinstance(x, bool):
+            raise FrontendError(f"tj.{fn}() counts the bits of integers, got {describe(x)}")
+        return bit_count(fn, x, default_dtype(x).bits)
     import numpy as np
 
     with np.errstate(all="ignore"):
-        np_fns: dict[str, Callable[[Any], Any]] = {
-            "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-            "rsqrt": lambda v: 1.0 / np.sqrt(v), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-            "floor": np.floor, "ceil": np.ceil,
-        }
-        if fn in np_fns:
-            try:
-                return float(np_fns[fn](np.float64(x)))
-            except OverflowError:
-                raise FrontendError(f"tj.{fn}(): the constant {shown(x)} does not fit float64") from None
-    try:
-        return float(_PY_UNARY[fn](float(x)))
-    except (ValueError, OverflowError):
-        return math.nan
+        try:
+            return float(NUMPY_MATH[fn](np.float64(x)))
+        except OverflowError:
+            raise FrontendError(f"tj.{fn}(): the constant {shown(x)} does not fit float64") from None
 
 
-for _fn in (*_PY_UNARY, "abs"):
-    builtin(getattr(tile, _fn))(_unary_impl(_fn, _fn))
+#: The unary tj functions without options (``tj.abs`` too); those with fast-math options are above.
+_UNARY = (
+    "log", "log2", "sin", "cos", "floor", "ceil", "erf", "sigmoid", "abs", "asin", "acos", "atan", "sinh", "cosh",
+    "log1p", "expm1", "cbrt", "erfinv", "isnan", "isinf", "signbit", "popc", "clz",
+)
+for _fn in _UNARY:
+    builtin(getattr(tile, _fn))(_unary_impl(_fn))
 
 
 def _binary_impl(fn: str, name: str, pyfn: Callable[[Any, Any], Any]) -> Impl:
@@ -559,6 +606,49 @@ def _nan_first(pick: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 builtin(tile.maximum)(_binary_impl("maximum", "maximum", _nan_first(builtins.max)))
 builtin(tile.minimum)(_binary_impl("minimum", "minimum", _nan_first(builtins.min)))
 builtin(tile.pow)(_binary_impl("pow", "pow", builtins.pow))
+_atan2 = _binary_impl("atan2", "atan2", math.atan2)  # its (x, y) are tj.atan2's (y, x): BinaryOp's x over y
+
+
+@builtin(tile.atan2)
+def _atan2_impl(tr: Translator, y: object, x: object) -> object:
+    return _atan2(tr, y, x)
+
+
+@builtin(tile.truediv)
+def _truediv(tr: Translator, x: object, y: object, rounding_mode: object, flush_to_zero: object) -> object:
+    rounding, ftz = _rounding_mode("truediv", rounding_mode), _flag("truediv", "flush_to_zero", flush_to_zero)
+    if is_number(x) and is_number(y):
+        if y == 0:
+            raise FrontendError("tj.truediv() of compile-time values failed: division by zero")
+        return x / y  # type: ignore[operator]
+    for v in (x, y):
+        if not isinstance(v, Tile) and not is_number(v):
+            raise FrontendError(f"tj.truediv() expects tiles or numbers, got {describe(v)}")
+    return tr.b.binary("truediv", x, y, "tj.truediv()", rounding, ftz)
+
+
+def _fma_number(x: float, y: float, z: float) -> float:
+    """``x * y + z`` rounded once to float64 (exactly, through fractions, when all are finite)."""
+    if not all(math.isfinite(v) for v in (x, y, z)):
+        return x * y + z
+    exact = Fraction(x) * Fraction(y) + Fraction(z)
+    try:
+        return float(exact) if exact else x * y + z  # an exact zero keeps IEEE's sign of zero
+    except OverflowError:
+        return math.copysign(math.inf, exact)
+
+
+@builtin(tile.fma)
+def _fma(tr: Translator, x: object, y: object, z: object) -> object:
+    for v in (x, y, z):
+        if not isinstance(v, Tile) and not is_number(v):
+            raise FrontendError(f"tj.fma() expects tiles or numbers, got {describe(v)}")
+    if is_number(x) and is_number(y) and is_number(z):
+        try:
+            return _fma_number(float(x), float(y), float(z))  # type: ignore[arg-type]
+        except OverflowError:
+            raise FrontendError("tj.fma(): a compile-time argument does not fit float64") from None
+    return tr.b.fma(x, y, z)
 
 
 @builtin(tile.where)
@@ -743,8 +833,18 @@ def _check_matrix(v: object, fn: str, what: str) -> Tile:
     return v
 
 
+def _tf32(fn: str, precision: object, dtype: DType) -> bool:
+    """Whether ``precision=`` of ``tj.mma``/``tj.matmul`` asks for tf32 (float32 inputs only)."""
+    if precision not in ("ieee", "tf32"):
+        raise FrontendError(f"{fn}: precision must be 'ieee' (full float32 products) or 'tf32', got "
+                            f"{describe(precision)}")
+    if precision == "tf32" and dtype != float32:
+        raise FrontendError(f"{fn}: precision='tf32' is for float32 inputs, got {dtype.name}")
+    return precision == "tf32"
+
+
 @builtin(tile.mma)
-def _mma(tr: Translator, a: object, b: object, acc: object) -> object:
+def _mma(tr: Translator, a: object, b: object, acc: object, precision: object) -> object:
     ta, tb = _check_matrix(a, "tj.mma()", "a"), _check_matrix(b, "tj.mma()", "b")
     (m, k), (k2, n) = ta.shape, tb.shape
     if k != k2:
@@ -771,27 +871,74 @@ def _mma(tr: Translator, a: object, b: object, acc: object) -> object:
         raise FrontendError(
             f"tj.mma(): the accumulator must be {want.name} for {ta.dtype.name} inputs, got {tacc.dtype.name}"
         )
-    return tr.b.tile(ops.MmaOp, tacc.type, a=ta.value, b=tb.value, acc=tacc.value)
+    tf32 = _tf32("tj.mma()", precision, ta.dtype)
+    return tr.b.tile(ops.MmaOp, tacc.type, a=ta.value, b=tb.value, acc=tacc.value, tf32=tf32)
 
 
-def matmul_values(tr: Translator, a: object, b: object) -> Tile:
+def matmul_values(tr: Translator, a: object, b: object, precision: object = "ieee", fn: str = "@") -> Tile:
     """``a @ b``: promote, accumulate from zeros like ``mma``, floats cast back to the input dtype."""
-    ta, tb = _check_matrix(a, "@", "the left operand"), _check_matrix(b, "@", "the right operand")
+    ta, tb = _check_matrix(a, fn, "the left operand"), _check_matrix(b, fn, "the right operand")
     dtype = tr.b.common_dtype([ta, tb])
     if dtype not in _MMA_ACC:
-        raise FrontendError(f"@ does not support {dtype.name} tiles (float16, bfloat16, float32, float64, int8, uint8)")
+        raise FrontendError(f"{fn} does not support {dtype.name} tiles (float16, bfloat16, float32, float64, int8, "
+                            "uint8)")
+    tf32 = _tf32(fn, precision, dtype)
     ta, tb = tr.b.cast(ta, dtype), tr.b.cast(tb, dtype)
     (m, k), (k2, n) = ta.shape, tb.shape
     if k != k2:
-        raise FrontendError(f"@: inner dimensions differ: {ta.shape} @ {tb.shape}")
+        raise FrontendError(f"{fn}: inner dimensions differ: {ta.shape} @ {tb.shape}")
     acc = tr.b.constant(convert_number(0, _MMA_ACC[dtype]), TileType(_MMA_ACC[dtype], (m, n)))
-    r = tr.b.tile(ops.MmaOp, acc.type, a=ta.value, b=tb.value, acc=acc.value)
+    r = tr.b.tile(ops.MmaOp, acc.type, a=ta.value, b=tb.value, acc=acc.value, tf32=tf32)
     return tr.b.cast(r, dtype) if dtype.is_float else r
 
 
 @builtin(tile.matmul)
-def _matmul(tr: Translator, a: object, b: object) -> object:
-    return matmul_values(tr, a, b)
+def _matmul(tr: Translator, a: object, b: object, precision: object) -> object:
+    return matmul_values(tr, a, b, precision, "tj.matmul()")
+
+
+# ====================================================================== compile time
+
+
+def static_text(v: object) -> str:
+    """How ``tj.static_print`` shows a value: tiles and arrays by type and shape, constants as ``print`` would."""
+    if isinstance(v, Tile):
+        return f"tile[{v.dtype.name}, {v.shape}]"
+    if isinstance(v, Array):
+        return f"array[{v.dtype.name}, {v.ndim}-d]"
+    if isinstance(v, tuple | list) and not is_const(v):
+        items = ", ".join(static_text(x) for x in v) + ("," if len(v) == 1 and isinstance(v, tuple) else "")
+        return f"({items})" if isinstance(v, tuple) else f"[{items}]"
+    if isinstance(v, ArrayDims | BoundMethod | Undefined):
+        return describe(v)
+    if isinstance(v, DType):
+        return v.name
+    try:
+        return str(v)
+    except Exception as exc:  # a user object whose __str__ raises
+        raise FrontendError(f"tj.static_print(): str() of {describe(v)} raised {type(exc).__name__}: {exc}") from None
+
+
+@builtin(tile.static_print)
+def _static_print(tr: Translator, values: tuple[object, ...]) -> object:
+    tr.static_output.append(" ".join(static_text(v) for v in values))
+    return None
+
+
+@builtin(tile.static_assert)
+def _static_assert(tr: Translator, cond: object, msg: object) -> object:
+    if not is_const(cond):
+        raise FrontendError(
+            f"tj.static_assert(): the condition must be known at compile time, got {describe(cond)} (a value known "
+            "only at run time; compare constants, shapes or dtypes)"
+        )
+    try:
+        holds = bool(cond)
+    except Exception as exc:
+        raise FrontendError(f"tj.static_assert(): the truth of {describe(cond)} is unknown: {exc}") from None
+    if not holds:
+        raise FrontendError("static assertion failed" + ("" if msg is None else f": {static_text(msg)}"))
+    return None
 
 
 # ====================================================================== attributes and subscripts

@@ -126,6 +126,7 @@ class Translator:
         self.runtime_depth = 0
         self.active: set[object] = set()
         self.budget = Budget()
+        self.static_output: list[str] = []  # the lines of tj.static_print, printed once translation ends
         self.reads = RECORDING.get()  # where values read from outside the kernel are recorded (None: nowhere)
         if self.reads is not None:
             self.reads.translated = True
@@ -364,6 +365,7 @@ class Translator:
             else:
                 watched[n] = v
         retypes: dict[str, int] = {}
+        printed = len(self.static_output)
         while True:
             loop = LoopCtx(kind, self.func, node, dict(carried), set(weak), dict(watched), self.if_depth)
             try:
@@ -372,6 +374,7 @@ class Translator:
             except Retype as r:
                 if r.loop is not loop:
                     raise
+                del self.static_output[printed:]  # the body is translated again: its static_print lines too
                 retypes[r.name] = retypes.get(r.name, 0) + 1
                 if retypes[r.name] > 3:
                     raise FrontendError(f"the type of loop variable '{r.name}' does not settle") from None

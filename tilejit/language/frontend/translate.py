@@ -118,6 +118,8 @@ def translate(
     finally:
         if limit < _RECURSION_LIMIT:
             sys.setrecursionlimit(limit)
+        for line in tr.static_output:  # tj.static_print: once per translation, before any error it ends with
+            print(line, flush=True)
     if body.terminator is None:
         body.append(ops.ReturnOp(loc=src.loc(src.tree)))
     # options['loc']: the def line, where the back end locates errors about the kernel's signature

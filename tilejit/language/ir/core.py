@@ -48,11 +48,13 @@ def operand() -> Any:
     return field(metadata={"kind": "operand"})
 
 
-def attribute(default: Any = None) -> Any:
-    """Field tag: a compile-time attribute (int, float, str, tuple, DType...)."""
+def attribute(default: Any = None, quiet: bool = False) -> Any:
+    """Field tag: a compile-time attribute (int, float, str, tuple, DType...); a ``quiet`` one is left out of the
+    printed IR while it has its default (an option most ops never set)."""
+    meta = {"kind": "attribute", "quiet": quiet}
     if default is None:
-        return field(metadata={"kind": "attribute"})
-    return field(default=default, metadata={"kind": "attribute"})
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 def region() -> Any:
@@ -116,6 +118,11 @@ class Op:
 
     def attributes(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._fields_of("attribute")}
+
+    def shown_attributes(self) -> dict[str, Any]:
+        """The attributes the printed IR shows: all but the quiet ones that have their default."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("kind") == "attribute"
+                and not (f.metadata.get("quiet") and getattr(self, f.name) == f.default)}
 
     def regions(self) -> list[Block]:
         return [getattr(self, name) for name in self._fields_of("region")]

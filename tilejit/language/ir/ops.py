@@ -179,34 +179,69 @@ class PrintOp(Op):
 
 UNARY_FNS = (
     "neg", "not", "invert", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos",
-    "tanh", "floor", "ceil", "erf", "sigmoid",
+    "tanh", "floor", "ceil", "erf", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "log1p", "expm1", "cbrt",
+    "erfinv", "isnan", "isinf", "signbit", "popc", "clz",
 )
+#: Unary fns whose result is a bool tile of the operand's shape (float operands).
+PREDICATE_FNS = ("isnan", "isinf", "signbit")
+#: Unary fns on 32- and 64-bit integers whose result is an int32 tile of the operand's shape.
+BIT_COUNT_FNS = ("popc", "clz")
 BINARY_FNS = (
     "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum",
-    "and", "or", "xor", "lshift", "rshift", "mulhi",
+    "and", "or", "xor", "lshift", "rshift", "mulhi", "atan2",
 )
 COMPARE_FNS = ("eq", "ne", "lt", "le", "gt", "ge")
+#: Roundings an op may ask for (``rounding``; "" is the op's default): IEEE to nearest even, toward zero, -inf,
+#: +inf; the CUDA Math API's full-range function; the GPU's fast approximation.
+ROUNDINGS = ("", "rn", "rz", "rm", "rp", "full", "approx")
+#: (fn, rounding, ftz) that a unary or binary op may carry besides the defaults ("", False), and on which float
+#: dtypes (short names): the fast-math options of ``tj.exp``, ``tj.sqrt``, ``tj.truediv``...
+FAST_MATH: dict[tuple[str, str, bool], tuple[str, ...]] = {
+    ("exp", "approx", False): ("f32",), ("tanh", "approx", False): ("f32",), ("exp2", "", True): ("f32",),
+    ("rsqrt", "", True): ("f32",),
+    **{("sqrt", r, z): ("f32",) for r in ("", "rz", "rm", "rp", "approx") for z in (False, True) if r or z},
+    **{("sqrt", r, False): ("f32", "f64") for r in ("rz", "rm", "rp")},
+    **{("truediv", r, z): ("f32",) for r in ("", "rn", "rz", "rm", "rp", "approx") for z in (False, True) if r or z},
+    **{("truediv", r, False): ("f32", "f64") for r in ("rz", "rm", "rp")},
+}
 
 
 @dataclass(eq=False, kw_only=True)
 class UnaryOp(Op):
-    """Elementwise ``fn(x)``; ``fn`` is one of ``UNARY_FNS``. 'not' is logical (bool), 'invert' bitwise."""
+    """Elementwise ``fn(x)``; ``fn`` is one of ``UNARY_FNS``. 'not' is logical (bool), 'invert' bitwise. The
+    result has the operand's type, except ``PREDICATE_FNS`` (bool) and ``BIT_COUNT_FNS`` (int32). ``rounding``
+    and ``ftz`` (flush subnormals to zero) are fast-math options (``FAST_MATH``)."""
 
     NAME: ClassVar[str] = "unary"
     fn: str = attribute()
     x: Value = operand()
+    rounding: str = attribute("", quiet=True)
+    ftz: bool = attribute(False, quiet=True)
 
 
 @dataclass(eq=False, kw_only=True)
 class BinaryOp(Op):
-    """Elementwise ``fn(x, y)``; both operands have the result's type. 'truediv' only on floats
-    (the front end casts ints first); 'floordiv' and 'mod' follow Python (floor) semantics; 'mulhi' (unsigned
-    integers only) is the high half of the double-width product."""
+    """Elementwise ``fn(x, y)``; both operands have the result's type. 'truediv' and 'atan2' (``atan(x / y)`` in
+    the quadrant of ``(y, x)``) only on floats (the front end casts ints first); 'floordiv' and 'mod' follow Python
+    (floor) semantics; 'mulhi' (unsigned integers only) is the high half of the double-width product. ``rounding``
+    and ``ftz`` as ``UnaryOp``'s."""
 
     NAME: ClassVar[str] = "binary"
     fn: str = attribute()
     x: Value = operand()
     y: Value = operand()
+    rounding: str = attribute("", quiet=True)
+    ftz: bool = attribute(False, quiet=True)
+
+
+@dataclass(eq=False, kw_only=True)
+class FmaOp(Op):
+    """Elementwise ``x * y + z`` rounded once; all three operands have the result's (float) type."""
+
+    NAME: ClassVar[str] = "fma"
+    x: Value = operand()
+    y: Value = operand()
+    z: Value = operand()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -429,11 +464,12 @@ class Function:
 
 ALL_OPS: tuple[type[Op], ...] = (
     ConstantOp, ArangeOp, BlockIdOp, NumBlocksOp, ArrayDimOp, LoadOp, StoreOp, GatherOp, ScatterOp,
-    AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, CompareOp, SelectOp, CastOp, ReshapeOp, PermuteOp,
-    BroadcastOp, ReduceOp, ArgReduceOp, ScanOp, MmaOp, ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp, ReturnOp,
+    AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, FmaOp, CompareOp, SelectOp, CastOp, ReshapeOp,
+    PermuteOp, BroadcastOp, ReduceOp, ArgReduceOp, ScanOp, MmaOp, ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp,
+    ReturnOp,
 )
 
 __all__ = [cls.__name__ for cls in ALL_OPS] + [
-    "ARGREDUCE_FNS", "BINARY_FNS", "COMPARE_FNS", "MEMORY_ORDERS", "MEMORY_SCOPES", "REDUCE_FNS", "SCAN_FNS",
-    "UNARY_FNS", "DType", "Function",
+    "ARGREDUCE_FNS", "BINARY_FNS", "BIT_COUNT_FNS", "COMPARE_FNS", "FAST_MATH", "MEMORY_ORDERS", "MEMORY_SCOPES",
+    "PREDICATE_FNS", "REDUCE_FNS", "ROUNDINGS", "SCAN_FNS", "UNARY_FNS", "DType", "Function",
 ]

@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -122,19 +124,62 @@ def _sigmoid(v: np.ndarray) -> np.ndarray:
     return np.asarray(np.where(v < 0, e, v.dtype.type(1)) / (v.dtype.type(1) + e))
 
 
+def erfinv(y: float) -> float:
+    """The inverse error function in float64 (to about 1 ulp): the normal quantile, then Newton steps on erf (on
+    erfc near +-1, where erf has no digits left); +-inf at +-1, NaN outside [-1, 1]."""
+    a = abs(y)
+    if not a <= 1:
+        return math.nan
+    if a == 1 or a == 0:
+        return math.copysign(math.inf, y) if a else y
+    x = -statistics.NormalDist().inv_cdf((1 - a) / 2) / math.sqrt(2)  # 1 - a: exact where erfc matters
+    for _ in range(3):
+        err = math.erf(x) - a if a <= 0.5 else (1 - a) - math.erfc(x)
+        x -= err / (2 / math.sqrt(math.pi) * math.exp(-x * x))
+    return math.copysign(x, y)
+
+
+def _in_dtype(f: Callable[[float], float]) -> Callable[[np.ndarray], np.ndarray]:
+    """A Python float function applied to a 0-d array, the result in the array's dtype (domain errors: NaN)."""
+
+    def apply(v: np.ndarray) -> np.ndarray:
+        try:
+            r = f(float(v))
+        except (ValueError, OverflowError):
+            r = math.nan
+        return np.array(r, dtype=v.dtype)
+
+    return apply
+
+
+#: The float math of the unary fns on numpy values (0-d arrays or scalars), for folding compile-time constants.
+NUMPY_MATH: dict[str, Callable[[Any], Any]] = {
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+    "rsqrt": lambda v: v.dtype.type(1) / np.sqrt(v), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+    "floor": np.floor, "ceil": np.ceil, "sigmoid": _sigmoid, "erf": _in_dtype(math.erf), "asin": np.arcsin,
+    "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "log1p": np.log1p, "expm1": np.expm1,
+    "cbrt": np.cbrt, "erfinv": _in_dtype(erfinv),
+}
+
+
+def bit_count(fn: str, v: int, bits: int) -> int:
+    """``popc`` or ``clz`` of integer ``v`` seen as ``bits`` bits (two's complement)."""
+    u = v & ((1 << bits) - 1)
+    return bin(u).count("1") if fn == "popc" else bits - u.bit_length()
+
+
 def _float_math(fn: str, x: np.ndarray, dtype: DType) -> np.ndarray:
     """Float math as the GPU does it: 16-bit floats compute in float32."""
     wide = x.astype(np.float64 if dtype.bits == 64 else np.float32)
-    fns: dict[str, Any] = {
-        "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-        "rsqrt": lambda v: v.dtype.type(1) / np.sqrt(v), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-        "floor": np.floor, "ceil": np.ceil, "sigmoid": _sigmoid,
-        "erf": lambda v: np.array(math.erf(float(v)), dtype=v.dtype),
-    }
-    return np.asarray(fns[fn](wide))
+    return np.asarray(NUMPY_MATH[fn](wide))
 
 
-def _fold_unary(fn: str, v: object, dtype: DType) -> object:
+def _fold_unary(fn: str, v: object, dtype: DType, operand: DType) -> object:
+    if fn in ops.PREDICATE_FNS:
+        f = float(_arr(v, operand))
+        return math.isnan(f) if fn == "isnan" else math.isinf(f) if fn == "isinf" else math.copysign(1, f) < 0
+    if fn in ops.BIT_COUNT_FNS:
+        return bit_count(fn, int(v), operand.bits)  # type: ignore[call-overload]
     x = _arr(v, dtype)
     if fn == "neg":
         return _py(np.negative(x), dtype)
@@ -166,7 +211,7 @@ def _fold_binary(fn: str, a: object, b: object, dtype: DType) -> object:
         "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
         "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power, "maximum": np.maximum,
         "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
-        "lshift": np.left_shift, "rshift": np.right_shift,
+        "lshift": np.left_shift, "rshift": np.right_shift, "atan2": np.arctan2,
     }
     return _py(np.asarray(fns[fn](x, y)), dtype)
 
@@ -208,8 +253,12 @@ def _fold(op: Op, consts: dict[Value, object]) -> object:
     """The constant value of ``op``'s result, or _NoFold."""
     r = op.results[0].type
     assert isinstance(r, TileType)
+    if isinstance(op, ops.UnaryOp | ops.BinaryOp) and (op.rounding or op.ftz):
+        raise _NoFold  # a fast-math or directed rounding the GPU's result differs by
     if isinstance(op, ops.UnaryOp):
-        return _fold_unary(op.fn, consts[op.x], r.dtype)
+        xt = op.x.type
+        assert isinstance(xt, TileType)
+        return _fold_unary(op.fn, consts[op.x], r.dtype, xt.dtype)
     if isinstance(op, ops.BinaryOp):
         return _fold_binary(op.fn, consts[op.x], consts[op.y], r.dtype)
     if isinstance(op, ops.CompareOp):
@@ -379,4 +428,7 @@ def eliminate_dead(fn: ops.Function) -> int:
     return removed
 
 
-__all__ = ["eliminate_common", "eliminate_dead", "fold_constants", "round_to_dtype", "run_passes"]
+__all__ = [
+    "NUMPY_MATH", "bit_count", "eliminate_common", "eliminate_dead", "erfinv", "fold_constants", "round_to_dtype",
+    "run_passes",
+]

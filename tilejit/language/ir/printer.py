@@ -59,7 +59,7 @@ def _print_block(block: Block, names: _Namer, indent: int, out: list[str]) -> No
         ops_text = _operands(op, names)
         if ops_text:
             text += " " + ops_text
-        attrs = {k: v for k, v in op.attributes().items()}
+        attrs = op.shown_attributes()
         if attrs:
             text += " {" + ", ".join(f"{k}={_attr(v)}" for k, v in attrs.items()) + "}"
         if op.results:

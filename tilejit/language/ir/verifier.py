@@ -15,14 +15,15 @@ from tilejit.language.ir.types import ArrayType, TileType, bool_, int32, int64
 
 _SINGLE_RESULT = (
     ops.ConstantOp, ops.ArangeOp, ops.BlockIdOp, ops.NumBlocksOp, ops.ArrayDimOp, ops.LoadOp, ops.GatherOp,
-    ops.AtomicOp, ops.UnaryOp, ops.BinaryOp, ops.CompareOp, ops.SelectOp, ops.CastOp, ops.ReshapeOp,
+    ops.AtomicOp, ops.UnaryOp, ops.BinaryOp, ops.FmaOp, ops.CompareOp, ops.SelectOp, ops.CastOp, ops.ReshapeOp,
     ops.PermuteOp, ops.BroadcastOp, ops.ReduceOp, ops.ArgReduceOp, ops.ScanOp, ops.MmaOp,
 )
 _NO_RESULT = (ops.StoreOp, ops.ScatterOp, ops.FenceOp, ops.BarrierOp, ops.PrintOp, ops.YieldOp, ops.ContinueOp,
               ops.BreakOp, ops.ReturnOp)
 
 _FLOAT_ONLY_UNARY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "floor", "ceil", "erf",
-                     "sigmoid"}
+                     "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "log1p", "expm1", "cbrt", "erfinv", "isnan",
+                     "isinf", "signbit"}
 _MMA_ACC = {"f16": "f32", "bf16": "f32", "f32": "f32", "f64": "f64", "i8": "i32", "u8": "i32"}
 _ATOMIC_KINDS = ("add", "max", "min", "xchg", "cas")
 
@@ -178,11 +179,26 @@ def _check_print(op: ops.PrintOp, r: None) -> None:
         raise _Check(f"printed tiles have different shapes: {sorted(shapes)}")
 
 
+def _check_fast_math(op: ops.UnaryOp | ops.BinaryOp, x: TileType) -> None:
+    """``rounding``/``ftz`` are the defaults, or a combination ``ops.FAST_MATH`` allows for ``fn`` on ``x``."""
+    if op.rounding == "" and op.ftz is False:
+        return
+    allowed = ops.FAST_MATH.get((op.fn, op.rounding, op.ftz))
+    if allowed is None or x.dtype.short not in allowed:
+        raise _Check(f"{op.fn!r} with rounding={op.rounding!r}, ftz={op.ftz!r} on {x}")
+
+
 def _check_unary(op: ops.UnaryOp, r: TileType) -> None:
     if op.fn not in ops.UNARY_FNS:
         raise _Check(f"unknown unary fn {op.fn!r}")
     x = _tile(op.x, "x")
-    _same(x, r, "operand type vs result type")
+    _check_fast_math(op, x)
+    if op.fn in ops.BIT_COUNT_FNS:
+        if not x.dtype.is_int or x.dtype.bits not in (32, 64):
+            raise _Check(f"{op.fn!r} needs a 32- or 64-bit integer operand, got {x}")
+        _same(r, x.with_dtype(int32), "result type")
+        return
+    _same(r, x.with_dtype(bool_) if op.fn in ops.PREDICATE_FNS else x, "operand type vs result type")
     if op.fn == "not" and not x.dtype.is_bool:
         raise _Check(f"'not' needs a bool operand, got {x}")
     if op.fn == "invert" and not x.dtype.is_int:
@@ -198,15 +214,23 @@ def _check_binary(op: ops.BinaryOp, r: TileType) -> None:
         raise _Check(f"unknown binary fn {op.fn!r}")
     _same(_tile(op.x, "x"), r, "x type vs result type")
     _same(_tile(op.y, "y"), r, "y type vs result type")
+    _check_fast_math(op, r)
     d = r.dtype
-    if op.fn == "truediv" and not d.is_float:
-        raise _Check(f"'truediv' needs float operands, got {d}")
+    if op.fn in ("truediv", "atan2") and not d.is_float:
+        raise _Check(f"{op.fn!r} needs float operands, got {d}")
     if op.fn in ("and", "or", "xor") and d.is_float:
         raise _Check(f"{op.fn!r} needs integer or bool operands, got {d}")
     if op.fn in ("lshift", "rshift") and not d.is_int:
         raise _Check(f"{op.fn!r} needs integer operands, got {d}")
     if op.fn == "mulhi" and d.kind != "u":
         raise _Check(f"'mulhi' needs unsigned integer operands, got {d}")
+
+
+def _check_fma(op: ops.FmaOp, r: TileType) -> None:
+    for name in ("x", "y", "z"):
+        _same(_tile(getattr(op, name), name), r, f"{name} type vs result type")
+    if not r.dtype.is_float:
+        raise _Check(f"fma needs float operands, got {r.dtype}")
 
 
 def _check_compare(op: ops.CompareOp, r: TileType) -> None:
@@ -301,7 +325,7 @@ _OP_CHECKS: dict[type[Op], Callable[..., None]] = {
     ops.NumBlocksOp: _check_grid, ops.ArrayDimOp: _check_array_dim, ops.LoadOp: _check_load,
     ops.StoreOp: _check_store, ops.GatherOp: _check_gather, ops.ScatterOp: _check_scatter,
     ops.AtomicOp: _check_atomic, ops.FenceOp: _check_fence, ops.BarrierOp: _check_barrier,
-    ops.PrintOp: _check_print, ops.UnaryOp: _check_unary, ops.BinaryOp: _check_binary,
+    ops.PrintOp: _check_print, ops.UnaryOp: _check_unary, ops.BinaryOp: _check_binary, ops.FmaOp: _check_fma,
     ops.CompareOp: _check_compare, ops.SelectOp: _check_select, ops.CastOp: _check_cast,
     ops.ReshapeOp: _check_reshape, ops.PermuteOp: _check_permute, ops.BroadcastOp: _check_broadcast,
     ops.ReduceOp: _check_reduce, ops.ArgReduceOp: _check_argreduce, ops.ScanOp: _check_scan,

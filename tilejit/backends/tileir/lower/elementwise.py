@@ -24,7 +24,11 @@ _BOOL_BIN: dict[str, str] = {"add": "ori", "sub": "xori", "mul": "andi", "maximu
 _FLOAT_MATH: dict[str, tuple[str, dict[str, object]]] = {
     "exp": ("exp", {"rounding": "full"}), "exp2": ("exp2", {}), "log": ("log", {}), "log2": ("log2", {}),
     "sqrt": ("sqrt", {"rounding": "nearest_even"}), "rsqrt": ("rsqrt", {}), "sin": ("sin", {}),
-    "cos": ("cos", {}), "tanh": ("tanh", {"rounding": "full"}),
+    "cos": ("cos", {}), "tanh": ("tanh", {"rounding": "full"}), "sinh": ("sinh", {}), "cosh": ("cosh", {}),
+}
+#: The IR's roundings (``ops.ROUNDINGS``) as Tile IR names them.
+ROUNDING: dict[str, str] = {
+    "rn": "nearest_even", "rz": "zero", "rm": "negative_inf", "rp": "positive_inf", "approx": "approx", "full": "full",
 }
 #: Unary fns that leave an integer or bool tile unchanged (numpy 2's floor/ceil; abs of unsigned and bool).
 _IDENTITY_UNARY = ("floor", "ceil")
@@ -268,6 +272,93 @@ class _ErfMath:
         return new(self.lo, self.op, "bitcast", like(x, elem_of(x)), [r])
 
 
+def fast_math(op: O.UnaryOp | O.BinaryOp, attrs: dict[str, object]) -> dict[str, object]:
+    """``attrs`` of a float op with ``op``'s fast-math options (a rounding, flush to zero) in place of defaults."""
+    out = dict(attrs)
+    if op.rounding:
+        out["rounding"] = ROUNDING[op.rounding]
+    if op.ftz:
+        out["ftz"] = True
+    return out
+
+
+def _atan2(lo: Lowerer, op: Op, y: TValue, x: TValue) -> TValue:
+    """``atan2(y, x)``: Tile IR's ``atan2`` (the arc tangent of its first operand over its second)."""
+    return new(lo, op, "atan2", y.type, [y, x])  # type: ignore[arg-type]
+
+
+def _composed(lo: Lowerer, op: Op, fn: str, x: TValue) -> TValue:
+    """The float fns Tile IR has no op for, from those it has (``x`` in its compute type), each within a few ulp
+    of the CUDA Math API function: atan as ``atan2(x, 1)``; asin and acos as ``atan2`` of ``x`` and
+    ``sqrt((1 - x) (1 + x))``; log1p and expm1 by Kahan's corrections, ``log(u) * (x / (u - 1))`` with
+    ``u = 1 + x`` and ``(u - 1) * (x / log(u))`` with ``u = exp(x)``, exact where ``u`` rounds to 1."""
+    one = splat(lo, op, 1.0, x)
+    if fn == "atan":
+        return _atan2(lo, op, x, one)
+    if fn in ("asin", "acos"):
+        s = new(lo, op, "sqrt", x.type, [fbin(lo, op, "mulf", fbin(lo, op, "subf", one, x),  # type: ignore[arg-type]
+                                                fbin(lo, op, "addf", one, x))], rounding="nearest_even")
+        return _atan2(lo, op, x, s) if fn == "asin" else _atan2(lo, op, s, x)
+    inf = splat(lo, op, math.inf, x)
+    if fn == "log1p":
+        u = fbin(lo, op, "addf", one, x)
+        d = fbin(lo, op, "subf", u, one)
+        r = fbin(lo, op, "mulf", new(lo, op, "log", x.type, [u]), fbin(lo, op, "divf", x, d))  # type: ignore[arg-type]
+        r = select(lo, op, cmp(lo, op, "eq", d, splat(lo, op, 0.0, x)), x, r)
+        return select(lo, op, cmp(lo, op, "eq", x, inf), x, r)
+    assert fn == "expm1"
+    u = new(lo, op, "exp", x.type, [x], rounding="full")  # type: ignore[arg-type]
+    um1 = fbin(lo, op, "subf", u, one)
+    r = fbin(lo, op, "mulf", um1, fbin(lo, op, "divf", x, new(lo, op, "log", x.type, [u])))  # type: ignore[arg-type]
+    r = select(lo, op, cmp(lo, op, "eq", u, one), x, r)
+    r = select(lo, op, cmp(lo, op, "eq", um1, splat(lo, op, -1.0, x)), um1, r)
+    return select(lo, op, cmp(lo, op, "eq", u, inf), u, r)
+
+
+_COMPOSED = ("atan", "asin", "acos", "log1p", "expm1")
+
+
+def _predicate(lo: Lowerer, op: Op, fn: str, x: TValue) -> TValue:
+    """isnan (``x != x``), isinf (``|x| == inf``), signbit (the encoding, as a signed integer, below 0)."""
+    if fn == "isnan":
+        return cmp(lo, op, "ne", x, x)
+    if fn == "isinf":
+        return cmp(lo, op, "eq", new(lo, op, "absf", x.type, [x]), splat(lo, op, math.inf, x))  # type: ignore[arg-type]
+    bits = new(lo, op, "bitcast", like(x, Scalar(f"i{FLOAT_BITS[elem_of(x).name]}")), [x])
+    return cmp(lo, op, "lt", bits, splat(lo, op, 0, bits))
+
+
+def _bit_count(lo: Lowerer, op: Op, fn: str, x: TValue) -> TValue:
+    """popc (the SWAR sum of bits in ever wider fields) or clz (a binary search for the leading one: shift left
+    by half the width while the top half is zero, and so on), on 32- or 64-bit ``x``, as i32."""
+    width = int(elem_of(x).name[1:])
+
+    def c(v: int) -> TValue:
+        return splat(lo, op, v, x)
+
+    def shr(v: TValue, n: int) -> TValue:
+        return ibin(lo, op, "shri", v, c(n), signedness="unsigned")
+
+    ones = (1 << width) - 1
+    if fn == "popc":
+        m1, m2, m4 = (ones // 3, ones // 5, ones // 17)  # 0x55.., 0x33.., 0x0f..
+        v = ibin(lo, op, "subi", x, ibin(lo, op, "andi", shr(x, 1), c(m1)))
+        v = ibin(lo, op, "addi", ibin(lo, op, "andi", v, c(m2)), ibin(lo, op, "andi", shr(v, 2), c(m2)))
+        v = ibin(lo, op, "andi", ibin(lo, op, "addi", v, shr(v, 4)), c(m4))
+        r = shr(ibin(lo, op, "muli", v, c(ones // 255)), width - 8)  # the bytes' sum lands in the top byte
+    else:
+        r, v, s = c(0), x, width // 2
+        while s:
+            top_clear = cmp(lo, op, "eq", shr(v, width - s), c(0))
+            r = select(lo, op, top_clear, ibin(lo, op, "addi", r, c(s)), r)
+            v = select(lo, op, top_clear, ibin(lo, op, "shli", v, c(s)), v)
+            s //= 2
+        r = select(lo, op, cmp(lo, op, "eq", v, c(0)), ibin(lo, op, "addi", r, c(1)), r)  # x == 0: the width
+    if width == 64:
+        r = new(lo, op, "trunci", like(r, Scalar("i32")), [r], overflow="none")
+    return r
+
+
 @rule(O.UnaryOp)
 def unary(lo: Lowerer, op: O.UnaryOp) -> None:
     """Elementwise ``fn(x)`` as the CUDA backend's UNARY table computes it."""
@@ -298,14 +389,20 @@ def unary(lo: Lowerer, op: O.UnaryOp) -> None:
         return
     elif fn in _IDENTITY_UNARY:
         r = new(lo, op, fn, x.type, [x])  # type: ignore[arg-type]
-    elif k == "f" and (fn in _FLOAT_MATH or fn == "sigmoid"):
+    elif k == "f" and fn in O.PREDICATE_FNS:
+        r = _predicate(lo, op, fn, x)
+    elif k in "iu" and fn in O.BIT_COUNT_FNS:
+        r = _bit_count(lo, op, fn, x)
+    elif k == "f" and (fn in _FLOAT_MATH or fn in _COMPOSED or fn == "sigmoid"):
         elem = elem_of(x)
         xc = fconvert(lo, op, x, compute_elem(elem))
         if fn == "sigmoid":
             rc = _sigmoid(lo, op, xc)
+        elif fn in _COMPOSED:
+            rc = _composed(lo, op, fn, xc)
         else:
             name, attrs = _FLOAT_MATH[fn]
-            rc = new(lo, op, name, xc.type, [xc], **attrs)  # type: ignore[arg-type]
+            rc = new(lo, op, name, xc.type, [xc], **fast_math(op, attrs))  # type: ignore[arg-type]
         r = fconvert(lo, op, rc, elem)
     elif fn == "erf" and k == "f":  # no erf op: fdlibm's erf/erff from Tile IR ops (f16/bf16 through f32)
         xc = fconvert(lo, op, x, compute_elem(elem_of(x)))
@@ -436,11 +533,14 @@ def binary(lo: Lowerer, op: O.BinaryOp) -> None:
         r = _ipow(lo, op, x, y, signed)
     elif k in "iu" and fn in ("lshift", "rshift"):
         r = _shift(lo, op, fn, x, y, signed)
-    elif k == "f" and fn in ("truediv", "floordiv", "mod", "pow"):
+    elif k == "f" and fn in ("truediv", "floordiv", "mod", "pow", "atan2"):
         elem = elem_of(x)
         xc, yc = fconvert(lo, op, x, compute_elem(elem)), fconvert(lo, op, y, compute_elem(elem))
-        if fn == "truediv":  # tj::truediv: div.full.f32 (2 ulp) for f32, IEEE for f64
-            rc = fbin(lo, op, "divf", xc, yc, "full" if elem_of(xc) == F32 else "nearest_even")
+        if fn == "truediv":  # tj::truediv: div.full.f32 (2 ulp) for f32, IEEE for f64 (or the op's own rounding)
+            default = {"rounding": "full" if elem_of(xc) == F32 else "nearest_even"}
+            rc = new(lo, op, "divf", xc.type, [xc, yc], **fast_math(op, default))  # type: ignore[arg-type]
+        elif fn == "atan2":
+            rc = _atan2(lo, op, xc, yc)
         elif fn == "pow":
             rc = new(lo, op, "fpowf", xc.type, [xc, yc])  # type: ignore[arg-type]
         else:
@@ -449,6 +549,16 @@ def binary(lo: Lowerer, op: O.BinaryOp) -> None:
     else:
         raise unsupported(op, f"fn='{fn}' on {dtype.name}")
     set_result(lo, op, r)
+
+
+@rule(O.FmaOp)
+def fma(lo: Lowerer, op: O.FmaOp) -> None:
+    """``x * y + z`` rounded once: ``fma`` (16-bit floats in f32, then rounded, as the CUDA backend's)."""
+    x, y, z = (lo.value(v) for v in (op.x, op.y, op.z))
+    elem = elem_of(x)
+    xc, yc, zc = (fconvert(lo, op, v, compute_elem(elem)) for v in (x, y, z))
+    rc = new(lo, op, "fma", xc.type, [xc, yc, zc], rounding="nearest_even")  # type: ignore[arg-type]
+    set_result(lo, op, fconvert(lo, op, rc, elem))
 
 
 # ------------------------------------------------------------------ compare, select

@@ -95,7 +95,48 @@ TJ_FN1(floor, ::floorf, ::floor)
 TJ_FN1(ceil, ::ceilf, ::ceil)
 TJ_FN1(erf, ::erff, ::erf)
 TJ_FN1(fabs, ::fabsf, ::fabs)
+TJ_FN1(asin, ::asinf, ::asin)
+TJ_FN1(acos, ::acosf, ::acos)
+TJ_FN1(atan, ::atanf, ::atan)
+TJ_FN1(sinh, ::sinhf, ::sinh)
+TJ_FN1(cosh, ::coshf, ::cosh)
+TJ_FN1(log1p, ::log1pf, ::log1p)
+TJ_FN1(expm1, ::expm1f, ::expm1)
+TJ_FN1(cbrt, ::cbrtf, ::cbrt)
+TJ_FN1(erfinv, ::erfinvf, ::erfinv)
 #undef TJ_FN1
+__device__ __forceinline__ float atan2(float y, float x) { return ::atan2f(y, x); }
+__device__ __forceinline__ double atan2(double y, double x) { return ::atan2(y, x); }
+// x * y + z rounded once (tj.fma; the _rn intrinsics below keep x * y + z in tile code from fusing into this).
+__device__ __forceinline__ float fma(float x, float y, float z) { return __fmaf_rn(x, y, z); }
+__device__ __forceinline__ double fma(double x, double y, double z) { return __fma_rn(x, y, z); }
+// Classification from the bits: NaN, +-inf, and the sign bit (set for -0.0 and for NaNs with it).
+__device__ __forceinline__ bool isnan(float x) { return (__float_as_uint(x) & 0x7fffffffu) > 0x7f800000u; }
+__device__ __forceinline__ bool isnan(double x) {
+  return ((u64)__double_as_longlong(x) & 0x7fffffffffffffffULL) > 0x7ff0000000000000ULL;
+}
+__device__ __forceinline__ bool isinf(float x) { return (__float_as_uint(x) & 0x7fffffffu) == 0x7f800000u; }
+__device__ __forceinline__ bool isinf(double x) {
+  return ((u64)__double_as_longlong(x) & 0x7fffffffffffffffULL) == 0x7ff0000000000000ULL;
+}
+__device__ __forceinline__ bool signbit(float x) { return (__float_as_uint(x) >> 31) != 0u; }
+__device__ __forceinline__ bool signbit(double x) { return __double_as_longlong(x) < 0; }
+// 16-bit floats from their own bits (a conversion to float need not keep a NaN's sign).
+__device__ __forceinline__ bool isnan(half x) { return (x.bits & 0x7fffu) > 0x7c00u; }
+__device__ __forceinline__ bool isinf(half x) { return (x.bits & 0x7fffu) == 0x7c00u; }
+__device__ __forceinline__ bool signbit(half x) { return (x.bits >> 15) != 0u; }
+__device__ __forceinline__ bool isnan(bf16 x) { return (x.bits & 0x7fffu) > 0x7f80u; }
+__device__ __forceinline__ bool isinf(bf16 x) { return (x.bits & 0x7fffu) == 0x7f80u; }
+__device__ __forceinline__ bool signbit(bf16 x) { return (x.bits >> 15) != 0u; }
+// Bit counts of 32- and 64-bit integers as int32, as CUDA's __popc and __clz (clz(0) is the width).
+__device__ __forceinline__ i32 popc(u32 x) { return __popc(x); }
+__device__ __forceinline__ i32 popc(i32 x) { return __popc((u32)x); }
+__device__ __forceinline__ i32 popc(u64 x) { return __popcll(x); }
+__device__ __forceinline__ i32 popc(i64 x) { return __popcll((u64)x); }
+__device__ __forceinline__ i32 clz(u32 x) { return __clz((i32)x); }
+__device__ __forceinline__ i32 clz(i32 x) { return __clz(x); }
+__device__ __forceinline__ i32 clz(u64 x) { return __clzll((i64)x); }
+__device__ __forceinline__ i32 clz(i64 x) { return __clzll(x); }
 // sigmoid(x) = 1 / (1 + e) for x >= 0 and e / (1 + e) below, e = exp(-|x|): exp(-x) never overflows, so
 // x < -88.7 gives exp(x)'s subnormal results (1 / (1 + exp(-x)) gave 0 there). One exp, one IEEE division.
 __device__ __forceinline__ float sigmoid(float x) {
@@ -125,6 +166,49 @@ __device__ __forceinline__ float truediv(float x, float y) {
 __device__ __forceinline__ double truediv(double x, double y) { return x / y; }
 __device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
 __device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
+
+// ---- fast-math options (tj.exp(x, rounding_mode="approx"), tj.sqrt(x, rounding_mode="rz", flush_to_zero=True),
+// tj.truediv(...)): tj::<fn>_<rounding>[_ftz], one PTX instruction each; float only, but for the directed
+// roundings of sqrt and division, which double has too. The plain functions above keep the defaults.
+#define TJ_PTX1(name, T, c, ins)                                                     \
+  __device__ __forceinline__ T name(T x) {                                           \
+    T r;                                                                             \
+    asm(ins " %0, %1;" : "=" c(r) : c(x));                                           \
+    return r;                                                                        \
+  }
+#define TJ_PTX2(name, T, c, ins)                                                     \
+  __device__ __forceinline__ T name(T x, T y) {                                      \
+    T r;                                                                             \
+    asm(ins " %0, %1, %2;" : "=" c(r) : c(x), c(y));                                 \
+    return r;                                                                        \
+  }
+#define TJ_SQRT(r)                                                                   \
+  TJ_PTX1(sqrt_##r, float, "f", "sqrt." #r ".f32")                                   \
+  TJ_PTX1(sqrt_##r##_ftz, float, "f", "sqrt." #r ".ftz.f32")
+#define TJ_DIV(r)                                                                    \
+  TJ_PTX2(truediv_##r, float, "f", "div." #r ".f32")                                 \
+  TJ_PTX2(truediv_##r##_ftz, float, "f", "div." #r ".ftz.f32")
+#define TJ_DIRECTED_F64(r)                                                           \
+  TJ_PTX1(sqrt_##r, double, "d", "sqrt." #r ".f64")                                  \
+  TJ_PTX2(truediv_##r, double, "d", "div." #r ".f64")
+TJ_SQRT(rz) TJ_SQRT(rm) TJ_SQRT(rp) TJ_SQRT(approx)
+TJ_DIV(rn) TJ_DIV(rz) TJ_DIV(rm) TJ_DIV(rp) TJ_DIV(approx)
+TJ_DIRECTED_F64(rz) TJ_DIRECTED_F64(rm) TJ_DIRECTED_F64(rp)
+TJ_PTX1(sqrt_ftz, float, "f", "sqrt.rn.ftz.f32")
+TJ_PTX2(truediv_ftz, float, "f", "div.full.ftz.f32")
+TJ_PTX1(exp2_ftz, float, "f", "ex2.approx.ftz.f32")
+TJ_PTX1(rsqrt_ftz, float, "f", "rsqrt.approx.ftz.f32")
+#undef TJ_DIRECTED_F64
+#undef TJ_DIV
+#undef TJ_SQRT
+#undef TJ_PTX2
+__device__ __forceinline__ float exp_approx(float x) { return __expf(x); }
+#if __CUDA_ARCH__ >= 750
+TJ_PTX1(tanh_approx, float, "f", "tanh.approx.f32")
+#else
+__device__ __forceinline__ float tanh_approx(float x) { return ::tanhf(x); }  // no tanh.approx before sm_75
+#endif
+#undef TJ_PTX1
 
 // ---- integer and generic helpers
 // int64 saturated to int32: compares against values strictly inside the int32 range stay exact
