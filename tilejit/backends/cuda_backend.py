@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from tilejit.backends.base import NO_HINTS, Backend, KernelHints, KernelImage
+from tilejit.logs import logger_for, ms_since
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -87,8 +89,9 @@ class CudaBackend(Backend):
                num_threads: int | None = None, kernel_hints: KernelHints = NO_HINTS,
                memo: dict[str, Any] | None = None) -> CudaKernel:
         """The generated CUDA C++ with its launch facts, kept in ``memo``. Of ``kernel_hints`` it follows
-        ``occupancy`` (``__launch_bounds__(threads, occupancy)``); ``num_ctas`` is ignored: these kernels use no
-        cluster features, so a cluster would only constrain the grid (logged at debug level)."""
+        ``occupancy`` (``__launch_bounds__(threads, occupancy)``) and ``num_stages`` (the cp.async pipelines'
+        depth); ``num_ctas`` is ignored: these kernels use no cluster features, so a cluster would only constrain
+        the grid (logged at debug level)."""
         memo = {} if memo is None else memo
         ck: CudaKernel | None = memo.get("cuda")
         if ck is None:
@@ -100,8 +103,13 @@ class CudaBackend(Backend):
                 logging.getLogger(__name__).debug(
                     "kernel %s: num_ctas=%d ignored: the CUDA C++ backend's kernels use no clusters",
                     fn.name, kernel_hints.num_ctas)
+            log = logger_for(__name__)
+            start = time.perf_counter() if log is not None else 0.0
             ck = memo["cuda"] = generate(fn, target=target, num_threads=num_threads, hints=hints,
-                                         occupancy=kernel_hints.occupancy)
+                                         occupancy=kernel_hints.occupancy, num_stages=kernel_hints.num_stages)
+            if log is not None:
+                log.debug("kernel %s: CUDA C++ for %s generated in %.1f ms (%d threads, %d bytes of shared memory)",
+                          fn.name, target.sm, ms_since(start), ck.num_threads, ck.shared_bytes)
         return ck
 
     def program(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, name: str,

@@ -48,7 +48,7 @@ def write_folder(root: str, name: str, files: Mapping[str, bytes]) -> str | None
         _move_into_place(tmp, dest, root, name)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        _warn(f"cannot write {dest}: {exc.strerror or exc}")
+        warn(f"cannot write {dest}: {exc.strerror or exc}; the kernel is not dumped")
         return None
     return dest
 
@@ -79,12 +79,13 @@ def _move_into_place(tmp: str, dest: str, root: str, name: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
+    """A :class:`~tilejit.errors.DumpWarning` about a dump: ``TILEJIT_DUMP_DIR: <message>``."""
     import warnings
 
     from tilejit.errors import DumpWarning
 
-    warnings.warn(f"TILEJIT_DUMP_DIR: {message}; the kernel is not dumped", DumpWarning, stacklevel=4)
+    warnings.warn(f"TILEJIT_DUMP_DIR: {message}", DumpWarning, stacklevel=3)
 
 
-__all__ = ["TMP_MARK", "write_folder"]
+__all__ = ["TMP_MARK", "warn", "write_folder"]

@@ -121,12 +121,15 @@ def generate(
     hints: Mapping[str, ArrayHint] | None = None,
     nvrtc_version: tuple[int, int] | None = None,
     occupancy: int | None = None,
+    num_stages: int | None = None,
 ) -> CudaKernel:
     """Generate the CUDA C++ kernel for ``fn`` on ``target`` (a ``Target``, e.g. parse_target("sm_90"));
     ``nvrtc_version``: of the NVRTC that will compile it (default: the one loaded by default); ``occupancy``:
-    the user's blocks per SM, ``__launch_bounds__``'s second argument (default: the plan's choice)."""
+    the user's blocks per SM, ``__launch_bounds__``'s second argument (default: the plan's choice); ``num_stages``:
+    the user's cp.async pipeline depth (default: the plan's choice; 1: no pipeline)."""
     number, suffix = _arch(target)
-    plan = Plan(fn, number, num_threads, dict(hints or {}), wgmma=number == 90 and suffix == "a")
+    plan = Plan(fn, number, num_threads, dict(hints or {}), wgmma=number == 90 and suffix == "a",
+                num_stages=num_stages)
     if occupancy is not None:
         plan.min_blocks_arg = f", {occupancy}"
     lw = Lowering(plan, plan.hints)
