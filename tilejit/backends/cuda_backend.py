@@ -28,9 +28,15 @@ if TYPE_CHECKING:
 HEADER_NAMES = ("types", "tile", "math", "memory", "layout", "reduce", "mma", "tilejit")
 
 
+def include_folder() -> str:
+    """The include path of the CUDA backend's device headers (generated CUDA C++ includes
+    ``<tilejit/tilejit.cuh>``): what ``tilejit include-dir`` prints, for ``nvcc -I``."""
+    return os.path.join(os.path.dirname(__file__), "cuda", "include")
+
+
 def header_folder() -> str:
     """Where the CUDA backend's device headers are, as plain files in a usual install."""
-    return os.path.join(os.path.dirname(__file__), "cuda", "include", "tilejit")
+    return os.path.join(include_folder(), "tilejit")
 
 
 def headers_identity() -> str:
@@ -139,4 +145,4 @@ class CudaBackend(Backend):
 
 BACKEND = CudaBackend()
 
-__all__ = ["BACKEND", "HEADER_NAMES", "CudaBackend", "header_folder", "headers_identity"]
+__all__ = ["BACKEND", "HEADER_NAMES", "CudaBackend", "header_folder", "headers_identity", "include_folder"]
