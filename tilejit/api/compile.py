@@ -89,7 +89,7 @@ class Artifact:
         self.auto = auto
         self._fn: Function | None = None
         self._stages: dict[str, Any] = {}  # the backend's intermediate outputs (``Backend.generate``'s memo)
-        self._dumped: set[tuple[str, str]] = set()  # (backend, kind) of the images left in TILEJIT_DUMP_DIR
+        self._dumped: set[str] = set()  # the backends whose first image went to TILEJIT_DUMP_DIR
 
     def __repr__(self) -> str:
         return (f"Artifact(name={self.name!r}, arg_types={self.arg_types!r}, constants={self.constants!r}, "
@@ -145,10 +145,10 @@ class Artifact:
         if log is not None:
             log.debug("kernel %s: %s backend: %s for %s in %.1f ms (%d threads per block)", self.name, backend.name,
                       kind, self.target.sm, ms_since(start), image.num_threads)
-        if (backend.name, kind) not in self._dumped and DUMP_DIR.get():
+        if backend.name not in self._dumped and DUMP_DIR.get():
             from tilejit.api.dump import dump_artifact
 
-            self._dumped.add((backend.name, kind))
+            self._dumped.add(backend.name)
             dump_artifact(self, image)
         return image
 

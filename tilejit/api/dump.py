@@ -53,13 +53,12 @@ def _stage_makers(art: Artifact, image: KernelImage) -> dict[str, Callable[[], b
         makers[f"{name}.cu"] = lambda: ck.source.encode()
         for header, text in ck.headers.items():
             makers[header] = lambda text=text: text.encode()  # type: ignore[misc]
-        if image.kind == "ptx":
-            makers[f"{name}.ptx"] = lambda: image.image
-        else:
-            makers[f"{name}.ptx"] = lambda: backend.program(
-                art.ir(), art.target, art.hints, name=art.ir().name, num_threads=art.num_threads,
-                kernel_hints=art.kernel_hints, kind="ptx", memo=art._stages).code
-            makers[f"{name}.cubin"] = lambda: image.image
+        makers[f"{name}.ptx"] = lambda: backend.program(
+            art.ir(), art.target, art.hints, name=art.ir().name, num_threads=art.num_threads,
+            kernel_hints=art.kernel_hints, kind="ptx", memo=art._stages).code
+        cubin = image.image if image.kind == "cubin" else getattr(art._stages.get("cubin"), "code", None)
+        if cubin is not None:  # a PTX image (TILEJIT_EMIT_PTX) has a CUBIN only if one was made
+            makers[f"{name}.cubin"] = lambda: cubin
     else:
         bytecode = [v for k, v in art._stages.items() if k.startswith("tileirbc-")]
         makers[f"{name}.tileir"] = lambda: art.tileir_text().encode()

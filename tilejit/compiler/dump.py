@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 
 TMP_MARK = ".tmp-"  # temporary folders: ".<name>.tmp-<pid>-<thread>-<ns>" (and ".old-" for a replaced one)
+_TRIES = 16  # renames tried while other writers of the same folder keep moving it
 
 
 def _unique(root: str, name: str, mark: str) -> str:
@@ -58,25 +59,33 @@ def _move_into_place(tmp: str, dest: str, root: str, name: str) -> None:
     When another writer's folder takes ``dest`` in between, that one stays (it holds the same kernel)."""
     import shutil
 
-    try:
-        os.rename(tmp, dest)
-        return
-    except OSError:
-        if not os.path.isdir(dest) or os.path.islink(dest):
-            raise  # a file (or a link) has the name: not ours to remove
-    old = _unique(root, name, ".old-")
-    try:
-        os.rename(dest, old)
-    except FileNotFoundError:  # another writer moved it aside meanwhile
-        old = ""
-    try:
-        os.rename(tmp, dest)
-    except OSError:
-        if not os.path.isdir(dest):
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)  # another writer's folder arrived first
-    if old:
+    error: OSError | None = None
+    for _ in range(_TRIES):
+        try:
+            os.rename(tmp, dest)
+            return
+        except OSError as exc:
+            error = exc
+        if not os.path.lexists(dest):
+            continue  # another writer moved it aside meanwhile
+        if os.path.islink(dest) or not os.path.isdir(dest):
+            raise error  # a file (or a link) has the name: not ours to remove
+        old = _unique(root, name, ".old-")
+        try:
+            os.rename(dest, old)
+        except FileNotFoundError:
+            continue
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not os.path.isdir(dest):  # not another writer's folder: put the old one back
+                os.rename(old, dest)
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another writer's folder arrived first
         shutil.rmtree(old, ignore_errors=True)
+        return
+    assert error is not None
+    raise error
 
 
 def warn(message: str) -> None:
