@@ -182,10 +182,10 @@ def run_tileiras(
     if cubin[:4] != b"\x7fELF":
         raise TileirasError(f"tileiras exited with code 0 for {target} but wrote no CUBIN (ELF) file:\n"
                             f"{stderr.strip()}", stderr)
-    log = logger_for(__name__)
-    if log is not None:
-        log.debug("tileiras %s compiled %d bytes of bytecode for %s in %.1f ms (%d-byte CUBIN)", tc.tileiras_version,
-                  len(data), target, ms_since(start), len(cubin))
+    logger = logger_for(__name__)
+    if logger is not None:
+        logger.debug("tileiras %s compiled %d bytes of bytecode for %s in %.1f ms (%d-byte CUBIN)",
+                     tc.tileiras_version, len(data), target, ms_since(start), len(cubin))
     return cubin
 
 
