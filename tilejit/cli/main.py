@@ -343,6 +343,18 @@ _PYTHON_ONLY_FLAGS = (
     ("num_stages", "--num-stages", "a CUDA C++ kernel's pipelines are in its source"),
 )
 _PROGRESS_MIN_BUILDS = 3  # the fewest builds that get a progress bar by default
+# A tile kernel's performance hints: (tj.compile's keyword, what --<keyword> takes); api.compile's check_<keyword>
+# checks each value.
+_HINTS = (
+    ("num_ctas", "CTAs per cluster, a power of two 1..16 (a performance hint: Tile IR on sm_90+ only; default: the "
+                 "kernel's own @tj.kernel(num_ctas=...))"),
+    ("occupancy", "CTAs per SM the compiler should aim for, 1..32 (a performance hint; default: the kernel's own "
+                  "@tj.kernel(occupancy=...), else the compiler's choice)"),
+    ("num_warps", "the block size in warps of 32 threads, a power of two 1..32 (the CUDA backend's; default: the "
+                  "kernel's own num_threads / num_warps, else the compiler's choice)"),
+    ("num_stages", "the depth of the CUDA backend's cp.async pipelines (1: none; a performance hint; default: the "
+                   "kernel's own @tj.kernel(num_stages=...), else the compiler's choice)"),
+)
 
 
 def _job_count(text: str) -> int:
@@ -387,26 +399,8 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
         help="Python files: the backend, cuda (C++ through NVRTC), tileir (Tile IR through tileiras) or auto "
              "(default: $TILEJIT_BACKEND, else auto; auto with --emit cuda or ptx is cuda)",
     )
-    p.add_argument(
-        "--num-ctas", type=int, default=None, metavar="N",
-        help="Python files: CTAs per cluster, a power of two 1..16 (a performance hint: Tile IR on sm_90+ only; "
-             "default: the kernel's own @tj.kernel(num_ctas=...))",
-    )
-    p.add_argument(
-        "--occupancy", type=int, default=None, metavar="N",
-        help="Python files: CTAs per SM the compiler should aim for, 1..32 (a performance hint; default: the "
-             "kernel's own @tj.kernel(occupancy=...), else the compiler's choice)",
-    )
-    p.add_argument(
-        "--num-warps", type=int, default=None, metavar="N",
-        help="Python files: the block size in warps of 32 threads, a power of two 1..32 (the CUDA backend's; default: "
-             "the kernel's own num_threads / num_warps, else the compiler's choice)",
-    )
-    p.add_argument(
-        "--num-stages", type=int, default=None, metavar="N",
-        help="Python files: the depth of the CUDA backend's cp.async pipelines (1: none; a performance hint; "
-             "default: the kernel's own @tj.kernel(num_stages=...), else the compiler's choice)",
-    )
+    for name, text in _HINTS:
+        p.add_argument(_flag(name), type=int, default=None, metavar="N", help=f"Python files: {text}")
     p.add_argument("-o", "--output-dir", type=Path, default=None, help="folder for outputs (default: next to FILE)")
     p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
                    help="CUDA C++ files: add an include folder")
@@ -429,6 +423,11 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
         help=f"show a progress bar of the builds on stderr (default: when stderr is a terminal and there are "
              f"at least {_PROGRESS_MIN_BUILDS} builds)",
     )
+
+
+def _flag(name: str) -> str:
+    """The option of a hint: ``num_ctas`` -> ``--num-ctas``."""
+    return "--" + name.replace("_", "-")
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -606,17 +605,13 @@ def _compile_python_file(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise _UsageError(f"--signature: {exc}") from None
     constants = _constants(args.constant)
-    from tilejit.api.compile import check_num_ctas, check_num_stages, check_num_warps, check_occupancy
+    from tilejit.api import compile as api
 
+    hints = tuple((name, getattr(args, name)) for name, _ in _HINTS)
     try:
-        if args.num_ctas is not None:
-            check_num_ctas(args.num_ctas, "--num-ctas")
-        if args.occupancy is not None:
-            check_occupancy(args.occupancy, "--occupancy")
-        if args.num_warps is not None:
-            check_num_warps(args.num_warps, "--num-warps")
-        if args.num_stages is not None:
-            check_num_stages(args.num_stages, "--num-stages")
+        for name, value in hints:
+            if value is not None:
+                getattr(api, f"check_{name}")(value, _flag(name))
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
     targets = _targets(args.arch)
@@ -632,9 +627,7 @@ def _compile_python_file(args: argparse.Namespace) -> int:
         backend = "cuda"  # every output of one compile, so that the CUBIN is the one of the PTX asked for
     try:
         # the signature fits and the backend is available: checked once
-        art = tj.compile(kernel, signature, constants=constants, target=targets[0], backend=backend,
-                         num_ctas=args.num_ctas, occupancy=args.occupancy, num_warps=args.num_warps,
-                         num_stages=args.num_stages)
+        art = tj.compile(kernel, signature, constants=constants, target=targets[0], backend=backend, **dict(hints))
     except TypeError as exc:
         raise _UsageError(str(exc)) from None
     _check_backend_emits(art.backend, emits, args.kernel)
@@ -643,8 +636,7 @@ def _compile_python_file(args: argparse.Namespace) -> int:
         count = _write_headers(out_dir)
         print(f"wrote the {count} device headers the .cu files include to {out_dir / 'tilejit'}")
     path = str(args.file.resolve())
-    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, backend,
-                       args.num_ctas, args.occupancy, args.num_warps, args.num_stages)
+    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, backend, hints)
             for t in targets]
     return _run_builds(jobs, args, out_dir)
 
@@ -741,10 +733,7 @@ class _TileBuild:
     target: str
     emits: tuple[str, ...]
     backend: str | None = None  # None: TILEJIT_BACKEND
-    num_ctas: int | None = None  # None: the kernel's own
-    occupancy: int | None = None
-    num_warps: int | None = None
-    num_stages: int | None = None
+    hints: tuple[tuple[str, int | None], ...] = ()  # (_HINTS name, value); None: the kernel's own
 
     def build(self) -> _Built:
         import tilejit as tj
@@ -755,8 +744,7 @@ class _TileBuild:
         if not isinstance(kernel, tj.Kernel):  # the file made it in this process, but not in a worker
             raise _Failure(f"{self.path}, run again to build {self.target}, has no @tj.kernel named {self.kernel!r}")
         art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target,
-                         backend=self.backend, num_ctas=self.num_ctas, occupancy=self.occupancy,
-                         num_warps=self.num_warps, num_stages=self.num_stages)
+                         backend=self.backend, **dict(self.hints))
         _check_backend_emits(art.backend, self.emits, self.kernel)
         data: dict[str, bytes] = {}
         if art.backend == "cuda" and "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both
