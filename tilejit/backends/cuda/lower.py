@@ -335,7 +335,7 @@ class Lowering:
         self.facts[op.result] = (op.div_by, op.contiguous)
         t = op.result.type
         if isinstance(t, TileType) and t.is_scalar and op.div_by > 1:
-            self.line(f"__builtin_assume({self.scalar(op.x)} % {op.div_by} == 0);")
+            self.line(f"__builtin_assume(({self.scalar(op.x)}) % {op.div_by} == 0);")
 
     def op_ReshapeOp(self, op: O.ReshapeOp) -> None:
         self._remap(op, op.x, None)
