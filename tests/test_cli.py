@@ -600,8 +600,10 @@ def test_compile_py_ptx_and_cubin_from_one_nvrtc_run(toolkit: Toolkit, tmp_path:
                "-C", "TILE=256", "--arch", "sm_80", "--emit", "ptx,cubin,cuda", "-o", str(out)])
     assert rc == 0
     assert len(calls) == 1 and "-arch=sm_80" in calls[0], calls
-    assert _outputs(out) == ["kernels.scale.sm_80.cu", "kernels.scale.sm_80.cubin", "kernels.scale.sm_80.ptx"]
+    assert _outputs(out) == ["kernels.scale.sm_80.cu", "kernels.scale.sm_80.cubin", "kernels.scale.sm_80.ptx",
+                             "tilejit"]
     assert ".target sm_80" in (out / "kernels.scale.sm_80.ptx").read_text()
+    assert (out / "tilejit" / "tilejit.cuh").is_file(), "the headers the .cu includes are written beside it"
 
 
 @pytest.mark.parametrize("options", [(), ("-lineinfo",), ("--use_fast_math", "-DX=2")])

@@ -14,6 +14,7 @@ resolved on first use, and the driver and compilers are found when a kernel firs
 from __future__ import annotations
 
 import importlib
+from os import environ as _environ
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -22,7 +23,7 @@ __version__ = "0.1.0"
 _ERRORS = (
     "TilejitError", "TileCompileError", "CompileError", "CUDAError", "DriverVersionError", "LaunchError",
     "LibraryNotFoundError", "TargetError", "ConfigError", "NotDeviceArrayError", "IRVerificationError",
-    "AutotuneError", "CacheWarning", "TileIRUnsupportedError", "TileirasError",
+    "AutotuneError", "CacheWarning", "DumpWarning", "TileIRUnsupportedError", "TileirasError",
 )
 
 #: The public names outside the tile language, each with its module. The tile language's names (``tj.load``,
@@ -74,6 +75,12 @@ def __dir__() -> list[str]:
     return _public_names()
 
 
+if _environ.get("TILEJIT_LOG"):  # asked for: the tilejit logger prints to stderr (no handler otherwise)
+    from tilejit.logs import configure as _configure_log
+
+    _configure_log()
+
+
 if TYPE_CHECKING:
     from tilejit.api.autotune import Config, autotune
     from tilejit.api.compile import Artifact, compile
@@ -86,6 +93,7 @@ if TYPE_CHECKING:
         ConfigError,
         CUDAError,
         DriverVersionError,
+        DumpWarning,
         IRVerificationError,
         LaunchError,
         LibraryNotFoundError,

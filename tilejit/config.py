@@ -109,6 +109,17 @@ AUTOTUNE: Setting[bool] = Setting(
     "TILEJIT_AUTOTUNE", bool, True,
     "set to 0 to launch autotuned kernels with their first config (after pruning), untimed"
 )
+LOG: Setting[str | None] = Setting(
+    "TILEJIT_LOG", str, None,
+    "debug, info or warning: print the tilejit logger's records of that level and above to stderr (compile stages "
+    "and their times, disk cache hits and misses, module loads at debug); read when tilejit is imported",
+    choices=("debug", "info", "warning"),
+)
+DUMP_DIR: Setting[str | None] = Setting(
+    "TILEJIT_DUMP_DIR", str, None,
+    "folder where each tile kernel compiled (not one a disk cache hit serves) leaves its stages: IR, CUDA C++ with "
+    "the device headers, PTX, Tile IR text and bytecode, CUBIN",
+)
 
 ALL: tuple[Setting[object], ...] = (
     CUDA_DRIVER,  # type: ignore[assignment]
@@ -123,4 +134,6 @@ ALL: tuple[Setting[object], ...] = (
     TILEIRAS,  # type: ignore[assignment]
     BACKEND,  # type: ignore[assignment]
     AUTOTUNE,  # type: ignore[assignment]
+    LOG,  # type: ignore[assignment]
+    DUMP_DIR,  # type: ignore[assignment]
 )

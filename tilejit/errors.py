@@ -167,6 +167,10 @@ class CacheWarning(UserWarning):
     """The disk cache could not be written (read-only or full folder); tilejit keeps working without it."""
 
 
+class DumpWarning(UserWarning):
+    """A kernel's stages could not be written to ``TILEJIT_DUMP_DIR``; the kernel itself compiled and works."""
+
+
 def refuse_lone_surrogates(what: str, text: str) -> None:
     """Raise ``ValueError`` naming ``what`` if ``text`` holds a lone surrogate (left by decoding bytes with
     ``errors="surrogateescape"``): it has no UTF-8 form, so NVRTC and the disk cache cannot take it.
@@ -185,6 +189,7 @@ def refuse_lone_surrogates(what: str, text: str) -> None:
 
 __all__ = [
     "Attempt", "AutotuneError", "CUDAError", "CacheWarning", "CompileError", "ConfigError", "DriverVersionError",
+    "DumpWarning",
     "IRVerificationError", "LaunchError", "LibraryNotFoundError", "NotDeviceArrayError", "TargetError",
     "TileCompileError", "TileIRUnsupportedError", "TileirasError", "TilejitError", "refuse_lone_surrogates",
 ]

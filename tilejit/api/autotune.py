@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tilejit.api.compile import check_num_ctas, check_occupancy
+from tilejit.api.compile import check_num_ctas, check_num_stages, check_num_warps, check_occupancy
 from tilejit.api.kernel import _MEMO_LIMIT, _PY_SCALARS, Kernel, _as_view_or_scalar, _read_text, _source_fingerprint
 from tilejit.errors import AutotuneError, LaunchError, TilejitError
 from tilejit.runtime.interop import ArrayView
@@ -39,22 +39,12 @@ RECORD = "tilejit.autotune.v1"
 _PRUNE_KEYS = frozenset({"perf_model", "top_k", "early_config_prune"})
 
 
-def _check_int(what: str, n: object, ok: Callable[[int], bool], rule: str) -> int:
-    """``tj.Config(what=n)``'s ``n``: an int for which ``ok`` holds (``rule`` says which)."""
-    if isinstance(n, bool) or not hasattr(n, "__index__"):
-        raise TypeError(f"tj.Config({what}=...): {what} must be an int, got {n!r}")
-    v = int(n.__index__())
-    if not ok(v):
-        raise ValueError(f"tj.Config({what}=...): {what} must be {rule}, got {v}")
-    return v
-
-
 class Config:
     """One way to launch an autotuned kernel: values of some of its constants (``kwargs``, passed to it by keyword)
     and performance hints, each None for the kernel's own setting. ``num_warps``: the CUDA backend's block size
     in warps of 32 threads (the kernel's ``num_threads``; the Tile IR backend, whose ``tileiras`` chooses the block
-    size, ignores it); ``num_ctas`` and ``occupancy``: as ``@tj.kernel`` takes them; ``num_stages`` is recorded only:
-    both backends choose their pipelines' stages themselves."""
+    size, ignores it); ``num_ctas``, ``occupancy`` and ``num_stages``: as ``@tj.kernel`` takes them (``num_stages``:
+    the CUDA backend's cp.async pipeline depth; the Tile IR backend's tileiras chooses its own)."""
 
     __slots__ = ("kwargs", "num_ctas", "num_stages", "num_warps", "occupancy")
 
@@ -78,11 +68,8 @@ class Config:
                 raise TypeError(f"tj.Config: the value of '{name}' must be hashable, as a constant's is, got "
                                 f"{type(value).__name__}") from None
         self.kwargs = dict(kwargs)
-        self.num_warps = None if num_warps is None else _check_int(
-            "num_warps", num_warps, lambda v: 1 <= v <= 32 and not v & (v - 1),
-            "a power of two from 1 to 32 (32 to 1024 threads)")
-        self.num_stages = None if num_stages is None else _check_int("num_stages", num_stages, lambda v: v >= 1,
-                                                                     "an int >= 1")
+        self.num_warps = None if num_warps is None else check_num_warps(num_warps, "tj.Config(num_warps=...)")
+        self.num_stages = None if num_stages is None else check_num_stages(num_stages, "tj.Config(num_stages=...)")
         self.num_ctas = None if num_ctas is None else check_num_ctas(num_ctas, "tj.Config(num_ctas=...)")
         self.occupancy = None if occupancy is None else check_occupancy(occupancy, "tj.Config(occupancy=...)")
 
@@ -211,7 +198,7 @@ class Autotuner:
         self.configs_timings: dict[Config, float | None] = {}  # of the last tuning: milliseconds, None if it failed
         self.bench_time: float | None = None  # seconds the last tuning took
         self._chosen: dict[tuple[Any, ...], tuple[Config, Kernel]] = {}
-        self._variants: dict[tuple[int | None, int | None, int | None], Kernel] = {}
+        self._variants: dict[tuple[int | None, int | None, int | None, int | None], Kernel] = {}
         self._fingerprint: str | None = None
         self._lock = threading.Lock()
 
@@ -308,13 +295,14 @@ class Autotuner:
             else:
                 threads = 32 * config.num_warps
         hints = (threads, base.num_ctas if config.num_ctas is None else config.num_ctas,
-                 base.occupancy if config.occupancy is None else config.occupancy)
-        if hints == (base.num_threads, base.num_ctas, base.occupancy):
+                 base.occupancy if config.occupancy is None else config.occupancy,
+                 base.num_stages if config.num_stages is None else config.num_stages)
+        if hints == (base.num_threads, base.num_ctas, base.occupancy, base.num_stages):
             return base
         variant = self._variants.get(hints)
         if variant is None:
             variant = self._variants[hints] = Kernel(base.func, num_threads=hints[0], backend=base.backend,
-                                                     num_ctas=hints[1], occupancy=hints[2])
+                                                     num_ctas=hints[1], occupancy=hints[2], num_stages=hints[3])
         return variant
 
     # ------------------------------------------------------------------ choosing

@@ -7,11 +7,14 @@ so it is computed at most once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tilejit.config import DUMP_DIR
 from tilejit.language.ir.types import ArrayHint, ArrayType, DType, TileType, float32, int32, scalar
 from tilejit.language.ir.types import bool_ as tj_bool
+from tilejit.logs import logger_for, ms_since
 
 if TYPE_CHECKING:
     from tilejit.backends.base import Backend, KernelHints, KernelImage
@@ -70,6 +73,7 @@ class Artifact:
         num_ctas: int | None = None,
         occupancy: int | None = None,
         auto: bool = False,
+        num_stages: int | None = None,
     ) -> None:
         self.kernel_func = kernel_func
         self.name = name
@@ -81,21 +85,24 @@ class Artifact:
         self.backend = backend
         self.num_ctas = num_ctas  # the user's performance hints (KernelHints), None where not given
         self.occupancy = occupancy
+        self.num_stages = num_stages
         self.auto = auto
         self._fn: Function | None = None
         self._stages: dict[str, Any] = {}  # the backend's intermediate outputs (``Backend.generate``'s memo)
+        self._dumped: set[str] = set()  # the backends whose first image went to TILEJIT_DUMP_DIR
 
     def __repr__(self) -> str:
         return (f"Artifact(name={self.name!r}, arg_types={self.arg_types!r}, constants={self.constants!r}, "
                 f"target={self.target!r}, num_threads={self.num_threads!r}, num_ctas={self.num_ctas!r}, "
-                f"occupancy={self.occupancy!r}, hints={self.hints!r}, backend={self.backend!r})")
+                f"occupancy={self.occupancy!r}, num_stages={self.num_stages!r}, hints={self.hints!r}, "
+                f"backend={self.backend!r})")
 
     @property
     def kernel_hints(self) -> KernelHints:
         """The user's performance hints, as the backends take them."""
         from tilejit.backends.base import KernelHints
 
-        return KernelHints(self.num_ctas, self.occupancy)
+        return KernelHints(self.num_ctas, self.occupancy, self.num_stages)
 
     @property
     def _progs(self) -> dict[str, CompiledProgram]:
@@ -129,18 +136,44 @@ class Artifact:
         return self._generate(self.backend_impl(), kind)
 
     def _generate(self, backend: Backend, kind: str) -> KernelImage:
-        return backend.generate(self.ir(), self.target, self.hints, num_threads=self.num_threads,
-                                kernel_hints=self.kernel_hints, kind=kind, memo=self._stages)
+        """``backend``'s image of ``kind`` (timed in a debug record), left in ``TILEJIT_DUMP_DIR`` when that is set."""
+        fn = self.ir()
+        log = logger_for(__name__)
+        start = time.perf_counter() if log is not None else 0.0
+        image = backend.generate(fn, self.target, self.hints, num_threads=self.num_threads,
+                                 kernel_hints=self.kernel_hints, kind=kind, memo=self._stages)
+        if log is not None:
+            log.debug("kernel %s: %s backend: %s for %s in %.1f ms (%d threads per block)", self.name, backend.name,
+                      kind, self.target.sm, ms_since(start), image.num_threads)
+        if backend.name not in self._dumped and DUMP_DIR.get():
+            from tilejit.api.dump import dump_artifact
+
+            self._dumped.add(backend.name)
+            dump_artifact(self, image)
+        return image
 
     def ir(self) -> Function:
-        """The optimized tile IR."""
+        """The optimized tile IR (the front end's and the passes' times in a debug record)."""
         if self._fn is None:
             from tilejit.language.frontend.translate import translate
             from tilejit.language.ir.passes import run_passes
 
+            log = logger_for(__name__)
+            start = time.perf_counter() if log is not None else 0.0
             fn = translate(self.kernel_func, self.arg_types, self.constants, name=self.name)
+            translated = time.perf_counter() if log is not None else 0.0
             self._fn = run_passes(fn)
+            if log is not None:
+                log.debug("kernel %s: front end %.1f ms, IR passes %.1f ms (%d ops) for %s", self.name,
+                          (translated - start) * 1e3, ms_since(translated), sum(1 for _ in fn.body.walk()),
+                          self.describe())
         return self._fn
+
+    def describe(self) -> str:
+        """The specialization in one line: ``name(x: array<f32, 1>, n: i32; TILE=1024)``."""
+        params = [f"{n}: {t}" for n, t in self.arg_types.items()]
+        consts = [f"{n}={v!r}" for n, v in self.constants.items()]
+        return f"{self.name}({', '.join(params)}{'; ' if consts else ''}{', '.join(consts)})"
 
     def ir_text(self) -> str:
         """The IR's stable text form."""
@@ -256,37 +289,61 @@ def check_backend(backend: object, where: str) -> str | None:
     return backend
 
 
-def check_num_threads(n: object, where: str) -> int:
-    """A kernel's ``num_threads``: a power of two from 32 to 1024 (the CUDA block limit); errors start with
-    ``where``."""
+def _int_option(name: str, n: object, where: str, ok: Callable[[int], bool], rule: str) -> int:
+    """The kernel option ``name`` given as ``n``: an int for which ``ok`` holds (``rule`` says which); errors
+    start with ``where``."""
     if isinstance(n, bool) or not hasattr(n, "__index__"):
-        raise TypeError(f"{where}: num_threads must be an int, got {n!r}")
-    v = n.__index__()
-    if not 32 <= v <= 1024 or v & (v - 1):
-        raise ValueError(f"{where}: num_threads must be a power of two from 32 to 1024, got {v}")
-    return int(v)
+        raise TypeError(f"{where}: {name} must be an int, got {n!r}")
+    v = int(n.__index__())
+    if not ok(v):
+        raise ValueError(f"{where}: {name} must be {rule}, got {v}")
+    return v
+
+
+def _pow2(v: int) -> bool:
+    return v > 0 and not v & (v - 1)
+
+
+def check_num_threads(n: object, where: str) -> int:
+    """A kernel's ``num_threads``: a power of two from 32 to 1024 (the CUDA block limit)."""
+    return _int_option("num_threads", n, where, lambda v: 32 <= v <= 1024 and _pow2(v),
+                       "a power of two from 32 to 1024")
+
+
+def check_num_warps(n: object, where: str) -> int:
+    """A kernel's ``num_warps`` (Triton's name for its block size): a power of two from 1 to 32."""
+    return _int_option("num_warps", n, where, lambda v: v <= 32 and _pow2(v),
+                       "a power of two from 1 to 32 (32 to 1024 threads)")
+
+
+def check_num_stages(n: object, where: str) -> int:
+    """A kernel's ``num_stages`` (the depth of its software pipelines): an int >= 1."""
+    return _int_option("num_stages", n, where, lambda v: v >= 1, "an int >= 1")
 
 
 def check_num_ctas(n: object, where: str) -> int:
     """A kernel's ``num_ctas`` (CTAs per cluster): a power of two from 1 to 16 (Tile IR's ``num_cta_in_cga``
-    values); errors start with ``where``."""
-    if isinstance(n, bool) or not hasattr(n, "__index__"):
-        raise TypeError(f"{where}: num_ctas must be an int, got {n!r}")
-    v = n.__index__()
-    if v not in (1, 2, 4, 8, 16):
-        raise ValueError(f"{where}: num_ctas must be a power of two from 1 to 16 (CTAs per cluster), got {v}")
-    return int(v)
+    values)."""
+    return _int_option("num_ctas", n, where, lambda v: v <= 16 and _pow2(v),
+                       "a power of two from 1 to 16 (CTAs per cluster)")
 
 
 def check_occupancy(n: object, where: str) -> int:
-    """A kernel's ``occupancy`` (CTAs per SM the compiler should aim for): an int from 1 to 32; errors start
-    with ``where``."""
-    if isinstance(n, bool) or not hasattr(n, "__index__"):
-        raise TypeError(f"{where}: occupancy must be an int, got {n!r}")
-    v = n.__index__()
-    if not 1 <= v <= 32:
-        raise ValueError(f"{where}: occupancy must be an int from 1 to 32 (CTAs per SM), got {v}")
-    return int(v)
+    """A kernel's ``occupancy`` (CTAs per SM the compiler should aim for): an int from 1 to 32."""
+    return _int_option("occupancy", n, where, lambda v: 1 <= v <= 32, "an int from 1 to 32 (CTAs per SM)")
+
+
+def block_threads(num_threads: object, num_warps: object, where: str) -> int | None:
+    """The block size a kernel asks for as ``num_threads`` or as Triton's ``num_warps`` (32 threads each), or None
+    for the compiler's choice; both given must agree."""
+    threads = None if num_threads is None else check_num_threads(num_threads, where)
+    if num_warps is None:
+        return threads
+    warps = check_num_warps(num_warps, where)
+    if threads is not None and threads != 32 * warps:
+        raise ValueError(f"{where}: num_warps={warps} is {32 * warps} threads, but num_threads={threads}; give "
+                         "one of them (num_warps=n is num_threads=32*n)")
+    return 32 * warps
 
 
 def _kernel_function(kernel: object) -> Any:
@@ -327,6 +384,8 @@ def compile(
     backend: str | None = None,
     num_ctas: int | None = None,
     occupancy: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> Artifact:
     """Compile ``kernel`` for ``target`` (e.g. "sm_90") with no GPU needed.
 
@@ -341,9 +400,9 @@ def compile(
     C++; a kernel the Tile IR backend then refuses (what Tile IR cannot express, a tileiras failure) is compiled
     with CUDA C++ when its image is first made, logged at INFO level on the ``tilejit`` logger, and ``art.backend``
     says the backend actually used once the image is made. Give "cuda" or "tileir" to use one backend only.
-    ``num_ctas`` (CTAs per cluster, 1..16) and ``occupancy`` (CTAs per SM to aim for, 1..32): performance hints,
-    default the kernel's own ``@tj.kernel(num_ctas=..., occupancy=...)``; a backend or target that cannot use one
-    ignores it.
+    ``num_ctas`` (CTAs per cluster, 1..16), ``occupancy`` (CTAs per SM to aim for, 1..32) and ``num_stages`` (the
+    depth of the CUDA backend's cp.async pipelines): performance hints, default the kernel's own
+    ``@tj.kernel(...)``; a backend or target that cannot use one ignores it. ``num_warps=n`` is ``num_threads=32*n``.
     """
     from tilejit.backends.base import choose_backend, requested_backend
     from tilejit.compiler.targets import resolve_target
@@ -356,13 +415,12 @@ def compile(
     arg_types = specialize(func, signature)
     consts = _check_constants(func, constants)
     tgt = resolve_target(target)
-    threads: int | None
-    if num_threads is not None:
-        threads = check_num_threads(num_threads, where)
-    else:
+    threads = block_threads(num_threads, num_warps, where)
+    if threads is None:
         threads = getattr(kernel, "num_threads", None)
     ctas = check_num_ctas(num_ctas, where) if num_ctas is not None else getattr(kernel, "num_ctas", None)
     occ = check_occupancy(occupancy, where) if occupancy is not None else getattr(kernel, "occupancy", None)
+    stages = check_num_stages(num_stages, where) if num_stages is not None else getattr(kernel, "num_stages", None)
     # A ``::1`` array promises what a launch would check: unit inner stride, 16-byte-aligned rows, and shapes and
     # strides in [0, 2**31) (the Tile IR image marks it so that tilejit's launcher refuses larger ones).
     hints = {
@@ -372,4 +430,4 @@ def compile(
     }
     chosen, _ = choose_backend(requested, tgt, num_threads=threads)
     return Artifact(func, func.__name__, arg_types, consts, tgt, threads, hints, chosen.name, ctas, occ,
-                    requested_backend(requested) == "auto")
+                    requested_backend(requested) == "auto", stages)

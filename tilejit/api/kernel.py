@@ -16,7 +16,15 @@ import types
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tilejit.api.compile import Artifact, check_backend, check_num_ctas, check_num_threads, check_occupancy
+from tilejit.api.compile import (
+    Artifact,
+    block_threads,
+    check_backend,
+    check_num_ctas,
+    check_num_stages,
+    check_num_threads,
+    check_occupancy,
+)
 from tilejit.api.signature import ALONE, EXTENT16, array_key, launch_facts, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, DType, TileType, normalize_const
@@ -611,7 +619,8 @@ class Kernel:
     """A tile kernel. Launch with ``kernel[grid](args...)``; compile ahead with ``tj.compile``."""
 
     def __init__(self, func: Callable[..., Any], *, num_threads: int | None = None,
-                 backend: str | None = None, num_ctas: int | None = None, occupancy: int | None = None) -> None:
+                 backend: str | None = None, num_ctas: int | None = None, occupancy: int | None = None,
+                 num_warps: int | None = None, num_stages: int | None = None) -> None:
         from tilejit.language.frontend.params import constant_params, signature_params
 
         if not callable(func) or isinstance(func, type):
@@ -623,7 +632,11 @@ class Kernel:
         self.__wrapped__ = func
         if num_threads is not None:
             num_threads = _check_num_threads(func.__name__, num_threads)
+        if num_warps is not None:
+            num_threads = block_threads(num_threads, num_warps, f"@tj.kernel(num_warps=...) of {func.__name__}")
         self.num_threads = num_threads
+        self.num_stages = None if num_stages is None else check_num_stages(
+            num_stages, f"@tj.kernel(num_stages=...) of {func.__name__}")
         self.backend = check_backend(backend, f"@tj.kernel(backend=...) of {func.__name__}")  # None: TILEJIT_BACKEND
         self.num_ctas = None if num_ctas is None else check_num_ctas(num_ctas, f"@tj.kernel(num_ctas=...) of "
                                                                                f"{func.__name__}")
@@ -888,26 +901,34 @@ class Kernel:
                   target: Any, backend: str, auto: bool = False) -> Artifact:
         """The artifact of one specialization for ``target`` with ``backend`` (``auto``: ``Artifact.auto``)."""
         return Artifact(self.func, self.func.__name__, arg_types, constants, target, self.num_threads, hints, backend,
-                        self.num_ctas, self.occupancy, auto)
+                        self.num_ctas, self.occupancy, auto, num_stages=self.num_stages)
 
 
 def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = None,
-           backend: str | None = None, num_ctas: int | None = None, occupancy: int | None = None) -> Any:
-    """Decorate a Python function as a tile kernel; ``num_threads`` overrides the compiler's choice, ``backend``
-    ("cuda", "tileir", "auto") the ``TILEJIT_BACKEND`` setting. Performance hints: ``num_ctas``, CTAs per cluster
-    (a power of two 1..16; Tile IR on sm_90+ only: a launch's grid x extent must then be a multiple of it), and
-    ``occupancy``, CTAs per SM the compiler should aim for (1..32)."""
+           backend: str | None = None, num_ctas: int | None = None, occupancy: int | None = None,
+           num_warps: int | None = None, num_stages: int | None = None) -> Any:
+    """Decorate a Python function as a tile kernel; ``num_threads`` (or Triton's ``num_warps``, 32 threads each)
+    overrides the compiler's choice of block size, ``backend`` ("cuda", "tileir", "auto") the ``TILEJIT_BACKEND``
+    setting. Performance hints: ``num_ctas``, CTAs per cluster (a power of two 1..16; Tile IR on sm_90+ only: a
+    launch's grid x extent must then be a multiple of it), ``occupancy``, CTAs per SM the compiler should aim for
+    (1..32), and ``num_stages``, the depth of the CUDA backend's cp.async pipelines (1: none)."""
     if func is None:
         # checked now, not when the decorator is applied
         if num_threads is not None:
             check_num_threads(num_threads, "@tj.kernel(num_threads=...)")
+        if num_warps is not None:
+            block_threads(num_threads, num_warps, "@tj.kernel(num_warps=...)")
+        if num_stages is not None:
+            check_num_stages(num_stages, "@tj.kernel(num_stages=...)")
         if num_ctas is not None:
             check_num_ctas(num_ctas, "@tj.kernel(num_ctas=...)")
         if occupancy is not None:
             check_occupancy(occupancy, "@tj.kernel(occupancy=...)")
         check_backend(backend, "@tj.kernel(backend=...)")
-        return lambda f: Kernel(f, num_threads=num_threads, backend=backend, num_ctas=num_ctas, occupancy=occupancy)
-    return Kernel(func, num_threads=num_threads, backend=backend, num_ctas=num_ctas, occupancy=occupancy)
+        return lambda f: Kernel(f, num_threads=num_threads, backend=backend, num_ctas=num_ctas, occupancy=occupancy,
+                                num_warps=num_warps, num_stages=num_stages)
+    return Kernel(func, num_threads=num_threads, backend=backend, num_ctas=num_ctas, occupancy=occupancy,
+                  num_warps=num_warps, num_stages=num_stages)
 
 
 __all__ = ["Kernel", "kernel"]

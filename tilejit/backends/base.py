@@ -41,13 +41,15 @@ ParamSpec = tuple[str, str, int, str] | tuple[str, str, int] | tuple[str, str]
 
 
 class KernelHints(NamedTuple):
-    """A kernel's performance hints (``@tj.kernel(num_ctas=..., occupancy=...)``), None where not given: hints
-    only, never a change of what the kernel computes. ``num_ctas``: CTAs per cluster (Tile IR's
-    ``num_cta_in_cga``; a power of two 1..16); ``occupancy``: CTAs per SM the compiler should aim for (1..32).
+    """A kernel's performance hints (``@tj.kernel(num_ctas=..., occupancy=..., num_stages=...)``), None where not
+    given: hints only, never a change of what the kernel computes. ``num_ctas``: CTAs per cluster (Tile IR's
+    ``num_cta_in_cga``; a power of two 1..16); ``occupancy``: CTAs per SM the compiler should aim for (1..32);
+    ``num_stages``: the depth of software pipelines (the CUDA backend's cp.async K loops; 1: none).
     A NamedTuple, not a dataclass: a warm launch builds one."""
 
     num_ctas: int | None = None
     occupancy: int | None = None
+    num_stages: int | None = None
 
 
 NO_HINTS = KernelHints()

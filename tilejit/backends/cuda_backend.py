@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from tilejit.backends.base import NO_HINTS, Backend, KernelHints, KernelImage
+from tilejit.logs import logger_for, ms_since
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -26,9 +28,15 @@ if TYPE_CHECKING:
 HEADER_NAMES = ("types", "tile", "math", "memory", "layout", "reduce", "mma", "tilejit")
 
 
+def include_folder() -> str:
+    """The include path of the CUDA backend's device headers (generated CUDA C++ includes
+    ``<tilejit/tilejit.cuh>``): what ``tilejit include-dir`` prints, for ``nvcc -I``."""
+    return os.path.join(os.path.dirname(__file__), "cuda", "include")
+
+
 def header_folder() -> str:
     """Where the CUDA backend's device headers are, as plain files in a usual install."""
-    return os.path.join(os.path.dirname(__file__), "cuda", "include", "tilejit")
+    return os.path.join(include_folder(), "tilejit")
 
 
 def headers_identity() -> str:
@@ -87,8 +95,9 @@ class CudaBackend(Backend):
                num_threads: int | None = None, kernel_hints: KernelHints = NO_HINTS,
                memo: dict[str, Any] | None = None) -> CudaKernel:
         """The generated CUDA C++ with its launch facts, kept in ``memo``. Of ``kernel_hints`` it follows
-        ``occupancy`` (``__launch_bounds__(threads, occupancy)``); ``num_ctas`` is ignored: these kernels use no
-        cluster features, so a cluster would only constrain the grid (logged at debug level)."""
+        ``occupancy`` (``__launch_bounds__(threads, occupancy)``) and ``num_stages`` (the cp.async pipelines'
+        depth); ``num_ctas`` is ignored: these kernels use no cluster features, so a cluster would only constrain
+        the grid (logged at debug level)."""
         memo = {} if memo is None else memo
         ck: CudaKernel | None = memo.get("cuda")
         if ck is None:
@@ -100,8 +109,13 @@ class CudaBackend(Backend):
                 logging.getLogger(__name__).debug(
                     "kernel %s: num_ctas=%d ignored: the CUDA C++ backend's kernels use no clusters",
                     fn.name, kernel_hints.num_ctas)
+            log = logger_for(__name__)
+            start = time.perf_counter() if log is not None else 0.0
             ck = memo["cuda"] = generate(fn, target=target, num_threads=num_threads, hints=hints,
-                                         occupancy=kernel_hints.occupancy)
+                                         occupancy=kernel_hints.occupancy, num_stages=kernel_hints.num_stages)
+            if log is not None:
+                log.debug("kernel %s: CUDA C++ for %s generated in %.1f ms (%d threads, %d bytes of shared memory)",
+                          fn.name, target.sm, ms_since(start), ck.num_threads, ck.shared_bytes)
         return ck
 
     def program(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, name: str,
@@ -131,4 +145,4 @@ class CudaBackend(Backend):
 
 BACKEND = CudaBackend()
 
-__all__ = ["BACKEND", "HEADER_NAMES", "CudaBackend", "header_folder", "headers_identity"]
+__all__ = ["BACKEND", "HEADER_NAMES", "CudaBackend", "header_folder", "headers_identity", "include_folder"]

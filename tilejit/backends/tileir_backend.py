@@ -15,9 +15,11 @@ The block size is not ours to choose: tileiras fixes it (the CUBIN's ``REQNTID``
 from __future__ import annotations
 
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 from tilejit.backends.base import NO_HINTS, Backend, KernelHints, KernelImage, ParamSpec
+from tilejit.logs import logger_for, ms_since
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -244,6 +246,10 @@ class TileIRBackend(Backend):
         gpu = tileiras_target(target)
         tc.check_target(gpu)
         params = launch_params(fn, hints)
+        log = logger_for(__name__)
+        if log is not None and kernel_hints.num_stages is not None:
+            log.debug("kernel %s: num_stages=%d ignored: tileiras chooses the Tile IR backend's pipelines", fn.name,
+                      kernel_hints.num_stages)
         cubin: bytes | None = memo.get("tileir_cubin")
         if cubin is None:
             from tilejit.compiler.tileiras import run_tileiras
@@ -289,7 +295,12 @@ class TileIRBackend(Backend):
         key = f"tileirbc-{v[0]}.{v[1]}"
         data: bytes | None = memo.get(key)
         if data is None:
+            log = logger_for(__name__)
+            start = time.perf_counter() if log is not None else 0.0
             data = memo[key] = generate_bytecode(fn, tileiras_target(target), v, hints, kernel_hints)
+            if log is not None:
+                log.debug("kernel %s: Tile IR bytecode %d.%d for %s written in %.1f ms (%d bytes)", fn.name, v[0], v[1],
+                          tileiras_target(target), ms_since(start), len(data))
         return data
 
 

@@ -122,6 +122,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
     found = _probe("nvJitLink", probe_nvjitlink)
     linker = "not found" if "error" in found else f"{found['version']} at {found['path']}"
     print(f"\nnvJitLink (LTO linker): {linker} (optional: nothing in tilejit uses it yet)", file=out)
+    print(f"\nDevice headers (what generated CUDA C++ includes): {_headers_line()}", file=out)
 
     print("\nCUDA driver", file=out)
     found = _probe("the CUDA driver", probe_driver)
@@ -183,6 +184,15 @@ def _run_doctor(args: argparse.Namespace) -> int:
     print(f"Summary: ready: {_plural(len(gpus), 'GPU')} ({', '.join(sorted(set(gpus)))}); kernels compile and run "
           f"here, and you can compile for any of {span}.", file=out)
     return 0
+
+
+def _headers_line() -> str:
+    """Doctor's line on the CUDA backend's device headers: their include path, or why there is none."""
+    folder = _include_dir()
+    if folder is None:
+        return ("not plain files in this install (a zipped package?); `tilejit include-dir --copy-to DIR` writes "
+                "them to DIR/tilejit/")
+    return f"{folder} (nvcc -I this folder; `tilejit include-dir` prints it)"
 
 
 def _backend_lines(archs: list[int], gpus: list[str], driver_version: int | None = None) -> list[str]:
@@ -329,8 +339,22 @@ _PYTHON_ONLY_FLAGS = (
     ("backend", "--backend", "a CUDA C++ file compiles with NVRTC"),
     ("num_ctas", "--num-ctas", "set a CUDA C++ kernel's cluster with __cluster_dims__ in its source"),
     ("occupancy", "--occupancy", "set a CUDA C++ kernel's blocks per SM with __launch_bounds__ in its source"),
+    ("num_warps", "--num-warps", "a CUDA C++ kernel's block size is its launch's"),
+    ("num_stages", "--num-stages", "a CUDA C++ kernel's pipelines are in its source"),
 )
 _PROGRESS_MIN_BUILDS = 3  # the fewest builds that get a progress bar by default
+# A tile kernel's performance hints: (tj.compile's keyword, what --<keyword> takes); api.compile's check_<keyword>
+# checks each value.
+_HINTS = (
+    ("num_ctas", "CTAs per cluster, a power of two 1..16 (a performance hint: Tile IR on sm_90+ only; default: the "
+                 "kernel's own @tj.kernel(num_ctas=...))"),
+    ("occupancy", "CTAs per SM the compiler should aim for, 1..32 (a performance hint; default: the kernel's own "
+                  "@tj.kernel(occupancy=...), else the compiler's choice)"),
+    ("num_warps", "the block size in warps of 32 threads, a power of two 1..32 (the CUDA backend's; default: the "
+                  "kernel's own num_threads / num_warps, else the compiler's choice)"),
+    ("num_stages", "the depth of the CUDA backend's cp.async pipelines (1: none; a performance hint; default: the "
+                   "kernel's own @tj.kernel(num_stages=...), else the compiler's choice)"),
+)
 
 
 def _job_count(text: str) -> int:
@@ -375,16 +399,8 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
         help="Python files: the backend, cuda (C++ through NVRTC), tileir (Tile IR through tileiras) or auto "
              "(default: $TILEJIT_BACKEND, else auto; auto with --emit cuda or ptx is cuda)",
     )
-    p.add_argument(
-        "--num-ctas", type=int, default=None, metavar="N",
-        help="Python files: CTAs per cluster, a power of two 1..16 (a performance hint: Tile IR on sm_90+ only; "
-             "default: the kernel's own @tj.kernel(num_ctas=...))",
-    )
-    p.add_argument(
-        "--occupancy", type=int, default=None, metavar="N",
-        help="Python files: CTAs per SM the compiler should aim for, 1..32 (a performance hint; default: the "
-             "kernel's own @tj.kernel(occupancy=...), else the compiler's choice)",
-    )
+    for name, text in _HINTS:
+        p.add_argument(_flag(name), type=int, default=None, metavar="N", help=f"Python files: {text}")
     p.add_argument("-o", "--output-dir", type=Path, default=None, help="folder for outputs (default: next to FILE)")
     p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
                    help="CUDA C++ files: add an include folder")
@@ -407,6 +423,11 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
         help=f"show a progress bar of the builds on stderr (default: when stderr is a terminal and there are "
              f"at least {_PROGRESS_MIN_BUILDS} builds)",
     )
+
+
+def _flag(name: str) -> str:
+    """The option of a hint: ``num_ctas`` -> ``--num-ctas``."""
+    return "--" + name.replace("_", "-")
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -584,13 +605,13 @@ def _compile_python_file(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise _UsageError(f"--signature: {exc}") from None
     constants = _constants(args.constant)
-    from tilejit.api.compile import check_num_ctas, check_occupancy
+    from tilejit.api import compile as api
 
+    hints = tuple((name, getattr(args, name)) for name, _ in _HINTS)
     try:
-        if args.num_ctas is not None:
-            check_num_ctas(args.num_ctas, "--num-ctas")
-        if args.occupancy is not None:
-            check_occupancy(args.occupancy, "--occupancy")
+        for name, value in hints:
+            if value is not None:
+                getattr(api, f"check_{name}")(value, _flag(name))
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
     targets = _targets(args.arch)
@@ -606,15 +627,16 @@ def _compile_python_file(args: argparse.Namespace) -> int:
         backend = "cuda"  # every output of one compile, so that the CUBIN is the one of the PTX asked for
     try:
         # the signature fits and the backend is available: checked once
-        art = tj.compile(kernel, signature, constants=constants, target=targets[0], backend=backend,
-                         num_ctas=args.num_ctas, occupancy=args.occupancy)
+        art = tj.compile(kernel, signature, constants=constants, target=targets[0], backend=backend, **dict(hints))
     except TypeError as exc:
         raise _UsageError(str(exc)) from None
     _check_backend_emits(art.backend, emits, args.kernel)
     out_dir = _output_dir(args)
+    if "cuda" in emits:  # so that the .cu compiles as written: `tilejit compile X.cu` or nvcc -I OUTDIR
+        count = _write_headers(out_dir)
+        print(f"wrote the {count} device headers the .cu files include to {out_dir / 'tilejit'}")
     path = str(args.file.resolve())
-    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, backend,
-                       args.num_ctas, args.occupancy)
+    jobs = [_TileBuild(path, args.file.stem, args.kernel, args.signature, constants, t.sm, emits, backend, hints)
             for t in targets]
     return _run_builds(jobs, args, out_dir)
 
@@ -711,8 +733,7 @@ class _TileBuild:
     target: str
     emits: tuple[str, ...]
     backend: str | None = None  # None: TILEJIT_BACKEND
-    num_ctas: int | None = None  # None: the kernel's own
-    occupancy: int | None = None
+    hints: tuple[tuple[str, int | None], ...] = ()  # (_HINTS name, value); None: the kernel's own
 
     def build(self) -> _Built:
         import tilejit as tj
@@ -723,7 +744,7 @@ class _TileBuild:
         if not isinstance(kernel, tj.Kernel):  # the file made it in this process, but not in a worker
             raise _Failure(f"{self.path}, run again to build {self.target}, has no @tj.kernel named {self.kernel!r}")
         art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target,
-                         backend=self.backend, num_ctas=self.num_ctas, occupancy=self.occupancy)
+                         backend=self.backend, **dict(self.hints))
         _check_backend_emits(art.backend, self.emits, self.kernel)
         data: dict[str, bytes] = {}
         if art.backend == "cuda" and "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both
@@ -889,6 +910,57 @@ def _results(jobs: Sequence[_CudaBuild | _TileBuild], workers: int) -> Iterator[
     pool.shutdown()
 
 
+# ---------------------------------------------------------------- include-dir
+
+
+def _include_dir() -> str | None:
+    """The include path of the device headers as plain files (``-I`` for generated CUDA C++), or None when the
+    package's files are not plain files (a zipped install)."""
+    from tilejit.backends.cuda_backend import HEADER_NAMES, header_folder, include_folder
+
+    if all(os.path.isfile(os.path.join(header_folder(), f"{n}.cuh")) for n in HEADER_NAMES):
+        return include_folder()
+    return None
+
+
+def _configure_include_dir(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Print the include path of the CUDA backend's device headers: CUDA C++ that tilejit generates (tilejit "
+        "compile --emit cuda, TILEJIT_DUMP_DIR, art.cuda_source()) includes <tilejit/tilejit.cuh>, so "
+        'nvcc -I "$(tilejit include-dir)" compiles it.'
+    )
+    p.add_argument("--copy-to", type=Path, default=None, metavar="DIR",
+                   help="write the headers to DIR/tilejit/ (e.g. beside generated .cu files) and print DIR")
+
+
+def _run_include_dir(args: argparse.Namespace) -> int:
+    if args.copy_to is not None:
+        _write_headers(args.copy_to)
+        print(args.copy_to)
+        return 0
+    folder = _include_dir()
+    if folder is None:
+        raise _Failure("the device headers are not plain files in this install (a zipped package?); "
+                       "`tilejit include-dir --copy-to DIR` writes them to DIR/tilejit/")
+    print(folder)
+    return 0
+
+
+def _write_headers(folder: Path) -> int:
+    """Write the device headers generated CUDA C++ includes into ``folder/tilejit/``, each file whole; how many."""
+    from tilejit.backends.cuda.abi import read_headers
+
+    headers = read_headers()
+    for name, text in headers:
+        path = folder / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _Failure(f"cannot create {path.parent}: {exc.strerror or exc}") from None
+        _write_output(path, text.encode(), lambda line, file: None)
+    return len(headers)
+
+
 # ---------------------------------------------------------------- cache
 
 
@@ -960,6 +1032,8 @@ COMMANDS: dict[str, tuple[str, Configure, Run]] = {
     "doctor": ("show what tilejit finds on this machine", _configure_doctor, _run_doctor),
     "compile": ("compile a CUDA C++ file to PTX / CUBIN / LTO-IR", _configure_compile, _run_compile),
     "cache": ("inspect or clear the disk cache", _configure_cache, _run_cache),
+    "include-dir": ("print the include path of the device headers generated CUDA C++ needs", _configure_include_dir,
+                    _run_include_dir),
 }
 
 

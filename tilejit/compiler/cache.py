@@ -36,6 +36,7 @@ from typing import Any
 
 from tilejit import config
 from tilejit.errors import CacheWarning
+from tilejit.logs import logger_for
 
 try:  # CPython's own sha256 (the same digests as hashlib's) without loading OpenSSL, unless hashlib is loaded
     if "hashlib" in sys.modules:  # numpy.random and torch import it: nothing to pay
@@ -120,10 +121,19 @@ class DiskCache:
 
     def get(self, key: str, *, touch: bool = True) -> dict[str, Any] | None:
         """The entry stored under ``key``, or None on a miss; a damaged entry of ours is removed and is a miss.
-        A hit marks the entry as recently used unless ``touch`` is false.
+        A hit marks the entry as recently used unless ``touch`` is false. Each lookup is logged at debug level
+        with the key's first 16 digits.
 
         Anything but a regular file no larger than ``max_bytes`` (a folder, FIFO, symbolic link, a huge
         sparse file) is a miss, read not at all, and left where it is."""
+        entry = self._get(key, touch)
+        log = logger_for(__name__)
+        if log is not None:
+            log.debug("disk cache %s: %s in %s", "miss" if entry is None else "hit", key[:16], self.directory)
+        return entry
+
+    def _get(self, key: str, touch: bool) -> dict[str, Any] | None:
+        """``get`` without the log record."""
         path = self.path_of(key)
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):
@@ -184,6 +194,9 @@ class DiskCache:
                 self._writable = False
                 _warn_once(f"tilejit disk cache disabled for this process: cannot write to {self.directory} ({exc})")
             return
+        log = logger_for(__name__)
+        if log is not None:
+            log.debug("disk cache stored %s (%d bytes) in %s", key[:16], len(blob), self.directory)
         with self._lock:
             if self._approx_bytes is None:
                 self._approx_bytes = self._scan_and_evict()

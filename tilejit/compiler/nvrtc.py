@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from tilejit import config
 from tilejit.compiler.targets import Target, check_supported, resolve_target
 from tilejit.errors import CompileError, refuse_lone_surrogates
+from tilejit.logs import logger_for, ms_since
 from tilejit.records import Record
 
 if TYPE_CHECKING:
@@ -104,6 +106,9 @@ def compile_cuda(
         key = _key(source, name, header_map, opts, tgt, output, exprs, nvrtc)
         entry = default_cache().get(key)
         if entry is not None and _entry_ok(entry, output):
+            log = logger_for(__name__)
+            if log is not None:
+                log.debug("NVRTC output from the disk cache: %s for %s (%s, key %s)", name, tgt.sm, output, key[:16])
             return CompiledProgram(
                 code=entry["code"],
                 kind=output,
@@ -122,8 +127,13 @@ def compile_cuda(
         )
     from tilejit.compiler.nvrtc_run import run_nvrtc, thread_locale_kept  # only on a cache miss
 
+    log = logger_for(__name__)
+    start = time.perf_counter() if log is not None else 0.0
     with thread_locale_kept():
         prog = run_nvrtc(lib, source, name, header_map, opts, tgt, output, exprs)
+    if log is not None:
+        log.debug("NVRTC %s compiled %s for %s to %s in %.1f ms", _version(lib), name, tgt.sm, output,
+                  ms_since(start))
     if key is not None:
         from tilejit.compiler.cache import default_cache
 
@@ -161,8 +171,13 @@ def compile_cuda_ptx_and_cubin(
     from tilejit.compiler.nvrtc_run import run_nvrtc_outputs, thread_locale_kept
 
     opts = _options(user_options, tgt, "cubin")
+    log = logger_for(__name__)
+    start = time.perf_counter() if log is not None else 0.0
     with thread_locale_kept():
         progs = run_nvrtc_outputs(lib, source, name, header_map, opts, tgt, ("ptx", "cubin"), exprs)
+    if log is not None:
+        log.debug("NVRTC %s compiled %s for %s to ptx and cubin in %.1f ms", _version(lib), name, tgt.sm,
+                  ms_since(start))
     return progs["ptx"], progs["cubin"]
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 from tilejit.bindings.tileiras import Toolchain, find_toolchain
 from tilejit.errors import CompileError, DriverVersionError, TileCompileError, TileirasError
+from tilejit.logs import logger_for, ms_since
 
 BYTECODE_MAGIC = b"\x7fTileIR\x00"
 """The first 8 bytes of every Tile IR bytecode module; the version follows as major (u8), minor (u8)."""
@@ -157,6 +159,7 @@ def run_tileiras(
         args = [tc.tileiras, "--gpu-name", target, f"-O{opt_level}", "-o", output, source]
         if lineinfo:
             args.insert(-1, "--lineinfo")
+        start = time.perf_counter()
         try:
             done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
                                   env=tool_env(tc, tmp), cwd=tmp, check=False)
@@ -179,6 +182,10 @@ def run_tileiras(
     if cubin[:4] != b"\x7fELF":
         raise TileirasError(f"tileiras exited with code 0 for {target} but wrote no CUBIN (ELF) file:\n"
                             f"{stderr.strip()}", stderr)
+    logger = logger_for(__name__)
+    if logger is not None:
+        logger.debug("tileiras %s compiled %d bytes of bytecode for %s in %.1f ms (%d-byte CUBIN)",
+                     tc.tileiras_version, len(data), target, ms_since(start), len(cubin))
     return cubin
 
 

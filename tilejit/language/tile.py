@@ -274,6 +274,25 @@ def print(prefix: str, *values: Any, sep: str = " ", end: str = "\n") -> None:
     _outside("print")
 
 
+# ------------------------------------------------------------------------------- hints
+
+
+def multiple_of(x: Any, n: int) -> Tile:
+    """``x`` (an integer scalar or tile: an offset, an index) unchanged, with the promise that it is a multiple
+    of ``n`` (a compile-time power of two): of a tile, each element, or with ``max_contiguous`` on it (either
+    order), the first of each run. Backends may rely on it (the CUDA backend's vector gathers, Tile IR's
+    ``assume div_by``); a broken promise is undefined behaviour, as in Triton."""
+    _outside("multiple_of")
+
+
+def max_contiguous(x: Any, n: int) -> Tile:
+    """The integer tile ``x`` unchanged, with the promise that along its last axis each aligned group of ``n``
+    elements (a compile-time power of two; capped at the axis's length) counts up by one:
+    ``tj.max_contiguous(tj.multiple_of(start + tj.arange(128), 16), 128)`` for a ``start`` that is a multiple
+    of 16. A broken promise is undefined behaviour."""
+    _outside("max_contiguous")
+
+
 # ------------------------------------------------------------------------------- creation
 
 
@@ -643,7 +662,7 @@ _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, floa
 __all__ = [
     "Constant", "TileFunction", "function", "static_range", "cdiv", "bid", "num_blocks", "num_tiles",
     "load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
-    "fence", "barrier", "print",
+    "fence", "barrier", "print", "multiple_of", "max_contiguous",
     "full", "zeros", "ones", "arange", "where", "astype", "reshape", "transpose", "expand_dims", "broadcast_to",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",
     "maximum", "minimum", "pow", "erf", "sigmoid",

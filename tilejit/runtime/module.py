@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ctypes
 import re
+import time
 from typing import TYPE_CHECKING, Literal
 
 from tilejit.errors import DriverVersionError
+from tilejit.logs import logger_for, ms_since
 from tilejit.runtime.device import Device, get_device, initialized_driver
 
 if TYPE_CHECKING:
@@ -138,6 +140,8 @@ class Module:
                 data += b"\0"
         dev = get_device() if device is None else Device(device)
         dev.context.ensure_current()
+        logger = logger_for(__name__)
+        start = time.perf_counter() if logger is not None else 0.0
 
         out = ctypes.c_void_p(None)
         if kind == "cubin":
@@ -170,6 +174,9 @@ class Module:
                           f"target {dev.arch}\n" + detail).rstrip()
             d.check(status, "cuModuleLoadDataEx", detail)
         log = "" if info is None else info.value.decode(errors="replace").strip()
+        if logger is not None:
+            logger.debug("loaded a %d-byte %s module on device %d (%s) in %.2f ms", len(data), kind, dev.ordinal,
+                         dev.arch, ms_since(start))
         return cls(int(out.value or 0), dev, kind, log)
 
     def __repr__(self) -> str:

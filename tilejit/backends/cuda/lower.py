@@ -41,6 +41,7 @@ class Lowering:
         self.staged: dict[int, tuple[str, str, bool]] = {}  # mma → (A stage, B stage, overlapped)
         self.decls: list[str] = []  # file-scope C++ the kernel needs (e.g. wgmma specializations)
         self.constants: dict[Value, object] = {}  # values of ConstantOp results
+        self.facts: dict[Value, tuple[int, int]] = {}  # (div_by, contiguous) of AssumeOp results
         self.current: Op | None = None  # the op being lowered
         self.smem_op: Op | None = None  # the op that needs the most scratch memory (errors point at it)
 
@@ -336,6 +337,15 @@ class Lowering:
         mp = "tj::IdentityMap" if bitmap is None else f"tj::Bits<{', '.join(map(str, bitmap))}>"
         self.need_smem(src_layout.size * c.dtype.itemsize)
         self.line(f"tj::remap<{mp}>({name}, {sname}, tj_smem);")
+
+    def op_AssumeOp(self, op: O.AssumeOp) -> None:
+        """The value itself, with its facts kept for the gathers and scatters that index with it; a scalar's
+        divisibility is also stated to NVVM (``__builtin_assume``)."""
+        self.vals[op.result] = self.vals[op.x]
+        self.facts[op.result] = (op.div_by, op.contiguous)
+        t = op.result.type
+        if isinstance(t, TileType) and t.is_scalar and op.div_by > 1:
+            self.line(f"__builtin_assume(({self.scalar(op.x)}) % {op.div_by} == 0);")
 
     def op_ReshapeOp(self, op: O.ReshapeOp) -> None:
         self._remap(op, op.x, None)

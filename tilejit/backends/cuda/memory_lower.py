@@ -99,12 +99,30 @@ def _element_indices(lw: Lowering, array: Value, indices: list[Value], layout: L
     return setup, name
 
 
+def _runs(lw: Lowering, array: Value, indices: list[Value], layout: Layout) -> int:
+    """The vector width of a gather or scatter whose index tile's runs (``AssumeOp`` facts: runs of ``contiguous``
+    consecutive values from multiples of ``div_by``) allow vector accesses, else 0: a rank-1 array with unit
+    stride and 16-byte alignment, in a blocked layout whose register slots hold consecutive elements."""
+    _, at = lw._array(array)
+    facts = lw.facts.get(indices[0])
+    if facts is None or at.ndim != 1 or layout.kind != "blocked" or lw._vec(array, layout) < 2:
+        return 0
+    vec = min(layout.vec, *facts)
+    return vec if vec >= 2 else 0
+
+
 def op_GatherOp(lw: Lowering, op: O.GatherOp) -> None:
     layout = lw.plan.layout_of(op.result)
     _, at = lw._array(op.array)
+    pad = tables.literal(op.padding, at.dtype)
+    vec = _runs(lw, op.array, op.indices, layout)
+    if vec:
+        ix = lw.tile(op.indices[0], layout)
+        tname = lw.define_tile(op.result, layout)
+        lw.line(f"tj::gather_runs<{vec}>({tname}, {lw.vals[op.array].text}, {ix}, {pad});")
+        return
     setup, name = lw._element_indices(op.array, op.indices, layout)
     tname = lw.define_tile(op.result, layout)
-    pad = tables.literal(op.padding, at.dtype)
     lw.line(f"TJ_EACH(i, {lw.lname(layout)}) {{ {setup} {tname}.v[i] = tj_ok ? {name}.ptr[tj_off] : {pad}; }}")
 
 
@@ -112,6 +130,11 @@ def op_ScatterOp(lw: Lowering, op: O.ScatterOp) -> None:
     _, at = lw._array(op.array)
     lw._as_array_dtype(op.tile, at.dtype)
     layout = lw.plan.layout_of(op.tile)
+    vec = _runs(lw, op.array, op.indices, layout)
+    if vec:
+        ix, src = lw.tile(op.indices[0], layout), lw.tile(op.tile, layout)
+        lw.line(f"tj::scatter_runs<{vec}>({lw.vals[op.array].text}, {ix}, {src});")
+        return
     setup, name = lw._element_indices(op.array, op.indices, layout)
     val = lw.elem(op.tile, layout)
     lname = lw.lname(layout)

@@ -132,13 +132,17 @@ def pipeline_stages(stage_bytes: int, limit: int | None = None) -> int:
     return 2 if 2 * stage_bytes <= min(200 * 1024, cap) else 0
 
 
+#: Shared memory the stages of a wgmma K loop may take (an H100 block may have 227 KiB).
+WGMMA_STAGE_BYTES = 220 * 1024
+
+
 def wgmma_stages(stage_bytes: int) -> int:
     """Stages for a wgmma K loop: 4 (prefetch two ahead, one wgmma batch in flight) when they fit
     in 220 KiB (an H100 block may have 227), else 2. Three, five or six stages made ptxas
     serialize the wgmmas (warning C7515) in our kernels."""
-    if 4 * stage_bytes <= 220 * 1024:
+    if 4 * stage_bytes <= WGMMA_STAGE_BYTES:
         return 4
-    return 2 if 2 * stage_bytes <= 220 * 1024 else 0
+    return 2 if 2 * stage_bytes <= WGMMA_STAGE_BYTES else 0
 
 
 #: Registers a row-kernel thread needs beside its share of the row (addresses, indices, reduction partials).
@@ -193,10 +197,12 @@ class Plan:
     """Block size, layouts, array facts and mma strategies of one kernel for one target."""
 
     def __init__(
-        self, fn: Function, arch: int, num_threads: int | None, hints: Mapping[str, Any], wgmma: bool = False
+        self, fn: Function, arch: int, num_threads: int | None, hints: Mapping[str, Any], wgmma: bool = False,
+        num_stages: int | None = None,
     ) -> None:
         self.fn = fn
         self.arch = arch
+        self.num_stages = num_stages  # the user's pipeline depth (None: the plan's choice; 1: no pipeline)
         self.wgmma = wgmma  # sm_90a: wgmma.mma_async is available
         self.hints = hints
         self.array_names: dict[Value, str] = {
@@ -321,17 +327,34 @@ class Plan:
             p = replace(p, lda=lda, ldb=ldb, ta=ta, tb=tb, swa=swa, swb=swb)
         if p.swa:
             wg_plan = replace(p, path="wgmma")
-            stages = wgmma_stages(wg_plan.smem_bytes)
+            stages = self._stages(wgmma_stages(wg_plan.smem_bytes), wg_plan.smem_bytes, WGMMA_STAGE_BYTES)
             if stages >= 2:
                 self.mma[id(mma)] = wg_plan
                 overlap = stages >= 3 and self._only_mma(loop, mma, [*loads, *views])
                 return Pipeline(mma, loads[0], loads[1], stages, wg_plan.smem_bytes, overlap, tuple(views))
         stage = p.smem_bytes
-        stages = pipeline_stages(stage, max_shared_bytes(self.arch))
+        limit = max_shared_bytes(self.arch)
+        stages = self._stages(pipeline_stages(stage, limit), stage, limit)
         if stages < 2:
             return None
         self.mma[id(mma)] = p
         return Pipeline(mma, loads[0], loads[1], stages, stage, views=tuple(views))
+
+    def _stages(self, chosen: int, stage_bytes: int, limit: int) -> int:
+        """The stages of a pipeline: the plan's ``chosen``, or the user's ``num_stages`` capped at what fits in
+        ``limit`` bytes of shared memory (below 2: no pipeline), logged at debug level when capped."""
+        wanted = self.num_stages
+        if wanted is None:
+            return chosen
+        fits = limit // stage_bytes if stage_bytes else wanted
+        if wanted > fits >= 2:
+            from tilejit.logs import logger_for
+
+            log = logger_for(__name__)
+            if log is not None:
+                log.debug("kernel %s: num_stages=%d lowered to %d: %d stages of %d bytes fit %d bytes of shared "
+                          "memory", self.fn.name, wanted, fits, fits, stage_bytes, limit)
+        return min(wanted, fits)
 
     def _streamed_operand(self, v: Value, top: list[Op], loop: ForOp) -> tuple[LoadOp, list[Op], bool] | None:
         """The load a cp.async stage can hold for mma operand ``v``, the transpose/reshape ops between

@@ -398,23 +398,29 @@ def _named_operands(layout: tuple[str, ...], op: TOp) -> dict[str, object]:
             named[item[3:]] = value
     return named
 def predicate(pred: tuple[object, ...], buf: bytearray) -> None:
-    """An ``assume`` predicate: ``div_by`` (divisor, flags 0: no every/along) or ``bounded`` (flags for the
-    ends present, each end a zigzag varint)."""
+    """An ``assume`` predicate: ``div_by`` (divisor, then flags for ``every`` and ``along`` present, each a
+    zigzag varint) or ``bounded`` (flags for the ends present, each end a zigzag varint)."""
     kind, *args = pred
     if kind == "div_by":
-        (divisor,) = args
+        divisor, *pattern = args  # () or (every, along)
         buf.append(TAG_DIV_BY)
         varint(int(divisor), buf)  # type: ignore[call-overload]
-        buf.append(0)
+        buf.append(3 if pattern else 0)
+        for v in pattern:
+            _zigzag(int(v), buf)  # type: ignore[call-overload]
     elif kind == "bounded":
         ends = [a for a in args if a is not None]
         buf.append(TAG_BOUNDED)
         buf.append(int(args[0] is not None) | int(args[1] is not None) << 1)
         for end in ends:
-            v = int(end)  # type: ignore[call-overload]
-            varint(v << 1 if v >= 0 else ~(v << 1), buf)
+            _zigzag(int(end), buf)  # type: ignore[call-overload]
     else:
         raise ValueError(f"unknown assume predicate {pred!r}")
+
+
+def _zigzag(v: int, buf: bytearray) -> None:
+    """A signed integer as a zigzag varint (0, -1, 1, -2... as 0, 1, 2, 3...)."""
+    varint(v << 1 if v >= 0 else ~(v << 1), buf)
 
 
 def _id(ids: dict[TValue, int], value: object) -> int:

@@ -157,8 +157,8 @@ class OpSpec:
     names it for ``flags``); ``flags:<a>,<b>,...`` a varint of presence bits, bit i for name i (an attribute
     or a named optional operand); ``enum?:<attr>`` one byte when the attribute is given; ``regions`` the op's
     regions;
-    ``pred`` an ``assume`` predicate (``attrs['predicate']``: ``("div_by", n)`` or ``("bounded", lo, hi)``,
-    ``None`` for an open end).
+    ``pred`` an ``assume`` predicate (``attrs['predicate']``: ``("div_by", n)``, ``("div_by", n, every, along)``
+    or ``("bounded", lo, hi)``, ``None`` for an open end).
     ``@13.2`` after an item: only from that version on (an attribute the registry added later; older
     versions imply its default). ``since``: the first bytecode version that has the op at all. ``res*:13.2``: the
     counted result types, none before that version (the writer then defines the op's results with ``make_token``

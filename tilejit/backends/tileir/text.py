@@ -347,9 +347,13 @@ def _mma(p: Printer, op: TOp) -> str:
 
 
 def _assume(p: Printer, op: TOp) -> str:
-    """``assume div_by<16>, %x : type`` or ``assume bounded<0, ?>, %x : type``."""
+    """``assume div_by<16>, %x : type``, ``assume div_by<16, every 64 along 1>, %x : type`` or
+    ``assume bounded<0, ?>, %x : type``."""
     kind, *args = op.attrs["predicate"]
-    shown = ", ".join("?" if a is None else str(a) for a in args)
+    if kind == "div_by" and len(args) == 3:
+        shown = f"{args[0]}, every {args[1]} along {args[2]}"
+    else:
+        shown = ", ".join("?" if a is None else str(a) for a in args)
     return f"assume {kind}<{shown}>, {_v(p, op, 0)} : {_t(op)}"
 
 

@@ -673,6 +673,48 @@ def _astype(tr: Translator, x: object, dtype: object) -> object:
     return tr.b.cast(x, dt)
 
 
+# ====================================================================== hints
+
+
+def _hint_size(n: object, label: str) -> int:
+    """A hint's ``n``: a compile-time power of two (alignment and run lengths are powers of two)."""
+    k = const_int(n, f"{label} n")
+    if not is_pow2(k):
+        raise FrontendError(f"{label}: n must be a positive power of two, got {k} (hints state alignments and run "
+                            "lengths, which backends use in powers of two)")
+    return k
+
+
+def _integers(x: object, label: str) -> Tile:
+    """The run-time integer scalar or tile a hint is about."""
+    if not isinstance(x, Tile) or not x.dtype.is_int:
+        raise FrontendError(f"{label} states a fact of an integer scalar or tile (an offset, an index), got "
+                            f"{describe(x)}")
+    return x
+
+
+@builtin(tile.multiple_of)
+def _multiple_of(tr: Translator, x: object, n: object) -> object:
+    k = _hint_size(n, "tj.multiple_of()")
+    if isinstance(x, int) and not isinstance(x, bool):  # a compile-time number: the promise is checked now
+        if x % k:
+            raise FrontendError(f"tj.multiple_of({x}, {k}): {x} is not a multiple of {k}")
+        return x
+    t = _integers(x, "tj.multiple_of()")
+    return t if k == 1 else tr.b.tile(ops.AssumeOp, t.type, x=t.value, div_by=k)
+
+
+@builtin(tile.max_contiguous)
+def _max_contiguous(tr: Translator, x: object, n: object) -> object:
+    k = _hint_size(n, "tj.max_contiguous()")
+    t = _integers(x, "tj.max_contiguous()")
+    if not t.shape:
+        raise FrontendError(f"tj.max_contiguous(): x is a scalar ({describe(x)}); runs of consecutive values are "
+                            "a fact of a tile's elements along its last axis (use tj.multiple_of for a scalar)")
+    k = min(k, t.shape[-1])
+    return t if k == 1 else tr.b.tile(ops.AssumeOp, t.type, x=t.value, contiguous=k)
+
+
 # ====================================================================== shape
 
 

@@ -273,6 +273,19 @@ class CastOp(Op):
     x: Value = operand()
 
 
+@dataclass(eq=False, kw_only=True)
+class AssumeOp(Op):
+    """``x`` unchanged, with facts the user states about it (``tj.multiple_of``, ``tj.max_contiguous``) that
+    backends may rely on: ``x`` is an integer scalar or tile; along the tile's last axis, each aligned group of
+    ``contiguous`` elements (1 for a scalar) counts up by one, and the first element of each group is a multiple
+    of ``div_by``. Both are powers of two; a false fact is undefined behaviour, as in Triton and Tile IR."""
+
+    NAME: ClassVar[str] = "assume"
+    x: Value = operand()
+    div_by: int = attribute(1)
+    contiguous: int = attribute(1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Shape
 
@@ -464,9 +477,9 @@ class Function:
 
 ALL_OPS: tuple[type[Op], ...] = (
     ConstantOp, ArangeOp, BlockIdOp, NumBlocksOp, ArrayDimOp, LoadOp, StoreOp, GatherOp, ScatterOp,
-    AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, FmaOp, CompareOp, SelectOp, CastOp, ReshapeOp,
-    PermuteOp, BroadcastOp, ReduceOp, ArgReduceOp, ScanOp, MmaOp, ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp,
-    ReturnOp,
+    AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, FmaOp, CompareOp, SelectOp, CastOp, AssumeOp,
+    ReshapeOp, PermuteOp, BroadcastOp, ReduceOp, ArgReduceOp, ScanOp, MmaOp, ForOp, LoopOp, IfOp, YieldOp,
+    ContinueOp, BreakOp, ReturnOp,
 )
 
 __all__ = [cls.__name__ for cls in ALL_OPS] + [

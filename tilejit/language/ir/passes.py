@@ -6,9 +6,11 @@
 2. fold_constants         element-wise ops, casts, selects and shape ops on constants become constants
                           (numpy semantics for the dtype, 16-bit floats computed in float32 as on the
                           GPU; results that are undefined or differ there are left alone)
-3. eliminate_common       pure ops with the same operands and attributes are computed once
-4. eliminate_dead         pure ops, and ifs/loops without effects, whose results are unused
-5. verify                 the passes kept it well formed
+3. merge_assumes          the facts stated of a value and of the value it was stated of become one
+                          ``AssumeOp`` of the latter (``tj.max_contiguous(tj.multiple_of(x, 16), 16)``)
+4. eliminate_common       pure ops with the same operands and attributes are computed once
+5. eliminate_dead         pure ops, and ifs/loops without effects, whose results are unused
+6. verify                 the passes kept it well formed
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def run_passes(fn: ops.Function) -> ops.Function:
     """The standard pipeline (see the module docstring); returns ``fn``, changed in place."""
     verify(fn)
     fold_constants(fn)
+    merge_assumes(fn)
     eliminate_common(fn)
     eliminate_dead(fn)
     verify(fn)
@@ -269,12 +272,13 @@ def _fold(op: Op, consts: dict[Value, object]) -> object:
         xt = op.x.type
         assert isinstance(xt, TileType)
         return _fold_cast(consts[op.x], xt.dtype, r.dtype)
-    if isinstance(op, ops.BroadcastOp | ops.ReshapeOp | ops.PermuteOp):
-        return consts[op.x]
+    if isinstance(op, ops.BroadcastOp | ops.ReshapeOp | ops.PermuteOp | ops.AssumeOp):
+        return consts[op.x]  # a constant says more than any fact stated of it
     raise _NoFold
 
 
-_FOLDABLE = (ops.UnaryOp, ops.BinaryOp, ops.CompareOp, ops.CastOp, ops.BroadcastOp, ops.ReshapeOp, ops.PermuteOp)
+_FOLDABLE = (ops.UnaryOp, ops.BinaryOp, ops.CompareOp, ops.CastOp, ops.BroadcastOp, ops.ReshapeOp, ops.PermuteOp,
+             ops.AssumeOp)
 
 
 def fold_constants(fn: ops.Function) -> int:
@@ -316,6 +320,28 @@ def fold_constants(fn: ops.Function) -> int:
             changed += 1
     _replace_uses(fn, forward)
     return changed
+
+
+# ---------------------------------------------------------------------------------- facts
+
+
+def merge_assumes(fn: ops.Function) -> int:
+    """Make an ``AssumeOp`` of another's result state both ops' facts of the other's operand: hints given one on
+    top of another combine, as Triton's do (``max_contiguous(multiple_of(offs, 16), 16)``: runs of 16 consecutive
+    values, each starting at a multiple of 16). The inner op stays only for its other uses. Returns ops merged."""
+    stated: dict[Value, ops.AssumeOp] = {}
+    merged = 0
+    for op in fn.body.walk():  # definitions come before uses
+        if not isinstance(op, ops.AssumeOp):
+            continue
+        inner = stated.get(op.x)
+        if inner is not None:
+            op.x = inner.x
+            op.div_by = max(op.div_by, inner.div_by)
+            op.contiguous = max(op.contiguous, inner.contiguous)
+            merged += 1
+        stated[op.result] = op
+    return merged
 
 
 # ---------------------------------------------------------------------------------- CSE
@@ -429,6 +455,6 @@ def eliminate_dead(fn: ops.Function) -> int:
 
 
 __all__ = [
-    "NUMPY_MATH", "bit_count", "eliminate_common", "eliminate_dead", "erfinv", "fold_constants", "round_to_dtype",
-    "run_passes",
+    "NUMPY_MATH", "bit_count", "eliminate_common", "eliminate_dead", "erfinv", "fold_constants", "merge_assumes",
+    "round_to_dtype", "run_passes",
 ]

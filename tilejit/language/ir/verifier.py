@@ -15,7 +15,8 @@ from tilejit.language.ir.types import ArrayType, TileType, bool_, int32, int64
 
 _SINGLE_RESULT = (
     ops.ConstantOp, ops.ArangeOp, ops.BlockIdOp, ops.NumBlocksOp, ops.ArrayDimOp, ops.LoadOp, ops.GatherOp,
-    ops.AtomicOp, ops.UnaryOp, ops.BinaryOp, ops.FmaOp, ops.CompareOp, ops.SelectOp, ops.CastOp, ops.ReshapeOp,
+    ops.AtomicOp, ops.UnaryOp, ops.BinaryOp, ops.FmaOp, ops.CompareOp, ops.SelectOp, ops.CastOp, ops.AssumeOp,
+    ops.ReshapeOp,
     ops.PermuteOp, ops.BroadcastOp, ops.ReduceOp, ops.ArgReduceOp, ops.ScanOp, ops.MmaOp,
 )
 _NO_RESULT = (ops.StoreOp, ops.ScatterOp, ops.FenceOp, ops.BarrierOp, ops.PrintOp, ops.YieldOp, ops.ContinueOp,
@@ -251,6 +252,19 @@ def _check_cast(op: ops.CastOp, r: TileType) -> None:
     _same(_tile(op.x, "x").shape, r.shape, "cast shape")
 
 
+def _check_assume(op: ops.AssumeOp, r: TileType) -> None:
+    x = _tile(op.x, "x")
+    _same(x, r, "operand type vs result type")
+    if not x.dtype.is_int:
+        raise _Check(f"facts are stated of integers, got {x}")
+    for name in ("div_by", "contiguous"):
+        n = getattr(op, name)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1 or n & (n - 1):
+            raise _Check(f"{name} must be a positive power of two, got {n!r}")
+    if op.contiguous > (x.shape[-1] if x.shape else 1):
+        raise _Check(f"contiguous={op.contiguous} is longer than the last axis of {x}")
+
+
 def _check_reshape(op: ops.ReshapeOp, r: TileType) -> None:
     x = _tile(op.x, "x")
     _same(x.dtype, r.dtype, "reshape dtype")
@@ -326,7 +340,7 @@ _OP_CHECKS: dict[type[Op], Callable[..., None]] = {
     ops.StoreOp: _check_store, ops.GatherOp: _check_gather, ops.ScatterOp: _check_scatter,
     ops.AtomicOp: _check_atomic, ops.FenceOp: _check_fence, ops.BarrierOp: _check_barrier,
     ops.PrintOp: _check_print, ops.UnaryOp: _check_unary, ops.BinaryOp: _check_binary, ops.FmaOp: _check_fma,
-    ops.CompareOp: _check_compare, ops.SelectOp: _check_select, ops.CastOp: _check_cast,
+    ops.CompareOp: _check_compare, ops.SelectOp: _check_select, ops.CastOp: _check_cast, ops.AssumeOp: _check_assume,
     ops.ReshapeOp: _check_reshape, ops.PermuteOp: _check_permute, ops.BroadcastOp: _check_broadcast,
     ops.ReduceOp: _check_reduce, ops.ArgReduceOp: _check_argreduce, ops.ScanOp: _check_scan,
     ops.MmaOp: _check_mma,

@@ -189,6 +189,19 @@ def constant(lo: Lowerer, op: O.ConstantOp) -> None:
     lo.emit("constant", [r], [], op, data=constant_bytes(op.value, r.type.elem), value=op.value)
 
 
+@rule(O.AssumeOp)
+def assume(lo: Lowerer, op: O.AssumeOp) -> None:
+    """The user's facts (``tj.multiple_of``, ``tj.max_contiguous``) as Tile IR's ``assume div_by<n>``, with
+    ``every <runs> along <last axis>`` for runs of consecutive values: the same promise in Tile IR's words."""
+    t = op.x.type
+    assert isinstance(t, TileType)
+    pred: tuple[object, ...] = ("div_by", op.div_by)
+    if op.contiguous > 1:
+        pred += (op.contiguous, t.ndim - 1)
+    r = lo.result(op)
+    lo.emit("assume", [r], [lo.value(op.x)], op, predicate=pred)
+
+
 # ------------------------------------------------------------------ unary
 
 

@@ -279,6 +279,59 @@ __device__ __forceinline__ i64 index_offset(const Array<T, N>& a, const i64 (&id
   return off;
 }
 
+// Gather and scatter on a rank-1, unit-stride, 16-byte-aligned array whose index tile comes in runs (the
+// kernel's tj.max_contiguous / tj.multiple_of promises): each group of VEC register slots holds VEC
+// consecutive indices, the first a multiple of VEC, so a group wholly in range is one vector access; any
+// other group goes element by element, each index checked.
+template <int VEC, class T, class L, class I>
+__device__ __forceinline__ void gather_runs(Tile<T, L>& out, const Array<T, 1>& a, const Tile<I, L>& ix, T pad) {
+  typedef Pack<T, VEC> P;
+  const i64 n = a.shape[0];
+#pragma unroll
+  for (int g = 0; g < L::E / VEC; ++g) {
+    const i64 first = (i64)ix.v[g * VEC];
+    P p;
+    if (first >= 0 && first <= n - VEC) {
+      const typename P::W* src = reinterpret_cast<const typename P::W*>(a.ptr + first);
+#pragma unroll
+      for (int w = 0; w < P::BYTES / P::WB; ++w) p.w[w] = src[w];
+    } else {
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) {
+        const i64 k = (i64)ix.v[g * VEC + v];
+        p.e[v] = (u64)k < (u64)n ? a.ptr[k] : pad;
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) out.v[g * VEC + v] = p.e[v];
+  }
+}
+
+template <int VEC, class T, class L, class I>
+__device__ __forceinline__ void scatter_runs(const Array<T, 1>& a, const Tile<I, L>& ix, const Tile<T, L>& t) {
+  if (!L::owner(threadIdx.x)) return;
+  typedef Pack<T, VEC> P;
+  const i64 n = a.shape[0];
+#pragma unroll
+  for (int g = 0; g < L::E / VEC; ++g) {
+    const i64 first = (i64)ix.v[g * VEC];
+    if (first >= 0 && first <= n - VEC) {
+      P p;
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) p.e[v] = t.v[g * VEC + v];
+      typename P::W* dst = reinterpret_cast<typename P::W*>(a.ptr + first);
+#pragma unroll
+      for (int w = 0; w < P::BYTES / P::WB; ++w) dst[w] = p.w[w];
+    } else {
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) {
+        const i64 k = (i64)ix.v[g * VEC + v];
+        if ((u64)k < (u64)n) a.ptr[k] = t.v[g * VEC + v];
+      }
+    }
+  }
+}
+
 // ---- atomics: add / max / min / xchg / cas, by element type, with a memory order and scope
 //
 // tj::atomic_KIND<SEM, SCOPE>(p, ...) returns the old value. SEM and SCOPE are PTX's .sem and .scope qualifiers
