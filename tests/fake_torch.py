@@ -92,8 +92,8 @@ Size.__module__ = "torch"
 dtype.__module__ = "torch"
 
 
-def module() -> types.ModuleType:
-    """A fresh ``torch`` module with the dtypes and ``Tensor``."""
+def _module() -> types.ModuleType:
+    """A ``torch`` module with the dtypes and ``Tensor``."""
     torch = types.ModuleType("torch")
     for name in DTYPE_NAMES:
         setattr(torch, name, dtype(name))
@@ -103,8 +103,11 @@ def module() -> types.ModuleType:
     return torch
 
 
+#: The one stand-in module (tilejit keeps the torch dtypes it has seen, so there is only one set of them).
+TORCH = _module()
+
+
 def install() -> types.ModuleType:
-    """Put a fake ``torch`` in ``sys.modules`` (for a script; tests use ``monkeypatch.setitem``)."""
-    torch = module()
-    sys.modules["torch"] = torch
-    return torch
+    """Put the stand-in in ``sys.modules`` as ``torch`` (for a script; tests use ``monkeypatch.setitem``)."""
+    sys.modules["torch"] = TORCH
+    return TORCH

@@ -492,7 +492,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     overlap no other and which have innermost extents of whole 16-byte units (``signature.launch_facts``), facts
     the Tile IR backend compiles in.
     """
-    from tilejit.runtime.dispatch import int_dtype_text
+    from tilejit.runtime.dispatch import int_dtype_text, make_header, nonlocal_lines
 
     names = [*args, *constants]
     p = _dispatch_prefix(names)
@@ -500,11 +500,17 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     params = [f"{a}={miss}" for a in args] + [f"*{p}more"] + [f"{c}={miss}" for c in constants]
     values = "(" + "".join(f"{name}, " for name in names) + ")"
     forward = ", ".join([*args, f"*{p}more", *(f"{c}={c}" for c in constants)])
-    hit = [f"{name} is {p}last_{name}" for name in names] + [f"{p}current_device[0] is {p}memo_device",
-                                                            f"not {p}more"]
-    if args:
-        same = " and ".join(f"({p}read_{a} is None or {p}read_{a}({a}) == {p}state_{a})" for a in args)
-        hit.append(f"({p}no_state or ({same}))")
+    # The last call again: the same objects, on the same device, with no extra arguments, and any torch tensor
+    # among them reading the same as then.
+    identity = " and ".join([*(f"{name} is {p}last_{name}" for name in names),
+                             f"{p}current_device[0] is {p}memo_device", f"not {p}more"])
+    states = [f"({p}read_{a} is None or {p}read_{a}({a}) == {p}state_{a})" for a in args]
+    hit = [f"if {identity}:"] if not args else [
+        f"if ({identity}",
+        f"        and ({p}no_state or {states[0]}",
+        *(f"                and {state}" for state in states[1:]),
+    ]
+    hit[-1] += ")):" if args else ""
     given = " or ".join([f"{p}more", *(f"{name} is {miss}" for name in names)])
     consts = "(" + "".join(f"({c}.__class__, {c}), " for c in constants) + ")"
     classify: list[str] = []
@@ -565,13 +571,13 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         "immutable or reading the same) on the same device and stream relaunch what its private launcher holds;",
         "other calls classify each argument, find the specialization by the fast key and launch through it.",
         '"""',
-        f"nonlocal {', '.join(memo)}",
+        *nonlocal_lines(memo),
         f"{p}thread = {p}thread_id()",
         f"if {p}thread != {p}owner:  # another thread: its own function, with its own cells and memo",
         f"    {p}f = {p}threads.get({p}thread)",
         f"    if {p}f is None: {p}f = {p}for_thread({p}threads, {p}thread, {p}grid, {p}stream)",
         f"    return {p}f({forward})",
-        f"if {' and '.join(hit)}:",
+        *hit,
         "    # the last call again: relaunch what its private launcher's buffers hold, when on the same stream",
         f"    if {p}memo_relaunch is not None:",
         *("        " + line for line in handle_now),
@@ -617,7 +623,6 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         "    raise",
         *remember(f"{p}o[1]", f"{p}h"),
     ]
-    make_params = ", ".join(p + name for name in (*_KERNEL_ENV, *_FUNCTION_ENV))
     init = [f"{' = '.join(f'{p}last_{name}' for name in names)} = {p}NOKEEP"] if names else []
     if args:
         init += [f"{' = '.join(f'{p}{x}_{a}' for x in ('read', 'state') for a in args)} = None"]
@@ -626,7 +631,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
              f"{p}owns = {{}}  # specialization -> its launcher private to this function, and that one's now()",
              f"{p}threads = {{}}  # other threads' functions of this kernel[grid]"]
     return "\n".join([
-        f"def make({make_params}):",
+        *make_header([p + name for name in (*_KERNEL_ENV, *_FUNCTION_ENV)]),
         *("    " + line for line in init),
         "",
         f"    def launch({', '.join(params)}):",

@@ -162,6 +162,32 @@ def local_names(params: Sequence[tuple[str, int]], suffixes: Sequence[str], take
     return out
 
 
+def _wrapped(names: Sequence[str], width: int = 100) -> list[list[str]]:
+    """``names`` in runs that fit on a line of ``width`` characters."""
+    runs: list[list[str]] = [[]]
+    length = 0
+    for name in names:
+        if runs[-1] and length + len(name) > width:
+            runs.append([])
+            length = 0
+        runs[-1].append(name)
+        length += len(name) + 2
+    return runs
+
+
+def make_header(params: Sequence[str]) -> list[str]:
+    """The lines of ``def make(<params>):``, the one function a generated source defines, wrapped to read."""
+    runs = _wrapped(params)
+    lines = [("def make(" if i == 0 else "        ") + ", ".join(run) + ("):" if i == len(runs) - 1 else ",")
+             for i, run in enumerate(runs)]
+    return lines
+
+
+def nonlocal_lines(names: Sequence[str]) -> list[str]:
+    """``nonlocal`` statements for ``names``, wrapped to read (one statement per line)."""
+    return [f"nonlocal {', '.join(run)}" for run in _wrapped(names) if run]
+
+
 @functools.lru_cache(maxsize=256)
 def compiled_code(src: str, filename: str, compile_code: Callable[[str, str], Any] | None = None) -> Any:
     """The code of generated ``src``, made once per process (another function of the same text costs an
@@ -174,7 +200,8 @@ def compiled_code(src: str, filename: str, compile_code: Callable[[str, str], An
 def function_maker(src: str, filename: str, compile_code: Callable[[str, str], Any] | None = None
                    ) -> Callable[..., Any]:
     """``make(**env)``, the one function generated ``src`` defines (which returns a launch function), wrapped so
-    that what it returns carries ``src`` as ``.source``."""
+    that what it returns carries ``src`` as ``.source``. Lines of ``src`` lose their trailing spaces first."""
+    src = "\n".join(line.rstrip() for line in src.split("\n"))
     namespace: dict[str, Any] = {}
     exec(compiled_code(src, filename, compile_code), namespace)
     make = namespace["make"]
@@ -189,4 +216,4 @@ def function_maker(src: str, filename: str, compile_code: Callable[[str, str], A
 
 __all__ = ["CHECKED_LAUNCHES", "IMMUTABLE_ARGS", "INT32_MAX", "INT32_MIN", "MAX_THREAD_LAUNCHERS", "FirstLaunches",
            "array_key", "classify", "compiled_code", "function_maker", "int_dtype", "int_dtype_text", "local_names",
-           "stream_lines"]
+           "make_header", "nonlocal_lines", "stream_lines"]

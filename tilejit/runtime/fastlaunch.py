@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from tilejit.runtime.array import DeviceArray
 from tilejit.runtime.device import state_of
-from tilejit.runtime.dispatch import IMMUTABLE_ARGS, PYTHON_NAMES, function_maker, local_names, stream_lines
+from tilejit.runtime.dispatch import (
+    IMMUTABLE_ARGS,
+    PYTHON_NAMES,
+    function_maker,
+    local_names,
+    make_header,
+    nonlocal_lines,
+    stream_lines,
+)
 from tilejit.runtime.interop import ArrayView, as_view, pointer_of, torch_dtypes, torch_tensor_type
 from tilejit.runtime.launch import CONFIG, LaunchBuffers, grid3
 from tilejit.runtime.stream import Stream, stream_handle
@@ -207,7 +215,7 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         call = (f"status = call_driver(function_handle, gx, gy, gz, {bx}, {by}, {bz}, {shared}, handle, "
                 "kernel_params or None, extra or None)")
     memo = [f"{a}_last" for a in names] + (["last_grid", "last_stream_handle"] if launcher.uses_ex else [])
-    nonlocal_line = [f"    nonlocal {', '.join(memo)}"] if memo else []
+    nonlocal_line = ["    " + line for line in nonlocal_lines(memo)]
     if raw is None:
         env["other_thread"] = launcher.launch_any_thread
         head = [
@@ -234,7 +242,7 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
             "        return fallback(grid, block, args, stream, shared_mem)",
         ]
     src = "\n".join([
-        f"def make({', '.join(env)}):",
+        *make_header(list(env)),
         *([f"    {' = '.join(memo[:n])} = NOT_PACKED"] if n else []),
         *(["    last_grid, last_stream_handle = None, -1"] if launcher.uses_ex else []),
         "",
