@@ -519,14 +519,20 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         scalar_key = "None" if a in annotated else int_dtype_text(a)
         classify += [
             f"{p}cl = {a}.__class__",
-            f"if {p}cl is {p}DeviceArray: {v} = {a}._view; {key} = ({v}[3], {v}[2], {v}[0] & 15)",
-            f"elif {p}cl is {p}ArrayView: {v} = {a}; {key} = ({a}[3], {a}[2], {a}[0] & 15)",
-            f"elif {p}cl is int: {v} = {a}; {key} = {scalar_key}",
-            f"elif {p}cl is float or {p}cl is bool: {v} = {a}; {key} = " + ("None" if a in annotated else f"{p}cl"),
+            f"if {p}cl is {p}DeviceArray:",
+            f"    {v} = {a}._view; {key} = ({v}[3], {v}[2], {v}[0] & 15)",
+            f"elif {p}cl is {p}ArrayView:",
+            f"    {v} = {a}; {key} = ({a}[3], {a}[2], {a}[0] & 15)",
+            f"elif {p}cl is int:",
+            f"    {v} = {a}; {key} = {scalar_key}",
+            f"elif {p}cl is float or {p}cl is bool:",
+            f"    {v} = {a}; {key} = " + ("None" if a in annotated else f"{p}cl"),
             "else:",
             f"    {p}foreign = True",
-            f"    try: {v} = {p}VIEW[{p}cl]({a}); {key} = ({v}[3], {v}[2], {v}[0] & 15)",
-            f"    except Exception: {v}, {key} = {p}classify({a!r}, {a}, {a in annotated})  # new type, scalar, error",
+            "    try:",
+            f"        {v} = {p}VIEW[{p}cl]({a}); {key} = ({v}[3], {v}[2], {v}[0] & 15)",
+            "    except Exception:  # a type seen for the first time, a numpy scalar, or an error",
+            f"        {v}, {key} = {p}classify({a!r}, {a}, {a in annotated})",
         ]
     view_tuple = "(" + "".join(f"{p}view_{a}, " for a in args) + ")"
     fast_key = f"({p}dev, {consts}, " + "".join(f"{p}key_{a}, " for a in args)
@@ -542,16 +548,16 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         if args:
             out += [f"if {p}foreign:  # remember torch tensors too, with what they read now"]
             for i, a in enumerate(args):
-                out.append(f"    {p}read_{a} = {p}state_reader({a}.__class__); "
-                           f"{p}state_{a} = None if {p}read_{a} is None else {p}views[{i}][:4]")
+                out += [f"    {p}read_{a} = {p}state_reader({a}.__class__)",
+                        f"    {p}state_{a} = None if {p}read_{a} is None else {p}views[{i}][:4]"]
             out += [f"    {p}no_state = {' and '.join(f'{p}read_{a} is None' for a in args)}"]
             out += [f"    {p}last_{a} = {a} if {a}.__class__ in {p}KEEP or {p}read_{a} is not None else {p}NOKEEP"
                     for a in args]
             out += ["else:", f"    {p}no_state = True"]
             out += [f"    {p}last_{a} = {a} if {a}.__class__ in {p}KEEP else {p}NOKEEP" for a in args]
         out += [f"{p}last_{c} = {c} if {c}.__class__ in {p}KEEP_CONST else {p}NOKEEP" for c in constants]
-        out += [f"{p}memo_compiled, {p}memo_views, {p}memo_relaunch, {p}memo_handle = {p}c, {p}views, {relaunch}, "
-                f"{handle}",
+        out += [f"{p}memo_compiled, {p}memo_views = {p}c, {p}views",
+                f"{p}memo_relaunch, {p}memo_handle = {relaunch}, {handle}",
                 f"{p}memo_device = {p}dev"]
         return out
 
@@ -593,7 +599,8 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         f"    {p}foreign = not {p}no_state",
         "else:",
         f"    {p}memo_device = {p}NOKEEP  # the private launcher's buffers may be rewritten below",
-        f"    if {given}: return {p}slow({p}grid, {p}stream, {p}more, {values})",
+        f"    if {given}:",
+        f"        return {p}slow({p}grid, {p}stream, {p}more, {values})",
         f"    {p}dev = {p}current_device[0]",
         f"    if {p}dev is None: {p}dev = {p}get_device()  # the thread's first device: chosen now",
         f"    {p}foreign = False  # whether an argument is another library's array",

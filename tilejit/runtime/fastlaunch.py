@@ -81,8 +81,9 @@ def _docstring(launcher: Launcher, raw: bool) -> list[str]:
     return [
         f'"""Launch kernel {launcher.name!r}: {params}.',
         "",
-        f"Block {launcher.block}, {launcher.shared_bytes} bytes of dynamic shared memory, through "
-        f"{'cuLaunchKernelEx' if launcher.uses_ex else 'cuLaunchKernel'} with the parameter block in {passing}.",
+        f"Block {launcher.block}, {launcher.shared_bytes} bytes of dynamic shared memory; launched through "
+        f"{'cuLaunchKernelEx' if launcher.uses_ex else 'cuLaunchKernel'}",
+        f"with the parameter block in {passing}.",
         "Made by tilejit.runtime.fastlaunch for one thread (``owner``), whose buffers and current stream it uses;",
         ("calls for another block, shared size or device, or from another thread, go to ``fallback``." if raw
          else "calls from another thread go to ``other_thread``."),
@@ -117,8 +118,9 @@ def _argument_lines(launcher: Launcher, names: list[str]) -> tuple[list[str], li
             lines += [
                 f"if {name}.__class__ is DeviceArray: {name}_view = {name}._view",
                 f"elif {name}.__class__ is ArrayView: {name}_view = {name}",
-                f"elif {name}.__class__ is Tensor and {name}.is_cuda: {name}_view = ({name}.data_ptr(), {name}.shape, "
-                f"{name}.stride(), torch_dtypes[{name}.dtype], {name})",
+                f"elif {name}.__class__ is Tensor and {name}.is_cuda:",
+                f"    {name}_view = ({name}.data_ptr(), {name}.shape, {name}.stride(), torch_dtypes[{name}.dtype], "
+                f"{name})",
                 f"else: {name}_view = as_view({name})",
                 f"{name}_ptr, {_unpacked(dims)}, {_unpacked(strides)}, {name}_dtype, _ = {name}_view",
                 f"if {name}_dtype != {kind.dtype!r}: raise Mismatch()",
@@ -129,11 +131,11 @@ def _argument_lines(launcher: Launcher, names: list[str]) -> tuple[list[str], li
         else:
             # A pointer needs only the address and dtype (an int is an address); a strided view is refused.
             lines += [
-                f"if {name}.__class__ is DeviceArray and {name}._contiguous: "
-                f"{name}_ptr = {name}.ptr; {name}_dtype = {name}._dtname",
+                f"if {name}.__class__ is DeviceArray and {name}._contiguous:",
+                f"    {name}_ptr = {name}.ptr; {name}_dtype = {name}._dtname",
                 f"elif {name}.__class__ is int: {name}_ptr = {name}; {name}_dtype = None",
-                f"elif {name}.__class__ is Tensor and {name}.is_cuda and {name}.is_contiguous(): "
-                f"{name}_ptr = {name}.data_ptr(); {name}_dtype = torch_dtypes[{name}.dtype]",
+                f"elif {name}.__class__ is Tensor and {name}.is_cuda and {name}.is_contiguous():",
+                f"    {name}_ptr = {name}.data_ptr(); {name}_dtype = torch_dtypes[{name}.dtype]",
                 f"else: {name}_ptr, {name}_dtype = pointer_of({name})",
             ]
             if kind.dtype is not None:
@@ -200,8 +202,8 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
     if launcher.uses_ex:
         lines += [
             # A grid equal to the last one and of its exact type (an int or a tuple): the config holds it already.
-            "if (grid is not last_grid and (grid.__class__ is not last_grid.__class__ or grid != last_grid))"
-            " or handle != last_stream_handle:",
+            "if ((grid is not last_grid and (grid.__class__ is not last_grid.__class__ or grid != last_grid))",
+            "        or handle != last_stream_handle):",
             "    last_grid = None",
             "    gx, gy, gz = grid3(grid)",
             *("    " + line for line in cluster),
@@ -234,10 +236,10 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
             "def launch(grid, block, args, stream=None, shared_mem=0):",
             *("    " + line if line else "" for line in _docstring(launcher, True)),
             *nonlocal_line,
-            "    if ((block is not expected_block and (block.__class__ is not expected_block.__class__"
-            " or block != expected_block))",
-            "            or (shared_mem is not expected_shared and (shared_mem.__class__ is not int"
-            " or shared_mem != expected_shared))",
+            "    if ((block is not expected_block",
+            "                and (block.__class__ is not expected_block.__class__ or block != expected_block))",
+            "            or (shared_mem is not expected_shared",
+            "                and (shared_mem.__class__ is not int or shared_mem != expected_shared))",
             "            or current_device[0] is not expected_device or thread_id() != owner):",
             "        return fallback(grid, block, args, stream, shared_mem)",
         ]
