@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import fake_torch
+import numpy as np
 import pytest
 from test_threads import PyDriver, StandInDevice
 
@@ -524,3 +525,82 @@ def test_threads_launching_one_torch_tensor_each_get_their_own(driver: PyDriver)
     assert not errors, errors
     for tid, blocks in expected.items():
         assert [r[5] for r in driver.records if r[0] == tid] == blocks
+
+
+# --------------------------------------------------------------------------------------------- GPU, real torch
+
+
+GPU_VADD = r"""
+extern "C" __global__ void vadd(const float* x, const float* y, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] + y[i];
+}
+"""
+
+
+@tj.kernel
+def gpu_axpy(x, y, out, a: float, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    tj.store(out, index=(i,), tile=tj.load(x, index=(i,), shape=(TILE,)) * a + tj.load(y, index=(i,), shape=(TILE,)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_tile_kernel_launches_on_torch_tensors_follow_in_place_changes(dtype: str) -> None:
+    """``kernel[grid](x, y, out, ...)`` with the same torch tensors again and again (past the checked launches, so
+    through the relaunch of the remembered call), while their contents, addresses (``.data =``) and strides change
+    in place: every launch computes from what the tensors hold then (checked against torch, on sizes that are not
+    multiples of the tile, outputs poisoned first)."""
+    torch = pytest.importorskip("torch")
+    tdtype = getattr(torch, dtype)
+    tol = {"float32": 1e-6, "float16": 2e-3, "bfloat16": 2e-2}[dtype]
+    n, tile = 10_007, 256
+    gen = torch.Generator(device="cuda").manual_seed(int(np.random.default_rng().integers(1 << 31)))
+
+    def rand(m: int) -> Any:
+        return torch.randn(m, device="cuda", generator=gen).to(tdtype)
+
+    x, y, out = rand(n), rand(n), torch.empty(n, device="cuda", dtype=tdtype)
+    launch = gpu_axpy[-(-n // tile)]
+    for i in range(2 * CHECKED_LAUNCHES + 12):
+        if i % 5 == 0:
+            x.copy_(rand(n))  # new contents, same address
+        if i == CHECKED_LAUNCHES + 3:
+            x.data = rand(n)  # another address
+        if i == CHECKED_LAUNCHES + 6:
+            out.data = torch.empty(n, device="cuda", dtype=tdtype)
+        if i == CHECKED_LAUNCHES + 9:
+            y.data = rand(2 * n)[::2]  # strided: another specialization
+        out.fill_(float("nan"))
+        launch(x, y, out, 1.5, TILE=tile)
+        want = x.float() * 1.5 + y.float()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.own_backend(reason="RawKernel: CUDA C++ source compiled by NVRTC")
+def test_raw_kernel_launches_on_torch_tensors_follow_in_place_changes() -> None:
+    """A RawKernel past its checked launches reads torch tensors inline: addresses changed in place are followed,
+    and a strided or wrongly typed tensor is refused as on the checked path."""
+    torch = pytest.importorskip("torch")
+    kernel = tj.RawKernel(GPU_VADD, "vadd")
+    n = 40_009
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = torch.empty(n, device="cuda")
+    for i in range(CHECKED_LAUNCHES + 8):
+        if i == CHECKED_LAUNCHES + 2:
+            x.data = torch.randn(n, device="cuda")
+        if i == CHECKED_LAUNCHES + 4:
+            out.data = torch.empty(n, device="cuda")
+        out.fill_(float("nan"))
+        kernel((n + 255) // 256, 256, (x, y, out, n))
+        torch.cuda.synchronize()
+        assert torch.equal(out, x + y)
+    assert kernel.func.source.startswith("def make(")  # the generated entry by now
+    with pytest.raises(LaunchError, match=r"parameter 'x'.*not contiguous"):
+        kernel((n + 255) // 256, 256, (torch.randn(2 * n, device="cuda")[::2], y, out, n))
+    with pytest.raises(LaunchError, match=r"parameter 'out'.*expected float32 data, got an array of float16"):
+        kernel((n + 255) // 256, 256, (x, y, out.half(), n))
+    with pytest.raises(LaunchError, match=r"parameter 'y'.*host"):
+        kernel((n + 255) // 256, 256, (x, y.cpu(), out, n))
