@@ -240,6 +240,9 @@ def make(pack_params, params, pack_config, config, relaunch, call_driver, functi
         n_check, expected_block, expected_shared, expected_device, fallback, current_device):
     x_last = out_last = n_last = NOT_PACKED
     last_grid, last_stream_handle = None, -1
+    x_torch = out_torch = NOT_PACKED
+    x_torch_ptr = x_torch_dtype = out_torch_ptr = out_torch_dtype = None
+    no_torch_state = True
 
     def launch(grid, block, args, stream=None, shared_mem=0):
         """Launch kernel 'vadd': x (float32*), out (float32*), n (int32).
@@ -251,7 +254,8 @@ def make(pack_params, params, pack_config, config, relaunch, call_driver, functi
         Arguments identical to the last call's and immutable are not packed again, a grid and stream equal to
         the last call's not configured again. An argument it does not take gets the checked path's error.
         """
-        nonlocal x_last, out_last, n_last, last_grid, last_stream_handle
+        nonlocal x_last, out_last, n_last, last_grid, last_stream_handle, x_torch, x_torch_ptr, x_torch_dtype
+        nonlocal out_torch, out_torch_ptr, out_torch_dtype, no_torch_state
         if ((block is not expected_block
                     and (block.__class__ is not expected_block.__class__ or block != expected_block))
                 or (shared_mem is not expected_shared
@@ -262,25 +266,39 @@ def make(pack_params, params, pack_config, config, relaunch, call_driver, functi
             if args.__class__ is not tuple and args.__class__ is not list: raise Mismatch()
             x, out, n = args
             if not (x is x_last and out is out_last and n is n_last):
-                x_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole
-                if x.__class__ is DeviceArray and x._contiguous:
-                    x_ptr = x.ptr; x_dtype = x._dtname
-                elif x.__class__ is int: x_ptr = x; x_dtype = None
-                elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():
-                    x_ptr = x.data_ptr(); x_dtype = torch_dtypes[x.dtype]
-                else: x_ptr, x_dtype = pointer_of(x)
-                if x_dtype != 'float32' and x_dtype is not None: raise Mismatch()
-                if out.__class__ is DeviceArray and out._contiguous:
-                    out_ptr = out.ptr; out_dtype = out._dtname
-                elif out.__class__ is int: out_ptr = out; out_dtype = None
-                elif out.__class__ is Tensor and out.is_cuda and out.is_contiguous():
-                    out_ptr = out.data_ptr(); out_dtype = torch_dtypes[out.dtype]
-                else: out_ptr, out_dtype = pointer_of(out)
-                if out_dtype != 'float32' and out_dtype is not None: raise Mismatch()
-                pack_params(params, 0, x_ptr, out_ptr, (n if n.__class__ is int else n_check(n)))
-                x_last = x if x.__class__ in IMMUTABLE else NOT_PACKED
-                out_last = out if out.__class__ in IMMUTABLE else NOT_PACKED
-                n_last = n if n.__class__ in IMMUTABLE else NOT_PACKED
+                if no_torch_state or not (
+                        (x is x_last or x is x_torch and x.data_ptr() == x_torch_ptr
+                            and x.dtype is x_torch_dtype and x.is_contiguous() and x.is_cuda)
+                        and (out is out_last or out is out_torch and out.data_ptr() == out_torch_ptr
+                            and out.dtype is out_torch_dtype and out.is_contiguous() and out.is_cuda)
+                        and n is n_last):
+                    x_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole
+                    no_torch_state = True
+                    if x.__class__ is DeviceArray and x._contiguous:
+                        x_ptr = x.ptr; x_dtype = x._dtname
+                    elif x.__class__ is int: x_ptr = x; x_dtype = None
+                    elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():
+                        x_ptr = x.data_ptr(); x_dtype = torch_dtypes[x.dtype]
+                    else: x_ptr, x_dtype = pointer_of(x)
+                    if x_dtype != 'float32' and x_dtype is not None: raise Mismatch()
+                    if out.__class__ is DeviceArray and out._contiguous:
+                        out_ptr = out.ptr; out_dtype = out._dtname
+                    elif out.__class__ is int: out_ptr = out; out_dtype = None
+                    elif out.__class__ is Tensor and out.is_cuda and out.is_contiguous():
+                        out_ptr = out.data_ptr(); out_dtype = torch_dtypes[out.dtype]
+                    else: out_ptr, out_dtype = pointer_of(out)
+                    if out_dtype != 'float32' and out_dtype is not None: raise Mismatch()
+                    pack_params(params, 0, x_ptr, out_ptr, (n if n.__class__ is int else n_check(n)))
+                    x_last = x if x.__class__ in IMMUTABLE else NOT_PACKED
+                    out_last = out if out.__class__ in IMMUTABLE else NOT_PACKED
+                    n_last = n if n.__class__ in IMMUTABLE else NOT_PACKED
+                    if x.__class__ is Tensor and x_ptr:
+                        x_torch = x; x_torch_ptr = x_ptr; x_torch_dtype = x.dtype
+                    else: x_torch = NOT_PACKED
+                    if out.__class__ is Tensor and out_ptr:
+                        out_torch = out; out_torch_ptr = out_ptr; out_torch_dtype = out.dtype
+                    else: out_torch = NOT_PACKED
+                    no_torch_state = x_torch is NOT_PACKED and out_torch is NOT_PACKED
             if stream is None: handle = current_stream_handle[0]
             elif stream.__class__ is int and 0 <= stream < 18446744073709551616: handle = stream
             elif stream.__class__ is Stream and not stream._closed: handle = stream.handle
@@ -372,7 +390,9 @@ def test_the_lines_a_torch_tensor_takes() -> None:
     assert ("elif x.__class__ is Tensor and x.is_cuda:\n                    "
             "x_view = (x.data_ptr(), x.shape, x.stride(), torch_dtypes[x.dtype], x)\n") in TILE_LAUNCHER
     assert ("elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():\n"
-            "                    x_ptr = x.data_ptr(); x_dtype = torch_dtypes[x.dtype]\n") in RAW_ENTRY
+            "                        x_ptr = x.data_ptr(); x_dtype = torch_dtypes[x.dtype]\n") in RAW_ENTRY
+    assert ("(x is x_last or x is x_torch and x.data_ptr() == x_torch_ptr\n                            "
+            "and x.dtype is x_torch_dtype and x.is_contiguous() and x.is_cuda)\n") in RAW_ENTRY
 
 
 def test_generated_code_is_logged_at_debug_level_when_first_compiled(driver: PyDriver,
@@ -489,6 +509,23 @@ def test_raw_kernels_read_torch_tensors_inline_with_every_check(driver: PyDriver
         with pytest.raises(LaunchError, match=pattern):
             kernel(2, 256, (x, bad, 7))
     assert len(driver.records) == calls
+    # The same tensor again is taken as packed while it reads the same; changed in place, it is read again.
+    kernel(2, 256, (x, out, 7))
+    for change, pattern in [(lambda: out.restride((8,), (2,)), r"parameter 'out'.*not contiguous"),
+                            (lambda: out.retype(T.int32), r"parameter 'out'.*expected float32 data, got .* int32"),
+                            (lambda: setattr(out, "is_cuda", False), r"parameter 'out'.*host")]:
+        out.restride((16,), (1,))
+        out.retype(T.float32)
+        out.is_cuda = True
+        kernel(2, 256, (x, out, 7))
+        assert driver.records[-1][5] == struct.pack("=QQi", 0x1000, 0x3000, 7)
+        change()
+        with pytest.raises(LaunchError, match=pattern):
+            kernel(2, 256, (x, out, 7))
+    out.is_cuda = True
+    out.move(0x5000)
+    kernel(2, 256, (x, out, 7))
+    assert driver.records[-1][5] == struct.pack("=QQi", 0x1000, 0x5000, 7)
 
 
 def test_a_launcher_reads_torch_tensors_for_array_parameters(driver: PyDriver) -> None:

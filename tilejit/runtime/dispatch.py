@@ -3,7 +3,8 @@
 * **Arguments.** :func:`classify` reads one tile-kernel argument: a device array of any kind (DeviceArray,
   ArrayView, torch, CuPy, JAX, ``__cuda_array_interface__``, DLPack) becomes an ``ArrayView``; a Python int is
   int32 or int64 by :func:`int_dtype` (the one rule, also as text: :func:`int_dtype_text`); floats, bools and
-  numpy scalars go as they are. :func:`stream_lines` is the one rule for a launch's stream in generated code.
+  numpy scalars go as they are. :func:`stream_lines` is the stream rule (``stream_handle``'s) inline in generated
+  code.
   :data:`IMMUTABLE_ARGS` are the argument types a launch may remember by identity; a torch tensor is remembered
   with its state (:func:`tilejit.runtime.interop.state_reader`), which must read the same at the next launch.
 * **Checked, then generated.** :class:`FirstLaunches`: each thread's first :data:`CHECKED_LAUNCHES` launches of
@@ -82,17 +83,17 @@ def classify(name: str, value: Any, annotated: bool = False) -> tuple[Any, Any]:
     return view, array_key(view)
 
 
-def stream_lines(stream: str, handle: str, prefix: str = "") -> list[str]:
+def stream_lines(stream: str, handle: str) -> list[str]:
     """Generated statements setting ``handle`` to the raw ``CUstream`` handle a launch on ``stream`` uses, the rule
     of ``stream_handle`` with its common cases inline: None is the launching thread's current stream (the cell
     ``current_stream_handle``), an int in [0, 2**64) a raw handle, an open ``Stream`` its handle; anything else
-    goes to ``stream_handle`` (which raises for what is not a stream). ``prefix`` starts the names the generated
-    function binds (``current_stream_handle``, ``Stream``, ``stream_handle``)."""
+    goes to ``stream_handle`` (which raises for what is not a stream). The generated function binds
+    ``current_stream_handle``, ``Stream`` and ``stream_handle``."""
     return [
-        f"if {stream} is None: {handle} = {prefix}current_stream_handle[0]",
+        f"if {stream} is None: {handle} = current_stream_handle[0]",
         f"elif {stream}.__class__ is int and 0 <= {stream} < {1 << 64}: {handle} = {stream}",
-        f"elif {stream}.__class__ is {prefix}Stream and not {stream}._closed: {handle} = {stream}.handle",
-        f"else: {handle} = {prefix}stream_handle({stream})",
+        f"elif {stream}.__class__ is Stream and not {stream}._closed: {handle} = {stream}.handle",
+        f"else: {handle} = stream_handle({stream})",
     ]
 
 

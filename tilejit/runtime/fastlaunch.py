@@ -64,14 +64,14 @@ def _ex_now(address: int, config: int, handle: int, kernel_params: int, extra: i
 #: The names generated code binds or assigns besides the parameters' own (a parameter named so gets another).
 _FIXED_NAMES = frozenset({
     "make", "launch", "grid", "args", "stream", "block", "shared_mem", "handle", "gx", "gy", "gz", "status",
-    "last_grid", "last_stream_handle", "_",
+    "last_grid", "last_stream_handle", "no_torch_state", "_",
     "pack_params", "params", "pack_config", "config", "relaunch", "call_driver", "function_handle", "kernel_params",
     "extra", "thread_id", "owner", "current_stream_handle", "Stream", "stream_handle", "grid3", "Mismatch",
     "NOT_PACKED", "IMMUTABLE", "DeviceArray", "ArrayView", "as_view", "pointer_of", "Tensor", "torch_dtypes",
     "other_thread", "explain", "failed", "expected_block", "expected_shared", "expected_device", "current_device",
     "fallback",
 }) | PYTHON_NAMES
-_SUFFIXES = ("_view", "_ptr", "_dtype", "_last", "_check")
+_SUFFIXES = ("_view", "_ptr", "_dtype", "_last", "_check", "_torch", "_torch_ptr", "_torch_dtype")
 
 
 def _docstring(launcher: Launcher, raw: bool) -> list[str]:
@@ -185,16 +185,38 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         (", ".join(names) + (", = args" if n == 1 else " = args")) if n else "if args: raise Mismatch()",
     ]
     convert, values = _argument_lines(launcher, names)
+    # Torch tensors for pointer parameters are remembered apart (``x_torch``, with the address and dtype they had):
+    # the same tensor again is taken as packed while it still has them, is contiguous and on the device. Only a
+    # call that is not the last one again by identity looks (so launches without tensors do no more work).
+    pointers = [a for a, (_, kind) in zip(names, launcher.params) if kind.kind == "pointer"]
+    again = [f"{a} is {a}_last" for a in names]
     if n:
         # Arguments identical (``is``) to the last call's, and immutable, are in the parameter block already.
-        # The first ``_last`` is cleared before the block is rewritten, so a failed pack leaves no stale match.
-        lines += [
-            f"if not ({' and '.join(f'{a} is {a}_last' for a in names)}):",
-            f"    {names[0]}_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole",
-            *("    " + line for line in convert),
-            f"    pack_params(params, 0, {', '.join(values)})",
-            *(f"    {a}_last = {a} if {a}.__class__ in IMMUTABLE else NOT_PACKED" for a in names),
+        # What is remembered is forgotten before the block is rewritten, so a failed pack leaves no stale match.
+        rewrite = [
+            f"{names[0]}_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole",
+            *(["no_torch_state = True"] if pointers else []),
+            *convert,
+            f"pack_params(params, 0, {', '.join(values)})",
+            *(f"{a}_last = {a} if {a}.__class__ in IMMUTABLE else NOT_PACKED" for a in names),
         ]
+        for a in pointers:
+            rewrite += [
+                f"if {a}.__class__ is Tensor and {a}_ptr:",
+                f"    {a}_torch = {a}; {a}_torch_ptr = {a}_ptr; {a}_torch_dtype = {a}.dtype",
+                f"else: {a}_torch = NOT_PACKED",
+            ]
+        if pointers:
+            rewrite.append(f"no_torch_state = {' and '.join(f'{a}_torch is NOT_PACKED' for a in pointers)}")
+            test = ["if no_torch_state or not ("]
+            for i, a in enumerate(names):
+                lead = "        " if i == 0 else "        and "
+                test += [f"{lead}({a} is {a}_last or {a} is {a}_torch and {a}.data_ptr() == {a}_torch_ptr",
+                         f"            and {a}.dtype is {a}_torch_dtype and {a}.is_contiguous() and {a}.is_cuda)"
+                         ] if a in pointers else [f"{lead}{a} is {a}_last"]
+            test[-1] += "):"
+            rewrite = [*test, *("    " + line for line in rewrite)]
+        lines += [f"if not ({' and '.join(again)}):", *("    " + line for line in rewrite)]
     lines += stream_lines("stream", "handle")
     bx, by, bz = launcher.block
     shared = launcher.shared_bytes
@@ -217,6 +239,8 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         call = (f"status = call_driver(function_handle, gx, gy, gz, {bx}, {by}, {bz}, {shared}, handle, "
                 "kernel_params or None, extra or None)")
     memo = [f"{a}_last" for a in names] + (["last_grid", "last_stream_handle"] if launcher.uses_ex else [])
+    memo += [f"{a}_torch{x}" for a in pointers for x in ("", "_ptr", "_dtype")]
+    memo += ["no_torch_state"] if pointers else []
     nonlocal_line = ["    " + line for line in nonlocal_lines(memo)]
     if raw is None:
         env["other_thread"] = launcher.launch_any_thread
@@ -247,6 +271,9 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         *make_header(list(env)),
         *([f"    {' = '.join(memo[:n])} = NOT_PACKED"] if n else []),
         *(["    last_grid, last_stream_handle = None, -1"] if launcher.uses_ex else []),
+        *([f"    {' = '.join(f'{a}_torch' for a in pointers)} = NOT_PACKED",
+           f"    {' = '.join(f'{a}_torch_{x}' for a in pointers for x in ('ptr', 'dtype'))} = None",
+           "    no_torch_state = True"] if pointers else []),
         "",
         *("    " + line for line in head),
         "        try:",

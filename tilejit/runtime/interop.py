@@ -112,9 +112,11 @@ def torch_tensor_type() -> type:
 def _torch_view(t: Any) -> ArrayView:
     if not t.is_cuda:
         raise _host_error(t)
-    name = torch_dtypes().get(t.dtype)
+    name = _TORCH_DTYPES.get(t.dtype)
     if name is None:
-        raise TypeError(f"unsupported torch dtype {t.dtype}")
+        name = torch_dtypes().get(t.dtype)  # the table, filled on first use
+        if name is None:
+            raise TypeError(f"unsupported torch dtype {t.dtype}")
     return _new_view((t.data_ptr(), t.shape, t.stride(), name, t))  # type: ignore[no-any-return]
 
 
@@ -125,7 +127,7 @@ def _torch_state(t: Any) -> Any:
 
 
 def _torch_pointer(t: Any) -> tuple[int, str]:
-    name = torch_dtypes().get(t.dtype)
+    name = _TORCH_DTYPES.get(t.dtype)
     if name is None or not t.is_cuda or not t.is_contiguous():
         return _pointer_via_view(t)  # raises the host / dtype / layout error
     return t.data_ptr(), name
