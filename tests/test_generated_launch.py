@@ -40,10 +40,11 @@ def scale(x, n):
 VADD = 'extern "C" __global__ void vadd(const float* x, float* out, int n) {}'
 
 TILE_DISPATCH = '''\
-def make(_tj_fast, _tj_specialize, _tj_slow, _tj_classify, _tj_own_of, _tj_for_thread, _tj_DeviceArray,
-        _tj_ArrayView, _tj_VIEW, _tj_MISSING, _tj_NOKEEP, _tj_KEEP, _tj_KEEP_CONST, _tj_get_device,
-        _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_state_reader, _tj_owner,
-        _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj_stream):
+# The globals, bound by tilejit.api.kernel for this kernel:
+#     _tj_fast, _tj_specialize, _tj_slow, _tj_classify, _tj_own_of, _tj_for_thread, _tj_DeviceArray,
+#     _tj_ArrayView, _tj_VIEW, _tj_MISSING, _tj_NOKEEP, _tj_KEEP, _tj_KEEP_CONST, _tj_get_device,
+#     _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_state_reader
+def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj_stream):
     _tj_last_x = _tj_last_n = _tj_NOKEEP
     _tj_read_x = _tj_read_n = _tj_state_x = _tj_state_n = None
     _tj_no_state = True
@@ -178,10 +179,12 @@ def make(_tj_fast, _tj_specialize, _tj_slow, _tj_classify, _tj_own_of, _tj_for_t
 '''
 
 TILE_LAUNCHER = '''\
-def make(pack_params, params, pack_config, config, relaunch, call_driver, function_handle, kernel_params,
-        extra, thread_id, owner, current_stream_handle, Stream, stream_handle, grid3, Mismatch, NOT_PACKED,
-        IMMUTABLE, DeviceArray, ArrayView, as_view, pointer_of, Tensor, torch_dtypes, explain, failed,
-        n_check, other_thread):
+# The globals, bound by tilejit.runtime.fastlaunch:
+#     pack_params, pack_config, call_driver, function_handle, thread_id, Stream, stream_handle, grid3,
+#     Mismatch, NOT_PACKED, IMMUTABLE, DeviceArray, ArrayView, as_view, pointer_of, Tensor, torch_dtypes,
+#     NO_TENSOR, explain, failed, other_thread, n_check, params, config, relaunch, owner,
+#     current_stream_handle, kernel_params, extra
+def make():
     x_last = n_last = NOT_PACKED
     last_grid, last_stream_handle = None, -1
 
@@ -234,15 +237,16 @@ def make(pack_params, params, pack_config, config, relaunch, call_driver, functi
 '''
 
 RAW_ENTRY = '''\
-def make(pack_params, params, pack_config, config, relaunch, call_driver, function_handle, kernel_params,
-        extra, thread_id, owner, current_stream_handle, Stream, stream_handle, grid3, Mismatch, NOT_PACKED,
-        IMMUTABLE, DeviceArray, ArrayView, as_view, pointer_of, Tensor, torch_dtypes, explain, failed,
-        n_check, expected_block, expected_shared, expected_device, fallback, current_device):
+# The globals, bound by tilejit.runtime.fastlaunch:
+#     pack_params, pack_config, call_driver, function_handle, thread_id, Stream, stream_handle, grid3,
+#     Mismatch, NOT_PACKED, IMMUTABLE, DeviceArray, ArrayView, as_view, pointer_of, Tensor, torch_dtypes,
+#     NO_TENSOR, explain, failed, other_thread, n_check, params, config, relaunch, owner,
+#     current_stream_handle, kernel_params, extra, expected_block, expected_shared, expected_device,
+#     fallback, current_device
+def make():
     x_last = out_last = n_last = NOT_PACKED
     last_grid, last_stream_handle = None, -1
-    x_torch = out_torch = NOT_PACKED
-    x_torch_ptr = x_torch_dtype = out_torch_ptr = out_torch_dtype = None
-    no_torch_state = True
+    x_torch = out_torch = NO_TENSOR
 
     def launch(grid, block, args, stream=None, shared_mem=0):
         """Launch kernel 'vadd': x (float32*), out (float32*), n (int32).
@@ -254,8 +258,7 @@ def make(pack_params, params, pack_config, config, relaunch, call_driver, functi
         Arguments identical to the last call's and immutable are not packed again, a grid and stream equal to
         the last call's not configured again. An argument it does not take gets the checked path's error.
         """
-        nonlocal x_last, out_last, n_last, last_grid, last_stream_handle, x_torch, x_torch_ptr, x_torch_dtype
-        nonlocal out_torch, out_torch_ptr, out_torch_dtype, no_torch_state
+        nonlocal x_last, out_last, n_last, last_grid, last_stream_handle, x_torch, out_torch
         if ((block is not expected_block
                     and (block.__class__ is not expected_block.__class__ or block != expected_block))
                 or (shared_mem is not expected_shared
@@ -266,14 +269,15 @@ def make(pack_params, params, pack_config, config, relaunch, call_driver, functi
             if args.__class__ is not tuple and args.__class__ is not list: raise Mismatch()
             x, out, n = args
             if not (x is x_last and out is out_last and n is n_last):
-                if no_torch_state or not (
-                        (x is x_last or x is x_torch and x.data_ptr() == x_torch_ptr
-                            and x.dtype is x_torch_dtype and x.is_contiguous() and x.is_cuda)
-                        and (out is out_last or out is out_torch and out.data_ptr() == out_torch_ptr
-                            and out.dtype is out_torch_dtype and out.is_contiguous() and out.is_cuda)
+                if not (
+                        (x is x_last or x is x_torch[0] and x.data_ptr() == x_torch[1]
+                            and x.dtype is x_torch[2] and x.is_contiguous() and x.is_cuda)
+                        and (out is out_last or out is out_torch[0] and out.data_ptr() == out_torch[1]
+                            and out.dtype is out_torch[2] and out.is_contiguous() and out.is_cuda)
                         and n is n_last):
                     x_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole
-                    no_torch_state = True
+                    x_torch = NO_TENSOR
+                    out_torch = NO_TENSOR
                     if x.__class__ is DeviceArray and x._contiguous:
                         x_ptr = x.ptr; x_dtype = x._dtname
                     elif x.__class__ is int: x_ptr = x; x_dtype = None
@@ -292,13 +296,8 @@ def make(pack_params, params, pack_config, config, relaunch, call_driver, functi
                     x_last = x if x.__class__ in IMMUTABLE else NOT_PACKED
                     out_last = out if out.__class__ in IMMUTABLE else NOT_PACKED
                     n_last = n if n.__class__ in IMMUTABLE else NOT_PACKED
-                    if x.__class__ is Tensor and x_ptr:
-                        x_torch = x; x_torch_ptr = x_ptr; x_torch_dtype = x.dtype
-                    else: x_torch = NOT_PACKED
-                    if out.__class__ is Tensor and out_ptr:
-                        out_torch = out; out_torch_ptr = out_ptr; out_torch_dtype = out.dtype
-                    else: out_torch = NOT_PACKED
-                    no_torch_state = x_torch is NOT_PACKED and out_torch is NOT_PACKED
+                    if x.__class__ is Tensor and x_ptr: x_torch = (x, x_ptr, x.dtype)
+                    if out.__class__ is Tensor and out_ptr: out_torch = (out, out_ptr, out.dtype)
             if stream is None: handle = current_stream_handle[0]
             elif stream.__class__ is int and 0 <= stream < 18446744073709551616: handle = stream
             elif stream.__class__ is Stream and not stream._closed: handle = stream.handle
@@ -391,8 +390,8 @@ def test_the_lines_a_torch_tensor_takes() -> None:
             "x_view = (x.data_ptr(), x.shape, x.stride(), torch_dtypes[x.dtype], x)\n") in TILE_LAUNCHER
     assert ("elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():\n"
             "                        x_ptr = x.data_ptr(); x_dtype = torch_dtypes[x.dtype]\n") in RAW_ENTRY
-    assert ("(x is x_last or x is x_torch and x.data_ptr() == x_torch_ptr\n                            "
-            "and x.dtype is x_torch_dtype and x.is_contiguous() and x.is_cuda)\n") in RAW_ENTRY
+    assert ("(x is x_last or x is x_torch[0] and x.data_ptr() == x_torch[1]\n                            "
+            "and x.dtype is x_torch[2] and x.is_contiguous() and x.is_cuda)\n") in RAW_ENTRY
 
 
 def test_generated_code_is_logged_at_debug_level_when_first_compiled(driver: PyDriver,
@@ -634,7 +633,7 @@ def test_raw_kernel_launches_on_torch_tensors_follow_in_place_changes() -> None:
         kernel((n + 255) // 256, 256, (x, y, out, n))
         torch.cuda.synchronize()
         assert torch.equal(out, x + y)
-    assert kernel.func.source.startswith("def make(")  # the generated entry by now
+    assert "\ndef make():\n" in kernel.func.source  # the generated entry by now
     with pytest.raises(LaunchError, match=r"parameter 'x'.*not contiguous"):
         kernel((n + 255) // 256, 256, (torch.randn(2 * n, device="cuda")[::2], y, out, n))
     with pytest.raises(LaunchError, match=r"parameter 'out'.*expected float32 data, got an array of float16"):

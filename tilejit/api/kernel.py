@@ -9,7 +9,6 @@ process and cached on disk across processes.
 from __future__ import annotations
 
 import builtins
-import functools
 import sys
 import threading
 import types
@@ -456,11 +455,12 @@ def _texts_now(func: Any, paths: Sequence[Any]) -> list[str | None]:
 #: Words that start the names the dispatch source makes for one parameter (``_tj_view_x``...): no other name it
 #: makes starts with one, so no two parameters' names, nor a parameter's and another name, can come out alike.
 _PER_PARAMETER = ("last_", "view_", "key_", "read_", "state_")
-#: The parameters of a generated ``make``, each with the source's prefix: those of every ``kernel[grid]``...
+#: The names a generated dispatch source reads, each with its prefix: globals, the same for every ``kernel[grid]``...
 _KERNEL_ENV = ("fast", "specialize", "slow", "classify", "own_of", "for_thread", "DeviceArray", "ArrayView", "VIEW",
                "MISSING", "NOKEEP", "KEEP", "KEEP_CONST", "get_device", "thread_id", "stream_handle", "NAME", "facts",
                "state_reader")
-#: ... and those of one (its thread's id, current device and stream handle cells, grid and stream).
+#: ... and the parameters of its ``make``, those of one (its thread's id, current device and stream handle cells,
+#: grid and stream).
 _FUNCTION_ENV = ("owner", "current_device", "current_stream_handle", "grid", "stream")
 
 
@@ -492,7 +492,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     overlap no other and which have innermost extents of whole 16-byte units (``signature.launch_facts``), facts
     the Tile IR backend compiles in.
     """
-    from tilejit.runtime.dispatch import int_dtype_text, make_header, nonlocal_lines
+    from tilejit.runtime.dispatch import bound_comment, int_dtype_text, make_header, nonlocal_lines
 
     names = [*args, *constants]
     p = _dispatch_prefix(names)
@@ -638,7 +638,8 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
              f"{p}owns = {{}}  # specialization -> its launcher private to this function, and that one's now()",
              f"{p}threads = {{}}  # other threads' functions of this kernel[grid]"]
     return "\n".join([
-        *make_header([p + name for name in (*_KERNEL_ENV, *_FUNCTION_ENV)]),
+        *bound_comment([p + name for name in _KERNEL_ENV], "tilejit.api.kernel for this kernel"),
+        *make_header([p + name for name in _FUNCTION_ENV]),
         *("    " + line for line in init),
         "",
         f"    def launch({', '.join(params)}):",
@@ -745,9 +746,8 @@ class Kernel:
                 "stream_handle": stream_handle, "NAME": self.__name__, "facts": launch_facts,
                 "state_reader": state_reader,
             }
-            make = self._make = functools.partial(
-                function_maker(src, f"<tilejit dispatch {self.__name__}>", cached_compile),
-                **{p + name: env[name] for name in _KERNEL_ENV})
+            make = self._make = function_maker(src, f"<tilejit dispatch {self.__name__}>", cached_compile,
+                                               {p + name: env[name] for name in _KERNEL_ENV})
             self._prefix = p
         state = thread_state()
         p = self._prefix

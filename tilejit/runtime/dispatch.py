@@ -184,6 +184,13 @@ def make_header(params: Sequence[str]) -> list[str]:
     return lines
 
 
+def bound_comment(names: Sequence[str], by: str) -> list[str]:
+    """Comment lines naming the globals a generated source reads (bound by ``by``), wrapped to read."""
+    runs = _wrapped(names, 100)
+    return [f"# The globals, bound by {by}:", *(f"#     {', '.join(run)}{',' if i < len(runs) - 1 else ''}"
+                                                for i, run in enumerate(runs))]
+
+
 def nonlocal_lines(names: Sequence[str]) -> list[str]:
     """``nonlocal`` statements for ``names``, wrapped to read (one statement per line)."""
     return [f"nonlocal {', '.join(run)}" for run in _wrapped(names) if run]
@@ -198,12 +205,14 @@ def compiled_code(src: str, filename: str, compile_code: Callable[[str, str], An
     return compile(src, filename, "exec") if compile_code is None else compile_code(src, filename)
 
 
-def function_maker(src: str, filename: str, compile_code: Callable[[str, str], Any] | None = None
-                   ) -> Callable[..., Any]:
+def function_maker(src: str, filename: str, compile_code: Callable[[str, str], Any] | None = None,
+                   bound: dict[str, Any] | None = None) -> Callable[..., Any]:
     """``make(**env)``, the one function generated ``src`` defines (which returns a launch function), wrapped so
-    that what it returns carries ``src`` as ``.source``. Lines of ``src`` lose their trailing spaces first."""
+    that what it returns carries ``src`` as ``.source``; ``bound`` are the names ``src`` reads as globals (a global
+    costs a call nothing, while each cell of a closure is copied into every call's frame). Lines of ``src`` lose
+    their trailing spaces first."""
     src = "\n".join(line.rstrip() for line in src.split("\n"))
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = dict(bound or {})
     exec(compiled_code(src, filename, compile_code), namespace)
     make = namespace["make"]
 
@@ -217,4 +226,4 @@ def function_maker(src: str, filename: str, compile_code: Callable[[str, str], A
 
 __all__ = ["CHECKED_LAUNCHES", "IMMUTABLE_ARGS", "INT32_MAX", "INT32_MIN", "MAX_THREAD_LAUNCHERS", "FirstLaunches",
            "array_key", "classify", "compiled_code", "function_maker", "int_dtype", "int_dtype_text", "local_names",
-           "make_header", "nonlocal_lines", "stream_lines"]
+           "bound_comment", "make_header", "nonlocal_lines", "stream_lines"]

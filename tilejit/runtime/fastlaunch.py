@@ -18,9 +18,9 @@ from tilejit.runtime.device import state_of
 from tilejit.runtime.dispatch import (
     IMMUTABLE_ARGS,
     PYTHON_NAMES,
+    bound_comment,
     function_maker,
     local_names,
-    make_header,
     nonlocal_lines,
     stream_lines,
 )
@@ -40,6 +40,7 @@ class _NotPacked:
 
 
 _NOT_PACKED = _NotPacked()
+_NO_TENSOR = (_NOT_PACKED, 0, None)  # a pointer parameter's remembered (torch tensor, address, dtype): none
 
 
 class _Mismatch(Exception):
@@ -64,14 +65,14 @@ def _ex_now(address: int, config: int, handle: int, kernel_params: int, extra: i
 #: The names generated code binds or assigns besides the parameters' own (a parameter named so gets another).
 _FIXED_NAMES = frozenset({
     "make", "launch", "grid", "args", "stream", "block", "shared_mem", "handle", "gx", "gy", "gz", "status",
-    "last_grid", "last_stream_handle", "no_torch_state", "_",
+    "last_grid", "last_stream_handle", "_",
     "pack_params", "params", "pack_config", "config", "relaunch", "call_driver", "function_handle", "kernel_params",
     "extra", "thread_id", "owner", "current_stream_handle", "Stream", "stream_handle", "grid3", "Mismatch",
-    "NOT_PACKED", "IMMUTABLE", "DeviceArray", "ArrayView", "as_view", "pointer_of", "Tensor", "torch_dtypes",
-    "other_thread", "explain", "failed", "expected_block", "expected_shared", "expected_device", "current_device",
-    "fallback",
+    "NOT_PACKED", "NO_TENSOR", "IMMUTABLE", "DeviceArray", "ArrayView", "as_view", "pointer_of", "Tensor",
+    "torch_dtypes", "other_thread", "explain", "failed", "expected_block", "expected_shared", "expected_device",
+    "current_device", "fallback",
 }) | PYTHON_NAMES
-_SUFFIXES = ("_view", "_ptr", "_dtype", "_last", "_check", "_torch", "_torch_ptr", "_torch_dtype")
+_SUFFIXES = ("_view", "_ptr", "_dtype", "_last", "_check", "_torch")
 
 
 def _docstring(launcher: Launcher, raw: bool) -> list[str]:
@@ -163,21 +164,24 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
     names = local_names([(n, k.ndim) for n, k in launcher.params], _SUFFIXES, _FIXED_NAMES)
     relaunch = (_ex_now(launcher.entry_point, bufs.config_addr, launcher.handle, kernel_params, extra)
                 if launcher.uses_ex else None)
-    env: dict[str, Any] = {
-        "pack_params": launcher.struct.pack_into, "params": bufs.params, "pack_config": CONFIG.pack_into,
-        "config": bufs.config, "relaunch": relaunch, "call_driver": launcher.call_driver,
-        "function_handle": launcher.handle, "kernel_params": kernel_params, "extra": extra,
-        "thread_id": threading.get_ident, "owner": owner, "current_stream_handle": state.handle, "Stream": Stream,
+    # The generated module's globals (each function has a module of its own): a global costs a call nothing, while
+    # each of a closure's cells is copied into every call's frame; the closure holds what the function remembers.
+    bound: dict[str, Any] = {
+        "pack_params": launcher.struct.pack_into, "pack_config": CONFIG.pack_into, "call_driver": launcher.call_driver,
+        "function_handle": launcher.handle, "thread_id": threading.get_ident, "Stream": Stream,
         "stream_handle": stream_handle, "grid3": grid3, "Mismatch": _Mismatch, "NOT_PACKED": _NOT_PACKED,
         "IMMUTABLE": IMMUTABLE_ARGS, "DeviceArray": DeviceArray, "ArrayView": ArrayView, "as_view": as_view,
-        "pointer_of": pointer_of, "Tensor": torch_tensor_type(), "torch_dtypes": {}, "explain": launcher.explain,
-        "failed": launcher.failed,
+        "pointer_of": pointer_of, "Tensor": torch_tensor_type(), "torch_dtypes": {}, "NO_TENSOR": _NO_TENSOR,
+        "explain": launcher.explain,
+        "failed": launcher.failed, "other_thread": launcher.launch_any_thread,
     }
-    if env["Tensor"].__module__ == "torch":
-        env["torch_dtypes"] = torch_dtypes()
+    if bound["Tensor"].__module__ == "torch":
+        bound["torch_dtypes"] = torch_dtypes()
     for i, (name, (_, kind)) in enumerate(zip(names, launcher.params)):
         if kind.kind == "scalar":
-            env[f"{name}_check"] = functools.partial(kind.check_scalar, where=launcher.where(i))
+            bound[f"{name}_check"] = functools.partial(kind.check_scalar, where=launcher.where(i))
+    bound.update(params=bufs.params, config=bufs.config, relaunch=relaunch, owner=owner,
+                  current_stream_handle=state.handle, kernel_params=kernel_params, extra=extra)
     n = len(names)
     lines = [
         # Only a tuple or list of the arguments, as the checked path takes (a set would unpack in any order).
@@ -195,24 +199,20 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         # What is remembered is forgotten before the block is rewritten, so a failed pack leaves no stale match.
         rewrite = [
             f"{names[0]}_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole",
-            *(["no_torch_state = True"] if pointers else []),
+            *(f"{a}_torch = NO_TENSOR" for a in pointers),
             *convert,
             f"pack_params(params, 0, {', '.join(values)})",
             *(f"{a}_last = {a} if {a}.__class__ in IMMUTABLE else NOT_PACKED" for a in names),
         ]
         for a in pointers:
-            rewrite += [
-                f"if {a}.__class__ is Tensor and {a}_ptr:",
-                f"    {a}_torch = {a}; {a}_torch_ptr = {a}_ptr; {a}_torch_dtype = {a}.dtype",
-                f"else: {a}_torch = NOT_PACKED",
-            ]
+            rewrite.append(f"if {a}.__class__ is Tensor and {a}_ptr: {a}_torch = ({a}, {a}_ptr, {a}.dtype)")
         if pointers:
-            rewrite.append(f"no_torch_state = {' and '.join(f'{a}_torch is NOT_PACKED' for a in pointers)}")
-            test = ["if no_torch_state or not ("]
+            # (tensor, address, dtype) of each; NO_TENSOR = (NOT_PACKED, 0, None) where the argument is none
+            test = ["if not ("]
             for i, a in enumerate(names):
                 lead = "        " if i == 0 else "        and "
-                test += [f"{lead}({a} is {a}_last or {a} is {a}_torch and {a}.data_ptr() == {a}_torch_ptr",
-                         f"            and {a}.dtype is {a}_torch_dtype and {a}.is_contiguous() and {a}.is_cuda)"
+                test += [f"{lead}({a} is {a}_last or {a} is {a}_torch[0] and {a}.data_ptr() == {a}_torch[1]",
+                         f"            and {a}.dtype is {a}_torch[2] and {a}.is_contiguous() and {a}.is_cuda)"
                          ] if a in pointers else [f"{lead}{a} is {a}_last"]
             test[-1] += "):"
             rewrite = [*test, *("    " + line for line in rewrite)]
@@ -239,11 +239,9 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         call = (f"status = call_driver(function_handle, gx, gy, gz, {bx}, {by}, {bz}, {shared}, handle, "
                 "kernel_params or None, extra or None)")
     memo = [f"{a}_last" for a in names] + (["last_grid", "last_stream_handle"] if launcher.uses_ex else [])
-    memo += [f"{a}_torch{x}" for a in pointers for x in ("", "_ptr", "_dtype")]
-    memo += ["no_torch_state"] if pointers else []
+    memo += [f"{a}_torch" for a in pointers]
     nonlocal_line = ["    " + line for line in nonlocal_lines(memo)]
     if raw is None:
-        env["other_thread"] = launcher.launch_any_thread
         head = [
             "def launch(grid, args, stream=None):",
             *("    " + line if line else "" for line in _docstring(launcher, False)),
@@ -254,7 +252,7 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
     else:
         # Another thread's call, or one for another block, shared size or device, goes to the fallback: the
         # device it compares is the owner's, so the owner check comes with it.
-        env.update(expected_block=raw[0], expected_shared=raw[1], expected_device=raw[2], fallback=raw[3],
+        bound.update(expected_block=raw[0], expected_shared=raw[1], expected_device=raw[2], fallback=raw[3],
                    current_device=state.device)
         head = [
             "def launch(grid, block, args, stream=None, shared_mem=0):",
@@ -268,12 +266,11 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
             "        return fallback(grid, block, args, stream, shared_mem)",
         ]
     src = "\n".join([
-        *make_header(list(env)),
+        *bound_comment(list(bound), "tilejit.runtime.fastlaunch"),
+        "def make():",
         *([f"    {' = '.join(memo[:n])} = NOT_PACKED"] if n else []),
         *(["    last_grid, last_stream_handle = None, -1"] if launcher.uses_ex else []),
-        *([f"    {' = '.join(f'{a}_torch' for a in pointers)} = NOT_PACKED",
-           f"    {' = '.join(f'{a}_torch_{x}' for a in pointers for x in ('ptr', 'dtype'))} = None",
-           "    no_torch_state = True"] if pointers else []),
+        *([f"    {' = '.join(f'{a}_torch' for a in pointers)} = NO_TENSOR"] if pointers else []),
         "",
         *("    " + line for line in head),
         "        try:",
@@ -287,8 +284,8 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         "    return launch",
         "",
     ])
-    make = function_maker(src, f"<tilejit launcher {launcher.name}>", launcher.compile_code)
-    launch: Callable[..., None] = make(**env)
+    make = function_maker(src, f"<tilejit launcher {launcher.name}>", launcher.compile_code, bound)
+    launch: Callable[..., None] = make()
     launch.buffers = bufs  # type: ignore[attr-defined]  # the driver reads them by address: keep them alive
     launch.owner = owner  # type: ignore[attr-defined]  # the thread whose calls it takes
     launch.now = relaunch  # type: ignore[attr-defined]
