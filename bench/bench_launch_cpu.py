@@ -4,7 +4,9 @@ driver's launch replaced by a C function that does nothing and returns 0.
 The launch paths run exactly as on a GPU, down to the ctypes call of the driver's entry point, which here
 is libc's ``geteuid`` (no arguments read; it returns 0 when run as root, and the script checks that it
 does). Differences between rows are tilejit's own Python overhead per launch; the ``geteuid()`` row is the
-floor of one ctypes call. Medians of interleaved repeats.
+floor of one ctypes call. Medians of interleaved repeats. Rows marked "torch-like" pass a stand-in for a torch
+tensor (``tests/fake_torch.py``: the same public API, written in Python, so its attribute reads cost about what
+torch's do, not exactly that); with torch installed the real one is not used here (no GPU).
 
     python bench/bench_launch_cpu.py [--number 100000] [--repeats 7]
 """
@@ -24,6 +26,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tilejit as tj
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import fake_torch
+
 from tilejit.api.loader import loaded
 from tilejit.api.raw import RawKernel
 from tilejit.runtime import device as device_state
@@ -31,11 +37,12 @@ from tilejit.runtime.interop import ArrayView
 from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
 
 
-class _StandInDevice:
-    """The current device as the tile dispatch sees it (it keys specializations by device)."""
+class _StandInDevice(device_state.Device):
+    """The current device as the tile dispatch sees it (it keys specializations by device; made without
+    ``__init__``, which would ask the driver)."""
 
     ordinal = 0
-    arch = "sm_90"
+    arch = "sm_90"  # type: ignore[assignment]
 
 
 def tile_kernel(driver: Any, function: Any) -> Callable[[], Any]:
@@ -55,6 +62,25 @@ def tile_kernel(driver: Any, function: Any) -> Callable[[], Any]:
     for _ in range(CHECKED_LAUNCHES + 2):
         launch(x)
     return lambda: launch(x)
+
+
+def tile_kernel_torch(driver: Any, function: Any, backend: str) -> Callable[[], Any]:
+    """``empty_tile[1](t)`` with a torch-like tensor ``t`` (read on every launch: its address may change), with
+    ``backend``'s launch key."""
+
+    @tj.kernel(backend=backend)
+    def empty_torch(x):  # type: ignore[no-untyped-def]
+        pass
+
+    def build(arg_types: Any, hints: Any, consts: Any, device: Any) -> Any:
+        return loaded(Launcher(function, [("x", ParamKind.array("float32", 1))], 32, driver=driver), None, None)
+
+    empty_torch._build = build
+    t = fake_torch.Tensor(0x1000, (16,), sys.modules["torch"].float32)
+    launch = empty_torch[1]
+    for _ in range(CHECKED_LAUNCHES + 2):
+        launch(t)
+    return lambda: launch(t)
 
 
 def three_arrays(driver: Any, function: Any, backend: str) -> Callable[[], Any]:
@@ -91,7 +117,8 @@ def cases() -> dict[str, Callable[[], Any]]:
     if libc.geteuid() != 0:
         sys.exit("run as root: the stand-in driver call (geteuid) must return 0, the CUDA success status")
     driver = SimpleNamespace(cuLaunchKernelEx=libc.geteuid, check=None)
-    device = device_state.thread_state().device[0] = _StandInDevice()  # type: ignore[assignment]
+    device = device_state.thread_state().device[0] = object.__new__(_StandInDevice)  # type: ignore[assignment]
+    device_state.initialized_driver = lambda: driver  # type: ignore[assignment]  # for RawKernel's own launchers
     function = SimpleNamespace(name="empty", handle=0xF00D)
     launcher = Launcher(function, [("x", ParamKind.pointer("float32"))], 32, driver=driver)
     launch = launcher.launch
@@ -100,12 +127,21 @@ def cases() -> dict[str, Callable[[], Any]]:
     kernel._use(entry)
     args = (0x1000,)
     tile = tile_kernel(driver, function)
+    fake_torch.install()
+    targs = (fake_torch.Tensor(0x1000, (1,), sys.modules["torch"].float32),)
+    raw = RawKernel('extern "C" __global__ void empty(float* x) {}', "empty")
+    raw._functions[0] = function
+    for _ in range(CHECKED_LAUNCHES + 2):
+        raw(1, 32, targs)
     return {
         "ctypes call alone: geteuid()": lambda: libc.geteuid(),
         "Launcher.launch(1, args)": lambda: launch(1, args),
         "RawKernel's launch function, called directly": lambda: entry(1, 32, args),
         "RawKernel kernel(1, 32, args)": lambda: kernel(1, 32, args),
+        "RawKernel kernel(1, 32, (t,)), t torch-like": lambda: raw(1, 32, targs),
         "tile kernel empty_tile[1](x)": tile,
+        "tile kernel empty_tile[1](t), t torch-like, backend='cuda'": tile_kernel_torch(driver, function, "cuda"),
+        "the same, backend='tileir'": tile_kernel_torch(driver, function, "tileir"),
         "tile kernel copy3[1](a, b, c), new arrays each call, backend='cuda'": three_arrays(driver, function, "cuda"),
         "the same, backend='tileir' (launch facts in the key)": three_arrays(driver, function, "tileir"),
     }

@@ -198,7 +198,7 @@ def test_stream_in_the_subscript_is_passed_on() -> None:
 def test_dispatch_source_is_unrolled_per_parameter() -> None:
     src = _dispatch_source(["x", "b"], ["TILE"], ["b"])
     assert "def launch(x=_tj_MISSING, b=_tj_MISSING, *_tj_more, TILE=_tj_MISSING):" in src
-    assert "elif _tj_cl is int: _tj_v1 = b; _tj_k1 = None" in src  # annotated: one specialization for every int
+    assert "elif _tj_cl is int:\n                _tj_view_b = b; _tj_key_b = None\n" in src  # annotated: any int
     compile(src, "<test>", "exec")
 
 

@@ -52,10 +52,10 @@ class Built:
     def build(self, arg_types: dict[str, Any], hints: dict[str, Any], consts: tuple[Any, ...],
               device: Any) -> _Compiled:
         launcher = Launcher(fn("axpy"), PARAMS, block=128, driver=self.driver)
-        make_own = launcher.own_launch
+        make_own = launcher.private_launch
 
-        def own_launch() -> Any:
-            inner = make_own()
+        def private_launch(thread: int) -> Any:
+            inner = make_own(thread)
 
             def counted(*args: Any) -> None:
                 self.own_calls += 1
@@ -64,7 +64,7 @@ class Built:
             counted.now = inner.now  # type: ignore[attr-defined]
             return counted
 
-        launcher.own_launch = own_launch  # type: ignore[method-assign]
+        launcher.private_launch = private_launch  # type: ignore[method-assign]
         compiled = loaded(launcher, None, None)
         self.compiled.append(compiled)
         return compiled

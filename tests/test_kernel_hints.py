@@ -305,7 +305,7 @@ def test_launcher_refuses_grids_of_partial_clusters(with_ex: bool) -> None:
     launcher.launch((6, 5, 1), [1])
     assert driver.launches == 3
     with pytest.raises(LaunchError, match=message):  # had the driver refused it: the error is still ours
-        launcher._failed(912, (3, 5, 1), [1], None)
+        launcher.failed(912, (3, 5, 1), [1], None)
     plain = Launcher(SimpleNamespace(name="k", handle=1), params, block=128, driver=driver)
     with pytest.raises(CUDAError, match="INVALID_CLUSTER_SIZE"):
         plain.launch_checked((3, 5), [1])

@@ -576,13 +576,13 @@ def test_raw_kernel_entry_hands_other_block_and_shared_types_to_the_checked_path
 
 
 def test_another_launch_function_of_a_signature_reuses_the_compiled_code(fake: FakeDriver) -> None:
-    from tilejit.runtime import fastlaunch
+    from tilejit.runtime import dispatch
 
     launcher = Launcher(fn(), SIG, driver=fake)
     first = launcher.launch
-    before = fastlaunch._compiled.cache_info()
-    own = launcher.own_launch()
-    after = fastlaunch._compiled.cache_info()
+    before = dispatch.compiled_code.cache_info()
+    own = launcher.private_launch(threading.get_ident())
+    after = dispatch.compiled_code.cache_info()
     assert (after.hits, after.misses) == (before.hits + 1, before.misses)
     assert own is not first and own.buffers is not first.buffers  # type: ignore[attr-defined]
     own(2, GOOD, 0x5)
@@ -738,18 +738,18 @@ def test_generated_launch_code_can_come_from_a_disk_cache(fake: FakeDriver, tmp_
     launch function without compiling: here the in-process memo is cleared and ``compile`` forbidden."""
     from tilejit.compiler import cache as cache_mod
     from tilejit.compiler.cache import cached_compile
-    from tilejit.runtime import fastlaunch
+    from tilejit.runtime import dispatch
 
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
     sig = [("x", ParamKind.pointer("float32")), ("n", ParamKind.scalar("int64"))]
-    fastlaunch._compiled.cache_clear()
+    dispatch.compiled_code.cache_clear()
     Launcher(fn("cached"), sig, block=64, driver=fake, compile_code=cached_compile).launch(1, (0x1000, 5))
     assert len(list(tmp_path.glob("*.tjc"))) == 1
 
     def no_compile(*args: object) -> object:
         raise AssertionError("compiled again instead of loading the cached code")
 
-    fastlaunch._compiled.cache_clear()
+    dispatch.compiled_code.cache_clear()
     monkeypatch.setattr(cache_mod, "compile", no_compile, raising=False)
     launcher = Launcher(fn("cached"), sig, block=64, driver=fake, compile_code=cached_compile)
     launcher.launch(3, (0x2000, 7))

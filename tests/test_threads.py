@@ -249,7 +249,7 @@ def test_another_thread_gets_a_generated_launcher_of_its_own_after_its_checked_l
     assert not errors, errors
     tids = {t.ident for t in threads}
     assert set(checked) == tids and all(checked[t] == CHECKED_LAUNCHES for t in tids)  # then generated ones
-    assert set(launcher._thread_launches) == tids and len(tids) <= MAX_THREAD_LAUNCHERS
+    assert launcher.first_launches.threads() == tids and len(tids) <= MAX_THREAD_LAUNCHERS
     by_thread = collections.defaultdict(list)
     for tid, grid, _, _, _, params in drv.records[1:]:
         by_thread[tid].append((grid, params))

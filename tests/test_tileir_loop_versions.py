@@ -136,7 +136,7 @@ def test_only_tile_ir_kernels_key_launches_by_their_facts(monkeypatch: pytest.Mo
 
     assert not tj.kernel(no_array, backend="tileir")._keys_facts()
     src = _dispatch_source(["a", "b", "c"], ["BM"], [], True)
-    assert "_tj_facts((_tj_v0, _tj_v1, _tj_v2, )))" in src
+    assert "_tj_facts((_tj_view_a, _tj_view_b, _tj_view_c, )))" in src
     assert "facts(" not in _dispatch_source(["a", "b", "c"], ["BM"], [])
 
 

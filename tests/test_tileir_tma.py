@@ -133,21 +133,9 @@ def test_launchers_refuse_index32_arrays_beyond_int32(fake: FakeDriver, path: st
 
 def test_cuda_launcher_code_is_unchanged(fake: FakeDriver) -> None:  # noqa: F811
     """A parameter without the fact generates no check: the CUDA backend's launches do no more work."""
-    from tilejit.runtime import fastlaunch
-
-    seen: list[str] = []
-    original = fastlaunch._compiled
-
-    def spy(src: str, filename: str, compile_code: Any) -> Any:
-        seen.append(src)
-        return original(src, filename, compile_code)
-
-    fastlaunch._compiled = spy  # type: ignore[assignment]
-    try:
-        Launcher(fn(), [("a", ParamKind.array("float32", 2))], driver=fake).launch  # noqa: B018
-        Launcher(fn(), [("a", ParamKind.array("float32", 2, index32=True))], driver=fake).launch  # noqa: B018
-    finally:
-        fastlaunch._compiled = original  # type: ignore[assignment]
+    plain = Launcher(fn(), [("a", ParamKind.array("float32", 2))], driver=fake)
+    index32 = Launcher(fn(), [("a", ParamKind.array("float32", 2, index32=True))], driver=fake)
+    seen = [launcher.launch.source for launcher in (plain, index32)]  # type: ignore[attr-defined]
     assert "2147483648" not in seen[0] and "2147483648" in seen[1]
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tilejit.api.compile import check_num_ctas, check_num_stages, check_num_warps, check_occupancy
-from tilejit.api.kernel import _MEMO_LIMIT, _PY_SCALARS, Kernel, _as_view_or_scalar, _read_text, _source_fingerprint
+from tilejit.api.kernel import _MEMO_LIMIT, Kernel, _read_text, _source_fingerprint
 from tilejit.errors import AutotuneError, LaunchError, TilejitError
 from tilejit.runtime.interop import ArrayView
 
@@ -123,10 +123,10 @@ def _backend_name(kernel: Kernel, device: Any) -> str:
 
 def _view_or_none(value: Any) -> ArrayView | None:
     """The ArrayView of a device array argument, or None for anything else (a scalar)."""
-    if value.__class__ in _PY_SCALARS:
-        return None
+    from tilejit.runtime.dispatch import classify  # the launch's own classification
+
     try:
-        v = _as_view_or_scalar("", value)
+        v, _ = classify("", value)
     except LaunchError:
         return None
     return v if v.__class__ is ArrayView else None
@@ -363,10 +363,11 @@ class Autotuner:
     def _check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Config) -> None:
         """Raise the launch's own ``LaunchError`` for arguments no config could take (missing, unknown, not an
         array), before any config is tried: so such a call is not every config's failure."""
+        from tilejit.runtime.dispatch import classify
+
         run_args, _ = self.kernel._split(args, {**kwargs, **config.kwargs})
         for name, value in zip(self.kernel._args, run_args):
-            if value.__class__ not in _PY_SCALARS:
-                _as_view_or_scalar(name, value)
+            classify(name, value)
 
     def _tune(self, configs: list[Config], key: tuple[Any, ...], backend: str, grid: Any, stream: Any,
               args: tuple[Any, ...], kwargs: dict[str, Any], named: dict[str, Any]) -> Config:

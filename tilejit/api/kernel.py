@@ -9,7 +9,6 @@ process and cached on disk across processes.
 from __future__ import annotations
 
 import builtins
-import functools
 import sys
 import threading
 import types
@@ -30,7 +29,6 @@ from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, DType, TileType, normalize_const
 from tilejit.runtime.interop import _BY_TYPE as _VIEW_BY_TYPE
 from tilejit.runtime.interop import ArrayView as _AV
-from tilejit.runtime.interop import as_view
 
 if TYPE_CHECKING:
     from tilejit.backends.base import Backend
@@ -38,9 +36,9 @@ if TYPE_CHECKING:
 
 
 class _Compiled:
-    """One loaded specialization: the function each launch calls (``launcher``: checked at first, then
-    generated), the runtime :class:`Launcher` behind it (``base``, None for stand-ins in tests) and what
-    produced it."""
+    """One loaded specialization: the function a launch calls when it has no launch function of its own
+    (``launcher``: the Launcher's ``launch_any_thread``, checked at first, then generated), the runtime
+    :class:`Launcher` behind it (``base``, None for stand-ins in tests) and what produced it."""
 
     __slots__ = ("artifact", "base", "launcher", "module")
 
@@ -60,44 +58,28 @@ _THREADS_LIMIT = 256  # other threads' launch functions one kernel[grid] keeps
 
 def _own_launch(compiled: _Compiled, owns: dict[_Compiled, Any], owner: int) -> tuple[Callable[..., None], Any] | None:
     """(launch function, its ``now``) private to the ``kernel[grid]`` function of the thread ``owner``, or None
-    to use the shared one: on its first use of ``compiled``, or while ``compiled`` is on its checked launches.
-    A ``kernel[grid]`` called once never pays for a launcher of its own."""
+    to use the shared one: on its first use of ``compiled``, or while the thread is on its checked launches of
+    ``compiled`` (the Launcher's ``first_launches``). A ``kernel[grid]`` called once never pays for a launcher
+    of its own."""
     if compiled not in owns:
         if len(owns) >= _OWNS_LIMIT:
             owns.clear()
         owns[compiled] = None
         return None
     base = compiled.base
-    if base is None or not base.generated:
+    if base is None or not base.first_launches.ready(owner):
         return None
-    launch = base.own_launch() if owner == base.owner_thread else base.thread_launch(owner)
+    launch = base.private_launch(owner)
     entry = (launch, launch.now)  # type: ignore[attr-defined]
     owns[compiled] = entry
     return entry
 
 
-def _fail(compiled: _Compiled, status: int, grid: Any, views: Any, handle: int) -> None:
-    """A relaunch through a private launcher's ``now()`` returned ``status``: recover or raise as any launch."""
-    compiled.base._failed(status, grid, views, handle)
-
-
-_PY_SCALARS = frozenset({int, float, bool})
-# Constants the dispatch may remember by identity (arguments: runtime.launch.IMMUTABLE_ARGS).
+# Constants the dispatch may remember by identity (arguments: runtime.dispatch.IMMUTABLE_ARGS).
 _KEEP_CONST = frozenset({int, float, bool, str})
 _MEMO_LIMIT = 4096
 _MISSING = object()  # an argument not given
 _NOKEEP = object()  # a remembered argument slot that matches nothing
-
-
-def _as_view_or_scalar(name: str, a: Any) -> Any:
-    """An ArrayView of a device array, or ``a`` itself when it is a numpy/0-d scalar."""
-    try:
-        return as_view(a)
-    except (TypeError, ValueError) as exc:
-        if getattr(a, "shape", None) == () and getattr(a, "dtype", None) is not None:
-            return a
-        raise LaunchError(f"parameter '{name}': {exc}") from None
-_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 def _scalar_annotations(func: Callable[..., Any], names: list[str]) -> dict[str, TileType]:
@@ -478,81 +460,158 @@ def _texts_now(func: Any, paths: Sequence[Any]) -> list[str | None]:
     return _read_texts(values)
 
 
+#: Words that start the names the dispatch source makes for one parameter (``_tj_view_x``...): no other name it
+#: makes starts with one, so no two parameters' names, nor a parameter's and another name, can come out alike.
+_PER_PARAMETER = ("last_", "view_", "key_", "read_", "state_")
+#: The names a generated dispatch source reads, each with its prefix: globals, the same for every ``kernel[grid]``...
+_KERNEL_ENV = ("fast", "specialize", "slow", "classify", "own_of", "for_thread", "DeviceArray", "ArrayView", "VIEW",
+               "MISSING", "NOKEEP", "KEEP", "KEEP_CONST", "get_device", "thread_id", "stream_handle", "NAME", "facts",
+               "state_reader")
+#: ... and the parameters of its ``make``, those of one (its thread's id, current device and stream handle cells,
+#: grid and stream).
+_FUNCTION_ENV = ("owner", "current_device", "current_stream_handle", "grid", "stream")
+
+
+def _dispatch_prefix(names: Sequence[str]) -> str:
+    """The prefix of every name the dispatch source makes: ``_tj_``, with more underscores while a parameter's name
+    starts with it."""
+    p = "_tj_"
+    while any(name.startswith(p) for name in names):
+        p = "_" + p
+    return p
+
+
 def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: Sequence[str],
-                     facts: bool = False) -> str:
+                     facts: bool = False, kernel: str = "kernel") -> str:
     """Source of ``make(...)``, which returns the launch function of one ``kernel[grid]`` for one thread.
 
     The function takes the kernel's own parameters (run-time ones positional or keyword, constants
     keyword-only), so a call builds no ``*args`` tuple or ``**kw`` dict. It belongs to one thread, whose
     current device and stream it reads from that thread's cells, bound once; another thread's call goes
     on to that thread's own function (made on its first call), so each function's memo, private
-    launchers and cells are one thread's. It remembers its last call: when the same immutable arguments
-    come again on the same device and stream, it relaunches what its private launcher's buffers already
-    hold with one ctypes call. Otherwise it classifies each argument inline (own arrays, views, Python
-    scalars, then the array converter ``as_view`` found for its type; a type seen for the first time, or
-    an error, through ``classify``), maps the fast key to a specialization and launches through that. A
-    call with arguments missing or extra positional ones goes to ``Kernel._launch_given``, which checks
-    it and raises. With ``facts`` the fast key also holds which arrays overlap no other and which have
-    innermost extents of whole 16-byte units (``signature.launch_facts``), facts the Tile IR backend compiles in.
+    launchers and cells are one thread's. It remembers its last call: when the same arguments come again (the
+    same objects: immutable ones, or torch tensors whose address, shape, strides and dtype read the same) on the
+    same device and stream, it relaunches what its private launcher's buffers already hold with one ctypes
+    call. Otherwise it classifies each argument inline (own arrays, views, Python scalars with
+    ``runtime.dispatch``'s int rule, then the array converter ``as_view`` found for its type; a type seen for the
+    first time, or an error, through ``runtime.dispatch.classify``), maps the fast key to a specialization and
+    launches through that. A call with arguments missing or extra positional ones goes to
+    ``Kernel._launch_given``, which checks it and raises. With ``facts`` the fast key also holds which arrays
+    overlap no other and which have innermost extents of whole 16-byte units (``signature.launch_facts``), facts
+    the Tile IR backend compiles in.
     """
+    from tilejit.runtime.dispatch import bound_comment, int_dtype_text, make_header, nonlocal_lines
+
     names = [*args, *constants]
-    p = "_tj_"  # every generated name starts with a prefix that no parameter does
-    while any(name.startswith(p) for name in names):
-        p = "_" + p
-    k = len(names)
-    dev, comp, views_at, now_at, handle_at = range(k, k + 5)
+    p = _dispatch_prefix(names)
     miss = f"{p}MISSING"
     params = [f"{a}={miss}" for a in args] + [f"*{p}more"] + [f"{c}={miss}" for c in constants]
     values = "(" + "".join(f"{name}, " for name in names) + ")"
     forward = ", ".join([*args, f"*{p}more", *(f"{c}={c}" for c in constants)])
-    hit = [f"{name} is {p}m[{i}]" for i, name in enumerate(names)]
-    hit += [f"{p}DEV[0] is {p}m[{dev}]", f"not {p}more"]
+    # The last call again: the same objects, on the same device, with no extra arguments, and any torch tensor
+    # among them reading the same as then.
+    identity = " and ".join([*(f"{name} is {p}last_{name}" for name in names),
+                             f"{p}current_device[0] is {p}memo_device", f"not {p}more"])
+    states = [f"({p}read_{a} is None or {p}read_{a}({a}) == {p}state_{a})" for a in args]
+    hit = [f"if {identity}:"] if not args else [
+        f"if ({identity}",
+        f"        and ({p}no_state or {states[0]}",
+        *(f"                and {state}" for state in states[1:]),
+    ]
+    hit[-1] += ")):" if args else ""
     given = " or ".join([f"{p}more", *(f"{name} is {miss}" for name in names)])
-    keep = "".join(f"{a} if {a}.__class__ in {p}KEEP else {p}NOKEEP, " for a in args)
-    keep += "".join(f"{c} if {c}.__class__ in {p}KEEP_CONST else {p}NOKEEP, " for c in constants)
     consts = "(" + "".join(f"({c}.__class__, {c}), " for c in constants) + ")"
     classify: list[str] = []
-    for i, name in enumerate(args):
-        v, key = f"{p}v{i}", f"{p}k{i}"
+    for a in args:
+        v, key = f"{p}view_{a}", f"{p}key_{a}"
+        scalar_key = "None" if a in annotated else int_dtype_text(a)
         classify += [
-            f"{p}cl = {name}.__class__",
-            f"if {p}cl is {p}DA: {v} = {name}._view; {key} = ({v}[3], {v}[2], {v}[0] & 15)",
-            f"elif {p}cl is {p}AV: {v} = {name}; {key} = ({name}[3], {name}[2], {name}[0] & 15)",
-            f"elif {p}cl is int: {v} = {name}; {key} = "
-            + ("None" if name in annotated else f"int if {_I32_MIN} <= {name} <= {_I32_MAX} else 'i64'"),
-            f"elif {p}cl is float or {p}cl is bool: {v} = {name}; {key} = "
-            + ("None" if name in annotated else f"{p}cl"),
+            f"{p}cl = {a}.__class__",
+            f"if {p}cl is {p}DeviceArray:",
+            f"    {v} = {a}._view; {key} = ({v}[3], {v}[2], {v}[0] & 15)",
+            f"elif {p}cl is {p}ArrayView:",
+            f"    {v} = {a}; {key} = ({a}[3], {a}[2], {a}[0] & 15)",
+            f"elif {p}cl is int:",
+            f"    {v} = {a}; {key} = {scalar_key}",
+            f"elif {p}cl is float or {p}cl is bool:",
+            f"    {v} = {a}; {key} = " + ("None" if a in annotated else f"{p}cl"),
             "else:",
-            f"    try: {v} = {p}VIEW[{p}cl]({name}); {key} = ({v}[3], {v}[2], {v}[0] & 15)",
-            f"    except Exception: {v}, {key} = {p}classify({name!r}, {name})  # new type, scalar or error",
+            f"    {p}foreign = True",
+            "    try:",
+            f"        {v} = {p}VIEW[{p}cl]({a}); {key} = ({v}[3], {v}[2], {v}[0] & 15)",
+            "    except Exception:  # a type seen for the first time, a numpy scalar, or an error",
+            f"        {v}, {key} = {p}classify({a!r}, {a}, {a in annotated})",
         ]
-    view_tuple = "(" + "".join(f"{p}v{i}, " for i in range(len(args))) + ")"
-    fast_key = f"({p}dev, {consts}, " + "".join(f"{p}k{i}, " for i in range(len(args)))
+    view_tuple = "(" + "".join(f"{p}view_{a}, " for a in args) + ")"
+    fast_key = f"({p}dev, {consts}, " + "".join(f"{p}key_{a}, " for a in args)
     fast_key += f"{p}facts({view_tuple}))" if facts else ")"
     run_list = "[" + ", ".join(args) + "]"
     const_tuple = "(" + "".join(f"{c}, " for c in constants) + ")"
-    handle = f"{p}CUR[0] if {p}stream is None else {p}stream_handle({p}stream)"
-    body = [
-        f"{p}t = {p}ident()",
-        f"if {p}t != {p}owner:  # another thread: its own function, with its own cells and memo",
-        f"    {p}f = {p}threads.get({p}t)",
-        f"    if {p}f is None: {p}f = {p}for_thread({p}threads, {p}t, {p}grid, {p}stream)",
-        f"    return {p}f({forward})",
-        f"{p}m = {p}memo",
-        f"if {' and '.join(hit)}:",
-        f"    {p}now = {p}m[{now_at}]",
-        f"    if {p}now is not None and ({handle}) == {p}m[{handle_at}]:",
-        f"        {p}status = {p}now()",
-        f"        if {p}status:",
-        f"            {p}memo = {p}EMPTY",
-        f"            {p}fail({p}m[{comp}], {p}status, {p}grid, {p}m[{views_at}], {p}m[{handle_at}])",
-        "        return",
-        f"    {p}c = {p}m[{comp}]; {p}views = {p}m[{views_at}]; {p}dev = {p}m[{dev}]",
+
+    def remember(relaunch: str, handle: str) -> list[str]:
+        """Lines remembering this call: its arguments (immutable ones, and torch tensors with their state),
+        constants, device, specialization, views, and what relaunches it on which stream. The device comes last:
+        it makes the memo whole."""
+        out: list[str] = []
+        if args:
+            out += [f"if {p}foreign:  # remember torch tensors too, with what they read now"]
+            for i, a in enumerate(args):
+                out += [f"    {p}read_{a} = {p}state_reader({a}.__class__)",
+                        f"    {p}state_{a} = None if {p}read_{a} is None else {p}views[{i}][:4]"]
+            out += [f"    {p}no_state = {' and '.join(f'{p}read_{a} is None' for a in args)}"]
+            out += [f"    {p}last_{a} = {a} if {a}.__class__ in {p}KEEP or {p}read_{a} is not None else {p}NOKEEP"
+                    for a in args]
+            out += ["else:", f"    {p}no_state = True"]
+            out += [f"    {p}last_{a} = {a} if {a}.__class__ in {p}KEEP else {p}NOKEEP" for a in args]
+        out += [f"{p}last_{c} = {c} if {c}.__class__ in {p}KEEP_CONST else {p}NOKEEP" for c in constants]
+        out += [f"{p}memo_compiled, {p}memo_views = {p}c, {p}views",
+                f"{p}memo_relaunch, {p}memo_handle = {relaunch}, {handle}",
+                f"{p}memo_device = {p}dev"]
+        return out
+
+    handle_now = [
+        f"if {p}stream is None: {p}h = {p}current_stream_handle[0]",
         "else:",
-        f"    {p}memo = {p}EMPTY  # the private launcher's buffers may be rewritten below",
-        f"    if {given}: return {p}slow({p}grid, {p}stream, {p}more, {values})",
-        f"    {p}dev = {p}DEV[0]",
+    ]
+    memo = [f"{p}last_{name}" for name in names] + [f"{p}{x}_{a}" for x in ("read", "state") for a in args]
+    memo += [f"{p}no_state", f"{p}memo_device", f"{p}memo_compiled", f"{p}memo_views", f"{p}memo_relaunch",
+             f"{p}memo_handle"]
+    constants_doc = f"; constants {', '.join(constants)}" if constants else ""
+    body = [
+        f'"""Launch tile kernel {kernel!r} ({", ".join(args) or "no arguments"}{constants_doc}) on this function\'s '
+        "grid and stream, for one thread.",
+        "",
+        "Made by tilejit.api.kernel (``_dispatch_source``). The last call's arguments again (the same objects,",
+        "immutable or reading the same) on the same device and stream relaunch what its private launcher holds;",
+        "other calls classify each argument, find the specialization by the fast key and launch through it.",
+        '"""',
+        *nonlocal_lines(memo),
+        f"{p}thread = {p}thread_id()",
+        f"if {p}thread != {p}owner:  # another thread: its own function, with its own cells and memo",
+        f"    {p}f = {p}threads.get({p}thread)",
+        f"    if {p}f is None: {p}f = {p}for_thread({p}threads, {p}thread, {p}grid, {p}stream)",
+        f"    return {p}f({forward})",
+        *hit,
+        "    # the last call again: relaunch what its private launcher's buffers hold, when on the same stream",
+        f"    if {p}memo_relaunch is not None:",
+        *("        " + line for line in handle_now),
+        f"            try: {p}h = {p}stream_handle({p}stream)",
+        f"            except (TypeError, ValueError): {p}h = None  # not a stream (now): the launch below says why",
+        f"        if {p}h == {p}memo_handle:",
+        f"            {p}status = {p}memo_relaunch()",
+        f"            if {p}status:",
+        f"                {p}memo_device = {p}NOKEEP  # forget the failed launch",
+        f"                {p}memo_compiled.base.failed({p}status, {p}grid, {p}memo_views, {p}memo_handle)",
+        "            return",
+        f"    {p}c = {p}memo_compiled; {p}views = {p}memo_views; {p}dev = {p}memo_device",
+        f"    {p}foreign = not {p}no_state",
+        "else:",
+        f"    {p}memo_device = {p}NOKEEP  # the private launcher's buffers may be rewritten below",
+        f"    if {given}:",
+        f"        return {p}slow({p}grid, {p}stream, {p}more, {values})",
+        f"    {p}dev = {p}current_device[0]",
         f"    if {p}dev is None: {p}dev = {p}get_device()  # the thread's first device: chosen now",
+        f"    {p}foreign = False  # whether an argument is another library's array",
         *("    " + line for line in classify),
         f"    {p}key = {fast_key}",
         "    try:",
@@ -566,48 +625,38 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         f"if {p}o is None: {p}o = {p}own_of({p}c, {p}owns, {p}owner)",
         f"if {p}o is None:  # the specialization's shared launcher (checked first, then generated)",
         f"    {p}c.launcher({p}grid, {p}views, {p}stream)",
-        f"    {p}memo = ({keep}{p}dev, {p}c, {p}views, None, 0)",
+        *("    " + line for line in remember("None", "0")),
         "    return",
-        f"if {p}stream is None: {p}h = {p}CUR[0]",
-        "else:",
+        *handle_now,
         f"    try: {p}h = {p}stream_handle({p}stream)",
         f"    except (TypeError, ValueError): return {p}c.launcher({p}grid, {p}views, {p}stream)  # it explains",
         # A failed launch may leave the private launcher's buffers holding this call (its stream, when only
         # that differed from the memo's): the memo must not make a later call relaunch them.
         f"try: {p}o[0]({p}grid, {p}views, {p}h)",
         "except BaseException:",
-        f"    {p}memo = {p}EMPTY",
+        f"    {p}memo_device = {p}NOKEEP",
         "    raise",
-        f"{p}memo = ({keep}{p}dev, {p}c, {p}views, {p}o[1], {p}h)",
+        *remember(f"{p}o[1]", f"{p}h"),
     ]
-    make_params = ", ".join(p + name for name in _MAKE_PARAMS)
-    return (
-        f"def make({make_params}):\n"
-        f"    {p}EMPTY = ({p}NOKEEP,) * {k + 1} + (None, None, None, 0)\n"
-        f"    {p}memo = {p}EMPTY\n"
-        f"    {p}owns = {{}}\n"
-        f"    {p}threads = {{}}\n"
-        f"    def launch({', '.join(params)}):\n"
-        f"        nonlocal {p}memo\n"
-        + "".join(f"        {line}\n" for line in body)
-        + f"    launch.__name__ = launch.__qualname__ = {p}NAME\n"
-        "    return launch\n"
-    )
-
-
-#: The parameters of a generated ``make``, in order (each with the source's name prefix): those of every
-#: ``kernel[grid]``, then those of one (its thread's id and current device and stream handle cells, grid, stream).
-_MAKE_PARAMS = ("fast", "specialize", "slow", "classify", "own_of", "fail", "for_thread", "DA", "AV", "VIEW",
-                "MISSING", "NOKEEP", "KEEP", "KEEP_CONST", "get_device", "ident", "stream_handle", "NAME",
-                "facts",
-                "owner", "DEV", "CUR", "grid", "stream")
-_PER_FUNCTION = 5  # owner ... stream
-
-
-def _classify(name: str, a: Any) -> tuple[Any, Any]:
-    """(view or scalar, fast-key entry) of an argument that is not a DeviceArray, view or Python scalar."""
-    v = _as_view_or_scalar(name, a)
-    return v, ((v.dtype, v.strides, v.ptr & 15) if v.__class__ is _AV else ("scalar", str(v.dtype)))
+    init = [f"{' = '.join(f'{p}last_{name}' for name in names)} = {p}NOKEEP"] if names else []
+    if args:
+        init += [f"{' = '.join(f'{p}{x}_{a}' for x in ('read', 'state') for a in args)} = None"]
+    init += [f"{p}no_state = True", f"{p}memo_device = {p}NOKEEP",
+             f"{p}memo_compiled = {p}memo_views = {p}memo_relaunch = None", f"{p}memo_handle = 0",
+             f"{p}owns = {{}}  # specialization -> its launcher private to this function, and that one's now()",
+             f"{p}threads = {{}}  # other threads' functions of this kernel[grid]"]
+    return "\n".join([
+        *bound_comment([p + name for name in _KERNEL_ENV], "tilejit.api.kernel for this kernel"),
+        *make_header([p + name for name in _FUNCTION_ENV]),
+        *("    " + line for line in init),
+        "",
+        f"    def launch({', '.join(params)}):",
+        *("        " + line if line else "" for line in body),
+        "",
+        f"    launch.__name__ = launch.__qualname__ = {p}NAME",
+        "    return launch",
+        "",
+    ])
 
 
 def _check_num_threads(name: str, n: object) -> int:
@@ -653,6 +702,7 @@ class Kernel:
         self._lock = threading.Lock()
         self._fingerprint: str | None = None
         self._make: Callable[..., Callable[..., None]] | None = None
+        self._prefix = ""  # that of the names in the generated launch functions' source
         self._facts: bool | None = None  # whether launch keys hold ``launch_facts`` (decided once)
 
     def __repr__(self) -> str:
@@ -670,12 +720,12 @@ class Kernel:
     def _bind(self, item: object) -> Callable[..., None]:
         """The launch function for ``kernel[item]``, made for the calling thread (another thread's calls of it
         go on to functions of their own); memoized, since grids repeat."""
-        from tilejit.runtime.launch import _grid3  # the launcher's own grid rule (its module loads on launch)
+        from tilejit.runtime.launch import grid3  # the launcher's own grid rule (its module loads on launch)
 
         if isinstance(item, tuple) and len(item) == 2 and not hasattr(item[1], "__index__"):  # (grid, stream)
-            grid, stream = _grid3(item[0]), item[1]
+            grid, stream = grid3(item[0]), item[1]
         else:
-            grid, stream = _grid3(item), None
+            grid, stream = grid3(item), None
         bound = self._make_launch(threading.get_ident(), grid, stream)
         try:
             if len(self._bound) >= _MEMO_LIMIT:
@@ -691,28 +741,31 @@ class Kernel:
 
         make = self._make
         if make is None:
+            from tilejit.compiler.cache import cached_compile
             from tilejit.runtime.array import DeviceArray
             from tilejit.runtime.device import get_device
-            from tilejit.runtime.launch import IMMUTABLE_ARGS
+            from tilejit.runtime.dispatch import IMMUTABLE_ARGS, classify, function_maker
+            from tilejit.runtime.interop import state_reader
             from tilejit.runtime.stream import stream_handle
 
-            src = _dispatch_source(self._args, self._constants, list(self._annotated), self._keys_facts())
-            namespace: dict[str, Any] = {}
-            from tilejit.compiler.cache import cached_compile
-
-            exec(cached_compile(src, f"<tilejit dispatch {self.__name__}>"), namespace)
+            src = _dispatch_source(self._args, self._constants, list(self._annotated), self._keys_facts(),
+                                   self.__name__)
+            p = _dispatch_prefix([*self._args, *self._constants])
             env = {
-                "fast": self._fast, "specialize": self._specialize, "slow": self._launch_given,
-                "classify": _classify, "own_of": _own_launch, "fail": _fail, "for_thread": self._for_thread,
-                "DA": DeviceArray, "AV": _AV, "VIEW": _VIEW_BY_TYPE, "MISSING": _MISSING, "NOKEEP": _NOKEEP,
-                "KEEP": IMMUTABLE_ARGS, "KEEP_CONST": _KEEP_CONST, "get_device": get_device,
-                "ident": threading.get_ident, "stream_handle": stream_handle, "NAME": self.__name__,
-                "facts": launch_facts,
+                "fast": self._fast, "specialize": self._specialize, "slow": self._launch_given, "classify": classify,
+                "own_of": _own_launch, "for_thread": self._for_thread, "DeviceArray": DeviceArray, "ArrayView": _AV,
+                "VIEW": _VIEW_BY_TYPE, "MISSING": _MISSING, "NOKEEP": _NOKEEP, "KEEP": IMMUTABLE_ARGS,
+                "KEEP_CONST": _KEEP_CONST, "get_device": get_device, "thread_id": threading.get_ident,
+                "stream_handle": stream_handle, "NAME": self.__name__, "facts": launch_facts,
+                "state_reader": state_reader,
             }
-            make = self._make = functools.partial(
-                namespace["make"], *(env[n] for n in _MAKE_PARAMS[:-_PER_FUNCTION]))
+            make = self._make = function_maker(src, f"<tilejit dispatch {self.__name__}>", cached_compile,
+                                               {p + name: env[name] for name in _KERNEL_ENV})
+            self._prefix = p
         state = thread_state()
-        return make(thread, state.device, state.handle, grid, stream)
+        p = self._prefix
+        return make(**{p + "owner": thread, p + "current_device": state.device,
+                       p + "current_stream_handle": state.handle, p + "grid": grid, p + "stream": stream})
 
     def _keys_facts(self) -> bool:
         """Whether this kernel's launch keys hold ``signature.launch_facts`` (``ArrayHint.disjoint``/``extent16``):
@@ -782,6 +835,7 @@ class Kernel:
     def _launch(self, grid: tuple[int, int, int], stream: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The checked launch: every argument checked and classified, no remembered state."""
         from tilejit.runtime.device import get_device
+        from tilejit.runtime.dispatch import classify
 
         run_args, consts = self._split(args, kwargs)
         # The fast key uses raw facts (dtype, strides, pointer alignment); _specialize maps it to the
@@ -789,22 +843,10 @@ class Kernel:
         # Constants are keyed with their type: 1, 1.0 and True compare equal but compile differently.
         key: list[Any] = [get_device(), tuple([(c.__class__, c) for c in consts])]
         views: list[Any] = []
-        annotated = self._annotated
         for name, a in zip(self._args, run_args):
-            cls = a.__class__
-            if cls is _AV:
-                views.append(a)
-                key.append((a.dtype, a.strides, a.ptr & 15))
-            elif cls in _PY_SCALARS:
-                views.append(a)
-                if name in annotated:
-                    key.append(None)
-                else:
-                    key.append(cls if cls is not int or _I32_MIN <= a <= _I32_MAX else "i64")
-            else:
-                v, k = _classify(name, a)
-                views.append(v)
-                key.append(k)
+            v, k = classify(name, a, name in self._annotated)
+            views.append(v)
+            key.append(k)
         if self._keys_facts():
             key.append(launch_facts(views))
         k = tuple(key)

@@ -25,11 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from tilejit.api.compile import Artifact
 from tilejit.config import CACHE, EMIT_PTX
-from tilejit.runtime.launch import CHECKED_LAUNCHES
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from tilejit.api.kernel import _Compiled
     from tilejit.runtime.launch import Launcher
 
@@ -168,25 +165,8 @@ def load_artifact(artifact: Artifact, fingerprint: str, device: Any = None) -> _
 
 
 def loaded(launcher: Launcher, artifact: Artifact | None, module: Any) -> _Compiled:
-    """A specialization launching through ``launcher``: checked at first, then generated."""
+    """A specialization launching through ``launcher`` (each thread: checked at first, then generated; the policy of
+    ``tilejit.runtime.dispatch``)."""
     from tilejit.api.kernel import _Compiled
 
-    compiled = _Compiled(launcher=None, artifact=artifact, module=module, base=launcher)
-    compiled.launcher = _checked_then_generated(compiled, launcher)
-    return compiled
-
-
-def _checked_then_generated(compiled: _Compiled, launcher: Launcher) -> Callable[..., None]:
-    """The first launches of a specialization take the checked path; after ``CHECKED_LAUNCHES`` of them
-    ``compiled.launcher`` (read on every launch) becomes the generated fast function, so a kernel
-    launched only a few times never pays for compiling one."""
-    remaining = CHECKED_LAUNCHES
-
-    def launch(grid: Any, args: Any, stream: Any = None) -> None:
-        nonlocal remaining
-        remaining -= 1
-        if remaining <= 0:
-            compiled.launcher = launcher.launch
-        launcher.launch_checked(grid, args, stream)
-
-    return launch
+    return _Compiled(launcher=launcher.launch_any_thread, artifact=artifact, module=module, base=launcher)

@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tilejit.runtime import device as _device_state
-from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
+from tilejit.runtime.launch import Launcher, ParamKind
 
 if TYPE_CHECKING:
     from tilejit.compiler.nvrtc import CompiledProgram
     from tilejit.compiler.targets import Target
+    from tilejit.runtime.dispatch import FirstLaunches
 
 _CACHE_TAG = "tilejit.RawKernel.v1"  # the entry holds the code and its checked parameters
 
@@ -596,8 +597,9 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         self._functions: dict[int, Any] = {}
         self._device_params: dict[int, list[tuple[str, ParamKind]]] = {}  # device ordinal -> params of its code
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
-        self._entries: dict[tuple[Any, ...], Callable[..., None]] = {}
-        self._checked_calls: dict[tuple[Any, ...], int] = {}
+        # (device ordinal, block, shared) -> each thread's checked launches and generated entries there
+        self._policies: dict[tuple[Any, ...], FirstLaunches] = {}
+        self._last_entries: dict[int, Callable[..., None]] = {}  # another thread -> the entry it used last
         # Held here too: a call in progress must not free the function it runs when _use replaces it.
         self._checked_entry: Callable[..., None] = self._first_call
         self._use(self._checked_entry)
@@ -774,9 +776,9 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
             launcher = None
         if launcher is None:
             from tilejit.compiler.cache import cached_compile
-            from tilejit.runtime.launch import _block3
+            from tilejit.runtime.launch import block3
 
-            _block3(key[1])  # checked before anything compiles
+            block3(key[1])  # checked before anything compiles
             if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or shared_mem < 0:
                 raise ValueError(f"shared_mem must be a non-negative int (bytes of dynamic shared memory), got "
                                  f"{shared_mem!r}")
@@ -797,13 +799,14 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
     def _first_call(self, grid: Any, block: Any, args: Sequence[Any], stream: Any = None, shared_mem: int = 0,
                     *, resolve: bool = False) -> None:
         """What ``kernel(...)`` runs until an entry is generated, and what an entry hands back a call it does not
-        take (another thread's, or another device, block or shared size). Entries read one thread's current
-        device and stream: ``kernel(...)`` runs those of the first thread that had one made; another thread's
-        calls come here and go on to its last entry, which hands back (``resolve``) what it does not take."""
+        take (another thread's, or another device, block or shared size). Each (device, block, shared size) has a
+        Launcher, and per thread the launch policy of ``tilejit.runtime.dispatch`` (``FirstLaunches``): checked
+        launches first, then a generated entry. Entries read one thread's current device and stream:
+        ``kernel(...)`` runs those of the first thread that had one made; another thread's calls come here and
+        go on to its last entry, which hands back (``resolve``) what it does not take."""
         tid = threading.get_ident()
         if not resolve:
-            last = self.__dict__.get("_last_entries")
-            entry = None if last is None else last.get(tid)
+            entry = self._last_entries.get(tid)
             if entry is not None:
                 entry(grid, block, args, stream, shared_mem)
                 return
@@ -811,37 +814,43 @@ class RawKernel(functools.partial):  # type: ignore[type-arg]
         block_key = tuple(block) if isinstance(block, list) else block
         key = (dev.ordinal, block_key, shared_mem)
         try:
-            launcher = self._launchers.get(key)
+            policy = self._policies.get(key)
         except TypeError:  # an unhashable block: launcher() says what a block is
-            launcher = None
-        if launcher is None:
-            launcher = self.launcher(block_key, shared_mem, dev)
-        # The first launches take the checked path: a kernel launched a few times never pays for
-        # generating (compiling) its fast path.
-        calls = self._checked_calls.get(key, 0)
-        if calls < CHECKED_LAUNCHES and key not in self._entries:
-            self._checked_calls[key] = calls + 1
-            launcher.launch_checked(grid, args, stream)
+            policy = None
+        if policy is None:
+            policy = self._policy(key, dev)
+        entry = policy.function(tid)
+        if entry is None:
+            self._launchers[key].launch_checked(grid, args, stream)
             return
-        if self.func is self._checked_entry or getattr(self.func, "owner", None) == tid:
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = self._entries[key] = launcher.entry(block_key, shared_mem, dev, self._first_call, tid)
+        if entry.owner == self.__dict__.get("_home_thread"):  # type: ignore[attr-defined]
             self._use(entry)
         else:
-            from tilejit.runtime.launch import MAX_THREAD_LAUNCHERS
+            from tilejit.runtime.dispatch import MAX_THREAD_LAUNCHERS
 
-            mine: dict[Any, Callable[..., None]] = self.__dict__.setdefault("_thread_entries", {})
-            last = self.__dict__.setdefault("_last_entries", {})
-            entry = mine.get((tid, key))
-            if entry is None:
-                if len(mine) >= 4 * MAX_THREAD_LAUNCHERS:
-                    mine.clear()
-                    last.clear()
-                entry = mine[tid, key] = launcher.entry(
-                    block_key, shared_mem, dev, functools.partial(self._first_call, resolve=True), tid)
-            last[tid] = entry
+            if len(self._last_entries) >= 4 * MAX_THREAD_LAUNCHERS:
+                self._last_entries.clear()
+            self._last_entries[tid] = entry
         entry(grid, block_key, args, stream, shared_mem)
+
+    def _policy(self, key: tuple[Any, ...], dev: Any) -> FirstLaunches:
+        """The launch policy of (device ordinal, block, shared size) ``key`` (its Launcher made, block and shared size
+        checked); its generated entries hand what they do not take to ``_first_call``."""
+        from tilejit.runtime.dispatch import FirstLaunches
+
+        _, block_key, shared_mem = key
+        launcher = self.launcher(block_key, shared_mem, dev)
+
+        def make(thread: int) -> Callable[..., None]:
+            # ``kernel(...)`` runs the entries of the first thread that had one made (its home thread; the setdefault
+            # decides once, whichever thread gets there first): they hand other threads' calls to their last
+            # entries; those hand back all they do not take, to be resolved here.
+            home = self.__dict__.setdefault("_home_thread", thread)
+            fallback = self._first_call if home == thread else functools.partial(self._first_call, resolve=True)
+            return launcher.entry(block_key, shared_mem, dev, fallback, thread)
+
+        policy = self._policies[key] = FirstLaunches(make)
+        return policy
 
     def _use(self, entry: Callable[..., None]) -> None:
         """Make ``kernel(...)`` run ``entry`` (the partial's function, replaced in place through its

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from tilejit.errors import LaunchError
-from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType, float32, int32, int64, scalar
+from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType, float32, int32, scalar
 from tilejit.language.ir.types import bool_ as tj_bool
 from tilejit.runtime.interop import ArrayView
 
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT32_MAX = (1 << 31) - 1  # strides below this are index32
 
 
 def scalar_type_of(name: str, value: Any) -> TileType:
@@ -24,7 +24,9 @@ def scalar_type_of(name: str, value: Any) -> TileType:
     if isinstance(value, bool):
         return scalar(tj_bool)
     if isinstance(value, int):
-        return scalar(int32 if _INT32_MIN <= value <= _INT32_MAX else int64)
+        from tilejit.runtime.dispatch import int_dtype  # the one int rule, which the launch keys follow too
+
+        return scalar(BY_NAME[int_dtype(value)])
     if isinstance(value, float):
         return scalar(float32)
     dt = getattr(value, "dtype", None)

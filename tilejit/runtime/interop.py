@@ -85,11 +85,28 @@ def _host_error(obj: Any) -> NotDeviceArrayError:
 _TORCH_DTYPES: dict[Any, str] = {}
 
 
-def _torch_dtype_table() -> dict[Any, str]:
-    torch = sys.modules["torch"]
-    names = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-             "float16", "bfloat16", "float32", "float64"]
-    return {getattr(torch, n): n for n in names if hasattr(torch, n)}
+def torch_dtypes() -> dict[Any, str]:
+    """torch dtype -> tilejit dtype name, for the dtypes both have (torch must be imported); filled once and kept,
+    so launch code may hold it."""
+    if not _TORCH_DTYPES:
+        torch = sys.modules["torch"]
+        names = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "bfloat16", "float32", "float64"]
+        _TORCH_DTYPES.update({getattr(torch, n): n for n in names if hasattr(torch, n)})
+    return _TORCH_DTYPES
+
+
+class _NoTensor:
+    """Stands for ``torch.Tensor`` in launch code made while torch is not imported: no argument is of its type."""
+
+
+def torch_tensor_type() -> type:
+    """``torch.Tensor`` when torch is imported, else a class no argument has: generated launch code reads a torch
+    tensor's ``data_ptr()``, ``shape``, ``stride()``, ``dtype`` and ``is_cuda`` inline (its other array arguments
+    go through :func:`as_view`)."""
+    torch = sys.modules.get("torch")
+    cls = getattr(torch, "Tensor", None)
+    return cls if isinstance(cls, type) else _NoTensor
 
 
 def _torch_view(t: Any) -> ArrayView:
@@ -97,18 +114,22 @@ def _torch_view(t: Any) -> ArrayView:
         raise _host_error(t)
     name = _TORCH_DTYPES.get(t.dtype)
     if name is None:
-        if not _TORCH_DTYPES:
-            _TORCH_DTYPES.update(_torch_dtype_table())
-        name = _TORCH_DTYPES.get(t.dtype)
+        name = torch_dtypes().get(t.dtype)  # the table, filled on first use
         if name is None:
             raise TypeError(f"unsupported torch dtype {t.dtype}")
     return _new_view((t.data_ptr(), t.shape, t.stride(), name, t))  # type: ignore[no-any-return]
 
 
+def _torch_state(t: Any) -> Any:
+    """What ``as_view(t)[:4]`` is for a torch tensor ``t`` (address, shape, strides, dtype name), None on the host:
+    read at each launch that passes the tensor of the last one, which the launch may then repeat."""
+    return (t.data_ptr(), t.shape, t.stride(), _TORCH_DTYPES.get(t.dtype)) if t.is_cuda else None
+
+
 def _torch_pointer(t: Any) -> tuple[int, str]:
     name = _TORCH_DTYPES.get(t.dtype)
     if name is None or not t.is_cuda or not t.is_contiguous():
-        return _pointer_via_view(t)  # fills the dtype table, or raises the host / dtype / layout error
+        return _pointer_via_view(t)  # raises the host / dtype / layout error
     return t.data_ptr(), name
 
 
@@ -373,6 +394,15 @@ def _pointer_via_view(obj: Any) -> tuple[int, str]:
     return v.ptr, v.dtype
 
 
+def state_reader(cls: type) -> Callable[[Any], Any] | None:
+    """For a mutable array type whose arrays may change in place (torch tensors: ``set_``, ``resize_``,
+    ``transpose_``...), the function that reads what :func:`as_view` would see of one now, as ``view[:4]`` (address,
+    shape, strides, dtype name; anything else where ``as_view`` would refuse it): a launch that gets the array of the
+    last launch again may repeat that launch when this still reads the same. None for other types (immutable ones
+    are remembered by identity alone; other mutable ones are read afresh at every launch)."""
+    return _torch_state if _BY_TYPE.get(cls) is _torch_view else None
+
+
 def pointer_of(obj: Any) -> tuple[int, str]:
     """(address, dtype) of a device array: what a ``T*`` kernel parameter needs, read more cheaply
     than a full view where the library allows (torch)."""
@@ -402,4 +432,5 @@ def as_view(obj: Any) -> ArrayView:
 __all__ = [
     "ArrayView", "DLPackOwner", "NotDeviceArrayError", "as_view", "byte_span", "c_strides", "is_contiguous",
     "not_contiguous_error", "parse_cuda_array_interface", "parse_dlpack_capsule", "pointer_of", "register_converter",
+    "state_reader", "torch_dtypes", "torch_tensor_type",
 ]

@@ -2,9 +2,10 @@
 
 A :class:`Launcher` is built once per kernel signature. It lays the parameters out as the kernel
 sees them (each at its natural C alignment) and precomputes a ``struct`` format for the whole block.
-A kernel's first ``CHECKED_LAUNCHES`` launches take the checked path (every argument converted and
-checked, fresh buffers); then :mod:`tilejit.runtime.fastlaunch` generates one small function
-specialized to the signature, with its own parameter buffer and launch configuration. It converts
+Each thread's first ``CHECKED_LAUNCHES`` launches take the checked path (every argument converted and
+checked, fresh buffers: the policy of :mod:`tilejit.runtime.dispatch`); then :mod:`tilejit.runtime.fastlaunch`
+generates one small function specialized to the signature, with its own parameter buffer and launch
+configuration (``launcher.source`` shows its text). It converts
 the arguments (skipping immutable ones identical to the last launch's), packs them with ONE
 ``pack_into`` and makes ONE ctypes call::
 
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tilejit.errors import CUDAError, LaunchError
-from tilejit.runtime.array import DeviceArray
+from tilejit.runtime.dispatch import CHECKED_LAUNCHES, IMMUTABLE_ARGS, MAX_THREAD_LAUNCHERS, FirstLaunches
 from tilejit.runtime.dtypes import ITEMSIZE, STRUCT_CHAR, float_to_bfloat16_bits
 from tilejit.runtime.interop import ArrayView, as_view, is_contiguous, not_contiguous_error
 from tilejit.runtime.stream import stream_handle
@@ -41,16 +42,11 @@ _MAX_BLOCK = (1024, 1024, 64)
 _CUDA_ERROR_INVALID_CONTEXT = 201
 _CUDA_ERROR_INVALID_HANDLE = 400
 _CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
-# CUlaunchConfig: 7 x unsigned int (grid xyz, block xyz, shared bytes), pad, CUstream at 32; attrs at 40
-# and numAttrs at 48 stay NULL/0.
-_CONFIG = struct.Struct("=7I4xQ")
+#: CUlaunchConfig: 7 x unsigned int (grid xyz, block xyz, shared bytes), pad, CUstream at 32; attrs at 40
+#: and numAttrs at 48 stay NULL/0.
+CONFIG = struct.Struct("=7I4xQ")
 _CONFIG_SIZE = 56
 _EXTRA = struct.Struct("=6Q")  # the driver's ``extra`` array (5 pointers) and the size_t its 4th points at
-#: Launches of a kernel that take the checked path before its fast path is generated: generating
-#: costs about a millisecond (a compile()); the checked path costs some microseconds a launch more.
-CHECKED_LAUNCHES = 16
-#: Threads besides a launcher's creator that get generated launch functions of their own.
-MAX_THREAD_LAUNCHERS = 64
 
 
 def _type_name(value: Any) -> str:
@@ -148,7 +144,7 @@ class ParamKind:
     def convert(self, value: Any, where: str) -> tuple[Any, ...]:
         """The struct values for ``value``, or a ``LaunchError`` starting with ``where``."""
         if self.kind == "scalar":
-            return (self._scalar(value, where),)
+            return (self.check_scalar(value, where),)
         if self.kind == "pointer":
             if isinstance(value, int) and not isinstance(value, bool):
                 if not 0 <= value < 1 << 64:
@@ -202,7 +198,8 @@ class ParamKind:
             )
         return v
 
-    def _scalar(self, value: Any, where: str) -> Any:
+    def check_scalar(self, value: Any, where: str) -> Any:
+        """The struct value of scalar ``value`` for this scalar kind, or a ``LaunchError`` starting with ``where``."""
         dtype = self.dtype
         assert dtype is not None
         shape = getattr(value, "shape", None)
@@ -273,7 +270,7 @@ def param_layout(kinds: Sequence[ParamKind]) -> tuple[str, tuple[int, ...], int]
     return fmt, tuple(offsets), off
 
 
-def _grid3(grid: Any) -> tuple[int, int, int]:
+def grid3(grid: Any) -> tuple[int, int, int]:
     """A grid as three ints (any integer type, e.g. numpy's, but not bool), checked against the hardware limits."""
     if isinstance(grid, tuple | list):
         if not 1 <= len(grid) <= 3:
@@ -309,7 +306,8 @@ def _is_bool(value: Any) -> bool:
     return _type_name(value) in ("numpy.bool_", "numpy.bool")
 
 
-def _block3(block: Any) -> tuple[int, int, int]:
+def block3(block: Any) -> tuple[int, int, int]:
+    """A block as three ints, checked against the hardware limits (``ValueError``)."""
     if isinstance(block, int) and not isinstance(block, bool):
         dims: tuple[Any, ...] = (block, 1, 1)
     elif isinstance(block, tuple | list) and 1 <= len(block) <= 3:
@@ -324,8 +322,6 @@ def _block3(block: Any) -> tuple[int, int, int]:
     return dims  # type: ignore[return-value]
 
 
-#: Argument types whose conversion depends on identity alone (immutable; DeviceArray by contract).
-IMMUTABLE_ARGS = frozenset({DeviceArray, ArrayView, int, float, bool})
 def _address(fn: Any) -> int:
     addr = ctypes.cast(fn, ctypes.c_void_p).value
     if not addr:
@@ -334,7 +330,7 @@ def _address(fn: Any) -> int:
 
 
 @functools.cache
-def _launch_proto(ex: bool) -> Any:
+def launch_proto(ex: bool) -> Any:
     """The ctypes prototype of ``cuLaunchKernelEx`` (ex) or ``cuLaunchKernel``, all pointers as ``void*``;
     made when first needed (each costs tens of microseconds at import)."""
     if ex:
@@ -365,7 +361,7 @@ def _allow_shared(function: Any, nbytes: int) -> None:
         function.set_max_dynamic_shared(nbytes)
 
 
-class _Buffers:
+class LaunchBuffers:
     """One set of launch buffers: the parameter block, the two ways of handing it to the driver
     (``extra`` = {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}, or ``kernelParams`` = one pointer
     per parameter into the block), and the launch configuration."""
@@ -382,7 +378,7 @@ class _Buffers:
         self.pointers_addr = pointers if offsets else 0
         struct.pack_into(f"={len(offsets)}Q", self.pointers, 0, *(base + off for off in offsets))
         self.config, self.config_addr = _raw(_CONFIG_SIZE)
-        _CONFIG.pack_into(self.config, 0, 1, 1, 1, *block, shared, 0)
+        CONFIG.pack_into(self.config, 0, 1, 1, 1, *block, shared, 0)
 
     def kernel_params_and_extra(self, mode: str) -> tuple[int, int]:
         """The (kernelParams, extra) arguments of a launch for ``mode`` "pointers" or "buffer"."""
@@ -400,12 +396,18 @@ class Launcher:
     drivers that differ). ``driver`` is for tests (default: the CUDA driver). ``compile_code(src,
     filename)`` makes the code of the generated functions (default ``compile()``; callers above the
     runtime pass one that keeps it in the disk cache). The generated functions' buffers, and the current
-    stream they read, are the creating thread's; another thread's launches take the checked path a few
-    times, then a generated function of its own, so concurrent launches never share buffers and each
-    reads its own thread's current stream. ``cluster``: CTAs per cluster along x the kernel was built for
-    (``KernelImage.cluster``; 1: none): every path refuses a grid whose x extent is not a multiple of it before
-    the driver sees it (the generated functions when their grid changes), with a message naming ``kernel_name``
-    (default: the function's name), and a driver error for such a grid is turned into the same message.
+    stream they read, are the creating thread's; another thread's launches follow :attr:`first_launches` (the
+    checked path a few times, then a generated function of its own), so concurrent launches never share
+    buffers and each reads its own thread's current stream. ``cluster``: CTAs per cluster along x the kernel
+    was built for (``KernelImage.cluster``; 1: none): every path refuses a grid whose x extent is not a
+    multiple of it before the driver sees it (the generated functions when their grid changes), with a
+    message naming ``kernel_name`` (default: the function's name), and a driver error for such a grid is
+    turned into the same message.
+
+    What the generated functions read of it (:mod:`tilejit.runtime.fastlaunch`) is public: the layout
+    (``params``, ``struct``, ``offsets``, ``size``), the launch (``block``, ``shared_bytes``, ``cluster``,
+    ``param_passing``, ``handle``, ``uses_ex``, ``entry_point``, ``call_driver``) and the paths it hands calls to
+    (:meth:`launch_any_thread`, :meth:`explain`, :meth:`failed`).
     """
 
     def __init__(
@@ -435,35 +437,43 @@ class Launcher:
         for n, k in self.params:
             if not isinstance(k, ParamKind):
                 raise TypeError(f"parameter {n!r}: expected a ParamKind, got {type(k).__name__}")
-        self.block = _block3(tuple(block) if isinstance(block, list) else block)
+        self.block = block3(tuple(block) if isinstance(block, list) else block)
         if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, int) or shared_bytes < 0:
             raise ValueError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
         self.shared_bytes = shared_bytes
         if shared_bytes > 48 * 1024 and hasattr(function, "set_max_dynamic_shared"):
             _allow_shared(function, shared_bytes)
         self.format, self.offsets, self.size = param_layout([k for _, k in self.params])
-        self._struct = struct.Struct(self.format)
+        #: The parameter block's layout as a ``struct.Struct`` (``pack_into`` fills a block).
+        self.struct = struct.Struct(self.format)
         if driver is None:
             from tilejit.runtime.device import initialized_driver
 
             driver = initialized_driver()
-        self._driver = driver
+        self.driver = driver
         ex = getattr(driver, "cuLaunchKernelEx", None)
-        self._uses_ex = ex is not None
-        self._address = _address(ex) if ex is not None else _address(driver.cuLaunchKernel)
-        self._call = _launch_proto(ex is not None)(self._address)
-        self._handle = int(function.handle)
+        #: Whether launches go through ``cuLaunchKernelEx`` (else the legacy ``cuLaunchKernel``).
+        self.uses_ex = ex is not None
+        #: The address of that driver entry point, and a ctypes function calling it (all pointers ``void*``).
+        self.entry_point = _address(ex) if ex is not None else _address(driver.cuLaunchKernel)
+        self.call_driver = launch_proto(ex is not None)(self.entry_point)
+        #: The kernel's ``CUfunction`` handle.
+        self.handle = int(function.handle)
         self._owner_thread = threading.get_ident()
-        # Other threads' generated functions (buffers of their own) and their checked launches so far.
-        self._thread_launches: dict[int, Callable[..., None]] = {}
-        self._thread_checked: dict[int, int] = {}
+        #: Each thread's checked launches and generated functions (:class:`~tilejit.runtime.dispatch.FirstLaunches`);
+        #: the creating thread's is ``launch``.
+        self.first_launches = FirstLaunches(self._function_for)
         self.source = ""  # the generated ``launch`` function's source, once it is made
 
     @functools.cached_property
     def launch(self) -> Callable[..., None]:
-        """The generated launch function, made on first use: RawKernel launches through ``entry``
-        only, and each generated function costs a compile() on the way to a first launch."""
-        return self._generate()
+        """The generated launch function of the creating thread, made on first use: each generated function costs
+        a compile() on the way to a first launch (per signature and process; then an exec)."""
+        from tilejit.runtime.fastlaunch import generate  # not needed until a kernel's fast path is made
+
+        launch = generate(self, self._owner_thread)
+        self.source = launch.source  # type: ignore[attr-defined]
+        return launch
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{k} {n}" for n, k in self.params)
@@ -481,18 +491,22 @@ class Launcher:
         that launches directly while ``block``, ``shared_mem`` and the current device are ``block_key``,
         ``shared_key`` and ``device`` and the caller is ``thread`` (default: the launcher's), and otherwise
         hands the call to ``fallback``. It reads that thread's current device and stream."""
-        return self._generate((block_key, shared_key, device, fallback), thread)
+        from tilejit.runtime.fastlaunch import generate
 
-    def own_launch(self) -> Callable[..., None]:
-        """Another launch function like ``launch`` (the same code, no compile), with buffers of its own.
-        Its ``now()`` relaunches exactly its last launch (None without ``cuLaunchKernelEx``), for a caller
-        that knows the arguments, grid and stream (pass it as a raw handle) are unchanged."""
-        return self._generate()
+        owner = self._owner_thread if thread is None else thread
+        return generate(self, owner, (block_key, shared_key, device, fallback))
 
-    def thread_launch(self, thread: int) -> Callable[..., None]:
-        """Like :meth:`own_launch`, for calls from ``thread`` instead of the launcher's thread (its ``now()``
-        relaunches that thread's last launch through it)."""
-        return self._generate(owner=thread)
+    def private_launch(self, thread: int) -> Callable[..., None]:
+        """Another launch function like ``launch`` for calls from ``thread`` (the same code, no compile), with
+        buffers of its own. Its ``now()`` relaunches exactly its last launch (None without ``cuLaunchKernelEx``),
+        for a caller that knows the arguments, grid and stream (pass it as a raw handle) are unchanged."""
+        from tilejit.runtime.fastlaunch import generate
+
+        return generate(self, thread)
+
+    def _function_for(self, thread: int) -> Callable[..., None]:
+        """``first_launches``' generated function for ``thread``: ``launch`` for the creating thread."""
+        return self.launch if thread == self._owner_thread else self.private_launch(thread)
 
     @property
     def generated(self) -> bool:
@@ -501,45 +515,22 @@ class Launcher:
 
     @property
     def owner_thread(self) -> int:
-        """The thread whose launches use the generated functions' buffers; others take fresh ones."""
+        """The thread whose launches use ``launch``'s buffers; others take functions of their own."""
         return self._owner_thread
 
-    def _generate(
-        self, raw: tuple[Any, int, Any, Callable[..., None]] | None = None, owner: int | None = None
-    ) -> Callable[..., None]:
-        from tilejit.runtime.fastlaunch import generate  # not needed until a kernel's fast path is made
-
-        return generate(self, raw, self._owner_thread if owner is None else owner)
-
-    def launch_other_thread(self, grid: Any, args: Sequence[Any], stream: Any = None) -> None:
-        """A launch from a thread that does not own the generated functions' buffers: its first
-        ``CHECKED_LAUNCHES`` take the checked path, then it gets a generated function (and buffers) of its
-        own, for up to ``MAX_THREAD_LAUNCHERS`` threads (a thread id reused after a thread ends reuses
-        that function, which no live thread shares)."""
-        tid = threading.get_ident()
-        launch = self._thread_launches.get(tid)
+    def launch_any_thread(self, grid: Any, args: Sequence[Any], stream: Any = None) -> None:
+        """A launch from any thread, by :attr:`first_launches`: the thread's first ``CHECKED_LAUNCHES`` take the
+        checked path, later ones its generated function (``launch`` for the creating thread)."""
+        launch = self.first_launches.function(threading.get_ident())
         if launch is None:
-            done = self._thread_checked.get(tid, 0)
-            if done < CHECKED_LAUNCHES or len(self._thread_launches) >= MAX_THREAD_LAUNCHERS:
-                if done < CHECKED_LAUNCHES:
-                    self._thread_checked[tid] = done + 1
-                self.launch_checked(grid, args, stream)
-                return
-            launch = self._thread_launches[tid] = self._generate(owner=tid)
-            self._thread_checked.pop(tid, None)
-        launch(grid, args, stream)
+            self.launch_checked(grid, args, stream)
+        else:
+            launch(grid, args, stream)
 
-    def _where(self, i: int) -> str:
+    def where(self, i: int) -> str:
+        """Parameter ``i`` as error messages name it."""
         name, kind = self.params[i]
         return f"parameter '{name}' ({kind}) of kernel '{self.name}'"
-
-    def _scalar_converter(self, i: int) -> Callable[[Any], Any]:
-        kind, where = self.params[i][1], self._where(i)
-
-        def conv(value: Any) -> Any:
-            return kind._scalar(value, where)
-
-        return conv
 
     # ------------------------------------------------------------------ slow path and errors
 
@@ -557,19 +548,19 @@ class Launcher:
             )
         values: list[Any] = []
         for i, ((_, kind), value) in enumerate(zip(self.params, args)):
-            values += kind.convert(value, self._where(i))
+            values += kind.convert(value, self.where(i))
         return values
 
     def pack(self, args: Sequence[Any]) -> bytes:
         """The parameter block for ``args``, as the kernel will receive it (checked path)."""
-        return self._struct.pack(*self.convert_args(args))
+        return self.struct.pack(*self.convert_args(args))
 
-    def _explain(self, grid: Any, args: Any, stream: Any, exc: BaseException) -> BaseException:
+    def explain(self, grid: Any, args: Any, stream: Any, exc: BaseException) -> BaseException:
         """The precise error behind a failed fast path (``exc`` itself if none is found)."""
         try:
             values = self.convert_args(args)
-            self._struct.pack(*values)
-            check_cluster_grid(self.kernel_name, _grid3(grid), self.cluster)
+            self.struct.pack(*values)
+            check_cluster_grid(self.kernel_name, grid3(grid), self.cluster)
             stream_handle(stream)
         except LaunchError as err:
             return err
@@ -580,35 +571,35 @@ class Launcher:
         return exc
 
     def launch_checked(self, grid: Any, args: Sequence[Any], stream: Any = None, retry: bool = True) -> None:
-        """The same launch with fresh buffers and full checks, no generated code: for threads other than
-        the creator, and for a kernel's first few launches (generating the fast path costs a compile())."""
+        """The same launch with fresh buffers and full checks, no generated code: for each thread's first few
+        launches (generating the fast path costs a compile()), and threads past ``MAX_THREAD_LAUNCHERS``."""
         values = self.convert_args(args)
-        gx, gy, gz = _grid3(grid)
+        gx, gy, gz = grid3(grid)
         if self.cluster > 1:
             check_cluster_grid(self.kernel_name, (gx, gy, gz), self.cluster)
         try:
             h = stream_handle(stream)
         except (TypeError, ValueError) as err:
             raise LaunchError(f"kernel '{self.name}': stream: {err}") from None
-        bufs = _Buffers(self.size, self.offsets, self.block, self.shared_bytes)
+        bufs = LaunchBuffers(self.size, self.offsets, self.block, self.shared_bytes)
         if values:
-            self._struct.pack_into(bufs.params, 0, *values)
+            self.struct.pack_into(bufs.params, 0, *values)
         kparams, extra = bufs.kernel_params_and_extra(self.param_passing)
-        if self._uses_ex:
-            _CONFIG.pack_into(bufs.config, 0, gx, gy, gz, *self.block, self.shared_bytes, h)
-            status = self._call(bufs.config_addr, self._handle, kparams or None, extra or None)
+        if self.uses_ex:
+            CONFIG.pack_into(bufs.config, 0, gx, gy, gz, *self.block, self.shared_bytes, h)
+            status = self.call_driver(bufs.config_addr, self.handle, kparams or None, extra or None)
         else:
-            status = self._call(self._handle, gx, gy, gz, *self.block, self.shared_bytes, h, kparams or None,
-                                extra or None)
+            status = self.call_driver(self.handle, gx, gy, gz, *self.block, self.shared_bytes, h, kparams or None,
+                                      extra or None)
         if status:
-            self._failed(status, grid, args, stream, retry)
+            self.failed(status, grid, args, stream, retry)
 
-    def _failed(self, status: int, grid: Any, args: Any, stream: Any, retry: bool = True) -> None:
+    def failed(self, status: int, grid: Any, args: Any, stream: Any, retry: bool = True) -> None:
         """A launch returned ``status``: fix a missing/wrong current context and retry once, else raise. A grid
         that does not hold whole clusters (the driver refuses it) is refused with its own message."""
         if self.cluster > 1:
             try:
-                dims = _grid3(grid)
+                dims = grid3(grid)
             except LaunchError:
                 dims = None
             if dims is not None:
@@ -624,11 +615,11 @@ class Launcher:
             f"launching kernel '{self.name}' with grid={grid!r} block={self.block} "
             f"shared_bytes={self.shared_bytes} on stream {stream_handle(stream):#x}"
         )
-        check = getattr(self._driver, "check", None)
+        check = getattr(self.driver, "check", None)
         if check is not None:
-            check(status, "cuLaunchKernelEx" if self._uses_ex else "cuLaunchKernel", detail)
+            check(status, "cuLaunchKernelEx" if self.uses_ex else "cuLaunchKernel", detail)
         raise CUDAError("cuLaunchKernel", status, f"error {status}", "launch failed", detail)
 
 
-__all__ = ["CHECKED_LAUNCHES", "IMMUTABLE_ARGS", "MAX_THREAD_LAUNCHERS", "Launcher", "ParamKind", "check_cluster_grid",
-           "param_layout"]
+__all__ = ["CHECKED_LAUNCHES", "CONFIG", "IMMUTABLE_ARGS", "MAX_THREAD_LAUNCHERS", "LaunchBuffers", "Launcher",
+           "ParamKind", "block3", "check_cluster_grid", "grid3", "launch_proto", "param_layout"]
