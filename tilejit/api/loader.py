@@ -55,7 +55,8 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
     return cache_key(
         "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, repr(types),
         repr(consts), repr(hints), artifact.target.sm, str(artifact.num_threads),
-        f"num_ctas={artifact.num_ctas},occupancy={artifact.occupancy}", backend.name, backend.cache_identity(),
+        f"num_ctas={artifact.num_ctas},occupancy={artifact.occupancy},num_stages={artifact.num_stages}",
+        backend.name, backend.cache_identity(),
     )
 
 

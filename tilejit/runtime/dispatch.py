@@ -125,6 +125,8 @@ class FirstLaunches:
         if len(self._functions) >= MAX_THREAD_LAUNCHERS:
             return None
         made = self._functions[thread] = self._make(thread)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("thread %d: the generated launch function after %d checked launches", thread, CHECKED_LAUNCHES)
         return made
 
     def ready(self, thread: int) -> bool:
