@@ -550,3 +550,46 @@ def permute(lo: Lowerer, op: O.PermuteOp) -> None:
     """``transpose(x, perm)``: ``permute`` (result dimension i is source dimension perm[i], as numpy)."""
     x = lo.value(op.x)
     lo.emit("permute", [lo.result(op)], [x], op, permutation=list(op.perm))
+
+
+# ------------------------------------------------------------------ slicing and joining
+
+
+def _extract(lo: Lowerer, op: Op, x: TValue, index: tuple[int, ...], r: TValue) -> TValue:
+    """``r`` = block ``index`` (in units of ``r``'s shape) of ``x``: Tile IR's ``extract``, the indices i32
+    constants."""
+    idx = [const(lo, op, i, I32) for i in index]
+    lo.emit("extract", [r], [[x, *idx]], op)
+    return r
+
+
+@rule(O.ExtractOp)
+def extract(lo: Lowerer, op: O.ExtractOp) -> None:
+    """``extract``: one block of the tile."""
+    _extract(lo, op, lo.value(op.x), op.index, lo.result(op))
+
+
+@rule(O.CatOp)
+def cat(lo: Lowerer, op: O.CatOp) -> None:
+    """``cat`` along the axis."""
+    lo.emit("cat", [lo.result(op)], [lo.value(op.x), lo.value(op.y)], op, dim=op.axis)
+
+
+@rule(O.JoinOp)
+def join(lo: Lowerer, op: O.JoinOp) -> None:
+    """Each operand reshaped to a last dim of 1, then ``cat`` along it."""
+    t = lo.tile_type(op.result.type, op)
+    unit = Tile(t.elem, (*t.shape[:-1], 1))
+    halves = [new(lo, op, "reshape", unit, [lo.value(v)]) for v in (op.x, op.y)]
+    lo.emit("cat", [lo.result(op)], halves, op, dim=len(t.shape) - 1)
+
+
+@rule(O.SplitOp)
+def split(lo: Lowerer, op: O.SplitOp) -> None:
+    """Each half an ``extract`` of block 0 or 1 along the last dim (of 2), reshaped to drop it."""
+    x = lo.value(op.x)
+    assert isinstance(x.type, Tile)
+    unit = Tile(x.type.elem, (*x.type.shape[:-1], 1))
+    for half, r in enumerate(op.results):
+        part = _extract(lo, op, x, (0,) * (len(unit.shape) - 1) + (half,), TValue(unit))
+        lo.emit("reshape", [lo.result(op, r)], [part], op)
