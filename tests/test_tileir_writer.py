@@ -437,8 +437,9 @@ def test_every_op_in_the_encoding_table_is_printed_and_exercised_by_the_test_ker
     used = set().union(*(names(lower_function(ir_of(k)).functions[0].body) for k in KERNELS))
     used |= set().union(*(names(lower_function(memory_ir(k)).functions[0].body) for k in MEMORY_KERNELS))
     assert set(OP_TEXT) == set(OPS)
-    # assume: tests/test_tileir_mma.py; ptr_to_int (versioned read-only loops): tests/test_tileir_loop_versions.py
-    assert used | OPS_TESTED_HERE | {"assume", "ptr_to_int"} == set(OPS)
+    # assume: tests/test_tileir_mma.py; ptr_to_int (versioned read-only loops): tests/test_tileir_loop_versions.py;
+    # extract, cat (tj.extract, tj.cat, tj.split, tj.join): tests/test_slicing.py
+    assert used | OPS_TESTED_HERE | {"assume", "ptr_to_int", "extract", "cat"} == set(OPS)
 
 
 @pytest.mark.parametrize("version", [VERSIONS[0], VERSIONS[-1]])

@@ -558,8 +558,8 @@ def permute(lo: Lowerer, op: O.PermuteOp) -> None:
 def _extract(lo: Lowerer, op: Op, x: TValue, index: tuple[int, ...], r: TValue) -> TValue:
     """``r`` = block ``index`` (in units of ``r``'s shape) of ``x``: Tile IR's ``extract``, the indices i32
     constants."""
-    idx = [const(lo, op, i, I32) for i in index]
-    lo.emit("extract", [r], [[x, *idx]], op)
+    made = {i: const(lo, op, i, I32) for i in sorted(set(index))}
+    lo.emit("extract", [r], [[x, *(made[i] for i in index)]], op)
     return r
 
 
