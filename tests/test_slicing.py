@@ -836,3 +836,30 @@ def test_gpu_mma_of_halves(dtype: str, bm: int, bn: int, bk: int, rng: np.random
         assert not np.isnan(got).any()
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert err < max(RTOL[dtype], 1e-5) * 10, err
+
+
+# ---------------------------------------------------------------------------------------------- the GPU kernels here
+
+#: A configuration of each GPU test's kernel (the smallest blocks, 1-byte and 16-bit dtypes among them).
+GPU_KERNELS = [
+    (extract_copy, (arr("bool", 2),) * 3, {"BM": 64, "BN": 16, "SM": 1, "SN": 16}),
+    (extract_copy, (arr("float16", 2),) * 3, {"BM": 16, "BN": 64, "SM": 16, "SN": 4}),
+    (cat_tiles, (arr("bool", 2),) * 3, {"AXIS": 1, "BM": 32, "BN": 16}),
+    (split_join, (arr("bool", 2),) * 4, {"BM": 8, "BK": 1}),
+    (split_join, (arr("int32", 2),) * 4, {"BM": 128, "BK": 4}),
+    (every_op, (arr("int8", 2),) * 2, {"BM": 16, "BN": 32}),
+    (halves_reduced, (arr("float16", 2),) + (arr("float16", 1),) * 3, {"BM": 16, "BN": 128}),
+    (ordered, (arr("int32", 2),) * 3 + (arr("int32", 1),), {"TM": 32, "TN": 16}),
+    (mma_halves, (arr("bfloat16", 2),) * 2 + (arr("float32", 2),) * 2, {"BM": 32, "BN": 16, "BK": 16}),
+    (mma_halves, (arr("float32", 2),) * 4, {"BM": 16, "BN": 64, "BK": 8}),
+]
+
+
+@pytest.mark.parametrize(("kernel", "sig", "consts"), GPU_KERNELS,
+                         ids=[f"{k.__name__}-{s[0].dtype.name}-{'-'.join(map(str, c.values()))}"
+                              for k, s, c in GPU_KERNELS])
+def test_the_gpu_tests_kernels_compile_with_both_backends(kernel: Any, sig: tuple[Any, ...], consts: dict[str, Any],
+                                                          nvrtc_here: Path, tileir_env: Any) -> None:
+    for backend in ("cuda", "tileir"):
+        art = tj.compile(kernel, sig, constants=consts, target="sm_90", backend=backend)
+        assert art.cubin()[:4] == b"\x7fELF", backend
