@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _kernels import RTOL, np_dtype, poison
-from source_lines import where_in
+from source_lines import assert_located
 from test_tileir_coverage import same_module_text
 
 import tilejit as tj
@@ -400,6 +400,23 @@ def test_mma_of_slices_compiles_with_nvrtc(target: str, nvrtc_here: Path) -> Non
     assert art.cubin()[:4] == b"\x7fELF"
 
 
+@tj.kernel
+def big_cat(x, out, N: tj.Constant[int]):
+    t = tj.load(x, index=(0, 0), shape=(N, 128))
+    tj.store(out, index=(0, 0), tile=tj.cat((t, t + 1), axis=0))
+
+
+def test_a_cat_past_the_targets_shared_memory_is_a_located_error() -> None:
+    """The CUDA backend's scratch area holds both halves of a cat: two float32 (128, 128) tiles are 128 KiB, which
+    sm_90 has and sm_86 has not."""
+    sig = (arr("float32", 2), arr("float32", 2))
+    assert "tj::remap2<" in tj.compile(big_cat, sig, constants={"N": 128}, target="sm_90", backend="cuda").cuda_source()
+    with pytest.raises(TileCompileError) as info:
+        tj.compile(big_cat, sig, constants={"N": 128}, target="sm_86", backend="cuda").cuda_source()
+    assert_located(info.value, __file__, LINES, "tj.cat((t, t + 1), axis=0)", "this cat needs 131072 bytes of shared "
+                   "memory per block; sm_86 allows at most 101376 (99 KiB): use smaller tiles")
+
+
 # ---------------------------------------------------------------------------------------------- Tile IR
 
 
@@ -456,14 +473,7 @@ def check(kernel: Any, at: str, message: str) -> None:
     """Translating ``kernel`` raises the located error ``message`` at the first character of ``at``."""
     with pytest.raises(TileCompileError) as info:
         translate(kernel, {"x": F32_2, "out": F32_1, "n": scalar(int32)}, {})
-    err = info.value
-    line, col = where_in(LINES, at)
-    assert err.filename == __file__
-    assert (err.line, err.col) == (line, col), str(err)
-    assert message in err.message, str(err)
-    text = str(err).splitlines()
-    assert text[0] == f"{__file__}:{line}:{col + 1}: error: {err.message}"
-    assert text[2] == "    " + " " * col + "^"
+    assert_located(info.value, __file__, LINES, at, message)
 
 
 def k_run_time_index(x, out, n):

@@ -178,18 +178,18 @@ def num_tiles(array: Array, axis: int, shape: Shape, order: Any = "C") -> Tile:
 # ------------------------------------------------------------------------------- memory
 
 
-def load(array: Array, index: Index, shape: Shape, padding: Any = 0, order: Any = "C") -> Tile:
+def load(array: Array, index: Index, shape: Shape, padding: Any = 0, *, order: Any = "C") -> Tile:
     """The tile of ``shape`` at tile-grid ``index`` of ``array`` (one index per array dim): element
     ``j`` along dim ``d`` is ``array[index[d] * shape[d] + j]``. Elements past the end read
     ``padding`` (a compile-time number, e.g. ``float("-inf")``). The tile has the array's dtype.
-    ``order`` (cuTile's): a permutation of the array's dims applied before tiling, ``"C"`` (none) or ``"F"``
-    (reversed): the tile of ``numpy.transpose(array, order)``, so that tile dim ``d`` (``index[d]``,
-    ``shape[d]``) runs along array dim ``order[d]``; ``load(a, (j, i), (tn, tm), order="F")`` of a 2-d
-    ``a`` is ``load(a, (i, j), (tm, tn)).T``."""
+    ``order`` (keyword-only, as cuTile's): a permutation of the array's dims applied before tiling,
+    ``"C"`` (none), ``"F"`` (reversed) or a tuple: the tile of ``numpy.transpose(array, order)``, so
+    that tile dim ``d`` (``index[d]``, ``shape[d]``) runs along array dim ``order[d]``;
+    ``load(a, (j, i), (tn, tm), order="F")`` of a 2-d ``a`` is ``load(a, (i, j), (tm, tn)).T``."""
     _outside("load")
 
 
-def store(array: Array, index: Index, tile: Tile, order: Any = "C") -> None:
+def store(array: Array, index: Index, tile: Tile, *, order: Any = "C") -> None:
     """Write ``tile`` at tile-grid ``index`` of ``array`` (indexing as ``load``; the tile's rank is
     the array's, or a scalar writes one element). Elements past the end are not written; the tile
     is cast to the array's dtype (like numpy assignment). ``order``: as ``load``'s (tile dim ``d`` runs
