@@ -172,6 +172,16 @@ def test_order_c_and_identity_permutations_are_plain_loads() -> None:
     assert _ir(plain, sig, ORDER="F") == _ir(plain, sig, ORDER=(1, 0)) == _ir(plain, sig, ORDER=(-1, 0))
 
 
+def test_a_scalar_stored_with_an_order_needs_no_transpose() -> None:
+    @tj.kernel
+    def one(x, out):
+        i, j = tj.bid(0), tj.bid(1)
+        tj.store(out, index=(i, j), tile=tj.bid(2) * 1.0, order="F")  # out.T[i, j], that is out[j, i]
+
+    text = _ir(one, (arr("float32", 2), arr("float32", 2)))
+    assert "permute" not in text and "store %out, [%j, %i], %" in text
+
+
 @tj.kernel
 def promoted(x, y, out, KIND: tj.Constant[str]):
     a = tj.load(x, index=(0,), shape=(8,))

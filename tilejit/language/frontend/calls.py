@@ -356,9 +356,10 @@ def _store(tr: Translator, array: object, index: object, tile: object, order: ob
         )
     t = tr.b.cast(t, arr.dtype)
     if perm != tuple(range(arr.ndim)):  # tile dim d runs along array dim perm[d]: store the tile in array order
-        inverse = tuple(_in_array_order(perm, tuple(range(arr.ndim))))
-        t = tr.b.tile(ops.PermuteOp, t.type.with_shape(tuple(_in_array_order(perm, t.shape))), x=t.value,
-                      perm=inverse)
+        if t.type.size > 1:
+            inverse = tuple(_in_array_order(perm, tuple(range(arr.ndim))))
+            t = tr.b.tile(ops.PermuteOp, t.type.with_shape(tuple(_in_array_order(perm, t.shape))), x=t.value,
+                          perm=inverse)
         idx = _in_array_order(perm, idx)
     tr.b.make(ops.StoreOp, None, array=arr.value, index=idx, tile=t.value)
     return None
