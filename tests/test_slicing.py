@@ -22,7 +22,7 @@ from test_tileir_coverage import same_module_text
 
 import tilejit as tj
 from tilejit.backends.cuda.layouts import Layout, WarpGrid, blocked, mma_layout
-from tilejit.backends.cuda.lower import cat_map, extract_map, join_map, split_map
+from tilejit.backends.cuda.lower import cat_map, extract_map, is_local, join_map, split_map
 from tilejit.backends.tileir import generate_bytecode
 from tilejit.compiler.tileiras import disassemble, run_tileiras
 from tilejit.errors import IRVerificationError, TileCompileError
@@ -292,6 +292,15 @@ def _owner(layout: Layout, tid: int) -> bool:
     return all(not (tid >> k) & 1 for k, b in enumerate(layout.tbits) if b < 0)
 
 
+def _at(bitmap: list[int], offset: int, f: int) -> int:
+    """The source flat index of result flat index ``f`` (layout.cuh's ``map_flat<Offset<offset, Bits<bitmap>>>``)."""
+    s = offset
+    for p, b in enumerate(bitmap):
+        if b >= 0:
+            s |= ((f >> p) & 1) << b
+    return s
+
+
 def emulate(dst: Layout, dst_shape: tuple[int, ...], sources: list[tuple[Layout, np.ndarray]], bitmap: list[int],
             offset: int = 0) -> np.ndarray:
     """The tile each thread of ``dst`` ends with after layout.cuh's to_scratch of ``sources`` and from_scratch
@@ -310,15 +319,27 @@ def emulate(dst: Layout, dst_shape: tuple[int, ...], sources: list[tuple[Layout,
     for tid in range(dst.nt):
         for j in range(dst.elems):
             f = _flat(dst, tid, j)
-            s = offset
-            for p, b in enumerate(bitmap):
-                if b >= 0:
-                    s |= ((f >> p) & 1) << b
+            s = _at(bitmap, offset, f)
             assert s in scratch, (tid, j, s)
             assert out.setdefault(f, scratch[s]) == scratch[s]
     size = int(np.prod(dst_shape, dtype=np.int64))
     assert sorted(out) == list(range(size))
     return np.array([out[f] for f in range(size)]).reshape(dst_shape)
+
+
+def emulate_local(dst: Layout, dst_shape: tuple[int, ...], src: Layout, values: np.ndarray, bitmap: list[int],
+                  offset: int) -> np.ndarray:
+    """The tile each thread of ``dst`` ends with after layout.cuh's remap_local from ``values`` in layout ``src``:
+    register ``Ls::reg(map_flat(Ld::iflat(j)))`` of its own, which must hold the element the map names."""
+    flat_values = values.reshape(-1)
+    out: dict[int, Any] = {}
+    for tid in range(dst.nt):
+        for j in range(dst.elems):
+            i = sum(((_at(bitmap, offset, _flat(dst, 0, j)) >> b) & 1) << k for k, b in enumerate(src.ibits))
+            f = _flat(dst, tid, j)
+            assert _flat(src, tid, i) == _at(bitmap, offset, f), (tid, j)
+            out[f] = flat_values[_flat(src, tid, i)]
+    return np.array([out[f] for f in range(len(out))]).reshape(dst_shape)
 
 
 def _layout(shape: tuple[int, ...], nt: int, vec: int = 4) -> Layout:
@@ -338,6 +359,26 @@ def test_extract_maps_read_each_block(src: tuple[int, ...], dst: tuple[int, ...]
         want = x[tuple(slice(i * d, (i + 1) * d) for i, d in zip(index, dst))]
         got = emulate(_layout(dst, nt), dst, [(_layout(src, nt, 2), x)], *extract_map(src, dst, index))
         np.testing.assert_array_equal(got, want)
+
+
+LOCAL_EXTRACTS = [((64, 64), (32, 64), 256, True), ((64, 64), (16, 64), 128, True), ((64, 64), (64, 32), 256, False),
+                  ((256, 32), (64, 32), 128, True), ((4, 64, 64), (1, 64, 64), 256, True), ((8, 8), (4, 8), 32, False)]
+
+
+@pytest.mark.parametrize(("src", "dst", "nt", "local"), LOCAL_EXTRACTS,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in LOCAL_EXTRACTS])
+def test_extracts_held_by_each_thread_copy_registers(src: tuple[int, ...], dst: tuple[int, ...], nt: int,
+                                                     local: bool) -> None:
+    """Blocks of leading (row) register bits of a large tile need no scratch area: each thread copies its own
+    registers (layout.cuh's remap_local); a block of columns, or of a small tile, moves between threads."""
+    x = np.arange(int(np.prod(src))).reshape(src)
+    ls, ld = _layout(src, nt), _layout(dst, nt)
+    for index in itertools.product(*(range(s // d) for s, d in zip(src, dst))):
+        bitmap, offset = extract_map(src, dst, index)
+        assert is_local(ls, ld, bitmap, offset) == local
+        if local:
+            want = x[tuple(slice(i * d, (i + 1) * d) for i, d in zip(index, dst))]
+            np.testing.assert_array_equal(emulate_local(ld, dst, ls, x, bitmap, offset), want)
 
 
 @pytest.mark.parametrize("nt", [32, 256])
@@ -401,6 +442,20 @@ def test_other_kernels_compile_with_nvrtc(nvrtc_here: Path) -> None:
         assert tj.compile(kernel, sig, constants=consts, target="sm_80", backend="cuda").cubin()[:4] == b"\x7fELF"
 
 
+def test_blocks_of_rows_need_no_shared_memory(nvrtc_here: Path) -> None:
+    """A (128, 64) float32 tile's blocks of 32 rows are in each thread's registers (256 threads, 4 elements per row
+    chunk): the CUDA C++ copies registers (remap_local), and the PTX has no barrier and no local memory."""
+    sig = (arr("float32", 2),) * 3
+    art = tj.compile(extract_copy, sig, constants={"BM": 128, "BN": 64, "SM": 32, "SN": 64}, target="sm_90",
+                     backend="cuda")
+    src = art.cuda_source()
+    assert src.count("tj::remap_local<") == 4 and "tj::remap_local<tj::IdentityMap>" in src
+    assert "tj::remap_local<tj::Offset<6144, tj::Bits<0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10>>>" in src  # rows 96..127
+    assert src.count("tj::remap<") == 1  # the corner: one element for every thread
+    ptx = art.ptx()
+    assert ptx.count("bar.sync") == 2 and ".local" not in ptx  # the corner's two
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_mma_of_slices_compiles_with_nvrtc(target: str, nvrtc_here: Path) -> None:
     sig = (arr("float16", 2), arr("float16", 2), arr("float32", 2), arr("float32", 2))
@@ -446,10 +501,26 @@ def test_tileir_text_of_each_op() -> None:
         "%11 = reshape %odd : tile<16x16xf32> -> tile<16x16x1xf32>\n"
         "    %12 = reshape %even : tile<16x16xf32> -> tile<16x16x1xf32>\n"
         "    %13 = cat %11, %12 dim = 2 : tile<16x16x1xf32>, tile<16x16x1xf32> -> tile<16x16x2xf32>",
-        "%16 = extract %t[%14, %15] : tile<16x32xf32> -> tile<1x1xf32>\n"
-        "    %corner = reshape %16 : tile<1x1xf32> -> tile<f32>",
+        # one element: its row, then the element of the row (one dim at a time: see the next test)
+        "%16 = extract %t[%15, %14] : tile<16x32xf32> -> tile<1x32xf32>",
+        "%19 = extract %16[%17, %18] : tile<1x32xf32> -> tile<1x1xf32>\n"
+        "    %corner = reshape %19 : tile<1x1xf32> -> tile<f32>",
     ]:
         assert line in text, line
+
+
+def test_tileir_cuts_an_extract_one_dim_at_a_time(tileir_env: Any) -> None:
+    """tileiras 13.5 did not finish in minutes a kernel that stores the four 32-row blocks of a float32 (128, 64) tile
+    and, cut from the tile in one extract, its (1, 1) block at (127, 3); with that block cut in two steps (its row,
+    then its column) it compiles in about a second."""
+    art = tj.compile(extract_copy, (arr("float32", 2),) * 3, constants={"BM": 128, "BN": 64, "SM": 32, "SN": 64},
+                     target="sm_90", backend="tileir")
+    text = art.tileir_text()
+    assert ": tile<128x64xf32> -> tile<1x64xf32>" in text and ": tile<1x64xf32> -> tile<1x1xf32>" in text
+    assert ": tile<128x64xf32> -> tile<1x1xf32>" not in text
+    cubin = run_tileiras(generate_bytecode(art.ir(), "sm_90", None, art.hints), "sm_90", toolchain=tileir_env,
+                         timeout=60)
+    assert cubin[:4] == b"\x7fELF"
 
 
 TARGET_VERSIONS = [("sm_80", "13.2"), ("sm_90", "13.5"), ("sm_100", "13.1")]
@@ -690,7 +761,8 @@ def extract_copy(x, out, corner, BM: tj.Constant[int], BN: tj.Constant[int], SM:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [*DTYPES, "bool"])
-@pytest.mark.parametrize(("bm", "bn", "sm", "sn"), [(32, 32, 8, 16), (16, 64, 16, 4), (64, 16, 1, 16)])
+@pytest.mark.parametrize(("bm", "bn", "sm", "sn"),
+                         [(32, 32, 8, 16), (16, 64, 16, 4), (64, 16, 1, 16), (128, 64, 32, 64)])
 def test_gpu_extract(dtype: str, bm: int, bn: int, sm: int, sn: int, rng: np.random.Generator) -> None:
     m, n = 100, 70
     x = _rand((m, n), dtype, rng)

@@ -296,9 +296,10 @@ class Lowering:
 
     # ------------------------------------------------------------------ shape ops
 
-    def _remap(self, op: Op, src: Value, bitmap: list[int] | None, offset: int = 0) -> None:
+    def _remap(self, op: Op, src: Value, bitmap: list[int] | None, offset: int = 0, local_ok: bool = False) -> None:
         """op.result = src read through a flat-bit map (None: same flat order), at source flat index bits
-        ``offset`` (one block of a larger tile) set too."""
+        ``offset`` (one block of a larger tile) set too; ``local_ok``: by a copy between registers where each
+        thread holds what it reads (``is_local``)."""
         c = self.vals[src]
         res = op.result
         if c.kind in ("const", "splat", "scalar"):
@@ -317,6 +318,7 @@ class Lowering:
             assert self._size(src) == self._size(res), (src.type, res.type)
             self.vals[res] = c
             return
+        local = local_ok and bitmap is not None and is_local(src_layout, layout, bitmap, offset)
         if bitmap is not None and not offset and all(b == p for p, b in enumerate(bitmap)):
             bitmap = None
             if c.kind == "tile" and src_layout == layout:
@@ -324,6 +326,9 @@ class Lowering:
                 return
         sname = self.tile(src, src_layout)
         name = self.define_tile(res, layout)
+        if local:
+            self.line(f"tj::remap_local<{self._map(bitmap, offset)}>({name}, {sname});")
+            return
         self.need_smem(src_layout.size * c.dtype.itemsize)
         self.line(f"tj::remap<{self._map(bitmap, offset)}>({name}, {sname}, tj_smem);")
 
@@ -367,7 +372,7 @@ class Lowering:
     def op_ExtractOp(self, op: O.ExtractOp) -> None:
         st, rt = op.x.type, op.result.type
         assert isinstance(st, TileType) and isinstance(rt, TileType)
-        self._remap(op, op.x, *extract_map(st.shape, rt.shape, op.index))
+        self._remap(op, op.x, *extract_map(st.shape, rt.shape, op.index), local_ok=True)
 
     def op_SplitOp(self, op: O.SplitOp) -> None:
         c = self.vals[op.x]
@@ -601,6 +606,19 @@ def cat_map(src: tuple[int, ...], axis: int) -> list[int]:
             for d in reversed(range(len(src))) for k in range(log2(src[d]) + (d == axis))]
 
 
+def is_local(src: Layout, dst: Layout, bitmap: list[int], offset: int) -> bool:
+    """Whether each thread of ``dst`` holds in ``src`` every element it reads through ``bitmap`` and ``offset``, in a
+    register its own register index alone decides (layout.cuh's remap_local): each thread bit of ``dst`` maps to the
+    same thread bit of ``src`` (both replicas, or both a flat bit that ``bitmap`` takes one to the other), and
+    ``offset`` sets no thread bit of ``src``. ``bitmap`` is one-to-one (an extract's)."""
+    if src.nt != dst.nt:
+        return False
+    for d, s in zip(dst.tbits, src.tbits):
+        if (d < 0) != (s < 0) or (d >= 0 and bitmap[d] != s):
+            return False
+    return not any(offset >> s & 1 for s in src.tbits if s >= 0)
+
+
 def join_map(n: int) -> list[int]:
     """The bit map of two tiles of ``n`` elements joined along a new last dim: its bit tells them apart."""
     return [log2(n)] + list(range(log2(n)))
@@ -612,4 +630,4 @@ def split_map(n: int) -> list[int]:
     return [p + 1 for p in range(log2(n) - 1)]
 
 
-__all__ = ["CV", "Lowering", "c_ident", "cat_map", "extract_map", "flat_shifts", "join_map", "split_map"]
+__all__ = ["CV", "Lowering", "c_ident", "cat_map", "extract_map", "flat_shifts", "is_local", "join_map", "split_map"]

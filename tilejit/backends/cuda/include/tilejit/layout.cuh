@@ -6,8 +6,9 @@
 // (Bits<s0, s1, ...>: bit p of the destination flat index comes from source bit s_p, or is dropped
 // when s_p < 0 — a broadcast; Offset<B, Map> also sets the bits of B — one block of a larger tile).
 // cat and join write two tiles one after the other (remap2: the second's flat indices start at N)
-// and read their result through one map; split writes one tile and reads two (split2). Every
-// scratch user syncs before it writes, so consecutive users never race.
+// and read their result through one map; split writes one tile and reads two (split2); an extract
+// whose elements each thread already holds copies registers (remap_local). Every scratch user syncs
+// before it writes, so consecutive users never race.
 #pragma once
 #include <tilejit/tile.cuh>
 
@@ -19,7 +20,7 @@ struct Offset {};
 
 template <class Map>
 struct MapOf {
-  __device__ __forceinline__ static int at(int f) {
+  __host__ __device__ static constexpr int at(int f) {
     int s = 0;
 #pragma unroll
     for (int p = 0; p < Map::n; ++p)
@@ -29,15 +30,15 @@ struct MapOf {
 };
 template <>
 struct MapOf<IdentityMap> {
-  __device__ __forceinline__ static int at(int f) { return f; }
+  __host__ __device__ static constexpr int at(int f) { return f; }
 };
 template <int B, class Map>
 struct MapOf<Offset<B, Map>> {
-  __device__ __forceinline__ static int at(int f) { return B | MapOf<Map>::at(f); }
+  __host__ __device__ static constexpr int at(int f) { return B | MapOf<Map>::at(f); }
 };
 
 template <class Map>
-__device__ __forceinline__ int map_flat(int f) { return MapOf<Map>::at(f); }
+__host__ __device__ constexpr int map_flat(int f) { return MapOf<Map>::at(f); }
 
 // The owners of `in` write it to s[at + flat index] (no sync: callers sync around these writes).
 template <class L, class T>
@@ -74,6 +75,14 @@ __device__ __forceinline__ void remap2(Tile<T, Ld>& out, const Tile<T, La>& a, c
   to_scratch(s, N, b);
   __syncthreads();
   from_scratch<Map>(out, s);
+}
+
+// When each thread already holds the source elements of its result elements, in registers whose index depends
+// only on the result register's (the code generator checks it: e.g. a block of rows of a large tile), a copy
+// between registers: no scratch, no sync.
+template <class Map, class Ld, class Ls, class T>
+__device__ __forceinline__ void remap_local(Tile<T, Ld>& out, const Tile<T, Ls>& in) {
+  TJ_EACH(j, Ld) out.v[j] = in.v[Ls::reg(map_flat<Map>(Ld::iflat(j)))];
 }
 
 // Two tiles read from one written tile, each through its map (split).
