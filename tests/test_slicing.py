@@ -433,6 +433,20 @@ def test_cuda_cpp_compiles_with_nvrtc(dtype: str, nvrtc_here: Path) -> None:
         assert art.cubin()[:4] == b"\x7fELF"
 
 
+def test_each_cuda_major_compiles_the_device_code(toolkit: Any) -> None:
+    """The device headers' maps (constexpr, also on the host), remap2, split2 and remap_local with NVRTC 11, 12 and
+    13 (those installed), for sm_80."""
+    from test_backend_codegen import _nvrtc_at, cubin, gen
+
+    for kernel, sig, consts in [
+        (every_op, (arr("float32", 2),) * 2, {"BM": 16, "BN": 32}),
+        (extract_copy, (arr("float16", 2),) * 3, {"BM": 128, "BN": 64, "SM": 32, "SN": 64}),
+        (scalars_and_vectors, (arr("int32", 1), arr("int32", 1), scalar(int32)), {}),
+    ]:
+        fn = tj.compile(kernel, sig, constants=consts, target="sm_80", backend="cuda").ir()
+        cubin(gen(fn, arch=80), 80, _nvrtc_at(str(toolkit.nvrtc)))
+
+
 def test_other_kernels_compile_with_nvrtc(nvrtc_here: Path) -> None:
     for kernel, sig, consts in [
         (scalars_and_vectors, (arr("int32", 1), arr("int32", 1), scalar(int32)), {}),
