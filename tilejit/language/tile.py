@@ -193,26 +193,32 @@ def num_blocks(axis: int) -> Tile:
     _outside("num_blocks")
 
 
-def num_tiles(array: Array, axis: int, shape: Shape) -> Tile:
+def num_tiles(array: Array, axis: int, shape: Shape, order: Any = "C") -> Tile:
     """How many tiles of ``shape`` cover ``array`` along ``axis``: ``cdiv(array.shape[axis],
-    shape[axis])`` as an int32 scalar."""
+    shape[axis])`` as an int32 scalar; with ``order`` (as ``load``), of the permuted array:
+    ``cdiv(array.shape[order[axis]], shape[axis])``."""
     _outside("num_tiles")
 
 
 # ------------------------------------------------------------------------------- memory
 
 
-def load(array: Array, index: Index, shape: Shape, padding: Any = 0) -> Tile:
+def load(array: Array, index: Index, shape: Shape, padding: Any = 0, *, order: Any = "C") -> Tile:
     """The tile of ``shape`` at tile-grid ``index`` of ``array`` (one index per array dim): element
     ``j`` along dim ``d`` is ``array[index[d] * shape[d] + j]``. Elements past the end read
-    ``padding`` (a compile-time number, e.g. ``float("-inf")``). The tile has the array's dtype."""
+    ``padding`` (a compile-time number, e.g. ``float("-inf")``). The tile has the array's dtype.
+    ``order`` (keyword-only, as cuTile's): a permutation of the array's dims applied before tiling,
+    ``"C"`` (none), ``"F"`` (reversed) or a tuple: the tile of ``numpy.transpose(array, order)``, so
+    that tile dim ``d`` (``index[d]``, ``shape[d]``) runs along array dim ``order[d]``;
+    ``load(a, (j, i), (tn, tm), order="F")`` of a 2-d ``a`` is ``load(a, (i, j), (tm, tn)).T``."""
     _outside("load")
 
 
-def store(array: Array, index: Index, tile: Tile) -> None:
+def store(array: Array, index: Index, tile: Tile, *, order: Any = "C") -> None:
     """Write ``tile`` at tile-grid ``index`` of ``array`` (indexing as ``load``; the tile's rank is
     the array's, or a scalar writes one element). Elements past the end are not written; the tile
-    is cast to the array's dtype (like numpy assignment)."""
+    is cast to the array's dtype (like numpy assignment). ``order``: as ``load``'s (tile dim ``d`` runs
+    along array dim ``order[d]``)."""
     _outside("store")
 
 
@@ -362,6 +368,33 @@ class RoundingMode(str, enum.Enum):
     RP = "rp"
     FULL = "full"
     APPROX = "approx"
+
+
+def extract(x: Any, index: Any, shape: Any) -> Tile:
+    """One block of tile ``x`` (cuTile's ``ct.extract``): ``x`` split into blocks of ``shape`` (each dim a power of
+    two dividing ``x``'s), the one at block index ``index``: element ``j`` along dim ``d`` is ``x``'s
+    ``index[d] * shape[d] + j``. ``index`` and ``shape`` are compile-time (an int each for a 1-d tile);
+    ``shape=()`` gives the element at ``index`` as a scalar."""
+    _outside("extract")
+
+
+def cat(tiles: Any, axis: int = 0) -> Tile:
+    """The pair of tiles ``tiles = (a, b)`` concatenated along ``axis`` (cuTile's ``ct.cat``,
+    ``numpy.concatenate``): ``a`` and ``b`` have one shape (so the result's stays a power of two); their
+    dtypes promote as in arithmetic."""
+    _outside("cat")
+
+
+def split(x: Any) -> tuple[Tile, Tile]:
+    """The two halves ``(x[..., 0], x[..., 1])`` of tile ``x`` along its last dim, which has size 2 and is
+    dropped (Triton's ``tl.split``)."""
+    _outside("split")
+
+
+def join(a: Any, b: Any) -> Tile:
+    """``a`` and ``b`` side by side along a new last dim of size 2 (Triton's ``tl.join``,
+    ``numpy.stack((a, b), axis=-1)``; ``split``'s inverse), broadcast together and promoted as in arithmetic."""
+    _outside("join")
 
 
 def exp(x: Any, *, rounding_mode: RoundingMode | str | None = None) -> Tile:
@@ -664,6 +697,7 @@ __all__ = [
     "load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
     "fence", "barrier", "print", "multiple_of", "max_contiguous",
     "full", "zeros", "ones", "arange", "where", "astype", "reshape", "transpose", "expand_dims", "broadcast_to",
+    "extract", "cat", "split", "join",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",
     "maximum", "minimum", "pow", "erf", "sigmoid",
     "asin", "acos", "atan", "atan2", "sinh", "cosh", "log1p", "expm1", "cbrt", "erfinv", "fma",

@@ -307,8 +307,10 @@ class Lowering:
 
     # ------------------------------------------------------------------ shape ops
 
-    def _remap(self, op: Op, src: Value, bitmap: list[int] | None) -> None:
-        """op.result = src read through a flat-bit map (None: same flat order)."""
+    def _remap(self, op: Op, src: Value, bitmap: list[int] | None, offset: int = 0, local_ok: bool = False) -> None:
+        """op.result = src read through a flat-bit map (None: same flat order), at source flat index bits
+        ``offset`` (one block of a larger tile) set too; ``local_ok``: by a copy between registers where each
+        thread holds what it reads (``is_local``)."""
         c = self.vals[src]
         res = op.result
         if c.kind in ("const", "splat", "scalar"):
@@ -327,16 +329,25 @@ class Lowering:
             assert self._size(src) == self._size(res), (src.type, res.type)
             self.vals[res] = c
             return
-        if bitmap is not None and all(b == p for p, b in enumerate(bitmap)):
+        local = local_ok and bitmap is not None and is_local(src_layout, layout, bitmap, offset)
+        if bitmap is not None and not offset and all(b == p for p, b in enumerate(bitmap)):
             bitmap = None
             if c.kind == "tile" and src_layout == layout:
                 self.vals[res] = CV("tile", c.text, c.dtype, layout)
                 return
         sname = self.tile(src, src_layout)
         name = self.define_tile(res, layout)
-        mp = "tj::IdentityMap" if bitmap is None else f"tj::Bits<{', '.join(map(str, bitmap))}>"
+        if local:
+            self.line(f"tj::remap_local<{self._map(bitmap, offset)}>({name}, {sname});")
+            return
         self.need_smem(src_layout.size * c.dtype.itemsize)
-        self.line(f"tj::remap<{mp}>({name}, {sname}, tj_smem);")
+        self.line(f"tj::remap<{self._map(bitmap, offset)}>({name}, {sname}, tj_smem);")
+
+    @staticmethod
+    def _map(bitmap: list[int] | None, offset: int = 0) -> str:
+        """The device headers' flat-index map type (layout.cuh) of ``bitmap`` (None: identity) and ``offset``."""
+        mp = "tj::IdentityMap" if bitmap is None else f"tj::Bits<{', '.join(map(str, bitmap))}>"
+        return f"tj::Offset<{offset}, {mp}>" if offset else mp
 
     def op_AssumeOp(self, op: O.AssumeOp) -> None:
         """The value itself, with its facts kept for the gathers and scatters that index with it; a scalar's
@@ -375,6 +386,47 @@ class Lowering:
             base = sum(log2(x) for x in st.shape[d + 1:])
             bitmap += [(base + k if st.shape[d] != 1 else -1) for k in range(log2(dt_.shape[d]))]
         self._remap(op, op.x, bitmap)
+
+    # ------------------------------------------------------------------ slicing and joining (through the scratch area)
+
+    def op_ExtractOp(self, op: O.ExtractOp) -> None:
+        st, rt = op.x.type, op.result.type
+        assert isinstance(st, TileType) and isinstance(rt, TileType)
+        self._remap(op, op.x, *extract_map(st.shape, rt.shape, op.index), local_ok=True)
+
+    def op_SplitOp(self, op: O.SplitOp) -> None:
+        c = self.vals[op.x]
+        if c.kind in ("const", "splat", "scalar"):
+            for r in op.results:
+                self.vals[r] = CV("splat" if c.kind == "scalar" else c.kind, c.text, c.dtype)
+            return
+        src_layout = c.layout or self.plan.layout_of(op.x)
+        sname = self.tile(op.x, src_layout)
+        names = [self.define_tile(r, self.plan.layout_of(r)) for r in op.results]
+        bitmap = split_map(self._size(op.x))
+        maps = ", ".join(self._map(bitmap, half) for half in (0, 1))
+        self.need_smem(src_layout.size * c.dtype.itemsize)
+        self.line(f"tj::split2<{maps}>({names[0]}, {names[1]}, {sname}, tj_smem);")
+
+    def _two_into_one(self, op: O.CatOp | O.JoinOp, bitmap: list[int]) -> None:
+        """op.result from op.x (source flat indices [0, n)) and op.y ([n, 2n)) through ``bitmap``."""
+        cx, cy = self.vals[op.x], self.vals[op.y]
+        if cx.kind == cy.kind and cx.kind in ("const", "splat") and cx.text == cy.text:
+            self.vals[op.result] = cx
+            return
+        n = self._size(op.x)
+        xname, yname = (self.tile(v, self.vals[v].layout or self.plan.layout_of(v)) for v in (op.x, op.y))
+        name = self.define_tile(op.result, self.plan.layout_of(op.result))
+        self.need_smem(2 * n * cx.dtype.itemsize)
+        self.line(f"tj::remap2<{self._map(bitmap)}, {n}>({name}, {xname}, {yname}, tj_smem);")
+
+    def op_CatOp(self, op: O.CatOp) -> None:
+        st = op.x.type
+        assert isinstance(st, TileType)
+        self._two_into_one(op, cat_map(st.shape, op.axis))
+
+    def op_JoinOp(self, op: O.JoinOp) -> None:
+        self._two_into_one(op, join_map(self._size(op.x)))
 
     # ------------------------------------------------------------------ memory ops and reductions (other modules)
 
@@ -552,4 +604,53 @@ class Lowering:
         self.line("return;")
 
 
-__all__ = ["CV", "Lowering", "c_ident"]
+# Flat-index maps of the slicing and joining ops (``tj::remap`` and friends, layout.cuh): item p is the source
+# flat-index bit that bit p of the result's flat index comes from; the two sources of a cat or join are one after
+# the other (the second's flat indices start at its size n, so source bit log2(n) tells them apart).
+
+
+def flat_shifts(shape: tuple[int, ...]) -> list[int]:
+    """Where each dim's coordinate starts in a row-major flat index of a tile of ``shape`` (powers of two)."""
+    return [sum(log2(s) for s in shape[d + 1:]) for d in range(len(shape))]
+
+
+def extract_map(src: tuple[int, ...], dst: tuple[int, ...], index: tuple[int, ...]) -> tuple[list[int], int]:
+    """The bit map and the source flat-index bits (offset) of block ``index`` of shape ``dst`` in a tile of ``src``."""
+    shifts = flat_shifts(src)
+    bitmap = [shifts[d] + k for d in reversed(range(len(dst))) for k in range(log2(dst[d]))]
+    return bitmap, sum((i * b) << sh for i, b, sh in zip(index, dst, shifts))
+
+
+def cat_map(src: tuple[int, ...], axis: int) -> list[int]:
+    """The bit map of ``x`` and ``y`` of shape ``src`` concatenated along ``axis``: the top bit of the result's
+    coordinate along ``axis`` tells them apart."""
+    shifts, top, which = flat_shifts(src), log2(src[axis]), sum(log2(s) for s in src)
+    return [which if d == axis and k == top else shifts[d] + k
+            for d in reversed(range(len(src))) for k in range(log2(src[d]) + (d == axis))]
+
+
+def is_local(src: Layout, dst: Layout, bitmap: list[int], offset: int) -> bool:
+    """Whether each thread of ``dst`` holds in ``src`` every element it reads through ``bitmap`` and ``offset``, in a
+    register its own register index alone decides (layout.cuh's remap_local): each thread bit of ``dst`` maps to the
+    same thread bit of ``src`` (both replicas, or both a flat bit that ``bitmap`` takes one to the other), and
+    ``offset`` sets no thread bit of ``src``. ``bitmap`` is one-to-one (an extract's)."""
+    if src.nt != dst.nt:
+        return False
+    for d, s in zip(dst.tbits, src.tbits):
+        if (d < 0) != (s < 0) or (d >= 0 and bitmap[d] != s):
+            return False
+    return not any(offset >> s & 1 for s in src.tbits if s >= 0)
+
+
+def join_map(n: int) -> list[int]:
+    """The bit map of two tiles of ``n`` elements joined along a new last dim: its bit tells them apart."""
+    return [log2(n)] + list(range(log2(n)))
+
+
+def split_map(n: int) -> list[int]:
+    """The bit map of either half of a tile of ``n`` elements split along its last dim (of size 2), whose bit the
+    half's offset (0 or 1) sets."""
+    return [p + 1 for p in range(log2(n) - 1)]
+
+
+__all__ = ["CV", "Lowering", "c_ident", "cat_map", "extract_map", "flat_shifts", "is_local", "join_map", "split_map"]

@@ -373,6 +373,17 @@ def _convert(p: Printer, op: TOp) -> str:
     return f"{op.name} {_v(p, op, 0)}{sign}{extra} : {_ot(op, 0)} -> {_t(op)}"
 
 
+def _extract(p: Printer, op: TOp) -> str:
+    """``extract %x[%i, %j] : tile<...> -> tile<...>`` (the one operand group: the tile, then its block indices)."""
+    x, *index = _vs(p, op, 0)
+    return f"extract {p.name(x)}[{p.names_of(index)}] : {type_text(x.type)} -> {_t(op)}"
+
+
+def _cat(p: Printer, op: TOp) -> str:
+    """``cat %a, %b dim = 1 : tile<...>, tile<...> -> tile<...>``."""
+    return f"cat {_v(p, op, 0)}, {_v(p, op, 1)} dim = {op.attrs['dim']} : {_ot(op, 0)}, {_ot(op, 1)} -> {_t(op)}"
+
+
 def _constant(p: Printer, op: TOp) -> str:
     """``constant <f32: 1.000000e+00> : tile<...>``."""
     t = op.results[0].type
@@ -575,6 +586,8 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "ftoi": _convert,
     "bitcast": _convert,
     "permute": _convert,
+    "extract": _extract,
+    "cat": _cat,
     "assume": _assume,
     "mmaf": _mma,
     "mmai": _mma,

@@ -43,6 +43,7 @@ from tilejit.language.frontend.values import (
     shown,
 )
 from tilejit.language.ir import ops
+from tilejit.language.ir.core import Value
 from tilejit.language.ir.passes import NUMPY_MATH, bit_count
 from tilejit.language.ir.types import (
     BY_NAME,
@@ -242,7 +243,7 @@ def _num_blocks(tr: Translator, axis: object) -> object:
 
 
 @builtin(tile.num_tiles)
-def _num_tiles(tr: Translator, array: object, axis: object, shape: object) -> object:
+def _num_tiles(tr: Translator, array: object, axis: object, shape: object, order: object) -> object:
     arr = as_array(array, "num_tiles")
     ax = const_int(axis, "tj.num_tiles() axis")
     if not -arr.ndim <= ax < arr.ndim:
@@ -252,7 +253,7 @@ def _num_tiles(tr: Translator, array: object, axis: object, shape: object) -> ob
     if len(shp) != arr.ndim:
         raise FrontendError(f"tj.num_tiles(): shape {shp} has {len(shp)} dims but the array '{arr.name}' has "
                             f"{arr.ndim}")
-    dim = tr.b.array_dim(arr.value, ax, "shape")
+    dim = tr.b.array_dim(arr.value, axis_order(order, arr, "num_tiles")[ax], "shape")
     n = tr.b.binary("floordiv", tr.b.binary("add", dim, shp[ax] - 1), shp[ax])
     return tr.b.cast(n, int32)
 
@@ -285,17 +286,46 @@ def _static_range(tr: Translator, args: tuple[object, ...]) -> object:
 # ====================================================================== memory
 
 
+def axis_order(order: object, arr: Array, fn: str) -> tuple[int, ...]:
+    """The permutation ``order`` of load/store/num_tiles names: "C" (none), "F" (reversed) or a tuple of the
+    array's dims (each once; negative ones count from the end)."""
+    n = arr.ndim
+    if isinstance(order, str) and order in ("C", "F"):
+        return tuple(range(n)) if order == "C" else tuple(reversed(range(n)))
+    if not isinstance(order, tuple | list) or not all(isinstance(a, int) and not isinstance(a, bool) for a in order):
+        raise FrontendError(f'tj.{fn}(): order must be "C", "F" or a compile-time tuple of the dims of \'{arr.name}\', '
+                            f"got {describe(order)}")
+    perm = tuple(a % n if -n <= a < n else a for a in order)
+    if sorted(perm) != list(range(n)):
+        raise FrontendError(f"tj.{fn}(): order {shown(tuple(order))} is not a permutation of the {n} dims of the "
+                            f"array '{arr.name}'")
+    return perm
+
+
+def _in_array_order(perm: tuple[int, ...], items: list[Any] | tuple[int, ...]) -> list[Any]:
+    """Per-tile-dim ``items`` (an index, a shape) rearranged per array dim: tile dim ``d`` is array dim ``perm[d]``."""
+    out: list[Any] = [None] * len(perm)
+    for d, a in enumerate(perm):
+        out[a] = items[d]
+    return out
+
+
 @builtin(tile.load)
-def _load(tr: Translator, array: object, index: object, shape: object, padding: object) -> object:
+def _load(tr: Translator, array: object, index: object, shape: object, padding: object, order: object) -> object:
     arr = as_array(array, "load")
     shp = check_shape(shape, "tj.load() shape")
     if len(shp) != arr.ndim:
         raise FrontendError(
             f"tj.load(): shape {shp} has {len(shp)} dims but the array '{arr.name}' has {arr.ndim}"
         )
+    perm = axis_order(order, arr, "load")
     idx = tile_index(tr, arr, index, "load")
     pad = _padding(padding, arr, "load")
-    return tr.b.tile(ops.LoadOp, TileType(arr.dtype, shp), array=arr.value, index=idx, padding=pad)
+    if perm == tuple(range(arr.ndim)):
+        return tr.b.tile(ops.LoadOp, TileType(arr.dtype, shp), array=arr.value, index=idx, padding=pad)
+    stored = TileType(arr.dtype, tuple(_in_array_order(perm, shp)))
+    t = tr.b.tile(ops.LoadOp, stored, array=arr.value, index=_in_array_order(perm, idx), padding=pad)
+    return tr.b.tile(ops.PermuteOp, stored.with_shape(shp), x=t.value, perm=perm)
 
 
 def _padding(padding: object, arr: Array, what: str) -> object:
@@ -311,8 +341,9 @@ def _padding(padding: object, arr: Array, what: str) -> object:
 
 
 @builtin(tile.store)
-def _store(tr: Translator, array: object, index: object, tile: object) -> object:
+def _store(tr: Translator, array: object, index: object, tile: object, order: object) -> object:
     arr = as_array(array, "store")
+    perm = axis_order(order, arr, "store")
     idx = tile_index(tr, arr, index, "store")
     if is_number(tile):
         t = tr.b.constant(convert_number(tile, arr.dtype), TileType(arr.dtype))
@@ -328,6 +359,12 @@ def _store(tr: Translator, array: object, index: object, tile: object) -> object
             f"{arr.ndim}; the tile's rank must equal the array's (reshape it)"
         )
     t = tr.b.cast(t, arr.dtype)
+    if perm != tuple(range(arr.ndim)):  # tile dim d runs along array dim perm[d]: store the tile in array order
+        if t.type.size > 1:
+            inverse = tuple(_in_array_order(perm, tuple(range(arr.ndim))))
+            t = tr.b.tile(ops.PermuteOp, t.type.with_shape(tuple(_in_array_order(perm, t.shape))), x=t.value,
+                          perm=inverse)
+        idx = _in_array_order(perm, idx)
     tr.b.make(ops.StoreOp, None, array=arr.value, index=idx, tile=t.value)
     return None
 
@@ -781,6 +818,99 @@ def _broadcast_to(tr: Translator, x: object, shape: object) -> object:
     return tr.b.broadcast(t, check_shape(shape, "tj.broadcast_to() shape"))
 
 
+# ====================================================================== slicing and joining
+
+
+def _static_ints(v: object, n: int, what: str, run_time_hint: str) -> tuple[int, ...]:
+    """``v`` as ``n`` compile-time ints (one int for ``n == 1``), or a FrontendError naming ``what``."""
+    items = v if isinstance(v, tuple | list) else (v,) if n == 1 else None
+    if items is None:
+        raise FrontendError(f"{what} must be a tuple of {n} compile-time ints, got {describe(v)}")
+    for k, i in enumerate(items):
+        if isinstance(i, Tile):
+            raise FrontendError(f"{what} must be compile-time ints, but item {k} is a run-time value "
+                                f"({describe(i)}); {run_time_hint}")
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise FrontendError(f"{what} must be compile-time ints, got {describe(i)} as item {k}")
+    if len(items) != n:
+        raise FrontendError(f"{what} has {len(items)} entries for a tile of rank {n}")
+    return tuple(items)
+
+
+@builtin(tile.extract)
+def _extract(tr: Translator, x: object, index: object, shape: object) -> object:
+    t = as_tile(tr, x, "extract", "x")
+    if t.ndim == 0:
+        raise FrontendError("tj.extract() needs a tile of rank >= 1, got a scalar")
+    shp = check_shape(shape, "tj.extract() shape")
+    block = shp or (1,) * t.ndim  # shape=(): one element, as a scalar
+    if len(block) != t.ndim:
+        raise FrontendError(f"tj.extract(): shape {shp} has {len(block)} dims but the tile has rank {t.ndim} "
+                            f"(shape {t.shape})")
+    for d, (b, s) in enumerate(zip(block, t.shape)):
+        if b > s:
+            raise FrontendError(f"tj.extract(): shape {shp} does not fit in the tile of shape {t.shape} (dim {d}: "
+                                f"{b} > {s})")
+    idx = _static_ints(index, t.ndim, "tj.extract() index",
+                       "blocks of a tile are chosen when the kernel compiles (for a run-time choice, tj.where)")
+    for d, (i, b, s) in enumerate(zip(idx, block, t.shape)):
+        if not 0 <= i < s // b:
+            raise FrontendError(f"tj.extract(): index {i} of dim {d} is out of range: the tile of shape {t.shape} "
+                                f"has {s // b} blocks of {b} along dim {d} (indices are in units of shape)")
+    r = t if block == t.shape else tr.b.tile(ops.ExtractOp, t.type.with_shape(block), x=t.value, index=idx)
+    return tr.b.reshape(r, shp) if not shp else r
+
+
+def _pair_of_tiles(tiles: object) -> tuple[Tile, ...]:
+    """``tj.cat``'s ``tiles``: one or two tiles of rank >= 1."""
+    if not isinstance(tiles, tuple | list):
+        raise FrontendError(f"tj.cat(): tiles must be a pair of tiles (a, b), got {describe(tiles)}")
+    if not 1 <= len(tiles) <= 2:
+        raise FrontendError(f"tj.cat() concatenates two tiles (so that the result's shape stays a power of two), got "
+                            f"{len(tiles)} (nest tj.cat calls)")
+    for k, t in enumerate(tiles):
+        if not isinstance(t, Tile) or t.ndim == 0:
+            raise FrontendError(f"tj.cat(): tile {k} must be a tile of rank >= 1, got {describe(t)}")
+    return tuple(tiles)
+
+
+@builtin(tile.cat)
+def _cat(tr: Translator, tiles: object, axis: object) -> object:
+    pair = _pair_of_tiles(tiles)
+    if len(pair) == 1:
+        return pair[0]
+    a, b = pair
+    if a.shape != b.shape:
+        raise FrontendError(f"tj.cat(): the tiles must have one shape (so that the result's stays a power of two), "
+                            f"got {a.shape} and {b.shape}")
+    ax = norm_axis(axis, a.ndim, "tj.cat() axis")
+    shape = check_shape(tuple(2 * s if d == ax else s for d, s in enumerate(a.shape)), "tj.cat() result shape")
+    dtype = tr.b.common_dtype([a, b])
+    a, b = tr.b.cast(a, dtype), tr.b.cast(b, dtype)
+    return tr.b.tile(ops.CatOp, a.type.with_shape(shape), x=a.value, y=b.value, axis=ax)
+
+
+@builtin(tile.join)
+def _join(tr: Translator, a: object, b: object) -> object:
+    for v in (a, b):
+        if not isinstance(v, Tile) and not is_number(v):
+            raise FrontendError(f"tj.join() expects tiles or numbers, got {describe(v)}")
+    ta, tb = tr.b.unify([a, b])
+    shape = check_shape(ta.shape + (2,), "tj.join() result shape")
+    return tr.b.tile(ops.JoinOp, ta.type.with_shape(shape), x=ta.value, y=tb.value)
+
+
+@builtin(tile.split)
+def _split(tr: Translator, x: object) -> object:
+    t = as_tile(tr, x, "split", "x")
+    if t.ndim == 0 or t.shape[-1] != 2:
+        hint = f" (reshape it to {(*t.shape[:-1], t.shape[-1] // 2, 2)} first)" if t.ndim and t.shape[-1] > 2 else ""
+        raise FrontendError(f"tj.split() needs a tile whose last dim has size 2, got shape {t.shape}{hint}")
+    half = t.type.with_shape(t.shape[:-1])
+    op = tr.b.emit(ops.SplitOp(results=[Value(half), Value(half)], x=t.value))
+    return Tile(op.results[0]), Tile(op.results[1])
+
+
 # ====================================================================== reductions, scans, mma
 
 
@@ -988,7 +1118,7 @@ def _static_assert(tr: Translator, cond: object, msg: object) -> object:
 _METHODS: dict[str, Callable[..., Any]] = {
     "astype": tile.astype, "reshape": tile.reshape, "transpose": tile.transpose, "expand_dims": tile.expand_dims,
     "broadcast_to": tile.broadcast_to, "sum": tile.sum, "max": tile.max, "min": tile.min, "prod": tile.prod,
-    "argmax": tile.argmax, "argmin": tile.argmin, "cumsum": tile.cumsum,
+    "argmax": tile.argmax, "argmin": tile.argmin, "cumsum": tile.cumsum, "extract": tile.extract, "split": tile.split,
 }
 
 

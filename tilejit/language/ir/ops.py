@@ -316,6 +316,47 @@ class BroadcastOp(Op):
     x: Value = operand()
 
 
+@dataclass(eq=False, kw_only=True)
+class ExtractOp(Op):
+    """One block of ``x``: ``x`` split into blocks of the result's shape (same rank, each dimension dividing
+    ``x``'s), the block at block index ``index`` (compile-time, in units of the result's shape):
+    element ``j`` along dim ``d`` is ``x``'s ``index[d] * shape[d] + j``."""
+
+    NAME: ClassVar[str] = "extract"
+    x: Value = operand()
+    index: tuple[int, ...] = attribute()
+
+
+@dataclass(eq=False, kw_only=True)
+class CatOp(Op):
+    """``x`` then ``y`` along ``axis`` (``numpy.concatenate``); both have one type, the result twice its size
+    along ``axis``."""
+
+    NAME: ClassVar[str] = "cat"
+    x: Value = operand()
+    y: Value = operand()
+    axis: int = attribute()
+
+
+@dataclass(eq=False, kw_only=True)
+class JoinOp(Op):
+    """``x`` and ``y`` (one type) side by side along a new last dimension of size 2 (``numpy.stack(...,
+    axis=-1)``)."""
+
+    NAME: ClassVar[str] = "join"
+    x: Value = operand()
+    y: Value = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class SplitOp(Op):
+    """The two halves of ``x`` along its last dimension, of size 2, which they drop: ``results`` are
+    ``x[..., 0]`` and ``x[..., 1]`` (JoinOp's inverse)."""
+
+    NAME: ClassVar[str] = "split"
+    x: Value = operand()
+
+
 # ---------------------------------------------------------------------------------------------
 # Reductions, scans, matrix multiply
 
@@ -478,8 +519,8 @@ class Function:
 ALL_OPS: tuple[type[Op], ...] = (
     ConstantOp, ArangeOp, BlockIdOp, NumBlocksOp, ArrayDimOp, LoadOp, StoreOp, GatherOp, ScatterOp,
     AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, FmaOp, CompareOp, SelectOp, CastOp, AssumeOp,
-    ReshapeOp, PermuteOp, BroadcastOp, ReduceOp, ArgReduceOp, ScanOp, MmaOp, ForOp, LoopOp, IfOp, YieldOp,
-    ContinueOp, BreakOp, ReturnOp,
+    ReshapeOp, PermuteOp, BroadcastOp, ExtractOp, CatOp, JoinOp, SplitOp, ReduceOp, ArgReduceOp, ScanOp, MmaOp,
+    ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp, ReturnOp,
 )
 
 __all__ = [cls.__name__ for cls in ALL_OPS] + [

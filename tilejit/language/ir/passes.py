@@ -5,7 +5,8 @@
 1. verify                 the front end's output is well formed
 2. fold_constants         element-wise ops, casts, selects and shape ops on constants become constants
                           (numpy semantics for the dtype, 16-bit floats computed in float32 as on the
-                          GPU; results that are undefined or differ there are left alone)
+                          GPU; results that are undefined or differ there are left alone; a cat or join
+                          only of two equal constants)
 3. merge_assumes          the facts stated of a value and of the value it was stated of become one
                           ``AssumeOp`` of the latter (``tj.max_contiguous(tj.multiple_of(x, 16), 16)``)
 4. eliminate_common       pure ops with the same operands and attributes are computed once
@@ -272,13 +273,17 @@ def _fold(op: Op, consts: dict[Value, object]) -> object:
         xt = op.x.type
         assert isinstance(xt, TileType)
         return _fold_cast(consts[op.x], xt.dtype, r.dtype)
-    if isinstance(op, ops.BroadcastOp | ops.ReshapeOp | ops.PermuteOp | ops.AssumeOp):
-        return consts[op.x]  # a constant says more than any fact stated of it
+    if isinstance(op, ops.BroadcastOp | ops.ReshapeOp | ops.PermuteOp | ops.AssumeOp | ops.ExtractOp):
+        return consts[op.x]  # (an AssumeOp: a constant says more than any fact stated of it)
+    if isinstance(op, ops.CatOp | ops.JoinOp):
+        x, y = consts[op.x], consts[op.y]
+        if type(x) is type(y) and repr(x) == repr(y):  # one value (NaN included; 0.0 and -0.0 differ)
+            return x
     raise _NoFold
 
 
 _FOLDABLE = (ops.UnaryOp, ops.BinaryOp, ops.CompareOp, ops.CastOp, ops.BroadcastOp, ops.ReshapeOp, ops.PermuteOp,
-             ops.AssumeOp)
+             ops.AssumeOp, ops.ExtractOp, ops.CatOp, ops.JoinOp)
 
 
 def fold_constants(fn: ops.Function) -> int:

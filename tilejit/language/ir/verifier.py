@@ -16,9 +16,10 @@ from tilejit.language.ir.types import ArrayType, TileType, bool_, int32, int64
 _SINGLE_RESULT = (
     ops.ConstantOp, ops.ArangeOp, ops.BlockIdOp, ops.NumBlocksOp, ops.ArrayDimOp, ops.LoadOp, ops.GatherOp,
     ops.AtomicOp, ops.UnaryOp, ops.BinaryOp, ops.FmaOp, ops.CompareOp, ops.SelectOp, ops.CastOp, ops.AssumeOp,
-    ops.ReshapeOp,
-    ops.PermuteOp, ops.BroadcastOp, ops.ReduceOp, ops.ArgReduceOp, ops.ScanOp, ops.MmaOp,
+    ops.ReshapeOp, ops.PermuteOp, ops.BroadcastOp, ops.ExtractOp, ops.CatOp, ops.JoinOp, ops.ReduceOp,
+    ops.ArgReduceOp, ops.ScanOp, ops.MmaOp,
 )
+_TWO_RESULTS = (ops.SplitOp,)
 _NO_RESULT = (ops.StoreOp, ops.ScatterOp, ops.FenceOp, ops.BarrierOp, ops.PrintOp, ops.YieldOp, ops.ContinueOp,
               ops.BreakOp, ops.ReturnOp)
 
@@ -291,6 +292,39 @@ def _check_broadcast(op: ops.BroadcastOp, r: TileType) -> None:
             raise _Check(f"cannot broadcast {x} to {r}")
 
 
+def _check_extract(op: ops.ExtractOp, r: TileType) -> None:
+    x = _tile(op.x, "x")
+    _same(r.dtype, x.dtype, "extract dtype")
+    index = op.index
+    if not isinstance(index, tuple) or len(index) != x.ndim or r.ndim != x.ndim:
+        raise _Check(f"extract of {r} from {x} at {index!r}: one index per dimension, ranks equal")
+    for d, (i, s, b) in enumerate(zip(index, x.shape, r.shape)):
+        if s % b or not isinstance(i, int) or not 0 <= i < s // b:
+            raise _Check(f"extract of {r} from {x}: index {i!r} of dimension {d} is not a block of it")
+
+
+def _check_cat(op: ops.CatOp, r: TileType) -> None:
+    x = _tile(op.x, "x")
+    _same(_tile(op.y, "y"), x, "y type vs x type")
+    _axis(op.axis, x.ndim)
+    doubled = tuple(2 * s if d == op.axis else s for d, s in enumerate(x.shape))
+    _same(r, x.with_shape(doubled), "result type")
+
+
+def _check_join(op: ops.JoinOp, r: TileType) -> None:
+    x = _tile(op.x, "x")
+    _same(_tile(op.y, "y"), x, "y type vs x type")
+    _same(r, x.with_shape(x.shape + (2,)), "result type")
+
+
+def _check_split(op: ops.SplitOp, rs: list[TileType]) -> None:
+    x = _tile(op.x, "x")
+    if not x.shape or x.shape[-1] != 2:
+        raise _Check(f"split needs a last dimension of size 2, got {x}")
+    for r in rs:
+        _same(r, x.with_shape(x.shape[:-1]), "result type")
+
+
 def _dropped(x: TileType, axis: int) -> tuple[int, ...]:
     return x.shape[:axis] + x.shape[axis + 1:]
 
@@ -342,6 +376,7 @@ _OP_CHECKS: dict[type[Op], Callable[..., None]] = {
     ops.PrintOp: _check_print, ops.UnaryOp: _check_unary, ops.BinaryOp: _check_binary, ops.FmaOp: _check_fma,
     ops.CompareOp: _check_compare, ops.SelectOp: _check_select, ops.CastOp: _check_cast, ops.AssumeOp: _check_assume,
     ops.ReshapeOp: _check_reshape, ops.PermuteOp: _check_permute, ops.BroadcastOp: _check_broadcast,
+    ops.ExtractOp: _check_extract, ops.CatOp: _check_cat, ops.JoinOp: _check_join, ops.SplitOp: _check_split,
     ops.ReduceOp: _check_reduce, ops.ArgReduceOp: _check_argreduce, ops.ScanOp: _check_scan,
     ops.MmaOp: _check_mma,
 }
@@ -414,6 +449,15 @@ class _Verifier:
                     raise _Check(f"result must be a tile, got {r}")
                 _pow2_shape(r, "result")
                 check(op, r)
+            elif isinstance(op, _TWO_RESULTS):
+                if len(op.results) != 2:
+                    raise _Check(f"must have two results, has {len(op.results)}")
+                rs = [v.type for v in op.results]
+                for t in rs:
+                    if not isinstance(t, TileType):
+                        raise _Check(f"results must be tiles, got {t}")
+                    _pow2_shape(t, "result")
+                check(op, rs)
             else:
                 if op.results:
                     raise _Check(f"must have no results, has {len(op.results)}")

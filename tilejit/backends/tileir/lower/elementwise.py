@@ -680,3 +680,57 @@ def permute(lo: Lowerer, op: O.PermuteOp) -> None:
     """``transpose(x, perm)``: ``permute`` (result dimension i is source dimension perm[i], as numpy)."""
     x = lo.value(op.x)
     lo.emit("permute", [lo.result(op)], [x], op, permutation=list(op.perm))
+
+
+# ------------------------------------------------------------------ slicing and joining
+
+
+def _extract(lo: Lowerer, op: Op, x: TValue, index: tuple[int, ...], r: TValue) -> TValue:
+    """``r`` = block ``index`` (in units of ``r``'s shape) of ``x``: Tile IR's ``extract``, the indices i32
+    constants."""
+    made = {i: const(lo, op, i, I32) for i in sorted(set(index))}
+    lo.emit("extract", [r], [[x, *(made[i] for i in index)]], op)
+    return r
+
+
+@rule(O.ExtractOp)
+def extract(lo: Lowerer, op: O.ExtractOp) -> None:
+    """``extract`` of one block of the tile, one dim at a time, leading dims first: tileiras 13.5 ran for minutes on
+    a kernel with an extract that cut two dims of a large tile (the (1, 1) block at (127, 3) of a (128, 64) tile,
+    besides blocks of its rows) and compiled the same block cut in two steps in a second."""
+    x = lo.value(op.x)
+    rt = op.result.type
+    assert isinstance(x.type, Tile) and isinstance(rt, TileType)
+    cuts = [d for d, (s, b) in enumerate(zip(x.type.shape, rt.shape)) if s != b]
+    if not cuts:
+        lo.vals[op.result] = x
+    for k, d in enumerate(cuts):
+        shape = (*x.type.shape[:d], rt.shape[d], *x.type.shape[d + 1:])
+        index = tuple(op.index[d] if e == d else 0 for e in range(len(shape)))
+        x = _extract(lo, op, x, index, lo.result(op) if k == len(cuts) - 1 else TValue(Tile(x.type.elem, shape)))
+
+
+@rule(O.CatOp)
+def cat(lo: Lowerer, op: O.CatOp) -> None:
+    """``cat`` along the axis."""
+    lo.emit("cat", [lo.result(op)], [lo.value(op.x), lo.value(op.y)], op, dim=op.axis)
+
+
+@rule(O.JoinOp)
+def join(lo: Lowerer, op: O.JoinOp) -> None:
+    """Each operand reshaped to a last dim of 1, then ``cat`` along it."""
+    t = lo.tile_type(op.result.type, op)
+    unit = Tile(t.elem, (*t.shape[:-1], 1))
+    halves = [new(lo, op, "reshape", unit, [lo.value(v)]) for v in (op.x, op.y)]
+    lo.emit("cat", [lo.result(op)], halves, op, dim=len(t.shape) - 1)
+
+
+@rule(O.SplitOp)
+def split(lo: Lowerer, op: O.SplitOp) -> None:
+    """Each half an ``extract`` of block 0 or 1 along the last dim (of 2), reshaped to drop it."""
+    x = lo.value(op.x)
+    assert isinstance(x.type, Tile)
+    unit = Tile(x.type.elem, (*x.type.shape[:-1], 1))
+    for half, r in enumerate(op.results):
+        part = _extract(lo, op, x, (0,) * (len(unit.shape) - 1) + (half,), TValue(unit))
+        lo.emit("reshape", [lo.result(op, r)], [part], op)

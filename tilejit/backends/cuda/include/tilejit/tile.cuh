@@ -56,6 +56,12 @@ struct Layout {
     return f;
   }
   __device__ __forceinline__ static int flat(int tid, int i) { return tflat(tid) | iflat(i); }
+  // The register that holds flat index f in the thread that holds it (iflat's inverse; f's thread bits ignored).
+  __host__ __device__ static constexpr int reg(int f) {
+    int i = 0;
+    for (int k = 0; k < IB::n; ++k) i |= ((f >> IB::get(k)) & 1) << k;
+    return i;
+  }
   __device__ __forceinline__ static bool owner(int tid) { return (tid & replica_mask()) == 0; }
 };
 
