@@ -3,6 +3,7 @@ features compile (CPU, every CUDA toolkit present) and compute what Python would
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,7 @@ def test_launches_through_the_checked_then_generated_paths_and_the_memo() -> Non
         want = x.numpy() * np.float32(scale) + y.numpy()
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-6, atol=1e-6)
     (compiled,) = {id(c): c for c in fe_axpy._fast.values()}.values()
-    assert compiled.base.generated  # the generated function by now
+    assert compiled.base.first_launches.ready(threading.get_ident())  # past its checked launches: generated ones
     from tilejit.compiler.cache import cached_compile
 
     assert compiled.base.compile_code is cached_compile  # a new process loads the launch code, not compiles it
