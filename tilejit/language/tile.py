@@ -119,6 +119,16 @@ def _outside(name: str) -> NoReturn:
     )
 
 
+def _on_host(name: str, *args: Any, **kwargs: Any) -> Any:
+    """``tj.<name>(...)`` called from Python: an argument whose type has ``__tile_function__`` (the traced values
+    of ``tj.fuse``) handles it, as numpy's ``__array_function__`` does; otherwise the error of ``_outside``."""
+    for a in (*args, *kwargs.values()):
+        hook = getattr(type(a), "__tile_function__", None)
+        if hook is not None:
+            return hook(name, args, kwargs)
+    _outside(name)
+
+
 class TileFunction:
     """A helper written in the tile language; calls from kernels are inlined at compile time."""
 
@@ -171,7 +181,7 @@ def num_blocks(axis: int) -> Tile:
 def num_tiles(array: Array, axis: int, shape: Shape) -> Tile:
     """How many tiles of ``shape`` cover ``array`` along ``axis``: ``cdiv(array.shape[axis],
     shape[axis])`` as an int32 scalar."""
-    _outside("num_tiles")
+    return _on_host("num_tiles", array, axis=axis, shape=shape)
 
 
 # ------------------------------------------------------------------------------- memory
@@ -181,52 +191,52 @@ def load(array: Array, index: Index, shape: Shape, padding: Any = 0) -> Tile:
     """The tile of ``shape`` at tile-grid ``index`` of ``array`` (one index per array dim): element
     ``j`` along dim ``d`` is ``array[index[d] * shape[d] + j]``. Elements past the end read
     ``padding`` (a compile-time number, e.g. ``float("-inf")``). The tile has the array's dtype."""
-    _outside("load")
+    return _on_host("load", array, index=index, shape=shape, padding=padding)
 
 
 def store(array: Array, index: Index, tile: Tile) -> None:
     """Write ``tile`` at tile-grid ``index`` of ``array`` (indexing as ``load``; the tile's rank is
     the array's, or a scalar writes one element). Elements past the end are not written; the tile
     is cast to the array's dtype (like numpy assignment)."""
-    _outside("store")
+    _on_host("store", array, index=index, tile=tile)
 
 
 def gather(array: Array, indices: Any, padding: Any = 0) -> Tile:
     """``array[indices]`` element-wise: ``indices`` is an integer tile (rank-1 arrays) or a tuple of
     them, one per array dim, broadcast together. Out-of-range elements read ``padding``."""
-    _outside("gather")
+    return _on_host("gather", array, indices=indices, padding=padding)
 
 
 def scatter(array: Array, indices: Any, tile: Tile) -> None:
     """``array[indices] = tile`` element-wise (indices as ``gather``, broadcast with ``tile``);
     out-of-range elements are skipped."""
-    _outside("scatter")
+    _on_host("scatter", array, indices=indices, tile=tile)
 
 
 def atomic_add(array: Array, indices: Any, value: Any) -> Tile:
     """Atomically add ``value`` at ``indices`` (as ``scatter``); returns the old values."""
-    _outside("atomic_add")
+    return _on_host("atomic_add", array, indices=indices, value=value)
 
 
 def atomic_max(array: Array, indices: Any, value: Any) -> Tile:
     """Atomically store the maximum of the old value and ``value``; returns the old values."""
-    _outside("atomic_max")
+    return _on_host("atomic_max", array, indices=indices, value=value)
 
 
 def atomic_min(array: Array, indices: Any, value: Any) -> Tile:
     """Atomically store the minimum of the old value and ``value``; returns the old values."""
-    _outside("atomic_min")
+    return _on_host("atomic_min", array, indices=indices, value=value)
 
 
 def atomic_xchg(array: Array, indices: Any, value: Any) -> Tile:
     """Atomically replace the values at ``indices`` with ``value``; returns the old values."""
-    _outside("atomic_xchg")
+    return _on_host("atomic_xchg", array, indices=indices, value=value)
 
 
 def atomic_cas(array: Array, indices: Any, expected: Any, desired: Any) -> Tile:
     """Atomic compare-and-swap: where the old value equals ``expected`` store ``desired``; returns
     the old values."""
-    _outside("atomic_cas")
+    return _on_host("atomic_cas", array, indices=indices, expected=expected, desired=desired)
 
 
 # ------------------------------------------------------------------------------- creation
@@ -258,121 +268,121 @@ def arange(n: int, dtype: DType = int32) -> Tile:
 
 def where(cond: Any, x: Any, y: Any) -> Tile:
     """Element-wise ``x if cond else y`` with broadcasting and promotion of ``x`` and ``y``."""
-    _outside("where")
+    return _on_host("where", cond, x=x, y=y)
 
 
 def astype(x: Any, dtype: DType) -> Tile:
     """``x`` converted to ``dtype`` (C++ cast semantics: float to int truncates)."""
-    _outside("astype")
+    return _on_host("astype", x, dtype=dtype)
 
 
 def reshape(x: Any, shape: Shape) -> Tile:
     """Same elements in row-major order with a new ``shape`` (one entry may be -1)."""
-    _outside("reshape")
+    return _on_host("reshape", x, shape=shape)
 
 
 def transpose(x: Any, axes: Sequence[int] | None = None) -> Tile:
     """``numpy.transpose``: permute the dimensions (reverse them by default)."""
-    _outside("transpose")
+    return _on_host("transpose", x, axes=axes)
 
 
 def expand_dims(x: Any, axis: int) -> Tile:
     """Insert a dimension of size 1 at ``axis``."""
-    _outside("expand_dims")
+    return _on_host("expand_dims", x, axis=axis)
 
 
 def broadcast_to(x: Any, shape: Shape) -> Tile:
     """``x`` broadcast to ``shape`` by numpy rules."""
-    _outside("broadcast_to")
+    return _on_host("broadcast_to", x, shape=shape)
 
 
 def exp(x: Any) -> Tile:
     """Element-wise e**x."""
-    _outside("exp")
+    return _on_host("exp", x)
 
 
 def exp2(x: Any) -> Tile:
     """Element-wise 2**x."""
-    _outside("exp2")
+    return _on_host("exp2", x)
 
 
 def log(x: Any) -> Tile:
     """Element-wise natural logarithm."""
-    _outside("log")
+    return _on_host("log", x)
 
 
 def log2(x: Any) -> Tile:
     """Element-wise base-2 logarithm."""
-    _outside("log2")
+    return _on_host("log2", x)
 
 
 def sqrt(x: Any) -> Tile:
     """Element-wise square root."""
-    _outside("sqrt")
+    return _on_host("sqrt", x)
 
 
 def rsqrt(x: Any) -> Tile:
     """Element-wise 1 / sqrt(x)."""
-    _outside("rsqrt")
+    return _on_host("rsqrt", x)
 
 
 def sin(x: Any) -> Tile:
     """Element-wise sine."""
-    _outside("sin")
+    return _on_host("sin", x)
 
 
 def cos(x: Any) -> Tile:
     """Element-wise cosine."""
-    _outside("cos")
+    return _on_host("cos", x)
 
 
 def tanh(x: Any) -> Tile:
     """Element-wise hyperbolic tangent."""
-    _outside("tanh")
+    return _on_host("tanh", x)
 
 
 def abs(x: Any) -> Tile:
     """Element-wise absolute value (keeps integer dtypes); Python's ``abs(x)`` of a run-time value is this."""
-    _outside("abs")
+    return _on_host("abs", x)
 
 
 def floor(x: Any) -> Tile:
     """Element-wise floor."""
-    _outside("floor")
+    return _on_host("floor", x)
 
 
 def ceil(x: Any) -> Tile:
     """Element-wise ceiling."""
-    _outside("ceil")
+    return _on_host("ceil", x)
 
 
 def erf(x: Any) -> Tile:
     """Element-wise error function."""
-    _outside("erf")
+    return _on_host("erf", x)
 
 
 def sigmoid(x: Any) -> Tile:
     """Element-wise 1 / (1 + exp(-x))."""
-    _outside("sigmoid")
+    return _on_host("sigmoid", x)
 
 
 def maximum(x: Any, y: Any) -> Tile:
     """Element-wise maximum with broadcasting and promotion (keeps integer dtypes), as ``numpy.maximum``: NaN
     if either operand is NaN; for bools, ``x or y``. Python's ``max(x, y, ...)`` of run-time values is this,
     nested from the left. Of two compile-time numbers: Python's ``max``."""
-    _outside("maximum")
+    return _on_host("maximum", x, y=y)
 
 
 def minimum(x: Any, y: Any) -> Tile:
     """Element-wise minimum with broadcasting and promotion (keeps integer dtypes), as ``numpy.minimum``: NaN
     if either operand is NaN; for bools, ``x and y``. Python's ``min(x, y, ...)`` of run-time values is this,
     nested from the left. Of two compile-time numbers: Python's ``min``."""
-    _outside("minimum")
+    return _on_host("minimum", x, y=y)
 
 
 def pow(x: Any, y: Any) -> Tile:
     """Element-wise ``x ** y``."""
-    _outside("pow")
+    return _on_host("pow", x, y=y)
 
 
 # ------------------------------------------------------------------------------- reductions, scans, mma
@@ -380,50 +390,50 @@ def pow(x: Any, y: Any) -> Tile:
 
 def sum(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
     """Sum along ``axis`` (all axes when None)."""
-    _outside("sum")
+    return _on_host("sum", x, axis=axis, keepdims=keepdims)
 
 
 def max(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
     """Maximum along ``axis`` (all axes when None)."""
-    _outside("max")
+    return _on_host("max", x, axis=axis, keepdims=keepdims)
 
 
 def min(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
     """Minimum along ``axis`` (all axes when None)."""
-    _outside("min")
+    return _on_host("min", x, axis=axis, keepdims=keepdims)
 
 
 def prod(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
     """Product along ``axis`` (all axes when None)."""
-    _outside("prod")
+    return _on_host("prod", x, axis=axis, keepdims=keepdims)
 
 
 def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Tile:
     """int32 index of the first maximum along ``axis`` (of the flattened tile when None)."""
-    _outside("argmax")
+    return _on_host("argmax", x, axis=axis, keepdims=keepdims)
 
 
 def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Tile:
     """int32 index of the first minimum along ``axis`` (of the flattened tile when None)."""
-    _outside("argmin")
+    return _on_host("argmin", x, axis=axis, keepdims=keepdims)
 
 
 def cumsum(x: Any, axis: int = 0) -> Tile:
     """Inclusive prefix sum along ``axis``."""
-    _outside("cumsum")
+    return _on_host("cumsum", x, axis=axis)
 
 
 def mma(a: Any, b: Any, acc: Any) -> Tile:
     """``a @ b + acc`` for a: (M, K), b: (K, N), acc: (M, N). ``a`` and ``b`` share a dtype; ``acc``
     is float32 for float16/bfloat16/float32 inputs, float64 for float64, int32 for 8-bit ints.
     Returns the new accumulator (tensor cores where the target has them)."""
-    _outside("mma")
+    return _on_host("mma", a, b=b, acc=acc)
 
 
 def matmul(a: Any, b: Any) -> Tile:
     """``a @ b`` of 2-d tiles: accumulates like ``mma`` from zeros; float results are cast back to
     the inputs' dtype (as numpy), integer results stay int32."""
-    _outside("matmul")
+    return _on_host("matmul", a, b=b)
 
 
 _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
