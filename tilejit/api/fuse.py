@@ -17,12 +17,14 @@ import functools
 import hashlib
 import linecache
 import math
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from tilejit.api.fuse_layout import (
     Access,
+    Space,
     access,
     aligned_strides,
     broadcast_shapes,
@@ -44,10 +46,22 @@ from tilejit.api.fuse_source import (
     reduce_source,
     spec_text,
 )
-from tilejit.api.fuse_trace import ArraySpec, Graph, Node, ScalarSpec, Spec, WeakSpec, Where, def_where, trace
+from tilejit.api.fuse_trace import (
+    ArraySpec,
+    Graph,
+    Node,
+    ScalarSpec,
+    Spec,
+    WeakSpec,
+    Where,
+    def_where,
+    keepdims_of,
+    trace,
+)
 from tilejit.errors import LaunchError, TileCompileError
 from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType
-from tilejit.runtime.interop import ArrayView
+from tilejit.runtime.array import DeviceArray as _DA
+from tilejit.runtime.interop import ArrayView, _new_view
 
 _I32 = (-(1 << 31), (1 << 31) - 1)
 _I64 = (-(1 << 63), (1 << 63) - 1)
@@ -61,6 +75,9 @@ _REDUCE_TILES = ((4, (1024, 4)), (32, (128, 32)), (256, (16, 256)))
 _COMBINE_TILE = (32, 128)  # (partials, outputs) of the kernel finishing a split reduction
 _MAX_SPLIT = 1024
 _RESERVED = ("out", "stream")
+#: Arguments a call may be remembered by (identity): immutable ones (as a tile kernel's launch remembers them).
+_IMMUTABLE = frozenset({_DA, ArrayView, int, float, bool})
+_WEAK_FLOAT = WeakSpec("float")
 
 
 # ------------------------------------------------------------------------------------------ arguments
@@ -188,9 +205,9 @@ class _Fill(NamedTuple):
     data: Any = None
 
 
-def _reshaped(shape: tuple[int, ...], strides: tuple[int, ...], acc: Access | None, n: int) -> Any:
+def _reshaped(shape: tuple[int, ...], strides: tuple[int, ...], acc: Access | None, n: int, itemsize: int) -> Any:
     """The view a kernel parameter takes of an array: flat, (n,) from element 0; gathered, its whole span from its
-    lowest element; None when the array's own view is already that."""
+    lowest element; None when the array's own view is already that. (byte offset, shape, strides) otherwise."""
     if acc is not None and acc.flat:
         if tuple(shape) == (n,) and tuple(strides) == (1,):
             return None
@@ -198,21 +215,35 @@ def _reshaped(shape: tuple[int, ...], strides: tuple[int, ...], acc: Access | No
     lo, hi = span(tuple(shape), tuple(strides))
     if lo == 0 and tuple(shape) == (hi,) and tuple(strides) == (1,):
         return None
-    return (lo, (hi - lo,), (1,))
+    return (lo * itemsize, (hi - lo,), (1,))
 
 
-class _Launch(NamedTuple):
-    """One kernel launch of a call: the program, its grid and how each parameter is filled."""
+class _Launch:
+    """One kernel launch of a call: the program, its grid, how each parameter is filled, and ``kernel[grid]``
+    once asked for (the kernel's own launch function)."""
 
-    program: _Program
-    grid: int
-    fills: tuple[_Fill, ...]
+    __slots__ = ("fills", "grid", "program", "run")
+
+    def __init__(self, program: _Program, grid: int, fills: tuple[_Fill, ...]) -> None:
+        self.program = program
+        self.grid = grid
+        self.fills = fills
+        self.run: Callable[..., None] | None = None
+
+    def __call__(self, kargs: Sequence[Any], stream: Any) -> None:
+        fn = self.run if stream is None else self.program.kernel[self.grid, stream]
+        if fn is None:
+            fn = self.run = self.program.kernel[self.grid]
+        try:
+            fn(*kargs)
+        except TileCompileError as exc:
+            raise self.program.relocated(exc) from None
 
 
 class _Recipe:
     """Everything one call needs besides its arrays' addresses: output shapes and dtypes, workspaces, launches."""
 
-    __slots__ = ("launches", "out_dtypes", "out_shapes", "ranges", "reduction", "single", "works")
+    __slots__ = ("launches", "out_dtypes", "out_shapes", "overlaps", "ranges", "reduction", "single", "works")
 
     def __init__(self, graph: Graph, out_shapes: list[tuple[int, ...]], launches: list[_Launch],
                  works: list[tuple[tuple[int, ...], DType]], ranges: list[tuple[int, int, int]]) -> None:
@@ -223,6 +254,8 @@ class _Recipe:
         self.launches = launches  # none when there is nothing to compute (an empty result)
         self.works = works  # (shape, dtype) of each workspace of a split reduction
         self.ranges = ranges  # (argument index, lo, hi) of weak ints that meet a narrower integer type
+        # (output, argument, the argument's byte span from its pointer, the output's, the same layout): for out=
+        self.overlaps: list[tuple[int, int, int, int, int, int, bool]] = []
 
 
 def _tile_for(dtypes: Sequence[DType]) -> int:
@@ -269,6 +302,51 @@ def _broadcast_error(graph: Graph, shapes: dict[int, tuple[int, ...]]) -> TileCo
     message = f"{name}(): the shapes of its arguments cannot be broadcast together: " + ", ".join(
         f"'{graph.names[i]}' {s}" for i, s in shapes.items())
     return def_where(graph.func).error(message)
+
+
+def kernel_args(launch: _Launch, views: Sequence[Any], nums: Sequence[Any], out_views: Sequence[ArrayView],
+                works: Sequence[ArrayView]) -> list[Any]:
+    """The arguments of one of a call's launches: views of its arrays (reshaped as the kernel reads them: ``data``
+    is (element offset, shape, strides, itemsize)), the numbers of its layout, its scalar arguments' values."""
+    kargs: list[Any] = []
+    for f in launch.fills:
+        kind = f.kind
+        if kind == "num":
+            kargs.append(f.data)
+        elif kind == "in" or kind == "out":
+            v = views[f.at] if kind == "in" else out_views[f.at]
+            d = f.data
+            kargs.append(v if d is None else _new_view((v[0] + d[0], d[1], d[2], v[3], v[4])))
+        elif kind == "scalar":
+            kargs.append(nums[f.at])
+        else:
+            kargs.append(works[f.at])
+    return kargs
+
+
+def _overlaps(values: Sequence[_Arg], out_views: Sequence[ArrayView],
+              reduction: bool) -> list[tuple[int, int, int, int, int, int, bool]]:
+    """For each output and array argument: the byte spans each covers from its pointer, and whether their layouts
+    are the same (a call then checks the pointers: an output may share memory with an argument only where it is
+    the very same view, and a reduction's not at all)."""
+    out = []
+    for k, ov in enumerate(out_views):
+        olo, ohi = _byte_extent(ov)
+        for i, v in enumerate(values):
+            if v.view is not None:
+                lo, hi = _byte_extent(v.view)
+                same = not reduction and tuple(v.view[1]) == tuple(ov[1]) and tuple(v.view[2]) == tuple(ov[2]) \
+                    and v.view[3] == ov[3]
+                out.append((k, i, lo, hi, olo, ohi, same))
+    return out
+
+
+def _device_cell(local: Any) -> Any:
+    """The calling thread's current-device cell (``runtime.device``), kept in ``local``."""
+    from tilejit.runtime.device import thread_state
+
+    cell = local.cell = thread_state().device
+    return cell
 
 
 def _several(out: Any) -> bool:
@@ -328,8 +406,11 @@ class Fused:
         if clash:
             raise self._where.error(f"tj.fuse: {func.__name__} has a parameter named '{clash[0]}', which a fused "
                                     f"function's call takes itself ({', '.join(_RESERVED)}=)")
+        self._count = len(self._names)
+        self._local = threading.local()  # each thread's last call (``__call__``)
         self._graphs: dict[tuple[Spec, ...], Graph] = {}
         self._programs: dict[Any, _Program] = {}
+        self._by_text: dict[str, _Program] = {}
         self._recipes: dict[Any, _Recipe] = {}
         self._lock = threading.Lock()
 
@@ -339,18 +420,61 @@ class Fused:
     @property
     def kernels(self) -> list[str]:
         """The source of every kernel generated so far, in the order they were made."""
-        return [p.source.text for p in self._programs.values()]
+        return list(self._by_text)
 
     # -------------------------------------------------------------- calling
 
     def __call__(self, *args: Any, out: Any = None, stream: Any = None, **kwargs: Any) -> Any:
-        if kwargs or len(args) != len(self._names):
+        if kwargs or len(args) != self._count:
             args = self._bind(args, kwargs)
-        key, values = self._key(args, out)
+        local = self._local
+        memo = getattr(local, "memo", None)
+        if memo is not None and memo[0] is out and memo[1] is stream and memo[2][0] is memo[3] and \
+                all(map(operator.is_, args, memo[4])):
+            for launch, kargs in memo[5]:  # the same immutable arguments again: the same kernel arguments
+                launch(kargs, stream)
+            return out
+        local.memo = None
+        key, views, nums, out_views = self._key(args, out)
         recipe = self._recipes.get(key)
         if recipe is None:
-            recipe = self._recipe_for(key, values, out)
-        return self._run(recipe, args, values, out, stream)
+            recipe = self._recipe_for(key, args, out)
+        for i, lo, hi in recipe.ranges:
+            if not lo <= nums[i] <= hi:
+                raise _arg_error(self.__name__, self._names[i], self._where,
+                                 f"the Python int {nums[i]} does not fit the integer type it meets ({lo}..{hi})")
+        if out is None:
+            like = next((a for a, v in zip(args, views) if v is not None), None)
+            made = [_allocate(like, s, d) for s, d in zip(recipe.out_shapes, recipe.out_dtypes)]
+            outs = [m[0] for m in made]
+            out_views = [m[1] for m in made]
+        elif recipe.overlaps:
+            self._check_overlaps(recipe, views, out_views)  # type: ignore[arg-type]
+        assert out_views is not None
+        works = [_allocate(None, s, d)[1] for s, d in recipe.works] if recipe.works else ()
+        done = []
+        for launch in recipe.launches:
+            kargs = kernel_args(launch, views, nums, out_views, works)
+            launch(kargs, stream)
+            done.append((launch, kargs))
+        if out is not None:
+            if not works and all(a.__class__ in _IMMUTABLE for a in args) and \
+                    all(o.__class__ in _IMMUTABLE for o in (out if _several(out) else (out,))):
+                cell = local.__dict__.get("cell") or _device_cell(local)
+                local.memo = (out, stream, cell, cell[0], args, done)
+            return out
+        return outs[0] if recipe.single else tuple(outs)
+
+    def _check_overlaps(self, recipe: _Recipe, views: Sequence[Any], out_views: Sequence[ArrayView]) -> None:
+        """Refuse an output that shares memory with an array argument, unless it is the very same view (each element
+        updated in place by itself; never for a reduction)."""
+        for k, i, lo, hi, olo, ohi, same in recipe.overlaps:
+            p, q = views[i][0], out_views[k][0]
+            if p + lo < q + ohi and q + olo < p + hi and not (same and p == q):
+                why = ("a reduction reads every input before it writes" if recipe.reduction else
+                       "laid out differently: an in-place update must pass the very same view")
+                raise _arg_error(self.__name__, "out", self._where,
+                                 f"output {k} shares memory with argument '{self._names[i]}' ({why})")
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """The arguments in parameter order (Python's own errors for wrong ones)."""
@@ -362,32 +486,58 @@ class Fused:
         bound.apply_defaults()
         return tuple(bound.arguments[n] for n in self._names)
 
-    def _key(self, args: Sequence[Any], out: Any) -> tuple[Any, list[_Arg]]:
-        """The call's key (what its recipe depends on: arrays' dtypes, shapes, strides, alignment and devices,
-        numbers' kinds, the outputs') and each argument classified."""
-        name = self.__name__
-        values = [_classify(name, n, a, self._where) for n, a in zip(self._names, args)]
-        parts: list[Any] = []
-        for v in values:
-            if v.view is not None:
-                w = v.view
-                parts.append((w[3], tuple(w[1]), tuple(w[2]), w[0] & 15, v.device))
-            else:
-                parts.append(v.spec)
-        if out is not None:
-            many = _several(out)
-            outs = out if many else (out,)
-            parts.append(("out", len(outs), many))
-            for k, o in enumerate(outs):
-                ov = _classify(name, f"out[{k}]" if many else "out", o, self._where)
-                if ov.view is None:
-                    raise _arg_error(name, "out", self._where, f"expected a device array, got {type(o).__name__}")
-                w = ov.view
-                parts.append((w[3], tuple(w[1]), tuple(w[2]), w[0] & 15, ov.device))
+    def _key(self, args: Sequence[Any], out: Any) -> tuple[Any, list[Any], list[Any], list[Any] | None]:
+        """(the call's key: what its recipe depends on, each argument's view (None for numbers), each number
+        argument's value, the outputs' views); arrays' dtypes, shapes, strides, alignment and devices, numbers'
+        kinds, the outputs' and the current device make the key."""
         from tilejit.runtime.device import get_device
 
-        parts.append(get_device().ordinal)
-        return tuple(parts), values
+        parts: list[Any] = []
+        views: list[Any] = []
+        nums: list[Any] = []
+        for name, a in zip(self._names, args):
+            cls = a.__class__
+            if cls is _DA:
+                v = a._view
+                parts.append((v[3], v[1], v[2], v[0] & 15, a.device.ordinal))
+            elif cls is ArrayView:
+                v = a
+                parts.append((v[3], tuple(v[1]), tuple(v[2]), v[0] & 15, None))
+            elif cls is float:
+                parts.append(_WEAK_FLOAT)
+                views.append(None)
+                nums.append(a)
+                continue
+            else:
+                arg = _classify(self.__name__, name, a, self._where)
+                v = arg.view
+                if v is None:
+                    parts.append(arg.spec)
+                    views.append(None)
+                    nums.append(arg.value)
+                    continue
+                parts.append((v[3], tuple(v[1]), tuple(v[2]), v[0] & 15, arg.device))
+            views.append(v)
+            nums.append(None)
+        out_views = None
+        if out is not None:
+            many = _several(out)
+            parts.append(("out", len(out) if many else 1, many))
+            out_views = []
+            for k, o in enumerate(out if many else (out,)):
+                if o.__class__ is _DA:
+                    ov = o._view
+                    parts.append((ov[3], ov[1], ov[2], ov[0] & 15, o.device.ordinal))
+                else:
+                    oa = _classify(self.__name__, f"out[{k}]" if many else "out", o, self._where)
+                    if oa.view is None:
+                        raise _arg_error(self.__name__, "out", self._where,
+                                         f"expected a device array, got {type(o).__name__}")
+                    ov = oa.view
+                    parts.append((ov[3], tuple(ov[1]), tuple(ov[2]), ov[0] & 15, oa.device))
+                out_views.append(ov)
+        parts.append(get_device())
+        return tuple(parts), views, nums, out_views
 
     def _graph(self, specs: tuple[Spec, ...]) -> Graph:
         graph = self._graphs.get(specs)
@@ -396,17 +546,21 @@ class Fused:
         return graph
 
     def _program(self, graph: Graph, plan: Any, make: Callable[[Graph, Any], Source]) -> _Program:
+        """The kernel of ``plan`` for ``graph`` (one program per distinct source: ranks that merge alike share)."""
         key = (graph.specs, plan)
         prog = self._programs.get(key)
         if prog is None:
-            prog = self._programs[key] = _make_program(make(graph, plan), self.backend)
+            source = make(graph, plan)
+            prog = self._by_text.get(source.text)
+            if prog is None:
+                prog = self._by_text[source.text] = _make_program(source, self.backend)
+            self._programs[key] = prog
         return prog
 
-    def _recipe_for(self, key: Any, values: list[_Arg], out: Any) -> _Recipe:
+    def _recipe_for(self, key: Any, args: Sequence[Any], out: Any) -> _Recipe:
         """Plan a call whose key is new (and remember the plan)."""
-        from tilejit.runtime.device import get_device
-
-        device = get_device()
+        device = key[-1]
+        values = [_classify(self.__name__, n, a, self._where) for n, a in zip(self._names, args)]
         for name, v in zip(self._names, values):
             if v.device is not None and v.device != device.ordinal:
                 raise _arg_error(self.__name__, name, self._where,
@@ -436,6 +590,8 @@ class Fused:
                 recipe = self._map_recipe(graph, values, out_views)
             else:
                 recipe = self._reduce_recipe(graph, values, out_views, device)
+            if out_views is not None:
+                recipe.overlaps = _overlaps(values, out_views, recipe.reduction)
             if len(self._recipes) >= _MEMO_LIMIT:
                 self._recipes.clear()
             self._recipes[key] = recipe
@@ -489,11 +645,16 @@ class Fused:
         else:
             own += [(tuple(ov[1]), tuple(ov[2])) for ov in out_views]
         space = coalesce(full, [aligned_strides(s, st, full) for s, st in own])
+        if not space.shape:  # one element: every array is flat, as in any contiguous call
+            space = Space((1,), tuple((1,) for _ in own))
         accs = [access(space.shape, st) for st in space.strides]
         dtypes = [graph.specs[i].dtype for i in used] + [o.dtype for o in graph.outputs]  # type: ignore[union-attr]
         tile = _tile_for(dtypes)
         spans = [_extent(*o) for o, a in zip(own, accs) if not a.flat]
         n_in = len(used)
+        items = [BY_NAME[values[i].view[3]].itemsize for i in used]  # type: ignore[index]
+        items += [d.itemsize for d in dtypes[n_in:]] if out_views is None else \
+            [BY_NAME[ov[3]].itemsize for ov in out_views]
         plan = MapPlan(len(space.shape), tuple(zip(used, accs[:n_in])), tuple(accs[n_in:]),
                        needs_int64(count, tile, spans), tile)
         prog = self._program(graph, plan, map_source)
@@ -503,7 +664,7 @@ class Fused:
             kind = slot.kind
             if kind in ("in", "out"):
                 k = operand[slot.array]
-                fills.append(_Fill(kind, slot.at, _reshaped(*own[k], slot.access, count)))
+                fills.append(_Fill(kind, slot.at, _reshaped(*own[k], slot.access, count, items[k])))
             elif kind == "scalar":
                 fills.append(_Fill("scalar", slot.at))
             elif kind == "size":
@@ -524,7 +685,8 @@ class Fused:
                        device: Any) -> _Recipe:
         used, shapes, full = self._shapes(graph, values)
         assert graph.reduction is not None
-        _, _, axes, keepdims = graph.reduction.form
+        axes = graph.reduction.form[2]
+        keeps = [keepdims_of(o) for o in graph.outputs]
         reductions = [n for n in graph.needed() if n.kind == "reduce"]
         for n in reductions:
             own_shape = _shape_of(n.operands[0].deps, shapes)
@@ -537,8 +699,7 @@ class Fused:
         kept, red = reduction_order(rank, axes)
         kshape = tuple(full[d] for d in kept)
         rshape = tuple(full[d] for d in red)
-        out_shape = tuple(1 if d in red else full[d] for d in range(rank)) if keepdims else kshape
-        out_shapes = [out_shape] * len(graph.outputs)
+        out_shapes = [tuple(1 if d in red else full[d] for d in range(rank)) if keep else kshape for keep in keeps]
         self._check_outs(out_views, out_shapes)
         nk, nr = math.prod(kshape), math.prod(rshape)
         ranges = self._ranges(graph)
@@ -551,10 +712,10 @@ class Fused:
         in_own = [(shapes[i], tuple(values[i].view[2])) for i in used]  # type: ignore[index]
         in_st = [aligned_strides(s, st, full) for s, st in in_own]
         if out_views is None:
-            out_own = [(out_shape, c_strides(out_shape))] * len(out_shapes)
+            out_own = [(s, c_strides(s)) for s in out_shapes]
         else:
             out_own = [(tuple(ov[1]), tuple(ov[2])) for ov in out_views]
-        out_kst = [tuple(st[d] for d in kept) if keepdims else st for _, st in out_own]
+        out_kst = [tuple(st[d] for d in kept) if keep else st for (_, st), keep in zip(out_own, keeps)]
         kspace = coalesce(kshape, [tuple(st[d] for d in kept) for st in in_st] + out_kst)
         rspace = coalesce(rshape, [tuple(st[d] for d in red) for st in in_st])
         # columns: the first array steps less along a kept axis than along any reduced one
@@ -575,6 +736,9 @@ class Fused:
         plan = ReducePlan(len(kspace.shape), len(rspace.shape), inputs, () if nsplit > 1 else out_accs, big, (tk, tr),
                           nsplit > 1, columns)
         own = in_own + out_own
+        items = [BY_NAME[values[i].view[3]].itemsize for i in used]  # type: ignore[index]
+        items += [o.dtype.itemsize for o in graph.outputs] if out_views is None else \
+            [BY_NAME[ov[3]].itemsize for ov in out_views]
         numbers = {"ksize": kspace.shape, "rsize": rspace.shape, "count": (nk,), "rcount": (nr,),
                    "nsplit": (nsplit,), "ntiles": (-(-nsplit // _COMBINE_TILE[0]),)}
 
@@ -584,9 +748,11 @@ class Fused:
             for _, slot in prog.source.params:
                 kind = slot.kind
                 if kind == "in":
-                    out.append(_Fill("in", slot.at, _reshaped(*own[operand[slot.array]], None, 0)))
+                    k = operand[slot.array]
+                    out.append(_Fill("in", slot.at, _reshaped(*own[k], None, 0, items[k])))
                 elif kind == "out":
-                    out.append(_Fill("out", slot.at, _reshaped(*own[operand[slot.array]], slot.access, nk)))
+                    k = operand[slot.array]
+                    out.append(_Fill("out", slot.at, _reshaped(*own[k], slot.access, nk, items[k])))
                 elif kind in ("scalar", "work"):
                     out.append(_Fill(kind, slot.at))
                 elif kind in numbers:
@@ -611,73 +777,6 @@ class Fused:
             works = [((nsplit, nk), accumulator_dtype(n.form[1], n.operands[0].dtype)) for n in reductions]
         return _Recipe(graph, out_shapes, launches, works, ranges)
 
-    # -------------------------------------------------------------- running
-
-    def _run(self, recipe: _Recipe, args: Sequence[Any], values: list[_Arg], out: Any, stream: Any) -> Any:
-        for i, lo, hi in recipe.ranges:
-            v = values[i].value
-            if not lo <= v <= hi:
-                raise _arg_error(self.__name__, self._names[i], self._where,
-                                 f"the Python int {v} does not fit the integer type it meets ({lo}..{hi})")
-        like = next((a for a, v in zip(args, values) if v.view is not None), None)
-        if out is None:
-            made = [_allocate(like, s, d) for s, d in zip(recipe.out_shapes, recipe.out_dtypes)]
-            outs = [m[0] for m in made]
-            out_views = [m[1] for m in made]
-        else:
-            outs = list(out if _several(out) else (out,))
-            from tilejit.runtime.interop import as_view
-
-            out_views = [as_view(o) for o in outs]
-            self._check_overlap(recipe, values, out_views)
-        works = [_allocate(like, s, d)[1] for s, d in recipe.works]
-        for launch in recipe.launches:
-            kargs = []
-            for f in launch.fills:
-                kind = f.kind
-                if kind == "num":
-                    kargs.append(f.data)
-                elif kind == "in" or kind == "out":
-                    v = values[f.at].view if kind == "in" else out_views[f.at]
-                    assert v is not None
-                    d = f.data
-                    if d is not None:
-                        item = BY_NAME[v[3]].itemsize
-                        v = ArrayView(v[0] + d[0] * item, d[1], d[2], v[3], v[4])
-                    kargs.append(v)
-                elif kind == "scalar":
-                    kargs.append(values[f.at].value)
-                else:
-                    kargs.append(works[f.at])
-            kernel = launch.program.kernel
-            fn = kernel[launch.grid] if stream is None else kernel[launch.grid, stream]
-            try:
-                fn(*kargs)
-            except TileCompileError as exc:
-                raise launch.program.relocated(exc) from None
-        if out is not None:
-            return out
-        return outs[0] if recipe.single else tuple(outs)
-
-    def _check_overlap(self, recipe: _Recipe, values: list[_Arg], out_views: list[ArrayView]) -> None:
-        """Refuse outputs that share memory with an input unless each is the very same view (an in-place update of
-        each element by itself); and for reductions, any sharing."""
-        reducing = recipe.reduction
-        for k, ov in enumerate(out_views):
-            olo, ohi = _byte_span(ov)
-            for name, v in zip(self._names, values):
-                w = v.view
-                if w is None:
-                    continue
-                lo, hi = _byte_span(w)
-                if lo < ohi and olo < hi:
-                    same = w[0] == ov[0] and tuple(w[1]) == tuple(ov[1]) and tuple(w[2]) == tuple(ov[2])
-                    if reducing or not same:
-                        raise _arg_error(self.__name__, "out", self._where,
-                                         f"output {k} shares memory with argument '{name}' "
-                                         + ("(a reduction reads every input before it writes)" if reducing else
-                                            "laid out differently (an in-place update must pass the very same view)"))
-
     # -------------------------------------------------------------- ahead of time
 
     def specialize(self, *args: Any, out: Any = None, **kwargs: Any) -> Specialization:
@@ -685,9 +784,10 @@ class Fused:
         sources, grids, output shapes and dtypes; ``.compile(target)`` compiles the kernels with no GPU."""
         if kwargs or len(args) != len(self._names):
             args = self._bind(args, kwargs)
-        key, values = self._key(args, out)
-        recipe = self._recipes.get(key) or self._recipe_for(key, values, out)
-        return Specialization(self._graphs[tuple(v.spec for v in values)], recipe)
+        key = self._key(args, out)[0]
+        recipe = self._recipes.get(key) or self._recipe_for(key, args, out)
+        specs = tuple(_classify(self.__name__, n, a, self._where).spec for n, a in zip(self._names, args))
+        return Specialization(self._graphs[specs], recipe)
 
     def compile(self, signature: Any, *, target: Any = None, backend: str | None = None) -> Any:
         """The kernel a call with contiguous arrays of the ``signature``'s dtypes and ranks would take (every extent
@@ -826,10 +926,11 @@ def _annotation_dtype(ann: Any) -> DType:
     return to_dtype(ann)
 
 
-def _byte_span(v: ArrayView) -> tuple[int, int]:
+def _byte_extent(v: ArrayView) -> tuple[int, int]:
+    """The bytes an array's elements cover, from its pointer: (lowest, highest + 1)."""
     lo, hi = span(tuple(v[1]), tuple(v[2]))
     item = BY_NAME[v[3]].itemsize
-    return v[0] + lo * item, v[0] + hi * item
+    return lo * item, hi * item
 
 
 @functools.cache

@@ -16,6 +16,7 @@ Three shapes of kernel:
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -120,7 +121,10 @@ class _Writer:
         name = self.graph.func.__name__
         fn = self.fresh(name if name.isidentifier() else "fused")
         params = ", ".join(f"{n}: {a}" if a else n for n, a, _ in self.params)
-        lines = ["import tilejit as tj", "", "", "@tj.kernel", f"def {fn}({params}):", f'    """{header}"""']
+        doc = textwrap.wrap(header, 112, initial_indent='    """', subsequent_indent="    ", break_long_words=False,
+                            break_on_hyphens=False)
+        doc[-1] += '"""'
+        lines = ["import tilejit as tj", "", "", "@tj.kernel", f"def {fn}({params}):", *doc]
         nodes: dict[int, Node] = {}
         for text, node in self.body:
             lines.append(text)

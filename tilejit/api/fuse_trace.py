@@ -104,17 +104,19 @@ def user_where() -> Where | None:
     frame: Any = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(skipped):
         frame = frame.f_back
-    if frame is None:
-        return None
-    code = frame.f_code
-    line, col = frame.f_lineno, None
+    return None if frame is None else _where_in(frame.f_code, frame.f_lineno, frame.f_lasti)
+
+
+def _where_in(code: Any, line: int, lasti: int) -> Where:
+    """The place of instruction ``lasti`` of ``code`` (at ``line``): its line and column (Python 3.11+ records the
+    columns of instructions)."""
+    col = None
     positions = getattr(code, "co_positions", None)
-    if positions is not None and frame.f_lasti >= 0:
+    if positions is not None and lasti >= 0:
         for i, pos in enumerate(positions()):
-            if i == frame.f_lasti // 2:
+            if i == lasti // 2:
                 if pos[0] is not None:
-                    line = pos[0]
-                    col = pos[2]
+                    line, col = pos[0], pos[2]
                 break
     text = linecache.getline(code.co_filename, line).rstrip("\r\n") or None
     if col is not None and text is not None:  # a byte offset in UTF-8: count characters
@@ -286,6 +288,9 @@ class Tracer:
             raise _located(where, f"{what} combines the result of a reduction with arrays that are not reduced; a "
                                   "fused function may end with a reduction, and compute further only on its results "
                                   "and numbers")
+        if len({keepdims_of(n) for n in reduced}) > 1:
+            raise _located(where, f"{what} combines reductions with and without keepdims (their results have "
+                                  "different ranks)")
         strong = any(n.weak is None for n in nodes)
         casts: list[DType | None] = [None] * len(ops)
         if strong:
@@ -365,11 +370,11 @@ class Tracer:
         """Record a reduction (``fn``: sum, max, min, prod or mean) of ``x`` over ``axis``."""
         what = f"tj.{fn}()" if fn != "mean" else "mean()"
         node = self.operand(x, where, what)
-        if not isinstance(node, Node) or not node.deps:
-            raise _located(where, f"{what} reduces an array value; got {_describe(x)}")
-        if node.reduced:
+        if isinstance(node, Node) and node.reduced:
             raise _located(where, f"{what} of the result of another reduction: a fused function may end with one "
                                   "reduction (nested reductions are not supported)")
+        if not isinstance(node, Node) or not node.deps:
+            raise _located(where, f"{what} reduces an array value; got {_describe(x)}")
         if not isinstance(keepdims, bool):
             raise _located(where, f"{what}: keepdims must be True or False, got {_describe(keepdims)}")
         rank = node.rank
@@ -386,14 +391,20 @@ class Tracer:
         assert isinstance(t, Tile)
         out = self.add("reduce", t, form=("reduce", fn, axes, keepdims), operands=(node,), reduced=True, where=where)
         for other in self.reductions:
-            o_axes, o_keep = other.form[2:]
-            same = other.operands[0].rank == rank and o_keep == keepdims and \
-                set(o_axes or range(rank)) == set(axes or range(rank))
+            o_axes = other.form[2]
+            same = other.operands[0].rank == rank and set(o_axes or range(rank)) == set(axes or range(rank))
             if not same:
                 raise _located(where, f"{what}: every reduction of a fused function must be over the same axes of "
-                                      f"values of one rank (with the same keepdims) as the one at {other.where}")
+                                      f"values of one rank as the one at {other.where}")
         self.reductions.append(out)
         return Traced(self, out)
+
+
+def keepdims_of(node: Node) -> bool:
+    """Whether the reduction a reduced value comes from kept the reduced axes (as size 1)."""
+    if node.kind == "reduce":
+        return bool(node.form[3])
+    return any(keepdims_of(o) for o in node.operands if isinstance(o, Node) and o.reduced)
 
 
 def _wide(node: Node) -> bool:
@@ -411,8 +422,7 @@ def _raised_at(exc: BaseException) -> Where | None:
     while tb is not None:
         code = tb.tb_frame.f_code
         if not code.co_filename.startswith(skipped):
-            text = linecache.getline(code.co_filename, tb.tb_lineno).rstrip("\r\n") or None
-            found = Where(code.co_filename, tb.tb_lineno, None, text)
+            found = _where_in(code, tb.tb_lineno, tb.tb_lasti)
         tb = tb.tb_next
     return found
 
@@ -736,4 +746,5 @@ def literal_text(v: bool | int | float) -> str:
 
 
 __all__ = ["ArraySpec", "ELEMENTWISE", "Graph", "Node", "REDUCTIONS", "ScalarSpec", "Spec", "Traced", "Tracer",
-           "WEAK_DTYPE", "WeakSpec", "Where", "def_where", "dtype_text", "literal_text", "trace", "user_where"]
+           "WEAK_DTYPE", "WeakSpec", "Where", "def_where", "dtype_text", "keepdims_of", "literal_text", "trace",
+           "user_where"]
