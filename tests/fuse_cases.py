@@ -29,9 +29,10 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
     """Nearest bfloat16 (ties to even) of float32 values, as float32 numbers."""
-    f = np.ascontiguousarray(x, dtype=np.float32)
+    f = np.array(x, dtype=np.float32, ndmin=1)
     bits = f.view(np.uint32).astype(np.uint64)
-    return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32).reshape(f.shape)
+    out = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    return out.reshape(np.shape(x))
 
 
 def rounded(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -198,11 +199,16 @@ class Generator:
 
     def leaf(self) -> Expr:
         """A float argument: an array (often) or a number argument."""
+        return self.leaf_typed()[0]
+
+    def leaf_typed(self) -> tuple[Expr, str]:
+        """``leaf()`` and its dtype ("weak" for a Python number)."""
         arrays = [a for a in self.args if a.kind == "array" and a.dtype in FLOAT_EPS]
         numbers = [a for a in self.args if a.kind in ("weak", "scalar") and a.dtype != "int"]
         a = self.pick(arrays) if arrays and (not numbers or self.chance(0.85)) else self.pick(numbers)
         v = np.asarray(a.values, dtype=np.float64)
-        return Expr(a.name, v, v.shape, False, True, 0, float(np.max(np.abs(v), initial=0)))
+        return Expr(a.name, v, v.shape, False, True, 0, float(np.max(np.abs(v), initial=0))), \
+            "weak" if a.kind == "weak" else a.dtype
 
     def literal(self) -> tuple[str, float]:
         c = float(np.round(self.rng.uniform(-1.5, 1.5), 2))
@@ -273,7 +279,7 @@ class Generator:
             a = self.float_expr(depth - 1)
             dt = self.pick(["float32", "float16", "bfloat16", "float64"])
             self.dtypes.add(dt)
-            return self.combine(f"{a.text}.astype(tj.{dt})", a.value, [a], True)
+            return self.combine(f"({a.text}).astype(tj.{dt})", a.value, [a], True)
         leaf = self.leaf()
         fn = self.pick(["floor", "ceil"])
         return self.combine(f"tj.{fn}({leaf.text})", getattr(np, fn)(leaf.value), [leaf], False)
@@ -284,7 +290,12 @@ class Generator:
             i = self.int_expr(1)
             c = int(self.rng.integers(0, 6))
             return Expr(f"({i.text} > {c})", np.asarray(i.value > c), i.shape, True, True, 0, 1.0)
-        a, b = self.leaf(), self.leaf()
+        (a, da), (b, db) = self.leaf_typed(), self.leaf_typed()
+        # a Python number meets an array in the array's dtype (the tile language's weak numbers)
+        if da == "weak" and db not in ("weak", "int"):
+            a = Expr(a.text, rounded(a.value, db), a.shape, a.is_int, True, 0, a.mag)
+        if db == "weak" and da not in ("weak", "int"):
+            b = Expr(b.text, rounded(b.value, da), b.shape, b.is_int, True, 0, b.mag)
         op = self.pick(["<", "<=", ">", ">=", "!="])
         v = {"<": a.value < b.value, "<=": a.value <= b.value, ">": a.value > b.value, ">=": a.value >= b.value,
              "!=": a.value != b.value}[op]
@@ -332,6 +343,8 @@ class Generator:
             else:
                 outs.append(self.float_expr(int(self.rng.integers(1, 4 if short else 6))))
         counts: list[int] = []
+        if reduce and outs[0].shape == ():  # a value of numbers alone: nothing to reduce
+            reduce = False
         if reduce:
             e = outs[0]
             rank = len(e.shape)

@@ -611,7 +611,7 @@ def emulate(f: Any, args: list[Any], heap: ti.Heap, out: Any = None) -> list[np.
                      for s, d in zip(recipe.out_shapes, recipe.out_dtypes)]
     else:
         f._check_overlaps(recipe, views, out_views)  # as a call does
-    works = [heap.put(np.full(s, 1e30).astype(ti.HOLD[d.name]), d.name) for s, d in recipe.works]
+    works = [heap.put(np.full(s, 1e30 if d.is_float else 77).astype(ti.HOLD[d.name]), d.name) for s, d in recipe.works]
     arts = spec.compile("sm_90", backend="cuda")
     for launch, art in zip(recipe.launches, arts):
         ti.run(art.ir(), heap, launch.grid, fuse_mod.kernel_args(launch, views, nums, out_views, works))

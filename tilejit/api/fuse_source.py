@@ -267,13 +267,21 @@ def map_source(graph: Graph, plan: MapPlan) -> Source:
         else:
             w.line(f"{v} = tj.gather({name}, {offs[name]})")
     _compute(w, names, [n for n in needed if n.kind in ("op", "const") and n.deps])
+    # a value whose arrays are all broadcast along every axis is a scalar here: a flat store needs the tile
+    tiled = {graph_param_node(graph, i).index for i, a in plan.inputs if a.flat or a.axes}
+    for n in needed:
+        if any(isinstance(o, Node) and o.index in tiled for o in n.operands):
+            tiled.add(n.index)
     inside = ""
     if scattered:
         inside = w.fresh("inside")
         w.line(f"{inside} = {e} < {count}  # lanes past the end write nothing")
     for k, a in enumerate(plan.outputs):
-        value = names[graph.outputs[k].index]
+        node = graph.outputs[k]
+        value = names[node.index]
         if a.flat:
+            if node.index not in tiled:
+                value = f"tj.broadcast_to({value}, ({tile},))"
             w.line(f"tj.store({out_names[k]}, index=({pid},), tile={value})")
         else:
             w.line(f"tj.scatter({out_names[k]}, tj.where({inside}, {offs[out_names[k]]}, -1), {value})")
@@ -473,9 +481,9 @@ def reduce_source(graph: Graph, plan: ReducePlan) -> Source:
     for i, *_ in plan.inputs:
         name = w.arg_names[i]
         ks = [(kindex[d], st) for kind, d, st in terms[name] if kind == "k"]
-        if ks or name in bases:
+        if ks:
             koffs[name] = w.fresh(f"{name}_koff")
-            w.line(f"{koffs[name]} = ({_offset(ks, bases.get(name))})[{kdim}]")
+            w.line(f"{koffs[name]} = ({_offset(ks, bases.pop(name, None))})[{kdim}]")
     accs = _init_accumulators(w, reductions, tk)
     r = w.fresh("r")
     if plan.split:
@@ -492,6 +500,7 @@ def reduce_source(graph: Graph, plan: ReducePlan) -> Source:
         name = w.arg_names[i]
         rs = [(rindex[d], st) for kind, d, st in terms[name] if kind == "r"]
         parts = ([koffs[name]] if name in koffs else []) + ([_offset(rs, None)] if rs else [])
+        parts += [bases[name]] if name in bases else []  # an array that varies along no kept axis
         v = names[graph_param_node(graph, i).index] = w.fresh(f"{name}_v")
         w.line(f"{v} = tj.gather({name}, {' + '.join(parts) or '0'})", indent=2)
     _compute(w, names, [n for n in needed if n.kind in ("op", "const") and n.deps and not n.reduced], indent=2)

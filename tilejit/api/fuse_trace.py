@@ -294,8 +294,10 @@ class Tracer:
         strong = any(n.weak is None for n in nodes)
         casts: list[DType | None] = [None] * len(ops)
         if strong:
-            stand_ins = [(_STAND_IN[(o.weak, o.weak == "int" and _wide(o))] if o.weak else o.tile)
-                         if isinstance(o, Node) else o for o in ops]
+            # a weak bool types as a bool tile does (bool is below every dtype); a condition is never a number
+            stand_ins = [(_STAND_IN[(o.weak, o.weak == "int" and _wide(o))]
+                          if o.weak and o.weak != "bool" and not (k == 0 and form == ("call", "where")) else o.tile)
+                         if isinstance(o, Node) else o for k, o in enumerate(ops)]
         else:
             stand_ins = [self._weak_stand_in(o, form, casts, k) if isinstance(o, Node) else o
                          for k, o in enumerate(ops)]
@@ -310,7 +312,7 @@ class Tracer:
         if strong:
             made = [op for op in block.ops[start:] if isinstance(op, ConstantOp)]
             for k, o in enumerate(ops):
-                if isinstance(o, Node) and o.weak:
+                if isinstance(o, Node) and o.weak and not isinstance(stand_ins[k], Tile):
                     number = stand_ins[k]
                     found = next((c.result.type.dtype for c in made if c.value == number), None)  # type: ignore[union-attr]
                     casts[k] = found if found is not None else result.dtype
