@@ -604,7 +604,7 @@ def emulate(f: Any, args: list[Any], heap: ti.Heap, out: Any = None) -> list[np.
     """Call ``f`` as a GPU call would (its key, recipe and kernel arguments), running each launch's kernel (its
     optimized IR) with the interpreter; outputs are poisoned first; returns the outputs' values."""
     spec = f.specialize(*args, out=out)
-    key, views, nums, out_views = f._key(args, out)
+    key, views, nums, out_views, _ = f._key(args, out, f._local.cell)
     recipe = f._recipes[key]
     if out is None:
         out_views = [heap.put(np.full(s, np.nan if d.is_float else 77).astype(ti.HOLD[d.name]), d.name)

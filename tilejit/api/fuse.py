@@ -61,6 +61,7 @@ from tilejit.api.fuse_trace import (
 from tilejit.errors import LaunchError, TileCompileError
 from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType
 from tilejit.runtime.array import DeviceArray as _DA
+from tilejit.runtime.interop import _BY_TYPE as _CONVERTERS
 from tilejit.runtime.interop import ArrayView, _new_view
 
 _I32 = (-(1 << 31), (1 << 31) - 1)
@@ -86,20 +87,26 @@ _WEAK_FLOAT = WeakSpec("float")
 def _device_ordinal(a: Any) -> int | None:
     """The device a library says its array is on (None when it does not say)."""
     cls = type(a)
-    module = cls.__module__.split(".")[0]
+    getter = _DEVICE_OF.get(cls)
+    if getter is None and cls not in _DEVICE_OF:
+        module = cls.__module__.split(".")[0]
+        getter = _DEVICE_OF[cls] = _DEVICE_GETTERS.get(module)
     try:
-        if module == "tilejit":
-            return int(a.device.ordinal)
-        if module == "torch":
-            return int(a.get_device())
-        if module == "cupy":
-            return int(a.device.id)
+        if getter is not None:
+            return int(getter(a))
         owner = getattr(a, "owner", None) if cls is ArrayView else None
         if owner is not None and type(owner).__name__ == "DLPackOwner":
             return int(owner.device_id)
     except (AttributeError, TypeError, ValueError):
         pass
     return None
+
+
+#: How each library says which device its array is on, by the array's module; and the getter of each class met.
+_DEVICE_GETTERS: dict[str, Callable[[Any], int]] = {
+    "tilejit": lambda a: a.device.ordinal, "torch": lambda t: t.get_device(), "cupy": lambda a: a.device.id,
+}
+_DEVICE_OF: dict[type, Callable[[Any], int] | None] = {}
 
 
 class _Arg(NamedTuple):
@@ -230,14 +237,24 @@ class _Launch:
         self.fills = fills
         self.run: Callable[..., None] | None = None
 
-    def __call__(self, kargs: Sequence[Any], stream: Any) -> None:
-        fn = self.run if stream is None else self.program.kernel[self.grid, stream]
+    def bound(self, stream: Any) -> Callable[..., None]:
+        """``kernel[grid]`` (``kernel[grid, stream]`` with a stream)."""
+        if stream is not None:
+            return self.program.kernel[self.grid, stream]  # type: ignore[no-any-return]
+        fn = self.run
         if fn is None:
             fn = self.run = self.program.kernel[self.grid]
+        return fn
+
+    def __call__(self, kargs: Sequence[Any], stream: Any) -> Callable[..., None]:
+        """Launch with ``kargs`` (a located error at the user's line when the kernel does not compile); returns the
+        launch function used."""
+        fn = self.bound(stream)
         try:
             fn(*kargs)
         except TileCompileError as exc:
             raise self.program.relocated(exc) from None
+        return fn
 
 
 class _Recipe:
@@ -341,12 +358,15 @@ def _overlaps(values: Sequence[_Arg], out_views: Sequence[ArrayView],
     return out
 
 
-def _device_cell(local: Any) -> Any:
-    """The calling thread's current-device cell (``runtime.device``), kept in ``local``."""
-    from tilejit.runtime.device import thread_state
+class _Local(threading.local):
+    """A fused function's state in each thread: its last call (``memo``: remembered when every argument is immutable
+    and ``out=`` was given) and the thread's current-device cell (``runtime.device``)."""
 
-    cell = local.cell = thread_state().device
-    return cell
+    def __init__(self) -> None:
+        from tilejit.runtime.device import thread_state
+
+        self.memo: Any = None
+        self.cell = thread_state().device
 
 
 def _several(out: Any) -> bool:
@@ -407,7 +427,7 @@ class Fused:
             raise self._where.error(f"tj.fuse: {func.__name__} has a parameter named '{clash[0]}', which a fused "
                                     f"function's call takes itself ({', '.join(_RESERVED)}=)")
         self._count = len(self._names)
-        self._local = threading.local()  # each thread's last call (``__call__``)
+        self._local = _Local()  # each thread's last call and current-device cell (``__call__``)
         self._graphs: dict[tuple[Spec, ...], Graph] = {}
         self._programs: dict[Any, _Program] = {}
         self._by_text: dict[str, _Program] = {}
@@ -428,14 +448,14 @@ class Fused:
         if kwargs or len(args) != self._count:
             args = self._bind(args, kwargs)
         local = self._local
-        memo = getattr(local, "memo", None)
-        if memo is not None and memo[0] is out and memo[1] is stream and memo[2][0] is memo[3] and \
+        memo = local.memo
+        if memo is not None and out is memo[0] and stream is memo[1] and memo[2][0] is memo[3] and \
                 all(map(operator.is_, args, memo[4])):
-            for launch, kargs in memo[5]:  # the same immutable arguments again: the same kernel arguments
-                launch(kargs, stream)
+            for fn, kargs in memo[5]:  # the same immutable arguments again: the same kernel arguments
+                fn(*kargs)
             return out
         local.memo = None
-        key, views, nums, out_views = self._key(args, out)
+        key, views, nums, out_views, kept = self._key(args, out, local.cell)
         recipe = self._recipes.get(key)
         if recipe is None:
             recipe = self._recipe_for(key, args, out)
@@ -443,38 +463,21 @@ class Fused:
             if not lo <= nums[i] <= hi:
                 raise _arg_error(self.__name__, self._names[i], self._where,
                                  f"the Python int {nums[i]} does not fit the integer type it meets ({lo}..{hi})")
-        if out is None:
+        if out_views is None:
             like = next((a for a, v in zip(args, views) if v is not None), None)
             made = [_allocate(like, s, d) for s, d in zip(recipe.out_shapes, recipe.out_dtypes)]
-            outs = [m[0] for m in made]
             out_views = [m[1] for m in made]
         elif recipe.overlaps:
-            self._check_overlaps(recipe, views, out_views)  # type: ignore[arg-type]
-        assert out_views is not None
+            self._check_overlaps(recipe, views, out_views)
         works = [_allocate(None, s, d)[1] for s, d in recipe.works] if recipe.works else ()
-        done = []
-        for launch in recipe.launches:
-            kargs = kernel_args(launch, views, nums, out_views, works)
-            launch(kargs, stream)
-            done.append((launch, kargs))
+        done = [(launch(kargs, stream), kargs) for launch in recipe.launches
+                for kargs in (kernel_args(launch, views, nums, out_views, works),)]
         if out is not None:
-            if not works and all(a.__class__ in _IMMUTABLE for a in args) and \
-                    all(o.__class__ in _IMMUTABLE for o in (out if _several(out) else (out,))):
-                cell = local.__dict__.get("cell") or _device_cell(local)
-                local.memo = (out, stream, cell, cell[0], args, done)
+            if kept and not works:
+                local.memo = (out, stream, local.cell, local.cell[0], args, done)
             return out
+        outs = [m[0] for m in made]
         return outs[0] if recipe.single else tuple(outs)
-
-    def _check_overlaps(self, recipe: _Recipe, views: Sequence[Any], out_views: Sequence[ArrayView]) -> None:
-        """Refuse an output that shares memory with an array argument, unless it is the very same view (each element
-        updated in place by itself; never for a reduction)."""
-        for k, i, lo, hi, olo, ohi, same in recipe.overlaps:
-            p, q = views[i][0], out_views[k][0]
-            if p + lo < q + ohi and q + olo < p + hi and not (same and p == q):
-                why = ("a reduction reads every input before it writes" if recipe.reduction else
-                       "laid out differently: an in-place update must pass the very same view")
-                raise _arg_error(self.__name__, "out", self._where,
-                                 f"output {k} shares memory with argument '{self._names[i]}' ({why})")
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """The arguments in parameter order (Python's own errors for wrong ones)."""
@@ -486,15 +489,16 @@ class Fused:
         bound.apply_defaults()
         return tuple(bound.arguments[n] for n in self._names)
 
-    def _key(self, args: Sequence[Any], out: Any) -> tuple[Any, list[Any], list[Any], list[Any] | None]:
+    def _key(self, args: Sequence[Any], out: Any, cell: Any) -> tuple[Any, list[Any], list[Any], list[Any] | None,
+                                                                      bool]:
         """(the call's key: what its recipe depends on, each argument's view (None for numbers), each number
-        argument's value, the outputs' views); arrays' dtypes, shapes, strides, alignment and devices, numbers'
-        kinds, the outputs' and the current device make the key."""
-        from tilejit.runtime.device import get_device
-
+        argument's value, the outputs' views, whether every argument is immutable (a repeated call may be
+        remembered)); arrays' dtypes, shapes, strides, alignment and devices, numbers' kinds, the outputs' and the
+        current device make the key."""
         parts: list[Any] = []
         views: list[Any] = []
         nums: list[Any] = []
+        kept = True
         for name, a in zip(self._names, args):
             cls = a.__class__
             if cls is _DA:
@@ -502,21 +506,30 @@ class Fused:
                 parts.append((v[3], v[1], v[2], v[0] & 15, a.device.ordinal))
             elif cls is ArrayView:
                 v = a
-                parts.append((v[3], tuple(v[1]), tuple(v[2]), v[0] & 15, None))
+                parts.append((v[3], v[1], v[2], v[0] & 15, None))
             elif cls is float:
                 parts.append(_WEAK_FLOAT)
                 views.append(None)
                 nums.append(a)
                 continue
             else:
-                arg = _classify(self.__name__, name, a, self._where)
-                v = arg.view
-                if v is None:
-                    parts.append(arg.spec)
-                    views.append(None)
-                    nums.append(arg.value)
-                    continue
-                parts.append((v[3], tuple(v[1]), tuple(v[2]), v[0] & 15, arg.device))
+                kept = kept and cls in _IMMUTABLE
+                conv = _CONVERTERS.get(cls)
+                try:  # an array type met before (a host array's converter raises: classified below)
+                    v = conv(a) if conv is not None and cls is not int and cls is not bool else None
+                except (TypeError, ValueError):
+                    v = None
+                if v is not None:
+                    parts.append((v[3], v[1], v[2], v[0] & 15, _device_ordinal(a)))
+                else:
+                    arg = _classify(self.__name__, name, a, self._where)
+                    v = arg.view
+                    if v is None:
+                        parts.append(arg.spec)
+                        views.append(None)
+                        nums.append(arg.value)
+                        continue
+                    parts.append((v[3], v[1], v[2], v[0] & 15, arg.device))
             views.append(v)
             nums.append(None)
         out_views = None
@@ -525,19 +538,40 @@ class Fused:
             parts.append(("out", len(out) if many else 1, many))
             out_views = []
             for k, o in enumerate(out if many else (out,)):
-                if o.__class__ is _DA:
+                cls = o.__class__
+                if cls is _DA:
                     ov = o._view
                     parts.append((ov[3], ov[1], ov[2], ov[0] & 15, o.device.ordinal))
+                elif cls is ArrayView:
+                    ov = o
+                    parts.append((ov[3], ov[1], ov[2], ov[0] & 15, None))
                 else:
+                    kept = False
                     oa = _classify(self.__name__, f"out[{k}]" if many else "out", o, self._where)
                     if oa.view is None:
                         raise _arg_error(self.__name__, "out", self._where,
                                          f"expected a device array, got {type(o).__name__}")
                     ov = oa.view
-                    parts.append((ov[3], tuple(ov[1]), tuple(ov[2]), ov[0] & 15, oa.device))
+                    parts.append((ov[3], ov[1], ov[2], ov[0] & 15, oa.device))
                 out_views.append(ov)
-        parts.append(get_device())
-        return tuple(parts), views, nums, out_views
+        dev = cell[0]
+        if dev is None:
+            from tilejit.runtime.device import get_device
+
+            dev = get_device()
+        parts.append(dev)
+        return tuple(parts), views, nums, out_views, kept
+
+    def _check_overlaps(self, recipe: _Recipe, views: Sequence[Any], out_views: Sequence[ArrayView]) -> None:
+        """Refuse an output that shares memory with an array argument, unless it is the very same view (each element
+        updated in place by itself; never for a reduction)."""
+        for k, i, lo, hi, olo, ohi, same in recipe.overlaps:
+            p, q = views[i][0], out_views[k][0]
+            if p + lo < q + ohi and q + olo < p + hi and not (same and p == q):
+                why = ("a reduction reads every input before it writes" if recipe.reduction else
+                       "laid out differently: an in-place update must pass the very same view")
+                raise _arg_error(self.__name__, "out", self._where,
+                                 f"output {k} shares memory with argument '{self._names[i]}' ({why})")
 
     def _graph(self, specs: tuple[Spec, ...]) -> Graph:
         graph = self._graphs.get(specs)
@@ -784,7 +818,7 @@ class Fused:
         sources, grids, output shapes and dtypes; ``.compile(target)`` compiles the kernels with no GPU."""
         if kwargs or len(args) != len(self._names):
             args = self._bind(args, kwargs)
-        key = self._key(args, out)[0]
+        key = self._key(args, out, self._local.cell)[0]
         recipe = self._recipes.get(key) or self._recipe_for(key, args, out)
         specs = tuple(_classify(self.__name__, n, a, self._where).spec for n, a in zip(self._names, args))
         return Specialization(self._graphs[specs], recipe)
