@@ -696,3 +696,22 @@ def test_interpreted_random_fused_functions_match_numpy(block: int) -> None:
         except Exception as exc:
             failures.append(f"{case.report()}\n{type(exc).__name__}: {exc}")
     assert not failures, f"{len(failures)} of {len(seeds)} differ:\n\n" + "\n\n".join(failures[:3])
+
+
+def test_the_readme_examples_trace() -> None:
+    """The fused functions of README.md's section define and specialize as written."""
+    import ast
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Fused elementwise functions", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert code is not None
+    tree = ast.parse(code.group(1))
+    defs = ast.Module([n for n in tree.body if isinstance(n, ast.FunctionDef)], type_ignores=[])
+    ns: dict[str, Any] = {"tj": tj, "np": np}
+    exec(compile(defs, "<README.md>", "exec"), ns)
+    spec = ns["gelu_bias"].specialize(view((8, 16)), view((8, 16)), view((16,)), 2.0)
+    assert spec.out_dtypes == [tj.float32, tj.float16] and spec.out_shapes == [(8, 16), (8, 16)]
+    spec = ns["rms"].specialize(view((8, 16), "bfloat16"), 1e-6)
+    assert spec.out_dtypes == [tj.bfloat16] and spec.out_shapes == [(8,)]

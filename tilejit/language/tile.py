@@ -2,7 +2,8 @@
 
 These functions only *describe* operations: the front end (``tilejit.language.frontend``)
 recognizes them by identity and translates each call to tile IR. Called from ordinary Python they
-raise ``TileCompileError``, except ``cdiv`` (also works on ints) and ``static_range`` (a ``range``).
+raise ``TileCompileError``, except ``cdiv`` (also works on ints), ``static_range`` (a ``range``) and calls
+with a value ``tj.fuse`` traces (its type's ``__tile_function__`` records the call).
 
 Semantics follow numpy unless noted:
 
