@@ -598,8 +598,8 @@ def _compile_python_file(args: argparse.Namespace) -> int:
     kernel = namespace.get(args.kernel)
     if not isinstance(kernel, tj.Kernel | tj.Fused):
         found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel | tj.Fused))
-        raise _UsageError(f"{args.file} has no @tj.kernel or @tj.fuse named {args.kernel!r}; kernels there: "
-                          f"{found or 'none'}")
+        raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r} (nor a @tj.fuse function); kernels "
+                          f"there: {found or 'none'}")
     if isinstance(kernel, tj.Fused):
         if constants or args.num_ctas is not None or args.occupancy is not None:
             raise _UsageError(f"{args.kernel} is a @tj.fuse function: it takes --signature (its parameters' dtypes "
