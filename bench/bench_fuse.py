@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import torch
+from bench_tile import bench  # median milliseconds of device events
 
 import tilejit as tj
 
@@ -111,26 +112,6 @@ def hand_kernel(k: int, bcast: bool) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.hand
-
-
-def bench(fn: Callable[[], Any]) -> float:
-    """Median milliseconds of ``fn`` with device events."""
-    try:
-        from triton.testing import do_bench
-
-        return float(do_bench(fn, warmup=50, rep=300, return_mode="median"))
-    except ImportError:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(10):
-            fn()
-        times = []
-        for _ in range(50):
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return sorted(times)[len(times) // 2]
 
 
 def close(got: Any, want: torch.Tensor, dtype: str) -> None:

@@ -57,6 +57,37 @@ class Arg:
     perm: tuple[int, ...] = ()
 
 
+def physical(arg: Arg) -> tuple[np.ndarray, tuple[int, ...], int]:
+    """Where an array argument's elements are in its buffer: (the buffer's values, C-contiguous and 1-D; the view's
+    strides and first element's offset, in elements), per ``arg.layout``."""
+    v = np.asarray(arg.values)
+    shape = v.shape
+
+    def c(sh: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(int(x) // v.itemsize for x in np.empty(sh, v.dtype).strides)
+
+    if arg.layout == "transposed":
+        phys = np.transpose(v, arg.perm)
+        st = [0] * len(shape)
+        for k, p in enumerate(arg.perm):
+            st[p] = c(phys.shape)[k]
+        return np.ascontiguousarray(phys).reshape(-1), tuple(st), 0
+    if arg.layout == "every_other":
+        big = np.zeros(tuple(2 * n for n in shape), dtype=v.dtype)
+        big[tuple(slice(None, None, 2) for _ in shape)] = v
+        return big.reshape(-1), tuple(2 * s for s in c(big.shape)), 0
+    if arg.layout == "reversed":
+        phys = np.ascontiguousarray(v[tuple(slice(None, None, -1) for _ in shape)])
+        return phys.reshape(-1), tuple(-s for s in c(shape)), sum((n - 1) * s for n, s in zip(shape, c(shape)))
+    if arg.layout == "zero_stride":
+        k = arg.perm[0]
+        phys = np.ascontiguousarray(np.take(v, [0], axis=k))
+        return phys.reshape(-1), tuple(0 if d == k else s for d, s in enumerate(c(phys.shape))), 0
+    if arg.layout == "offset":
+        return np.concatenate([np.zeros(3, v.dtype), v.reshape(-1)]), c(shape), 3
+    return np.ascontiguousarray(v).reshape(-1), c(shape), 0
+
+
 @dataclass
 class Expr:
     """A generated expression: its source, its float64 (or exact integer) value broadcast to ``shape``, whether it

@@ -566,38 +566,15 @@ def test_a_new_process_finds_the_kernels_in_the_disk_cache(nvrtc_here: Path, tmp
 
 
 def heap_arg(heap: ti.Heap, arg: fc.Arg) -> Any:
-    """The argument in ``heap`` in its layout (as tests/test_fuse_gpu.py makes it on a device)."""
+    """The argument in ``heap`` in its layout (``fc.physical``, as tests/test_fuse_gpu.py places it on a device)."""
     if arg.kind == "weak":
         return arg.values
     if arg.kind == "scalar":
         return np.dtype("float32" if arg.dtype == "bfloat16" else arg.dtype).type(arg.values)
-    v = np.asarray(arg.values)
-    shape = v.shape
+    phys, strides, offset = fc.physical(arg)
+    buf = heap.put(phys, arg.dtype)
     item = 2 if arg.dtype == "bfloat16" else np.dtype(arg.dtype).itemsize
-    if arg.layout == "transposed":
-        phys = heap.put(np.transpose(v, arg.perm), arg.dtype)
-        st = [0] * len(shape)
-        for k, p in enumerate(arg.perm):
-            st[p] = phys.strides[k]
-        return ArrayView(phys.ptr, shape, tuple(st), arg.dtype, None)
-    if arg.layout == "every_other":
-        big = np.zeros(tuple(2 * n for n in shape), dtype=v.dtype)
-        big[tuple(slice(None, None, 2) for _ in shape)] = v
-        phys = heap.put(big, arg.dtype)
-        return ArrayView(phys.ptr, shape, tuple(2 * s for s in phys.strides), arg.dtype, None)
-    if arg.layout == "reversed":
-        phys = heap.put(v[tuple(slice(None, None, -1) for _ in shape)], arg.dtype)
-        last = sum((n - 1) * s for n, s in zip(shape, phys.strides))
-        return ArrayView(phys.ptr + last * item, shape, tuple(-s for s in phys.strides), arg.dtype, None)
-    if arg.layout == "zero_stride":
-        k = arg.perm[0]
-        phys = heap.put(np.take(v, [0], axis=k), arg.dtype)
-        st = list(phys.strides)
-        st[k] = 0
-        return ArrayView(phys.ptr, shape, tuple(st), arg.dtype, None)
-    if arg.layout == "offset":
-        return heap.put(v, arg.dtype, extra=3)
-    return heap.put(v, arg.dtype)
+    return ArrayView(buf.ptr + offset * item, np.shape(arg.values), strides, arg.dtype, None)
 
 
 def emulate(f: Any, args: list[Any], heap: ti.Heap, out: Any = None) -> list[np.ndarray]:
@@ -715,3 +692,36 @@ def test_the_readme_examples_trace() -> None:
     assert spec.out_dtypes == [tj.float32, tj.float16] and spec.out_shapes == [(8, 16), (8, 16)]
     spec = ns["rms"].specialize(view((8, 16), "bfloat16"), 1e-6)
     assert spec.out_dtypes == [tj.bfloat16] and spec.out_shapes == [(8,)]
+
+
+def test_interpreted_reductions_into_strided_out(heap: ti.Heap) -> None:
+    """Reductions written through out= views (reversed, every other element, keepdims), split or not."""
+
+    @tj.fuse
+    def stats(x):  # type: ignore[no-untyped-def]
+        return tj.max(x, axis=0, keepdims=True), (x * 2).sum(axis=0)
+
+    rng = np.random.default_rng(4)
+    for rows in (5, 30_000):  # one tile of rows, and split over blocks then combined
+        x = rng.standard_normal((rows, 9)).astype(np.float32)
+        o1 = heap.put(np.full(9, np.nan, np.float32), "float32")
+        o2 = heap.put(np.full(18, np.nan, np.float32), "float32")
+        v1 = ArrayView(o1.ptr + 8 * 4, (1, 9), (9, -1), "float32", None)
+        v2 = ArrayView(o2.ptr, (9,), (2,), "float32", None)
+        mx, s = emulate(stats, [heap.put(x, "float32")], heap, out=(v1, v2))
+        np.testing.assert_array_equal(mx, x.max(axis=0, keepdims=True))
+        np.testing.assert_allclose(s, (2 * x.astype(np.float64)).sum(axis=0), rtol=1e-5, atol=1e-3)
+        assert np.isnan(heap.read(o2)[1::2]).all()
+    assert any("nsplit" in k for k in stats.kernels) and any("tj.scatter(out" in k for k in stats.kernels)
+
+
+def test_interpreted_outputs_next_to_an_empty_one(heap: ti.Heap) -> None:
+    @tj.fuse
+    def f(x, y, s):  # type: ignore[no-untyped-def]
+        return x * y, y + s, s * 2
+
+    y = np.arange(5, dtype=np.float32)
+    e, r, t = emulate(f, [heap.put(np.empty((0, 5), np.float32), "float32"), heap.put(y, "float32"), 1.5], heap)
+    assert e.shape == (0, 5) and r.shape == (5,) and t.shape == ()
+    np.testing.assert_array_equal(r, y + 1.5)
+    assert float(t) == 3.0

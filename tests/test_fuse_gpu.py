@@ -54,39 +54,13 @@ def _strides(a: np.ndarray) -> tuple[int, ...]:
 
 
 def device_arg(arg: fc.Arg) -> Any:
-    """The argument as the fused function gets it: a device view in its layout, or the number."""
+    """The argument as the fused function gets it: a device view in its layout (``fc.physical``), or the number."""
     if arg.kind == "weak":
         return arg.values
     if arg.kind == "scalar":
         return np.dtype("float32" if arg.dtype == "bfloat16" else arg.dtype).type(arg.values)
-    v = np.asarray(arg.values)
-    shape = v.shape
-    if arg.layout == "transposed":
-        phys = np.ascontiguousarray(np.transpose(v, arg.perm))
-        st = [0] * len(shape)
-        for k, p in enumerate(arg.perm):
-            st[p] = _strides(phys)[k]
-        return _typed(tj.asarray(_raw(phys, arg.dtype)), arg.dtype, shape, tuple(st))
-    if arg.layout == "every_other":
-        phys = np.zeros(tuple(2 * n for n in shape), dtype=v.dtype)
-        phys[tuple(slice(None, None, 2) for _ in shape)] = v
-        return _typed(tj.asarray(_raw(phys, arg.dtype)), arg.dtype, shape, tuple(2 * s for s in _strides(phys)))
-    if arg.layout == "reversed":
-        flip = tuple(slice(None, None, -1) for _ in shape)
-        phys = np.ascontiguousarray(v[flip])
-        whole = _typed(tj.asarray(_raw(phys, arg.dtype)), arg.dtype, shape, _strides(phys))
-        return whole[flip]
-    if arg.layout == "zero_stride":
-        k = arg.perm[0]
-        phys = np.ascontiguousarray(np.take(v, [0], axis=k))
-        st = list(_strides(phys))
-        st[k] = 0
-        return _typed(tj.asarray(_raw(phys, arg.dtype)), arg.dtype, shape, tuple(st))
-    if arg.layout == "offset":
-        flat = np.zeros(v.size + 3, dtype=v.dtype)
-        flat[3:] = v.reshape(-1)
-        return _typed(tj.asarray(_raw(flat, arg.dtype)), arg.dtype, shape, _strides(np.empty(shape, v.dtype)), 3)
-    return _typed(tj.asarray(_raw(v, arg.dtype)), arg.dtype, shape, _strides(np.ascontiguousarray(v)))
+    phys, strides, offset = fc.physical(arg)
+    return _typed(tj.asarray(_raw(phys, arg.dtype)), arg.dtype, np.shape(arg.values), strides, offset)
 
 
 def poisoned_out(shape: tuple[int, ...], dtype: str, spaced: bool) -> tuple[Any, Any]:

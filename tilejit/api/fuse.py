@@ -44,7 +44,6 @@ from tilejit.api.fuse_source import (
     combine_source,
     map_source,
     reduce_source,
-    spec_text,
 )
 from tilejit.api.fuse_trace import (
     ArraySpec,
@@ -463,13 +462,13 @@ class Fused:
             if not lo <= nums[i] <= hi:
                 raise _arg_error(self.__name__, self._names[i], self._where,
                                  f"the Python int {nums[i]} does not fit the integer type it meets ({lo}..{hi})")
+        like = next((a for a, v in zip(args, views) if v is not None), None)  # new arrays: of its library
         if out_views is None:
-            like = next((a for a, v in zip(args, views) if v is not None), None)
             made = [_allocate(like, s, d) for s, d in zip(recipe.out_shapes, recipe.out_dtypes)]
             out_views = [m[1] for m in made]
         elif recipe.overlaps:
             self._check_overlaps(recipe, views, out_views)
-        works = [_allocate(None, s, d)[1] for s, d in recipe.works] if recipe.works else ()
+        works = [_allocate(like, s, d)[1] for s, d in recipe.works] if recipe.works else ()
         done = [(launch(kargs, stream), kargs) for launch in recipe.launches
                 for kargs in (kernel_args(launch, views, nums, out_views, works),)]
         if out is not None:
@@ -499,7 +498,10 @@ class Fused:
         views: list[Any] = []
         nums: list[Any] = []
         kept = True
-        for name, a in zip(self._names, args):
+        n = len(args)
+        many = out is not None and _several(out)
+        outs = () if out is None else out if many else (out,)
+        for k, a in enumerate((*args, *outs)):
             cls = a.__class__
             if cls is _DA:
                 v = a._view
@@ -507,7 +509,7 @@ class Fused:
             elif cls is ArrayView:
                 v = a
                 parts.append((v[3], v[1], v[2], v[0] & 15, None))
-            elif cls is float:
+            elif cls is float and k < n:
                 parts.append(_WEAK_FLOAT)
                 views.append(None)
                 nums.append(a)
@@ -522,8 +524,12 @@ class Fused:
                 if v is not None:
                     parts.append((v[3], v[1], v[2], v[0] & 15, _device_ordinal(a)))
                 else:
+                    name = self._names[k] if k < n else f"out[{k - n}]" if many else "out"
                     arg = _classify(self.__name__, name, a, self._where)
                     v = arg.view
+                    if v is None and k >= n:
+                        raise _arg_error(self.__name__, "out", self._where,
+                                         f"expected a device array, got {type(a).__name__}")
                     if v is None:
                         parts.append(arg.spec)
                         views.append(None)
@@ -534,26 +540,9 @@ class Fused:
             nums.append(None)
         out_views = None
         if out is not None:
-            many = _several(out)
-            parts.append(("out", len(out) if many else 1, many))
-            out_views = []
-            for k, o in enumerate(out if many else (out,)):
-                cls = o.__class__
-                if cls is _DA:
-                    ov = o._view
-                    parts.append((ov[3], ov[1], ov[2], ov[0] & 15, o.device.ordinal))
-                elif cls is ArrayView:
-                    ov = o
-                    parts.append((ov[3], ov[1], ov[2], ov[0] & 15, None))
-                else:
-                    kept = False
-                    oa = _classify(self.__name__, f"out[{k}]" if many else "out", o, self._where)
-                    if oa.view is None:
-                        raise _arg_error(self.__name__, "out", self._where,
-                                         f"expected a device array, got {type(o).__name__}")
-                    ov = oa.view
-                    parts.append((ov[3], ov[1], ov[2], ov[0] & 15, oa.device))
-                out_views.append(ov)
+            parts.append(("out", len(outs), many))
+            out_views = views[n:]
+            del views[n:], nums[n:]
         dev = cell[0]
         if dev is None:
             from tilejit.runtime.device import get_device
@@ -671,8 +660,15 @@ class Fused:
         self._check_outs(out_views, out_shapes)
         count = math.prod(full)
         ranges = self._ranges(graph)
-        if count == 0:
-            return _Recipe(graph, out_shapes, [], [], ranges)
+        if count == 0:  # an empty argument: only outputs that do not read it have elements to compute
+            keep = [k for k, shape in enumerate(out_shapes) if math.prod(shape)]
+            recipe = _Recipe(graph, out_shapes, [], [], ranges)
+            if keep:
+                sub = self._map_recipe(graph.subset(keep), values, None if out_views is None else
+                                       [out_views[k] for k in keep])
+                recipe.launches = [_Launch(la.program, la.grid, tuple(
+                    f._replace(at=keep[f.at]) if f.kind == "out" else f for f in la.fills)) for la in sub.launches]
+            return recipe
         own = [(shapes[i], tuple(values[i].view[2])) for i in used]  # type: ignore[index]
         if out_views is None:
             own += [(s, c_strides(s)) for s in out_shapes]
@@ -873,11 +869,6 @@ class Fused:
                 raise TypeError(f"{self.__name__}: parameter '{name}': signature entries are array types like "
                                 f"tj.float32[:, :], int / float / bool (Python numbers) or dtypes; got {e!r}")
         return tuple(specs)
-
-    def signature_text(self, *args: Any) -> str:
-        """The signature (as ``tj.compile`` and the command line take it) of a call with these arguments."""
-        return ", ".join(spec_text(_classify(self.__name__, n, a, self._where).spec)
-                         for n, a in zip(self._names, args))
 
 
 class Specialization:

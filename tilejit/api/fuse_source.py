@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from tilejit.api.fuse_layout import Access
-from tilejit.api.fuse_trace import WEAK_DTYPE, ArraySpec, Graph, Node, ScalarSpec, WeakSpec, dtype_text, literal_text
+from tilejit.api.fuse_trace import WEAK_DTYPE, Graph, Node, ScalarSpec, WeakSpec, dtype_text, literal_text
 from tilejit.language.ir.types import DType, bfloat16, float16, float32, int32, uint32
 
 # ------------------------------------------------------------------------------------------ kernel parameters
@@ -564,14 +564,5 @@ def combine_source(graph: Graph, plan: CombinePlan) -> Source:
                     "a time.")
 
 
-def spec_text(spec: ArraySpec | WeakSpec | ScalarSpec) -> str:
-    """A parameter's spec as a signature entry (``float32[:, :]``, ``float``, ``int32``)."""
-    if isinstance(spec, ArraySpec):
-        return f"{spec.dtype.name}[{', '.join(':' * 1 for _ in range(spec.ndim))}]"
-    if isinstance(spec, WeakSpec):
-        return spec.kind
-    return spec.dtype.name
-
-
 __all__ = ["CombinePlan", "MapPlan", "ReducePlan", "Slot", "Source", "accumulator_dtype", "combine_source",
-           "graph_param_node", "identity", "map_source", "reduce_source", "spec_text"]
+           "graph_param_node", "identity", "map_source", "reduce_source"]

@@ -187,6 +187,11 @@ class Graph:
         self.single = single
         self.reduction = reduction
 
+    def subset(self, keep: Sequence[int]) -> Graph:
+        """The same trace computing only the outputs ``keep`` (by index)."""
+        return Graph(self.func, self.names, self.specs, self.nodes, [self.outputs[k] for k in keep], False,
+                     self.reduction)
+
     def needed(self) -> list[Node]:
         """The nodes some output depends on (the outputs included), in trace order."""
         seen: set[int] = set()
