@@ -7,8 +7,9 @@ tile language's promotion rules. Each call then works out where its arrays are (
 compiled by ``@tj.kernel`` and kept in the disk cache like every kernel). A kernel depends on the dtypes, ranks,
 broadcast pattern and contiguity, never on the sizes: sizes and strides are run-time scalars, so one kernel serves
 every size (a trailing reduction's kernel also depends on a class of the reduced extent and on whether it splits
-the reduction over several blocks). A repeated call with arrays laid out as before goes straight to the kernel's
-launch function, the same fast path a hand-written kernel's launch takes.
+the reduction over several blocks). Kernels launch through ``kernel[grid](...)``; a call with the same immutable
+arguments (tilejit arrays and views, numbers) and ``out=`` as the thread's last one passes the kernel the very same
+arguments, so its launch relaunches with one driver call.
 """
 
 from __future__ import annotations
@@ -173,10 +174,11 @@ class _Program:
         if exc.filename != self.filename or exc.line is None:
             return exc
         node = self.source.lines.get(exc.line)
-        gen = f" (in the kernel tj.fuse generated for it, {self.filename}:{exc.line}: {exc.source_line or ''})"
+        line = f": {exc.source_line.strip()}" if exc.source_line else ""
+        message = f"{exc.message} (in the kernel tj.fuse generated for it, {self.filename}:{exc.line}{line})"
         if node is None or node.where is None:
-            return TileCompileError(exc.message + gen)
-        return node.where.error(exc.message + gen.rstrip(": )") + ")")
+            return TileCompileError(message)
+        return node.where.error(message)
 
 
 def _make_program(source: Source, backend: str | None) -> _Program:
