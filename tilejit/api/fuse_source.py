@@ -158,6 +158,8 @@ def _operand_text(w: _Writer, names: dict[int, str], o: object, cast: DType | No
         text = names[o.index]
     elif isinstance(o, DType):
         return dtype_text(o)
+    elif o is None or isinstance(o, str):
+        return repr(o)
     else:
         assert isinstance(o, bool | int | float)
         text = literal_text(o)
@@ -175,7 +177,10 @@ def _node_text(w: _Writer, names: dict[int, str], n: Node) -> str:
     if form[0] == "astype":
         return f"{ops[0]}.astype({dtype_text(form[1])})"
     assert form[0] == "call", form
-    return f"tj.{form[1]}({', '.join(ops)})"
+    kws = form[2] if len(form) > 2 else ()
+    first = len(ops) - len(kws)
+    args = ops[:first] + [f"{k}={v}" for k, v in zip(kws, ops[first:])]
+    return f"tj.{form[1]}({', '.join(args)})"
 
 
 def _where_comment(n: Node) -> str:

@@ -12,6 +12,7 @@ between such numbers alone compute in their 64-bit dtypes and stay weak. numpy s
 
 from __future__ import annotations
 
+import inspect
 import linecache
 import math
 import os
@@ -264,13 +265,13 @@ class Tracer:
             node = self.add("scalar", _stand_in(spec.dtype, 0), param=index)
         return Traced(self, node)
 
-    def operand(self, v: Any, where: Where | None, what: str) -> Node | bool | int | float:
-        """A node, or a Python number (a weak literal), for an operand the user passed."""
+    def operand(self, v: Any, where: Where | None, what: str) -> Any:
+        """A node, or a Python number (a weak literal) or option, for an operand the user passed."""
         if isinstance(v, Traced):
             if v._tracer is not self:
                 raise _located(where, f"{what}: a value traced by another call of a fused function")
             return v._node
-        if isinstance(v, bool | int | float):
+        if isinstance(v, bool | int | float | str | DType) or v is None:  # numbers, and options (rounding_mode=...)
             return v
         dt = _numpy_scalar_dtype(v)
         if dt is not None:
@@ -301,7 +302,7 @@ class Tracer:
         if strong:
             # a weak bool types as a bool tile does (bool is below every dtype); a condition is never a number
             stand_ins = [(_STAND_IN[(o.weak, o.weak == "int" and _wide(o))]
-                          if o.weak and o.weak != "bool" and not (k == 0 and form == ("call", "where")) else o.tile)
+                          if o.weak and o.weak != "bool" and not (k == 0 and form[:2] == ("call", "where")) else o.tile)
                          if isinstance(o, Node) else o for k, o in enumerate(ops)]
         else:
             stand_ins = [self._weak_stand_in(o, form, casts, k) if isinstance(o, Node) else o
@@ -369,9 +370,13 @@ class Tracer:
                 raise _located(where, exc.message) from None
             return self.apply(("astype", dt), (bound["x"],), lambda s: impl(self.types, x=s[0], dtype=dt), where,
                               f"astype({dt.name})")
-        keys = list(bound)
-        return self.apply(("call", name), [bound[k] for k in keys],
-                          lambda s: impl(self.types, **dict(zip(keys, s))), where, f"tj.{name}()")
+        # the operands a kernel passes: every positional parameter, and the keyword-only ones not left at default
+        params = inspect.signature(api).parameters
+        keys = [k for k, p in params.items() if p.kind is not p.KEYWORD_ONLY]
+        kws = tuple(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY and bound[k] != p.default)
+        rest = {k: bound[k] for k in bound if k not in keys and k not in kws}
+        return self.apply(("call", name, kws), [bound[k] for k in (*keys, *kws)],
+                          lambda s: impl(self.types, **dict(zip((*keys, *kws), s)), **rest), where, f"tj.{name}()")
 
     def reduce(self, fn: str, x: Any, axis: Any, keepdims: Any, where: Where | None) -> Traced:
         """Record a reduction (``fn``: sum, max, min, prod or mean) of ``x`` over ``axis``."""

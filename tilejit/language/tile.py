@@ -3,7 +3,7 @@
 These functions only *describe* operations: the front end (``tilejit.language.frontend``)
 recognizes them by identity and translates each call to tile IR. Called from ordinary Python they
 raise ``TileCompileError``, except ``cdiv`` (also works on ints), ``static_range`` (a ``range``) and calls
-with a value ``tj.fuse`` traces (its type's ``__tile_function__`` records the call).
+with a value ``tj.fuse`` traces (its type's ``__tile_function__`` records the call: ``_traceable``).
 
 Semantics follow numpy unless noted:
 
@@ -70,6 +70,7 @@ Semantics follow numpy unless noted:
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -118,16 +119,6 @@ def _outside(name: str) -> NoReturn:
         f"tj.{name}() can only be used inside a @tj.kernel or @tj.function body (it describes tile "
         "code; it does not run in Python)"
     )
-
-
-def _on_host(name: str, *args: Any, **kwargs: Any) -> Any:
-    """``tj.<name>(...)`` called from Python: an argument whose type has ``__tile_function__`` (the traced values
-    of ``tj.fuse``) handles it, as numpy's ``__array_function__`` does; otherwise the error of ``_outside``."""
-    for a in (*args, *kwargs.values()):
-        hook = getattr(type(a), "__tile_function__", None)
-        if hook is not None:
-            return hook(name, args, kwargs)
-    _outside(name)
 
 
 class TileFunction:
@@ -182,7 +173,7 @@ def num_blocks(axis: int) -> Tile:
 def num_tiles(array: Array, axis: int, shape: Shape) -> Tile:
     """How many tiles of ``shape`` cover ``array`` along ``axis``: ``cdiv(array.shape[axis],
     shape[axis])`` as an int32 scalar."""
-    return _on_host("num_tiles", array, axis=axis, shape=shape)
+    _outside("num_tiles")
 
 
 # ------------------------------------------------------------------------------- memory
@@ -192,52 +183,52 @@ def load(array: Array, index: Index, shape: Shape, padding: Any = 0) -> Tile:
     """The tile of ``shape`` at tile-grid ``index`` of ``array`` (one index per array dim): element
     ``j`` along dim ``d`` is ``array[index[d] * shape[d] + j]``. Elements past the end read
     ``padding`` (a compile-time number, e.g. ``float("-inf")``). The tile has the array's dtype."""
-    return _on_host("load", array, index=index, shape=shape, padding=padding)
+    _outside("load")
 
 
 def store(array: Array, index: Index, tile: Tile) -> None:
     """Write ``tile`` at tile-grid ``index`` of ``array`` (indexing as ``load``; the tile's rank is
     the array's, or a scalar writes one element). Elements past the end are not written; the tile
     is cast to the array's dtype (like numpy assignment)."""
-    _on_host("store", array, index=index, tile=tile)
+    _outside("store")
 
 
 def gather(array: Array, indices: Any, padding: Any = 0) -> Tile:
     """``array[indices]`` element-wise: ``indices`` is an integer tile (rank-1 arrays) or a tuple of
     them, one per array dim, broadcast together. Out-of-range elements read ``padding``."""
-    return _on_host("gather", array, indices=indices, padding=padding)
+    _outside("gather")
 
 
 def scatter(array: Array, indices: Any, tile: Tile) -> None:
     """``array[indices] = tile`` element-wise (indices as ``gather``, broadcast with ``tile``);
     out-of-range elements are skipped."""
-    _on_host("scatter", array, indices=indices, tile=tile)
+    _outside("scatter")
 
 
 def atomic_add(array: Array, indices: Any, value: Any) -> Tile:
     """Atomically add ``value`` at ``indices`` (as ``scatter``); returns the old values."""
-    return _on_host("atomic_add", array, indices=indices, value=value)
+    _outside("atomic_add")
 
 
 def atomic_max(array: Array, indices: Any, value: Any) -> Tile:
     """Atomically store the maximum of the old value and ``value``; returns the old values."""
-    return _on_host("atomic_max", array, indices=indices, value=value)
+    _outside("atomic_max")
 
 
 def atomic_min(array: Array, indices: Any, value: Any) -> Tile:
     """Atomically store the minimum of the old value and ``value``; returns the old values."""
-    return _on_host("atomic_min", array, indices=indices, value=value)
+    _outside("atomic_min")
 
 
 def atomic_xchg(array: Array, indices: Any, value: Any) -> Tile:
     """Atomically replace the values at ``indices`` with ``value``; returns the old values."""
-    return _on_host("atomic_xchg", array, indices=indices, value=value)
+    _outside("atomic_xchg")
 
 
 def atomic_cas(array: Array, indices: Any, expected: Any, desired: Any) -> Tile:
     """Atomic compare-and-swap: where the old value equals ``expected`` store ``desired``; returns
     the old values."""
-    return _on_host("atomic_cas", array, indices=indices, expected=expected, desired=desired)
+    _outside("atomic_cas")
 
 
 # ------------------------------------------------------------------------------- creation
@@ -269,121 +260,121 @@ def arange(n: int, dtype: DType = int32) -> Tile:
 
 def where(cond: Any, x: Any, y: Any) -> Tile:
     """Element-wise ``x if cond else y`` with broadcasting and promotion of ``x`` and ``y``."""
-    return _on_host("where", cond, x=x, y=y)
+    _outside("where")
 
 
 def astype(x: Any, dtype: DType) -> Tile:
     """``x`` converted to ``dtype`` (C++ cast semantics: float to int truncates)."""
-    return _on_host("astype", x, dtype=dtype)
+    _outside("astype")
 
 
 def reshape(x: Any, shape: Shape) -> Tile:
     """Same elements in row-major order with a new ``shape`` (one entry may be -1)."""
-    return _on_host("reshape", x, shape=shape)
+    _outside("reshape")
 
 
 def transpose(x: Any, axes: Sequence[int] | None = None) -> Tile:
     """``numpy.transpose``: permute the dimensions (reverse them by default)."""
-    return _on_host("transpose", x, axes=axes)
+    _outside("transpose")
 
 
 def expand_dims(x: Any, axis: int) -> Tile:
     """Insert a dimension of size 1 at ``axis``."""
-    return _on_host("expand_dims", x, axis=axis)
+    _outside("expand_dims")
 
 
 def broadcast_to(x: Any, shape: Shape) -> Tile:
     """``x`` broadcast to ``shape`` by numpy rules."""
-    return _on_host("broadcast_to", x, shape=shape)
+    _outside("broadcast_to")
 
 
 def exp(x: Any) -> Tile:
     """Element-wise e**x."""
-    return _on_host("exp", x)
+    _outside("exp")
 
 
 def exp2(x: Any) -> Tile:
     """Element-wise 2**x."""
-    return _on_host("exp2", x)
+    _outside("exp2")
 
 
 def log(x: Any) -> Tile:
     """Element-wise natural logarithm."""
-    return _on_host("log", x)
+    _outside("log")
 
 
 def log2(x: Any) -> Tile:
     """Element-wise base-2 logarithm."""
-    return _on_host("log2", x)
+    _outside("log2")
 
 
 def sqrt(x: Any) -> Tile:
     """Element-wise square root."""
-    return _on_host("sqrt", x)
+    _outside("sqrt")
 
 
 def rsqrt(x: Any) -> Tile:
     """Element-wise 1 / sqrt(x)."""
-    return _on_host("rsqrt", x)
+    _outside("rsqrt")
 
 
 def sin(x: Any) -> Tile:
     """Element-wise sine."""
-    return _on_host("sin", x)
+    _outside("sin")
 
 
 def cos(x: Any) -> Tile:
     """Element-wise cosine."""
-    return _on_host("cos", x)
+    _outside("cos")
 
 
 def tanh(x: Any) -> Tile:
     """Element-wise hyperbolic tangent."""
-    return _on_host("tanh", x)
+    _outside("tanh")
 
 
 def abs(x: Any) -> Tile:
     """Element-wise absolute value (keeps integer dtypes); Python's ``abs(x)`` of a run-time value is this."""
-    return _on_host("abs", x)
+    _outside("abs")
 
 
 def floor(x: Any) -> Tile:
     """Element-wise floor."""
-    return _on_host("floor", x)
+    _outside("floor")
 
 
 def ceil(x: Any) -> Tile:
     """Element-wise ceiling."""
-    return _on_host("ceil", x)
+    _outside("ceil")
 
 
 def erf(x: Any) -> Tile:
     """Element-wise error function."""
-    return _on_host("erf", x)
+    _outside("erf")
 
 
 def sigmoid(x: Any) -> Tile:
     """Element-wise 1 / (1 + exp(-x))."""
-    return _on_host("sigmoid", x)
+    _outside("sigmoid")
 
 
 def maximum(x: Any, y: Any) -> Tile:
     """Element-wise maximum with broadcasting and promotion (keeps integer dtypes), as ``numpy.maximum``: NaN
     if either operand is NaN; for bools, ``x or y``. Python's ``max(x, y, ...)`` of run-time values is this,
     nested from the left. Of two compile-time numbers: Python's ``max``."""
-    return _on_host("maximum", x, y=y)
+    _outside("maximum")
 
 
 def minimum(x: Any, y: Any) -> Tile:
     """Element-wise minimum with broadcasting and promotion (keeps integer dtypes), as ``numpy.minimum``: NaN
     if either operand is NaN; for bools, ``x and y``. Python's ``min(x, y, ...)`` of run-time values is this,
     nested from the left. Of two compile-time numbers: Python's ``min``."""
-    return _on_host("minimum", x, y=y)
+    _outside("minimum")
 
 
 def pow(x: Any, y: Any) -> Tile:
     """Element-wise ``x ** y``."""
-    return _on_host("pow", x, y=y)
+    _outside("pow")
 
 
 # ------------------------------------------------------------------------------- reductions, scans, mma
@@ -391,50 +382,65 @@ def pow(x: Any, y: Any) -> Tile:
 
 def sum(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
     """Sum along ``axis`` (all axes when None)."""
-    return _on_host("sum", x, axis=axis, keepdims=keepdims)
+    _outside("sum")
 
 
 def max(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
     """Maximum along ``axis`` (all axes when None)."""
-    return _on_host("max", x, axis=axis, keepdims=keepdims)
+    _outside("max")
 
 
 def min(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
     """Minimum along ``axis`` (all axes when None)."""
-    return _on_host("min", x, axis=axis, keepdims=keepdims)
+    _outside("min")
 
 
 def prod(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tile:
     """Product along ``axis`` (all axes when None)."""
-    return _on_host("prod", x, axis=axis, keepdims=keepdims)
+    _outside("prod")
 
 
 def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Tile:
     """int32 index of the first maximum along ``axis`` (of the flattened tile when None)."""
-    return _on_host("argmax", x, axis=axis, keepdims=keepdims)
+    _outside("argmax")
 
 
 def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Tile:
     """int32 index of the first minimum along ``axis`` (of the flattened tile when None)."""
-    return _on_host("argmin", x, axis=axis, keepdims=keepdims)
+    _outside("argmin")
 
 
 def cumsum(x: Any, axis: int = 0) -> Tile:
     """Inclusive prefix sum along ``axis``."""
-    return _on_host("cumsum", x, axis=axis)
+    _outside("cumsum")
 
 
 def mma(a: Any, b: Any, acc: Any) -> Tile:
     """``a @ b + acc`` for a: (M, K), b: (K, N), acc: (M, N). ``a`` and ``b`` share a dtype; ``acc``
     is float32 for float16/bfloat16/float32 inputs, float64 for float64, int32 for 8-bit ints.
     Returns the new accumulator (tensor cores where the target has them)."""
-    return _on_host("mma", a, b=b, acc=acc)
+    _outside("mma")
 
 
 def matmul(a: Any, b: Any) -> Tile:
     """``a @ b`` of 2-d tiles: accumulates like ``mma`` from zeros; float results are cast back to
     the inputs' dtype (as numpy), integer results stay int32."""
-    return _on_host("matmul", a, b=b)
+    _outside("matmul")
+
+
+def _traceable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as Python calls it: an argument whose type has ``__tile_function__`` (the values ``tj.fuse`` traces)
+    records the call, as numpy's ``__array_function__`` does; otherwise ``fn`` itself (the error of ``_outside``)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        for a in (*args, *kwargs.values()):
+            hook = getattr(type(a), "__tile_function__", None)
+            if hook is not None:
+                return hook(fn.__name__, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return call
 
 
 _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
@@ -451,3 +457,10 @@ __all__ = [
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64",
 ]
+
+#: Every function of the language that takes tiles may meet a traced value in Python (not ``cdiv``, which computes on
+#: ints, nor the helpers for kernels' Python side).
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, types.FunctionType) and _name not in ("function", "static_range", "cdiv"):
+        globals()[_name] = _traceable(_value)
