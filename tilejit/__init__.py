@@ -36,6 +36,8 @@ _LAZY: dict[str, str] = {
     "Config": "tilejit.api.autotune",
     "compile": "tilejit.api.compile",
     "Artifact": "tilejit.api.compile",
+    "fuse": "tilejit.api.fuse",
+    "Fused": "tilejit.api.fuse",
     "RawKernel": "tilejit.api.raw",
     "Device": "tilejit.runtime.device",
     "device_count": "tilejit.runtime.device",
@@ -84,6 +86,7 @@ if _environ.get("TILEJIT_LOG"):  # asked for: the tilejit logger prints to stder
 if TYPE_CHECKING:
     from tilejit.api.autotune import Config, autotune
     from tilejit.api.compile import Artifact, compile
+    from tilejit.api.fuse import Fused, fuse
     from tilejit.api.kernel import Kernel, kernel
     from tilejit.api.raw import RawKernel
     from tilejit.errors import (

@@ -387,7 +387,8 @@ def compile(
     num_warps: int | None = None,
     num_stages: int | None = None,
 ) -> Artifact:
-    """Compile ``kernel`` for ``target`` (e.g. "sm_90") with no GPU needed.
+    """Compile ``kernel`` for ``target`` (e.g. "sm_90") with no GPU needed (a ``tj.fuse`` function: its kernel for
+    contiguous arrays of the signature's dtypes and ranks, see ``Fused.compile``).
 
     ``signature`` gives each non-constant parameter's type: ``tj.float32[:]`` for a rank-1 array,
     ``tj.int32`` or ``int`` for a scalar; or as text, as the command line takes it: ``"float32[:], int32"``.
@@ -407,6 +408,11 @@ def compile(
     from tilejit.backends.base import choose_backend, requested_backend
     from tilejit.compiler.targets import resolve_target
 
+    if type(kernel).__name__ == "Fused" and type(kernel).__module__ == "tilejit.api.fuse":
+        if constants or num_threads is not None or num_ctas is not None or occupancy is not None:
+            raise TypeError(f"tj.compile({kernel.__name__}): a fused function takes a signature, target= and "
+                            "backend= only (its kernel chooses its own tiles)")
+        return kernel.compile(signature, target=target, backend=backend)  # type: ignore[no-any-return]
     func = _kernel_function(kernel)
     where = f"tj.compile({func.__name__})"
     requested = check_backend(backend, where)

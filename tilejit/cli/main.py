@@ -617,9 +617,15 @@ def _compile_python_file(args: argparse.Namespace) -> int:
     targets = _targets(args.arch)
     namespace = _load_python_file(args.file)
     kernel = namespace.get(args.kernel)
-    if not isinstance(kernel, tj.Kernel):
-        found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel))
-        raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r}; kernels there: {found or 'none'}")
+    if not isinstance(kernel, tj.Kernel | tj.Fused):
+        found = sorted(k for k, v in namespace.items() if isinstance(v, tj.Kernel | tj.Fused))
+        raise _UsageError(f"{args.file} has no @tj.kernel named {args.kernel!r} (nor a @tj.fuse function); kernels "
+                          f"there: {found or 'none'}")
+    if isinstance(kernel, tj.Fused):
+        if constants or args.num_ctas is not None or args.occupancy is not None:
+            raise _UsageError(f"{args.kernel} is a @tj.fuse function: it takes --signature (its parameters' dtypes "
+                              "and ranks), not -C, --num-ctas or --occupancy")
+        signature = args.signature  # type: ignore[assignment]  # its own parser: int, float, bool are Python numbers
     from tilejit.backends.base import requested_backend
 
     backend = args.backend
@@ -741,10 +747,13 @@ class _TileBuild:
         from tilejit.compiler.nvrtc import compile_cuda_ptx_and_cubin
 
         kernel = _load_python_file(Path(self.path)).get(self.kernel)
-        if not isinstance(kernel, tj.Kernel):  # the file made it in this process, but not in a worker
+        if not isinstance(kernel, tj.Kernel | tj.Fused):  # the file made it in this process, but not in a worker
             raise _Failure(f"{self.path}, run again to build {self.target}, has no @tj.kernel named {self.kernel!r}")
-        art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target,
-                         backend=self.backend, **dict(self.hints))
+        if isinstance(kernel, tj.Fused):
+            art = kernel.compile(self.signature, target=self.target, backend=self.backend)
+        else:
+            art = tj.compile(kernel, parse_signature(self.signature), constants=self.constants, target=self.target,
+                             backend=self.backend, **dict(self.hints))
         _check_backend_emits(art.backend, self.emits, self.kernel)
         data: dict[str, bytes] = {}
         if art.backend == "cuda" and "ptx" in self.emits and "cubin" in self.emits:  # one NVRTC run gives both

@@ -2,7 +2,8 @@
 
 These functions only *describe* operations: the front end (``tilejit.language.frontend``)
 recognizes them by identity and translates each call to tile IR. Called from ordinary Python they
-raise ``TileCompileError``, except ``cdiv`` (also works on ints) and ``static_range`` (a ``range``).
+raise ``TileCompileError``, except ``cdiv`` (also works on ints), ``static_range`` (a ``range``) and calls
+with a value ``tj.fuse`` traces (its type's ``__tile_function__`` records the call: ``_traceable``).
 
 Semantics follow numpy unless noted:
 
@@ -94,6 +95,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import types
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -688,6 +690,21 @@ def static_assert(cond: Any, msg: Any = None) -> None:
     _outside("static_assert")
 
 
+def _traceable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as Python calls it: an argument whose type has ``__tile_function__`` (the values ``tj.fuse`` traces)
+    records the call, as numpy's ``__array_function__`` does; otherwise ``fn`` itself (the error of ``_outside``)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        for a in (*args, *kwargs.values()):
+            hook = getattr(type(a), "__tile_function__", None)
+            if hook is not None:
+                return hook(fn.__name__, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return call
+
+
 _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
 
 #: The tile language's names, listed here only: each is also ``tj.<name>`` (``tilejit.__getattr__`` reads this list),
@@ -707,3 +724,10 @@ __all__ = [
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64",
 ]
+
+#: Every function of the language that takes tiles may meet a traced value in Python (not ``cdiv``, which computes on
+#: ints, nor the helpers for kernels' Python side).
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, types.FunctionType) and _name not in ("function", "static_range", "cdiv"):
+        globals()[_name] = _traceable(_value)

@@ -1,0 +1,386 @@
+"""``tj.fuse`` on one GPU: chains of elementwise operations against torch eager, torch.compile (inductor), cupy.fuse
+and a hand-written tilejit tile kernel, side by side in one run.
+
+Each case is a chain of 2, 4, 8 or 16 elementwise operations (multiplies and adds with a second input and with
+numbers, ``tanh``, ``sigmoid``, ``maximum``) over 2^24 to 2^28 elements of float32 or bfloat16, with both inputs of
+the full shape ("flat") or the second a row broadcast over the rows ("bcast"). Every contender's result is checked
+against torch eager (in float32) before it is timed. Timings are medians of device events (``triton.testing.
+do_bench`` when Triton is there); the rate is GB/s of the bytes each call must move (each input read once, the
+output written once), against the device's copy bandwidth (``torch.Tensor.copy_`` of the largest size). Also:
+
+- ``--launch``: per-call time (microseconds, wall clock over many calls with one sync) of a small call: the fused
+  function with ``out=`` against a hand-written tile kernel, torch eager and torch.compile;
+- ``--first-call``: the first call in a fresh process with an empty cache (tilejit: ``TILEJIT_CACHE_DIR``;
+  torch.compile: ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``), medians of ``--runs`` processes.
+
+A contender that is missing or fails is reported and skipped. Prints markdown tables; writes the data to
+``bench/data/bench_fuse.json`` and a plot to ``bench/plots/bench_fuse.png`` (matplotlib), or under ``$OUT``.
+
+    python bench/bench_fuse.py [--quick] [--sizes 24,26,28] [--chains 2,4,8,16] [--dtypes float32,bfloat16]
+                               [--no-launch] [--no-first-call] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch
+from bench_tile import bench  # median milliseconds of device events
+
+import tilejit as tj
+
+#: The chain's operations, cycled: (name, on a value ``v`` with the second input ``y``), written once per library
+#: as text with ``T`` standing for its module (``tj``, ``torch``, ``cupy``).
+OPS = [
+    ("mul y", "v * y"),
+    ("add", "v + 0.5"),
+    ("tanh", "T.tanh(v)"),
+    ("sub y", "v - y"),
+    ("mul", "v * 0.75"),
+    ("relu", "T.maximum(v, ZERO)"),
+    ("sigmoid", "SIGMOID(v)"),
+    ("add y", "v + y"),
+]
+ROWS: list[dict[str, Any]] = []
+FAILED: dict[str, str] = {}
+
+
+def chain_body(k: int, lib: str) -> str:
+    """The Python body of a chain of ``k`` operations for ``lib`` ("tj", "torch", "cupy")."""
+    sigmoid = {"tj": "tj.sigmoid", "torch": "torch.sigmoid", "cupy": "_cupy_sigmoid"}[lib]
+    zero = {"tj": "0.0", "torch": "ZERO_T", "cupy": "0.0"}[lib]
+    lines = ["v = x"]
+    for i in range(k):
+        text = OPS[i % len(OPS)][1].replace("T.", f"{lib}.").replace("SIGMOID", sigmoid).replace("ZERO", zero)
+        lines.append(f"v = {text}")
+    return "\n".join(lines) + "\nreturn v\n"
+
+
+def make(k: int, lib: str, env: dict[str, Any]) -> Callable[..., Any]:
+    """The chain as a Python function ``f(x, y)`` for ``lib``, defined in a file (torch.compile reads sources)."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-fuse-"))
+    path = folder / f"chain_{lib}_{k}.py"
+    src = "def f(x, y):\n" + textwrap.indent(chain_body(k, lib), "    ")
+    path.write_text(src)
+    ns = dict(env)
+    exec(compile(src, str(path), "exec"), ns)
+    return ns["f"]  # type: ignore[no-any-return]
+
+
+def hand_kernel(k: int, bcast: bool) -> Any:
+    """A hand-written tile kernel of the chain: 1-D tiles of 4096 (8192 for 16-bit) over flat arrays, or 2-D tiles
+    with the broadcast row loaded once per tile of rows."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-fuse-hand-"))
+    path = folder / f"hand_{k}_{int(bcast)}.py"
+    body = chain_body(k, "tj").replace("return v\n", "")
+    if bcast:
+        src = ("import tilejit as tj\n\n@tj.kernel\n"
+               "def hand(x, y, out, TM: tj.Constant[int], TN: tj.Constant[int]):\n"
+               "    i = tj.bid(0)\n    j = tj.bid(1)\n"
+               "    x = tj.load(x, index=(i, j), shape=(TM, TN))\n"
+               "    y = tj.load(y, index=(0, j), shape=(1, TN))\n"
+               + textwrap.indent(body, "    ") +
+               "    tj.store(out, index=(i, j), tile=v)\n")
+    else:
+        src = ("import tilejit as tj\n\n@tj.kernel\n"
+               "def hand(x, y, out, TILE: tj.Constant[int]):\n"
+               "    i = tj.bid(0)\n"
+               "    x = tj.load(x, index=(i,), shape=(TILE,))\n"
+               "    y = tj.load(y, index=(i,), shape=(TILE,))\n"
+               + textwrap.indent(body, "    ") +
+               "    tj.store(out, index=(i,), tile=v)\n")
+    path.write_text(src)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.hand
+
+
+def close(got: Any, want: torch.Tensor, dtype: str) -> None:
+    g = torch.as_tensor(got, device="cuda").float() if not isinstance(got, torch.Tensor) else got.float()
+    err = ((g.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-30)).item()
+    tol = 1e-5 if dtype == "float32" else 3e-2
+    if not err <= tol:
+        raise AssertionError(f"result differs from torch eager: relative error {err:.2e} > {tol}")
+
+
+def record(case: dict[str, Any], impl: str, ms: float, nbytes: int) -> None:
+    ROWS.append({**case, "impl": impl, "ms": ms, "gbps": nbytes / (ms * 1e-3) / 1e9})
+
+
+def run_case(log2n: int, dtype: str, k: int, bcast: bool, fns: dict[str, Any]) -> None:
+    n = 1 << log2n
+    cols = 4096
+    rows = n // cols
+    tdt = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(k)
+    x = (torch.rand(rows, cols, device="cuda", generator=gen) - 0.5).to(tdt)
+    y = (torch.rand(cols if bcast else (rows, cols), device="cuda", generator=gen) + 0.5).to(tdt)
+    if not bcast:
+        y = y.reshape(rows, cols)
+    out = torch.empty_like(x)
+    case = {"log2n": log2n, "dtype": dtype, "chain": k, "layout": "bcast" if bcast else "flat"}
+    nbytes = (x.numel() + y.numel() + out.numel()) * x.element_size()
+    want = fns["torch"](x.float(), y.float())
+    name = f"2^{log2n} {dtype} chain {k} {case['layout']}"
+
+    def attempt(impl: str, call: Callable[[], Any], result: Callable[[], Any]) -> None:
+        try:
+            call()
+            torch.cuda.synchronize()
+            close(result(), want, dtype)
+            record(case, impl, bench(call), nbytes)
+        except Exception as exc:
+            FAILED[f"{impl}: {name}"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            if os.environ.get("BENCH_FUSE_DEBUG"):
+                traceback.print_exc()
+
+    attempt("tilejit fuse", lambda: fns["fuse"](x, y, out=out), lambda: out)
+    hand = fns["hand"]
+    if bcast:
+        tm = 4 if x.element_size() == 4 else 8
+        grid = (tj.cdiv(rows, tm), tj.cdiv(cols, 1024))
+        attempt("tilejit hand-written", lambda: hand[grid](x, y.reshape(1, cols), out, TM=tm, TN=1024), lambda: out)
+    else:
+        tile = 4096 if x.element_size() == 4 else 8192
+        xf, yf, of = x.reshape(-1), y.reshape(-1), out.reshape(-1)
+        attempt("tilejit hand-written", lambda: hand[tj.cdiv(n, tile)](xf, yf, of, TILE=tile), lambda: out)
+    attempt("torch eager", lambda: fns["torch"](x, y), lambda: fns["torch"](x, y))
+    if fns.get("compiled") is not None:
+        attempt("torch.compile", lambda: fns["compiled"](x, y), lambda: fns["compiled"](x, y))
+    if fns.get("cupy") is not None and dtype != "bfloat16":
+        import cupy
+
+        cx, cy = cupy.asarray(x), cupy.asarray(y)
+        attempt("cupy.fuse", lambda: fns["cupy"](cx, cy), lambda: torch.as_tensor(fns["cupy"](cx, cy), device="cuda"))
+
+
+def copy_bandwidth(log2n: int) -> float:
+    """GB/s of a device-to-device copy (bytes read and written), float32."""
+    a = torch.empty(1 << log2n, device="cuda")
+    b = torch.empty_like(a)
+    ms = bench(lambda: b.copy_(a))
+    return 2 * a.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+def contenders(k: int, bcast: bool) -> dict[str, Any]:
+    zero = torch.zeros((), device="cuda")
+    fns: dict[str, Any] = {
+        "fuse": tj.fuse(make(k, "tj", {"tj": tj})),
+        "torch": make(k, "torch", {"torch": torch, "ZERO_T": zero}),
+        "hand": hand_kernel(k, bcast),
+    }
+    try:
+        fns["compiled"] = torch.compile(make(k, "torch", {"torch": torch, "ZERO_T": zero}))
+    except Exception as exc:
+        FAILED["torch.compile"] = f"{type(exc).__name__}: {exc}"[:200]
+    try:
+        import cupy
+
+        fns["cupy"] = cupy.fuse(make(k, "cupy", {"cupy": cupy, "_cupy_sigmoid": lambda v: 1 / (1 + cupy.exp(-v))}))
+    except ImportError:
+        FAILED["cupy.fuse"] = "CuPy is not installed"
+    return fns
+
+
+# ------------------------------------------------------------------------------------------------ launch overhead
+
+
+def launch_overhead(calls: int = 2000, repeats: int = 21) -> list[dict[str, Any]]:
+    """Microseconds per call of a small chain of 4 (4096 float32 elements) with preallocated outputs."""
+    k, n = 4, 4096
+    x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    fns = contenders(k, False)
+    hand = fns["hand"]
+    cases: dict[str, Callable[[], Any]] = {
+        "tilejit fuse (out=)": lambda: fns["fuse"](x, y, out=out),
+        "tilejit hand-written": lambda: hand[1](x, y, out, TILE=4096),
+        "torch eager": lambda: fns["torch"](x, y),
+    }
+    if fns.get("compiled") is not None:
+        cases["torch.compile"] = lambda: fns["compiled"](x, y)
+    xa, ya, oa = tj.asarray(x.cpu().numpy()), tj.asarray(y.cpu().numpy()), tj.empty(n, "float32")
+    cases["tilejit fuse, tilejit arrays (out=)"] = lambda: fns["fuse"](xa, ya, out=oa)
+    cases["tilejit hand-written, tilejit arrays"] = lambda: hand[1](xa, ya, oa, TILE=4096)
+    per: dict[str, list[float]] = {name: [] for name in cases}
+    for name, call in list(cases.items()):
+        try:
+            for _ in range(200):
+                call()
+            torch.cuda.synchronize()
+        except Exception as exc:
+            FAILED[f"launch {name}"] = f"{type(exc).__name__}: {exc}"[:200]
+            del cases[name], per[name]
+    for _ in range(repeats):
+        for name, call in cases.items():
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(calls):
+                call()
+            torch.cuda.synchronize()
+            per[name].append((time.perf_counter() - t) / calls * 1e6)
+    return [{"impl": name, "us_per_call": statistics.median(v)} for name, v in per.items()]
+
+
+# ------------------------------------------------------------------------------------------------ first call
+
+FIRST_TJ = r"""
+import sys, time
+sys.path.insert(0, {root!r})
+import torch
+import tilejit as tj
+x = torch.rand(1 << 20, device="cuda"); y = torch.rand(1 << 20, device="cuda"); torch.cuda.synchronize()
+@tj.fuse
+def f(x, y):
+{body}
+t = time.perf_counter(); r = f(x, y); torch.cuda.synchronize(); print(time.perf_counter() - t)
+"""
+FIRST_TORCH = r"""
+import time
+import torch
+x = torch.rand(1 << 20, device="cuda"); y = torch.rand(1 << 20, device="cuda"); torch.cuda.synchronize()
+ZERO_T = torch.zeros((), device="cuda")
+def f(x, y):
+{body}
+g = torch.compile(f)
+t = time.perf_counter(); r = g(x, y); torch.cuda.synchronize(); print(time.perf_counter() - t)
+"""
+
+
+def first_call(runs: int) -> list[dict[str, Any]]:
+    """Seconds of the first call of a chain of 8 in a fresh process with an empty cache, per contender."""
+    out = []
+    folder = Path(tempfile.mkdtemp(prefix="bench-fuse-first-"))
+    for impl, template, body_lib in (("tilejit fuse", FIRST_TJ, "tj"), ("torch.compile", FIRST_TORCH, "torch")):
+        script = folder / f"first_{body_lib}.py"
+        script.write_text(template.format(root=str(ROOT), body=textwrap.indent(chain_body(8, body_lib), "    ")))
+        times = []
+        for r in range(runs):
+            cache = folder / f"cache_{body_lib}_{r}"
+            env = {**os.environ, "TILEJIT_CACHE_DIR": str(cache / "tj"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "ind"),
+                   "TRITON_CACHE_DIR": str(cache / "triton")}
+            done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                                  timeout=600)
+            if done.returncode != 0:
+                FAILED[f"first call {impl}"] = done.stderr.strip().splitlines()[-1][:200] if done.stderr else "?"
+                break
+            times.append(float(done.stdout.split()[-1]))
+        if times:
+            out.append({"impl": impl, "seconds": statistics.median(times), "runs": len(times)})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ output
+
+
+def table(copy_gbps: float) -> str:
+    impls = ["tilejit fuse", "tilejit hand-written", "torch eager", "torch.compile", "cupy.fuse"]
+    lines = [f"Copy bandwidth (torch copy_, bytes read and written): {copy_gbps:.0f} GB/s", "",
+             "| case | " + " | ".join(impls) + " | fuse / copy | fuse / torch.compile |",
+             "| --- | " + " | ".join("---:" for _ in impls) + " | ---: | ---: |"]
+    keys = sorted({(r["dtype"], r["layout"], r["chain"], r["log2n"]) for r in ROWS})
+    for dtype, layout, chain, log2n in keys:
+        got = {r["impl"]: r["gbps"] for r in ROWS if (r["dtype"], r["layout"], r["chain"], r["log2n"]) ==
+               (dtype, layout, chain, log2n)}
+        cells = [f"{got[i]:.0f}" if i in got else "-" for i in impls]
+        fuse = got.get("tilejit fuse")
+        ratio_copy = f"{fuse / copy_gbps:.2f}x" if fuse else "-"
+        ratio_tc = f"{fuse / got['torch.compile']:.2f}x" if fuse and "torch.compile" in got else "-"
+        lines.append(f"| 2^{log2n} {dtype} chain {chain} {layout} | " + " | ".join(cells) +
+                     f" | {ratio_copy} | {ratio_tc} |")
+    return "\n".join(lines)
+
+
+def plot(path: Path, copy_gbps: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    chains = sorted({r["chain"] for r in ROWS})
+    panels = sorted({(r["dtype"], r["layout"]) for r in ROWS})
+    fig, axes = plt.subplots(len(chains), len(panels), figsize=(4 * len(panels), 3 * len(chains)), squeeze=False)
+    for i, chain in enumerate(chains):
+        for j, (dtype, layout) in enumerate(panels):
+            ax = axes[i][j]
+            for impl in sorted({r["impl"] for r in ROWS}):
+                pts = sorted((r["log2n"], r["gbps"]) for r in ROWS if r["impl"] == impl and r["chain"] == chain
+                             and (r["dtype"], r["layout"]) == (dtype, layout))
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
+            ax.axhline(copy_gbps, color="gray", linestyle="--", linewidth=1)
+            ax.set_title(f"chain {chain}, {dtype}, {layout}", fontsize=9)
+            ax.set_xlabel("log2(elements)")
+            ax.set_ylabel("GB/s")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="2^24 and 2^26, chains 2 and 16")
+    parser.add_argument("--sizes", default="24,26,28", help="log2 of the element counts")
+    parser.add_argument("--chains", default="2,4,8,16")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--no-launch", action="store_true")
+    parser.add_argument("--no-first-call", action="store_true")
+    parser.add_argument("--runs", type=int, default=3, help="fresh processes per first-call measurement")
+    opts = parser.parse_args()
+    sizes = [24, 26] if opts.quick else [int(s) for s in opts.sizes.split(",")]
+    chains = [2, 16] if opts.quick else [int(s) for s in opts.chains.split(",")]
+    dtypes = opts.dtypes.split(",")
+    copy_gbps = copy_bandwidth(max(sizes))
+    for k in chains:
+        for bcast in (False, True):
+            fns = contenders(k, bcast)
+            for dtype in dtypes:
+                for log2n in sizes:
+                    run_case(log2n, dtype, k, bcast, fns)
+                    torch.cuda.empty_cache()
+    print(table(copy_gbps))
+    data: dict[str, Any] = {"copy_gbps": copy_gbps, "rows": ROWS, "failed": FAILED,
+                            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if not opts.no_launch:
+        data["launch"] = launch_overhead()
+        print("\n| call (4096 float32, chain of 4) | us per call |\n| --- | ---: |")
+        for row in data["launch"]:
+            print(f"| {row['impl']} | {row['us_per_call']:.2f} |")
+    if not opts.no_first_call:
+        data["first_call"] = first_call(opts.runs)
+        print("\n| first call, fresh process, empty cache (chain of 8) | seconds |\n| --- | ---: |")
+        for row in data["first_call"]:
+            print(f"| {row['impl']} | {row['seconds']:.3f} |")
+    for name, why in FAILED.items():
+        print(f"skipped {name}: {why}")
+    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "bench"
+    (out_dir / "data").mkdir(parents=True, exist_ok=True)
+    (out_dir / "data" / "bench_fuse.json").write_text(json.dumps(data, indent=1))
+    try:
+        (out_dir / "plots").mkdir(parents=True, exist_ok=True)
+        plot(out_dir / "plots" / "bench_fuse.png", copy_gbps)
+    except ImportError:
+        print("no plot: matplotlib is not installed")
+
+
+if __name__ == "__main__":
+    main()
