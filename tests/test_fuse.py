@@ -655,8 +655,6 @@ def test_interpreted_strided_out_and_broadcast_outputs(heap: ti.Heap) -> None:
     assert np.isnan(whole1[:, 5:]).all() and np.isnan(whole2[::2]).all()  # nothing outside the views written
 
 
-@pytest.mark.cuda_only(reason="runs the optimized IR in the interpreter, no backend; not recorded for the Tile IR "
-                               "coverage check, whose text writer prints some bfloat16 constants unlike tileirdisasm")
 @pytest.mark.parametrize("block", range(4))
 def test_interpreted_random_fused_functions_match_numpy(block: int) -> None:
     """Random fused functions (``fuse_cases``), run by the interpreter through the call path, against numpy."""

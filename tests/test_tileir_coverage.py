@@ -93,9 +93,15 @@ def _float_value(elem: str, text: str) -> str:
     if text.startswith("0x"):
         return repr(struct.unpack(as_float, struct.pack(as_int, int(text, 16)))[0])
     try:
-        return repr(struct.unpack(as_float, struct.pack(as_float, float(text)))[0])  # rounded to the type
+        value = struct.unpack(as_float, struct.pack(as_float, float(text)))[0]  # rounded to the type
     except (OverflowError, struct.error):
         return repr(float(text))
+    if elem == "bf16":  # a short decimal of a bfloat16 (tileirdisasm's 8.710930e-01, ours 8.710940e-01): to bf16
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        if bits & 0x7F800000 != 0x7F800000:  # finite: round the float32 to nearest even at 16 bits
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        value = struct.unpack("<f", struct.pack("<I", bits))[0]
+    return repr(value)
 
 
 def same_module_text(disassembled: str, ours: str) -> bool:
