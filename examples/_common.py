@@ -19,6 +19,8 @@ def parse_args(
     p.add_argument("--arch", default="sm_90", help="target to compile for when no GPU is present")
     p.add_argument("--compile-only", action="store_true", help="compile for --arch even if a GPU is present")
     p.add_argument("--show", choices=["ir", "cuda", "ptx"], help="print one compiled form")
+    p.add_argument("--backend", choices=["cuda", "tileir", "auto"], help="with --compile-only: the backend to compile "
+                   "with (default: TILEJIT_BACKEND, else auto)")
     if extra is not None:
         extra(p)
     return p.parse_args()
@@ -27,7 +29,7 @@ def parse_args(
 def compile_only(args: argparse.Namespace, kernel: object, signature: tuple, constants: dict) -> None:
     """Compile for ``args.arch`` with no GPU and report what came out."""
     try:
-        art = tj.compile(kernel, signature, constants=constants, target=args.arch)
+        art = tj.compile(kernel, signature, constants=constants, target=args.arch, backend=args.backend)
         if args.show == "ir":
             print(art.ir_text())
         elif args.show == "cuda":
@@ -37,7 +39,12 @@ def compile_only(args: argparse.Namespace, kernel: object, signature: tuple, con
         cubin = art.cubin()
     except tj.TilejitError as exc:
         sys.exit(f"error: {exc}")
-    print(f"compiled {art.name} for {args.arch}: {len(cubin)} bytes of CUBIN (no GPU needed)")
+    print(f"compiled {art.name} for {args.arch} ({art.backend}): {len(cubin)} bytes of CUBIN (no GPU needed)")
+
+
+def block_of(n: int) -> int:
+    """The smallest power of two holding ``n`` (a tile shape for a row of ``n`` elements)."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def should_run(args: argparse.Namespace) -> bool:

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NAMES = ["vector_add", "softmax", "layer_norm", "matmul", "row_sum", "attention"]
+NAMES = ["vector_add", "softmax", "layer_norm", "rms_norm", "matmul", "row_sum", "attention"]
+#: The row examples' kernels (issue 19): whole rows, chunked rows, backward passes and their partial sums.
+ROW_KERNELS = {
+    "softmax": ["softmax", "softmax_chunked"],
+    "layer_norm": ["layer_norm", "layer_norm_fwd", "layer_norm_fwd_chunked", "layer_norm_bwd", "layer_norm_bwd_sums",
+                   "layer_norm_bwd_chunked", "sum_partials"],
+    "rms_norm": ["rms_norm", "rms_norm_chunked", "rms_norm_bwd", "rms_norm_bwd_sums", "rms_norm_bwd_chunked",
+                 "sum_partials"],
+}
 
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -34,6 +42,17 @@ def test_example_compiles_without_gpu(name: str, arch: str, toolkit: Any, tmp_pa
         return
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"for {arch}" in proc.stdout and "bytes of CUBIN" in proc.stdout
+    for kernel in ROW_KERNELS.get(name, []):
+        assert f"compiled {kernel} for {arch} (cuda): " in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("name", sorted(ROW_KERNELS))
+def test_row_examples_compile_with_tileir(name: str, tileir_env: Any) -> None:
+    """Every kernel of the row examples also compiles with the Tile IR backend (``--backend tileir``)."""
+    proc = _run([f"{name}.py", "--compile-only", "--arch", "sm_90", "--backend", "tileir"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [ln.split(" for ")[0] for ln in proc.stdout.splitlines()] == [f"compiled {k}" for k in ROW_KERNELS[name]]
+    assert proc.stdout.count("for sm_90 (tileir): ") == len(ROW_KERNELS[name])
 
 
 @pytest.mark.gpu
