@@ -10,8 +10,8 @@ its own, then stores them as one row of the float32 buffers ``dw_part`` and ``db
 small kernel) sums those rows into dw and db.
 
 Rows longer than ``WHOLE_ROW`` (forward) or ``WHOLE_ROW_BWD`` (backward) elements do not fit in registers, so they go
-in chunks of ``CHUNK`` elements, re-reading the row as Triton's tutorial does: ``layer_norm_fwd_chunked`` merges each
-chunk's mean and squared deviations into the row's (Chan et al.), then normalizes chunk by chunk;
+in chunks of ``_common.CHUNK_BYTES``, re-reading the row as Triton's tutorial does: ``layer_norm_fwd_chunked`` merges
+each chunk's mean and squared deviations into the row's (Chan et al.), then normalizes chunk by chunk;
 ``layer_norm_bwd_sums`` writes each row's two dot products, and ``layer_norm_bwd_chunked`` (a block per group and
 chunk) computes dx and the chunk's dw and db terms.
 """
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
-from _common import block_of, check, compile_only, parse_args, should_run
+from _common import block_of, check, chunk_of, compile_only, on_backend, parse_args, should_run
 
 import tilejit as tj
 
@@ -30,12 +30,10 @@ import tilejit as tj
 #: spill up to here (the backward holds x, dy, w and the dw and db sums at once).
 WHOLE_ROW = 16384
 WHOLE_ROW_BWD = 8192
-#: The chunk the chunked kernels work on.
-CHUNK = 8192
-#: Elements a backward block takes per step (``ROWS`` = this / BLOCK rows), and the partial sums' budget: about
-#: ``PARTIAL_ELEMENTS`` per SM in ``dw_part`` (a few percent of the traffic of a 2**26-element x).
+#: Elements a backward block takes per step (``ROWS`` = this / BLOCK rows), and its blocks per SM: as many groups
+#: (partial rows of dw and db) as that makes, so that the partial sums stay a few percent of the traffic.
 STEP_ELEMENTS = 4096
-PARTIAL_ELEMENTS = 65536
+BLOCKS_PER_SM = 2
 #: ``sum_partials``'s tile: rows of the partial buffer by columns.
 SUM_TILE = (16, 128)
 
@@ -174,13 +172,15 @@ def sum_partials(part, out, BG: tj.Constant[int], BN: tj.Constant[int]):
     tj.store(out, index=(j,), tile=tj.sum(acc, axis=0))
 
 
-def layer_norm_forward(x: Any, weight: Any, bias: Any, out: Any, mean: Any, rstd: Any, eps: float) -> None:
-    """``out`` = layer norm of each row of ``x``, with its float32 ``mean`` and ``rstd`` (1/std), any row length."""
+def layer_norm_forward(x: Any, weight: Any, bias: Any, out: Any, mean: Any, rstd: Any, eps: float,
+                       backend: str | None = None) -> None:
+    """``out`` = layer norm of each row of ``x``, with its float32 ``mean`` and ``rstd`` (1/std), any row length;
+    ``backend``: build the kernels with this backend instead of the default."""
     m, n = x.shape
     if block_of(n) <= WHOLE_ROW:
-        layer_norm_fwd[m](x, weight, bias, out, mean, rstd, eps, BLOCK=block_of(n))
+        on_backend(layer_norm_fwd, backend)[m](x, weight, bias, out, mean, rstd, eps, BLOCK=block_of(n))
     else:
-        layer_norm_fwd_chunked[m](x, weight, bias, out, mean, rstd, eps, BLOCK=CHUNK)
+        on_backend(layer_norm_fwd_chunked, backend)[m](x, weight, bias, out, mean, rstd, eps, BLOCK=chunk_of(x))
 
 
 class BackwardPlan(NamedTuple):
@@ -191,15 +191,17 @@ class BackwardPlan(NamedTuple):
     groups: int
 
 
-def backward_plan(m: int, n: int, sms: int, whole: int = WHOLE_ROW_BWD, chunk: int = CHUNK) -> BackwardPlan:
-    """The plan of a backward pass over an m x n input on ``sms`` SMs: rows of up to ``whole`` elements in one tile,
-    longer ones in chunks of ``chunk``; groups keep the partial sums near ``PARTIAL_ELEMENTS`` per SM."""
+def backward_plan(x: Any, sms: int, whole: int = WHOLE_ROW_BWD, chunk: int | None = None) -> BackwardPlan:
+    """The plan of a backward pass over the rows of ``x`` on ``sms`` SMs: rows of up to ``whole`` elements in one
+    tile, longer ones in chunks of ``chunk`` (default ``chunk_of(x)``; a block per group and chunk);
+    ``BLOCKS_PER_SM`` blocks in all."""
+    m, n = x.shape
+    chunk = chunk or chunk_of(x)
     block = block_of(n)
     if block > whole:
-        chunks = -(-n // chunk)
-        return BackwardPlan(chunk, 0, max(1, min(m, sms * PARTIAL_ELEMENTS // (chunks * chunk))))
+        return BackwardPlan(chunk, 0, max(1, min(m, BLOCKS_PER_SM * sms // -(-n // chunk))))
     rows = max(1, STEP_ELEMENTS // block)
-    return BackwardPlan(block, rows, max(1, min(-(-m // rows), sms * PARTIAL_ELEMENTS // block)))
+    return BackwardPlan(block, rows, max(1, min(-(-m // rows), BLOCKS_PER_SM * sms)))
 
 
 def backward_scratch(m: int, n: int, plan: BackwardPlan, empty: Callable[[tuple[int, ...]], Any]) -> tuple[Any, ...]:
@@ -208,27 +210,27 @@ def backward_scratch(m: int, n: int, plan: BackwardPlan, empty: Callable[[tuple[
     return empty((plan.groups, n)), empty((plan.groups, n)), empty((m,)), empty((m,))
 
 
-def sum_columns(parts: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
+def sum_columns(parts: tuple[Any, ...], outs: tuple[Any, ...], backend: str | None = None) -> None:
     """Each ``out`` = the sum of the rows of its float32 ``part`` (``sum_partials``)."""
     bg, bn = SUM_TILE
     for part, out in zip(parts, outs):
-        sum_partials[-(-part.shape[1] // bn)](part, out, BG=bg, BN=bn)
+        on_backend(sum_partials, backend)[-(-part.shape[1] // bn)](part, out, BG=bg, BN=bn)
 
 
 def layer_norm_backward(x: Any, dy: Any, weight: Any, mean: Any, rstd: Any, dx: Any, dw: Any, db: Any,
-                        scratch: tuple[Any, ...], plan: BackwardPlan) -> None:
+                        scratch: tuple[Any, ...], plan: BackwardPlan, backend: str | None = None) -> None:
     """dx, dw and db of ``layer_norm_forward``'s output for its gradient ``dy``, as ``plan`` says
-    (``backward_plan``); ``scratch``: ``backward_scratch``'s buffers."""
+    (``backward_plan``); ``scratch``: ``backward_scratch``'s buffers; ``backend``: as ``layer_norm_forward``'s."""
     m, n = x.shape
     dw_part, db_part, c1, c2 = scratch
     if plan.rows:
-        layer_norm_bwd[plan.groups](x, dy, weight, mean, rstd, dx, dw_part, db_part, ROWS=plan.rows,
-                                    BLOCK=plan.block)
+        on_backend(layer_norm_bwd, backend)[plan.groups](x, dy, weight, mean, rstd, dx, dw_part, db_part,
+                                                         ROWS=plan.rows, BLOCK=plan.block)
     else:
-        layer_norm_bwd_sums[m](x, dy, weight, mean, rstd, c1, c2, BLOCK=plan.block)
-        layer_norm_bwd_chunked[plan.groups, -(-n // plan.block)](x, dy, weight, mean, rstd, c1, c2, dx, dw_part,
-                                                                 db_part, BLOCK=plan.block)
-    sum_columns((dw_part, db_part), (dw, db))
+        on_backend(layer_norm_bwd_sums, backend)[m](x, dy, weight, mean, rstd, c1, c2, BLOCK=plan.block)
+        on_backend(layer_norm_bwd_chunked, backend)[plan.groups, -(-n // plan.block)](
+            x, dy, weight, mean, rstd, c1, c2, dx, dw_part, db_part, BLOCK=plan.block)
+    sum_columns((dw_part, db_part), (dw, db), backend)
 
 
 def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, dy: np.ndarray, eps: float) -> tuple[np.ndarray, ...]:
@@ -301,8 +303,8 @@ def main() -> None:
         check(f"{name} mean", mean.numpy(), want_mu, 1e-6)
         check(f"{name} rstd", rstd.numpy(), want_rstd, 1e-5)
     sms = tj.get_device().multiprocessor_count
-    for label, plan in (("layer_norm_backward", backward_plan(m, n, sms)),
-                        ("layer_norm_backward (chunks of 256)", backward_plan(m, n, sms, whole=256, chunk=256))):
+    for label, plan in (("layer_norm_backward", backward_plan(dx, sms)),
+                        ("layer_norm_backward (chunks of 256)", backward_plan(dx, sms, whole=256, chunk=256))):
         ddx, ddw, ddb = nan(m, n), nan(n), nan(n)
         scratch = backward_scratch(m, n, plan, lambda shape: nan(*shape))
         layer_norm_backward(dx, ddy, dw, mean, rstd, ddx, ddw, ddb, scratch, plan)

@@ -5,8 +5,8 @@ backward pass. Backward (``rms_norm_backward``): dx, and dw through per-group pa
 backward does (``rms_norm_bwd``, then layer_norm.py's ``sum_partials``): dx = rstd * (w * dy - x * rstd**2 *
 mean(w * dy * x)), dw = the sum over rows of dy * x * rstd.
 
-Rows longer than layer_norm.py's ``WHOLE_ROW`` / ``WHOLE_ROW_BWD`` go in chunks of its ``CHUNK`` elements,
-re-reading the row: ``rms_norm_chunked`` sums the squares chunk by chunk and then scales; ``rms_norm_bwd_sums``
+Rows longer than layer_norm.py's ``WHOLE_ROW`` / ``WHOLE_ROW_BWD`` go in chunks (``_common.CHUNK_BYTES``),
+re-reading the row: ``rms_norm_chunked`` adds up the squares chunk by chunk and then scales; ``rms_norm_bwd_sums``
 writes each row's mean(w * dy * x) and ``rms_norm_bwd_chunked`` (a block per group and chunk) computes dx and the
 chunk's dw terms.
 """
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _common import block_of, check, compile_only, parse_args, should_run
-from layer_norm import CHUNK, SUM_TILE, WHOLE_ROW, BackwardPlan, backward_plan, sum_columns, sum_partials
+from _common import block_of, check, chunk_of, compile_only, on_backend, parse_args, should_run
+from layer_norm import SUM_TILE, WHOLE_ROW, BackwardPlan, backward_plan, sum_columns, sum_partials
 
 import tilejit as tj
 
@@ -36,11 +36,11 @@ def rms_norm(x, weight, out, rstd, eps: float, BLOCK: tj.Constant[int]):
 @tj.kernel
 def rms_norm_chunked(x, weight, out, rstd, eps: float, BLOCK: tj.Constant[int]):
     row = tj.bid(0)
-    squares = tj.zeros((1,), tj.float32)
+    squares = tj.zeros((1, BLOCK), tj.float32)  # summed across the row once, after the loop
     for c in range(tj.num_tiles(x, 1, (1, BLOCK))):
         t = tj.load(x, index=(row, c), shape=(1, BLOCK)).astype(tj.float32)
-        squares += tj.sum(t * t, axis=1)
-    r = tj.rsqrt(squares / x.shape[1].astype(tj.float32) + eps)
+        squares += t * t
+    r = tj.rsqrt(tj.sum(squares, axis=1) / x.shape[1].astype(tj.float32) + eps)
     for c in range(tj.num_tiles(x, 1, (1, BLOCK))):
         t = tj.load(x, index=(row, c), shape=(1, BLOCK)).astype(tj.float32)
         w = tj.load(weight, index=(c,), shape=(BLOCK,)).astype(tj.float32)
@@ -96,13 +96,14 @@ def rms_norm_bwd_chunked(x, dy, weight, rstd, c1, dx, dw_part, BLOCK: tj.Constan
     tj.store(dw_part, index=(g, c), tile=dw)
 
 
-def rms_norm_forward(x: Any, weight: Any, out: Any, rstd: Any, eps: float) -> None:
-    """``out`` = RMS norm of each row of ``x``, with its float32 ``rstd`` (1/rms), at any row length."""
+def rms_norm_forward(x: Any, weight: Any, out: Any, rstd: Any, eps: float, backend: str | None = None) -> None:
+    """``out`` = RMS norm of each row of ``x``, with its float32 ``rstd`` (1/rms), at any row length; ``backend``:
+    build the kernels with this backend instead of the default."""
     m, n = x.shape
     if block_of(n) <= WHOLE_ROW:
-        rms_norm[m](x, weight, out, rstd, eps, BLOCK=block_of(n))
+        on_backend(rms_norm, backend)[m](x, weight, out, rstd, eps, BLOCK=block_of(n))
     else:
-        rms_norm_chunked[m](x, weight, out, rstd, eps, BLOCK=CHUNK)
+        on_backend(rms_norm_chunked, backend)[m](x, weight, out, rstd, eps, BLOCK=chunk_of(x))
 
 
 def backward_scratch(m: int, n: int, plan: BackwardPlan, empty: Callable[[tuple[int, ...]], Any]) -> tuple[Any, ...]:
@@ -111,18 +112,19 @@ def backward_scratch(m: int, n: int, plan: BackwardPlan, empty: Callable[[tuple[
 
 
 def rms_norm_backward(x: Any, dy: Any, weight: Any, rstd: Any, dx: Any, dw: Any, scratch: tuple[Any, ...],
-                      plan: BackwardPlan) -> None:
+                      plan: BackwardPlan, backend: str | None = None) -> None:
     """dx and dw of ``rms_norm_forward``'s output for its gradient ``dy``, as ``plan`` (layer_norm.py's
-    ``backward_plan``) says; ``scratch``: ``backward_scratch``'s buffers."""
+    ``backward_plan``) says; ``scratch``: ``backward_scratch``'s buffers; ``backend``: as ``rms_norm_forward``'s."""
     m, n = x.shape
     dw_part, c1 = scratch
     if plan.rows:
-        rms_norm_bwd[plan.groups](x, dy, weight, rstd, dx, dw_part, ROWS=plan.rows, BLOCK=plan.block)
+        on_backend(rms_norm_bwd, backend)[plan.groups](x, dy, weight, rstd, dx, dw_part, ROWS=plan.rows,
+                                                       BLOCK=plan.block)
     else:
-        rms_norm_bwd_sums[m](x, dy, weight, rstd, c1, BLOCK=plan.block)
-        rms_norm_bwd_chunked[plan.groups, -(-n // plan.block)](x, dy, weight, rstd, c1, dx, dw_part,
-                                                               BLOCK=plan.block)
-    sum_columns((dw_part,), (dw,))
+        on_backend(rms_norm_bwd_sums, backend)[m](x, dy, weight, rstd, c1, BLOCK=plan.block)
+        on_backend(rms_norm_bwd_chunked, backend)[plan.groups, -(-n // plan.block)](
+            x, dy, weight, rstd, c1, dx, dw_part, BLOCK=plan.block)
+    sum_columns((dw_part,), (dw,), backend)
 
 
 def reference(x: np.ndarray, w: np.ndarray, dy: np.ndarray, eps: float) -> tuple[np.ndarray, ...]:
@@ -183,8 +185,8 @@ def main() -> None:
         check(name, dout.numpy(), want, 1e-5)
         check(f"{name} rstd", rstd.numpy(), want_rstd, 1e-5)
     sms = tj.get_device().multiprocessor_count
-    for label, plan in (("rms_norm_backward", backward_plan(m, n, sms)),
-                        ("rms_norm_backward (chunks of 256)", backward_plan(m, n, sms, whole=256, chunk=256))):
+    for label, plan in (("rms_norm_backward", backward_plan(dx, sms)),
+                        ("rms_norm_backward (chunks of 256)", backward_plan(dx, sms, whole=256, chunk=256))):
         ddx, ddw = nan(m, n), nan(n)
         rms_norm_backward(dx, ddy, dw, rstd, ddx, ddw, backward_scratch(m, n, plan, lambda shape: nan(*shape)), plan)
         check(f"{label} dx", ddx.numpy(), want_dx, 1e-5)

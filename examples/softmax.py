@@ -2,22 +2,21 @@
 same kernel with its block size in warps chosen by ``tj.autotune`` for each shape and dtype of x.
 
 A row longer than ``WHOLE_ROW`` elements does not fit in registers (a 65536-element float32 row is an SM's whole
-register file), so ``softmax_rows`` gives it to ``softmax_chunked``: one pass over ``CHUNK``-element chunks keeps a
-running maximum and the sum of exponentials rescaled to it, a second pass re-reads the row and writes it out."""
+register file), so ``softmax_rows`` gives it to ``softmax_chunked``: one pass over chunks (``_common.CHUNK_BYTES``
+each) keeps a running maximum and the sum of exponentials rescaled to it, a second pass re-reads the row and writes
+it out."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from _common import block_of, check, compile_only, parse_args, should_run
+from _common import block_of, check, chunk_of, compile_only, on_backend, parse_args, should_run
 
 import tilejit as tj
 
 #: The longest row (elements, any dtype) that ``softmax`` holds whole: ptxas -v for sm_90a shows no spill up to here.
 WHOLE_ROW = 32768
-#: The chunk ``softmax_chunked`` works on for longer rows.
-CHUNK = 8192
 
 
 @tj.kernel
@@ -48,16 +47,17 @@ def softmax_chunked(x, out, BLOCK: tj.Constant[int]):
         tj.store(out, index=(row, c), tile=tj.exp(t - top) * scale)
 
 
-def row_plan(n: int) -> tuple[Any, int]:
-    """The kernel and BLOCK for rows of ``n`` elements: the whole row as one tile up to ``WHOLE_ROW``, else chunks."""
-    block = block_of(n)
-    return (softmax, block) if block <= WHOLE_ROW else (softmax_chunked, CHUNK)
+def row_plan(x: Any) -> tuple[Any, int]:
+    """The kernel and BLOCK for the rows of ``x``: the whole row as one tile up to ``WHOLE_ROW``, else chunks."""
+    block = block_of(x.shape[1])
+    return (softmax, block) if block <= WHOLE_ROW else (softmax_chunked, chunk_of(x))
 
 
-def softmax_rows(x: Any, out: Any) -> None:
-    """``out`` = the softmax of each row of the 2-D array ``x`` (tilejit, torch, ... arrays), at any row length."""
-    kernel, block = row_plan(x.shape[1])
-    kernel[x.shape[0]](x, out, BLOCK=block)
+def softmax_rows(x: Any, out: Any, backend: str | None = None) -> None:
+    """``out`` = the softmax of each row of the 2-D array ``x`` (tilejit, torch, ... arrays), at any row length;
+    ``backend``: build the kernels with this backend instead of the default."""
+    kernel, block = row_plan(x)
+    on_backend(kernel, backend)[x.shape[0]](x, out, BLOCK=block)
 
 
 def main() -> None:
