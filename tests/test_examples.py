@@ -84,3 +84,45 @@ def test_matmul_example_runs_bfloat16_on_gpu() -> None:
     proc = _run(["matmul.py", "--dtype", "bfloat16"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "matmul bfloat16: relative error" in proc.stdout and "(ok" in proc.stdout
+
+
+def test_row_example_references_match_finite_differences() -> None:
+    """The float64 gradients the row examples and tests/test_rows_gpu.py check the backward kernels against: central
+    finite differences of the forward formulas (and torch autograd, where torch is installed)."""
+    import numpy as np
+
+    sys.path.insert(0, str(EXAMPLES))
+    import layer_norm as ln
+    import rms_norm as rn
+
+    rng = np.random.default_rng(7)
+    x, dy = rng.standard_normal((3, 50)) + 2, rng.standard_normal((3, 50))
+    w, b, eps, h = rng.standard_normal(50), rng.standard_normal(50), 1e-5, 1e-6
+
+    def loss_ln(x: Any, w: Any, b: Any) -> float:
+        return float((ln.reference(x, w, b, dy, eps)[0] * dy).sum())
+
+    def loss_rms(x: Any, w: Any) -> float:
+        return float((rn.reference(x, w, dy, eps)[0] * dy).sum())
+
+    def fd(f: Any, args: list[Any], which: int, at: tuple[int, ...]) -> float:
+        hi, lo = [a.copy() for a in args], [a.copy() for a in args]
+        hi[which][at] += h
+        lo[which][at] -= h
+        return (f(*hi) - f(*lo)) / (2 * h)
+
+    _, mu, rstd, dx, dw, db = ln.reference(x, w, b, dy, eps)
+    assert np.allclose(mu, x.mean(axis=1)) and np.allclose(rstd, 1 / np.sqrt(x.var(axis=1) + eps))
+    for at in ((0, 0), (2, 49), (1, 17)):
+        assert fd(loss_ln, [x, w, b], 0, at) == pytest.approx(dx[at], rel=1e-6, abs=1e-8)
+        assert fd(loss_rms, [x, w], 0, at) == pytest.approx(rn.reference(x, w, dy, eps)[2][at], rel=1e-6, abs=1e-8)
+    for j in (0, 31):
+        assert fd(loss_ln, [x, w, b], 1, (j,)) == pytest.approx(dw[j], rel=1e-6, abs=1e-8)
+        assert fd(loss_ln, [x, w, b], 2, (j,)) == pytest.approx(db[j], rel=1e-6, abs=1e-8)
+        assert fd(loss_rms, [x, w], 1, (j,)) == pytest.approx(rn.reference(x, w, dy, eps)[3][j], rel=1e-6, abs=1e-8)
+    torch_ln, torch_rms = ln.torch_reference(x, w, b, dy, eps), rn.torch_reference(x, w, dy, eps)
+    if torch_ln is not None and torch_rms is not None:
+        for got, want in zip(torch_ln, (ln.reference(x, w, b, dy, eps)[i] for i in (0, 3, 4, 5))):
+            assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
+        for got, want in zip(torch_rms, (rn.reference(x, w, dy, eps)[i] for i in (0, 2, 3))):
+            assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
