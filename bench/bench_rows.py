@@ -21,6 +21,7 @@ the ratio per shape to Triton and geometric means per family, as a table (stdout
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -202,6 +203,14 @@ def plot(results: list[dict[str, Any]], path: Path) -> str:
 # ---------------------------------------------------------------- cases (GPU)
 
 
+def _then(fn: Callable[[], object], outs: tuple[Any, ...]) -> Callable[[], tuple[Any, ...]]:
+    """A function that runs ``fn`` (a contender writing into buffers) and returns the buffers ``outs``."""
+    def run() -> tuple[Any, ...]:
+        fn()
+        return outs
+    return run
+
+
 class Case:
     """One family, dtype and row length: torch inputs, float32 torch references, and each contender as a function
     returning its outputs (or a string saying why it cannot run); ``outs``: the buffers to poison first."""
@@ -222,10 +231,14 @@ class Case:
         self.b = torch.randn(n, device="cuda", dtype=dt, generator=gen)
         builder(torch, triton)
 
-    def tilejit(self, fn: Callable[[str], Any]) -> None:
-        """The tilejit contenders: ``fn(backend)`` runs the example's host function on that backend."""
+    def tilejit(self, fn: Callable[[str], object], outs: tuple[Any, ...]) -> None:
+        """The tilejit contenders: ``fn(backend)`` runs the example's host function on that backend into ``outs``."""
         for be in ("cuda", "tileir"):
-            self.runs[f"tilejit {be}"] = lambda be=be: fn(be)
+            self.runs[f"tilejit {be}"] = _then(functools.partial(fn, be), outs)
+
+    def triton(self, tri: Any, fn: Callable[[], object], outs: tuple[Any, ...]) -> None:
+        """The Triton contender: ``fn`` writes into ``outs``; ``tri``: the kernels, or why there are none."""
+        self.runs["triton"] = tri if isinstance(tri, str) else _then(fn, outs)
 
     def _softmax(self, torch: Any, tri: Any) -> None:
         from _tileir_peers import triton_softmax_warps
@@ -234,11 +247,11 @@ class Case:
         x, n = self.x, self.n
         out = torch.empty_like(x)
         self.want, self.outs = (torch.softmax(x.float(), 1),), (out,)
-        self.tilejit(lambda be: (softmax_rows(x, out, backend=be), out)[1:])
+        self.tilejit(lambda be: softmax_rows(x, out, backend=be), (out,))
         self.runs["torch"] = lambda: (torch.softmax(x, 1),)
         block = 1 << (n - 1).bit_length()
-        self.runs["triton"] = tri if isinstance(tri, str) else lambda: (tri.softmax[(x.shape[0],)](
-            out, x, x.stride(0), out.stride(0), n, BLOCK=block, num_warps=triton_softmax_warps(block)), out)[1:]
+        self.triton(tri, lambda: tri.softmax[(x.shape[0],)](out, x, x.stride(0), out.stride(0), n, BLOCK=block,
+                                                            num_warps=triton_softmax_warps(block)), (out,))
 
     def _layer_norm(self, torch: Any, tri: Any) -> None:
         from _tileir_peers import triton_layer_norm_block
@@ -250,11 +263,11 @@ class Case:
         mean, rstd = torch.empty(m, device="cuda"), torch.empty(m, device="cuda")
         self.want = (torch.nn.functional.layer_norm(x.float(), (n,), w.float(), b.float(), EPS),)
         self.outs = (out, mean, rstd)
-        self.tilejit(lambda be: (layer_norm_forward(x, w, b, out, mean, rstd, EPS, backend=be), out)[1:])
+        self.tilejit(lambda be: layer_norm_forward(x, w, b, out, mean, rstd, EPS, backend=be), (out,))
         self.runs["torch"] = lambda: (torch.nn.functional.layer_norm(x, (n,), w, b, EPS),)
         block, warps = triton_layer_norm_block(n, self.itemsize)
-        self.runs["triton"] = tri if isinstance(tri, str) else lambda: (tri.layer_norm[(m,)](
-            x, out, w, b, mean, rstd, x.stride(0), n, EPS, BLOCK=block, num_warps=warps), out)[1:]
+        self.triton(tri, lambda: tri.layer_norm[(m,)](x, out, w, b, mean, rstd, x.stride(0), n, EPS, BLOCK=block,
+                                                      num_warps=warps), (out,))
 
     def _layer_norm_bwd(self, torch: Any, tri: Any) -> None:
         import layer_norm as ln
@@ -273,8 +286,8 @@ class Case:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         plan = ln.backward_plan(x, sms)
         scratch = ln.backward_scratch(m, n, plan, lambda shape: torch.empty(shape, device="cuda"))
-        self.tilejit(lambda be: (ln.layer_norm_backward(x, dy, w, mean, rstd, dx, dw, db, scratch, plan, be),
-                                 dx, dw, db)[1:])
+        self.tilejit(lambda be: ln.layer_norm_backward(x, dy, w, mean, rstd, dx, dw, db, scratch, plan, be),
+                     (dx, dw, db))
         _, tmean, trstd = torch.native_layer_norm(x, (n,), w, b, EPS)
         self.runs["torch"] = lambda: torch.ops.aten.native_layer_norm_backward(dy, x, (n,), tmean, trstd, w, b,
                                                                                [True, True, True])
@@ -291,14 +304,14 @@ class Case:
         xf = x.float()
         self.want = (xf * torch.rsqrt((xf * xf).mean(1, keepdim=True) + EPS) * w.float(),)
         self.outs = (out, rstd)
-        self.tilejit(lambda be: (rms_norm_forward(x, w, out, rstd, EPS, backend=be), out)[1:])
+        self.tilejit(lambda be: rms_norm_forward(x, w, out, rstd, EPS, backend=be), (out,))
         if hasattr(torch.nn.functional, "rms_norm"):
             self.runs["torch"] = lambda: (torch.nn.functional.rms_norm(x, (n,), w, EPS),)
         else:
             self.runs["torch"] = "n/a (this torch has no rms_norm)"
         block, warps = triton_layer_norm_block(n, self.itemsize)
-        self.runs["triton"] = tri if isinstance(tri, str) else lambda: (tri.rms_norm[(m,)](
-            x, out, w, rstd, x.stride(0), n, EPS, BLOCK=block, num_warps=warps), out)[1:]
+        self.triton(tri, lambda: tri.rms_norm[(m,)](x, out, w, rstd, x.stride(0), n, EPS, BLOCK=block,
+                                                    num_warps=warps), (out,))
 
 
 def check(case: Case, contender: str) -> str:
@@ -362,11 +375,23 @@ def warm_up(args: argparse.Namespace, triton: Any, tileir: str | None) -> None:
             j.result()
 
 
+def timer(args: argparse.Namespace) -> Callable[[Callable[[], Any]], float]:
+    """Median milliseconds of a function: ``triton.testing.do_bench`` with ``--warmup`` and ``--rep``, or without
+    Triton, CUDA events (``bench_tile.bench``)."""
+    try:
+        from triton.testing import do_bench
+    except ImportError:
+        from bench_tile import bench
+
+        return bench
+    return lambda fn: float(do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median"))
+
+
 def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every family, dtype and length of the arguments: each contender checked, then timed."""
     import torch
-    from triton.testing import do_bench
 
+    time_of = timer(args)
     triton = load_triton()
     tileir = tileir_na()
     t0 = time.perf_counter()
@@ -384,7 +409,7 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
                     status = check(case, contender)
                     ms = None
                     if status == "ok" and not isinstance(fn, str):
-                        ms = float(do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median"))
+                        ms = time_of(fn)
                     results.append(cell(family, dtype, n, contender, ms=ms, status=status, itemsize=case.itemsize))
                 del case
                 torch.cuda.empty_cache()
