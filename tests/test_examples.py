@@ -126,3 +126,31 @@ def test_row_example_references_match_finite_differences() -> None:
             assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
         for got, want in zip(torch_rms, (rn.reference(x, w, dy, eps)[i] for i in (0, 2, 3))):
             assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_row_examples_choose_whole_rows_or_chunks() -> None:
+    """The host functions' choice (issue 19): the whole row as one tile up to each kernel's limit, 16 KB chunks
+    beyond (4096 float32 or 8192 16-bit elements), no length refused; backward groups fill two blocks per SM."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(EXAMPLES))
+    import layer_norm as ln
+    import softmax as sm
+    from _common import on_backend
+
+    def rows(m: int, n: int, itemsize: int) -> Any:
+        return SimpleNamespace(shape=(m, n), itemsize=itemsize)
+
+    assert sm.row_plan(rows(4, 3000, 4)) == (sm.softmax, 4096)
+    assert sm.row_plan(rows(4, 32768, 2)) == (sm.softmax, 32768)
+    assert sm.row_plan(rows(4, 32769, 4)) == (sm.softmax_chunked, 4096)
+    assert sm.row_plan(rows(4, 65537, 2)) == (sm.softmax_chunked, 8192)
+    assert ln.backward_plan(rows(262144, 256, 4), 132) == ln.BackwardPlan(256, 16, 264)
+    assert ln.backward_plan(rows(10, 256, 4), 132) == ln.BackwardPlan(256, 16, 1)
+    assert ln.backward_plan(rows(8192, 8192, 2), 132) == ln.BackwardPlan(8192, 1, 264)
+    assert ln.backward_plan(rows(1024, 65536, 4), 132) == ln.BackwardPlan(4096, 0, 16)  # 16 chunks x 16 groups
+    assert ln.backward_plan(rows(5, 65537, 2), 132) == ln.BackwardPlan(8192, 0, 5)
+    assert on_backend(sm.softmax, None) is sm.softmax
+    tileir = on_backend(sm.softmax, "tileir")
+    assert tileir is on_backend(sm.softmax, "tileir") and tileir.func is sm.softmax.func
+    assert tileir is not on_backend(sm.softmax, "cuda")
