@@ -38,10 +38,18 @@ def triton_layer_norm_block(n: int, itemsize: int) -> tuple[int, int]:
     return block, min(max(block // 256, 1), 8)
 
 
+def triton_layer_norm_groups(n: int) -> int:
+    """The layer-norm tutorial's GROUP_SIZE_M for its backward (rows share GROUP_SIZE_M locked partial rows):
+    64, 96 up to 8192 columns, 128 up to 4096, 256 up to 1024."""
+    return 256 if n <= 1024 else 128 if n <= 4096 else 96 if n <= 8192 else 64
+
+
 def triton_kernels(autotune: bool = False) -> SimpleNamespace:
     """Triton's tutorial kernels: ``softmax`` (fused softmax, one row per program), ``layer_norm`` (layer norm
-    forward, fused), ``matmul`` (grouped-order tile matmul; autotuned over the tutorial's configs when
-    ``autotune``, else plain, given its config at launch) and ``add`` (vector add)."""
+    forward, fused), ``layer_norm_bwd_dx`` and ``layer_norm_bwd_dwdb`` (its backward: dx with dw/db partial rows
+    under a spin lock per group, then their column sums), ``rms_norm`` (RMS norm forward in the layer norm's
+    structure), ``matmul`` (grouped-order tile matmul; autotuned over the tutorial's configs when ``autotune``, else
+    plain, given its config at launch) and ``add`` (vector add)."""
     import triton
     import triton.language as tl
 
@@ -90,6 +98,77 @@ def triton_kernels(autotune: bool = False) -> SimpleNamespace:
             tl.store(y_ptr + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
+    def layer_norm_bwd_dx(dx_ptr, dy_ptr, dw_ptr, db_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,  # type: ignore[no-untyped-def]
+                          lock_ptr, stride, n, GROUPS: tl.constexpr, BLOCK: tl.constexpr):
+        # One program per row, the whole row one block. Its dw/db terms go into partial row (row % GROUPS) under
+        # that row's spin lock; lock_ptr[GROUPS + g] says whether partial row g holds anything yet. The partial rows
+        # are float32 here (the tutorial keeps them in x's dtype, which loses bf16/f16 dw over thousands of rows).
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        inside = cols < n
+        x = tl.load(x_ptr + row * stride + cols, mask=inside, other=0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * stride + cols, mask=inside, other=0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=inside).to(tl.float32)
+        rstd = tl.load(rstd_ptr + row)
+        xhat = tl.where(inside, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+        wdy = tl.where(inside, w * dy, 0.0)
+        c1 = tl.sum(xhat * wdy, axis=0) / n
+        c2 = tl.sum(wdy, axis=0) / n
+        tl.store(dx_ptr + row * stride + cols, ((wdy - (xhat * c1 + c2)) * rstd).to(dx_ptr.dtype.element_ty),
+                 mask=inside)
+        group = row % GROUPS
+        lock = lock_ptr + group
+        dw_row = dw_ptr + group * n + cols
+        db_row = db_ptr + group * n + cols
+        part_dw = dy * xhat
+        part_db = dy
+        while tl.atomic_cas(lock, 0, 1) == 1:
+            pass
+        filled = lock_ptr + GROUPS + group
+        if tl.load(filled) == 0:
+            tl.atomic_xchg(filled, 1)
+        else:
+            part_dw += tl.load(dw_row, mask=inside)
+            part_db += tl.load(db_row, mask=inside)
+        tl.store(dw_row, part_dw, mask=inside)
+        tl.store(db_row, part_db, mask=inside)
+        tl.debug_barrier()
+        tl.atomic_xchg(lock, 0)
+
+    @triton.jit
+    def layer_norm_bwd_dwdb(dw_part, db_part, dw_ptr, db_ptr, groups, n,  # type: ignore[no-untyped-def]
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        # One program per BLOCK_N columns: the column sums of the (groups, n) partial rows.
+        cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc_w = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for first in range(0, groups, BLOCK_M):
+            rows = first + tl.arange(0, BLOCK_M)
+            inside = (rows[:, None] < groups) & (cols[None, :] < n)
+            offs = rows[:, None] * n + cols[None, :]
+            acc_w += tl.load(dw_part + offs, mask=inside, other=0.0)
+            acc_b += tl.load(db_part + offs, mask=inside, other=0.0)
+        tl.store(dw_ptr + cols, tl.sum(acc_w, axis=0).to(dw_ptr.dtype.element_ty), mask=cols < n)
+        tl.store(db_ptr + cols, tl.sum(acc_b, axis=0).to(db_ptr.dtype.element_ty), mask=cols < n)
+
+    @triton.jit
+    def rms_norm(x_ptr, y_ptr, w_ptr, rstd_ptr, stride, n, eps, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        row = tl.program_id(0)
+        squares = tl.zeros([BLOCK], dtype=tl.float32)
+        for off in range(0, n, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + row * stride + cols, mask=cols < n, other=0.0).to(tl.float32)
+            squares += x * x
+        rstd = 1 / tl.sqrt(tl.sum(squares, axis=0) / n + eps)
+        tl.store(rstd_ptr + row, rstd)
+        for off in range(0, n, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            inside = cols < n
+            w = tl.load(w_ptr + cols, mask=inside)
+            x = tl.load(x_ptr + row * stride + cols, mask=inside, other=0.0).to(tl.float32)
+            tl.store(y_ptr + row * stride + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=inside)
+
+    @triton.jit
     def matmul(a_ptr, b_ptr, c_ptr, M, N, K,  # type: ignore[no-untyped-def]
                stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
@@ -129,8 +208,39 @@ def triton_kernels(autotune: bool = False) -> SimpleNamespace:
             for bm, bn, bk, g, s, w in TRITON_MATMUL_CONFIGS
         ]
         tuned = triton.autotune(configs=configs, key=["M", "N", "K"])(matmul)
-    return SimpleNamespace(triton=triton, add=add, softmax=softmax, layer_norm=layer_norm, matmul=matmul,
-                           matmul_tuned=tuned)
+    return SimpleNamespace(triton=triton, add=add, softmax=softmax, layer_norm=layer_norm,
+                           layer_norm_bwd_dx=layer_norm_bwd_dx, layer_norm_bwd_dwdb=layer_norm_bwd_dwdb,
+                           rms_norm=rms_norm, matmul=matmul, matmul_tuned=tuned)
+
+
+def triton_layer_norm_bwd_launch(k: SimpleNamespace, x: Any, dy: Any, w: Any, mean: Any, rstd: Any, dx: Any,
+                                 dw: Any, db: Any) -> Any:
+    """A no-argument function that runs the tutorial's layer norm backward (torch tensors; float32 ``mean`` and
+    ``rstd`` of m elements): zeroed locks and partial rows, ``layer_norm_bwd_dx``, then ``layer_norm_bwd_dwdb``
+    (32 x 128 tiles); or the text "n/a (why)" for rows over 64 KB, which the tutorial refuses."""
+    import torch
+
+    m, n = x.shape
+    block, warps = triton_layer_norm_block(n, x.element_size())
+    if n > block:
+        return f"n/a (the tutorial's backward holds whole rows of at most {block} {str(x.dtype)[6:]} elements)"
+    groups = triton_layer_norm_groups(n)
+    locks = torch.zeros(2 * groups, dtype=torch.int32, device=x.device)
+    dw_part = torch.zeros(groups, n, dtype=torch.float32, device=x.device)
+    db_part = torch.zeros(groups, n, dtype=torch.float32, device=x.device)
+
+    def run() -> tuple[Any, Any, Any]:
+        """The two kernels, after zeroing what the tutorial allocates zeroed on each call."""
+        locks.zero_()
+        dw_part.zero_()
+        db_part.zero_()
+        k.layer_norm_bwd_dx[(m,)](dx, dy, dw_part, db_part, x, w, mean, rstd, locks, x.stride(0), n, GROUPS=groups,
+                                  BLOCK=block, num_warps=warps)
+        k.layer_norm_bwd_dwdb[(k.triton.cdiv(n, 128),)](dw_part, db_part, dw, db, min(groups, m), n, BLOCK_M=32,
+                                                        BLOCK_N=128)
+        return dx, dw, db
+
+    return run
 
 
 def triton_matmul_launch(k: SimpleNamespace, a: Any, b: Any, c: Any) -> Any:

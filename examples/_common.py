@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +21,8 @@ def parse_args(
     p.add_argument("--arch", default="sm_90", help="target to compile for when no GPU is present")
     p.add_argument("--compile-only", action="store_true", help="compile for --arch even if a GPU is present")
     p.add_argument("--show", choices=["ir", "cuda", "ptx"], help="print one compiled form")
+    p.add_argument("--backend", choices=["cuda", "tileir", "auto"], help="with --compile-only: the backend to compile "
+                   "with (default: TILEJIT_BACKEND, else auto)")
     if extra is not None:
         extra(p)
     return p.parse_args()
@@ -27,7 +31,7 @@ def parse_args(
 def compile_only(args: argparse.Namespace, kernel: object, signature: tuple, constants: dict) -> None:
     """Compile for ``args.arch`` with no GPU and report what came out."""
     try:
-        art = tj.compile(kernel, signature, constants=constants, target=args.arch)
+        art = tj.compile(kernel, signature, constants=constants, target=args.arch, backend=args.backend)
         if args.show == "ir":
             print(art.ir_text())
         elif args.show == "cuda":
@@ -37,7 +41,38 @@ def compile_only(args: argparse.Namespace, kernel: object, signature: tuple, con
         cubin = art.cubin()
     except tj.TilejitError as exc:
         sys.exit(f"error: {exc}")
-    print(f"compiled {art.name} for {args.arch}: {len(cubin)} bytes of CUBIN (no GPU needed)")
+    print(f"compiled {art.name} for {args.arch} ({art.backend}): {len(cubin)} bytes of CUBIN (no GPU needed)")
+
+
+#: The bytes of a row chunk that kernels of too-long rows work on (4096 float32 or 8192 16-bit elements: 16 a thread
+#: with the CUDA backend's 256 or 512 threads).
+CHUNK_BYTES = 16384
+
+
+def chunk_of(x: Any) -> int:
+    """The chunk, in elements, for rows of array ``x`` (tilejit or torch): ``CHUNK_BYTES`` of its dtype."""
+    itemsize = getattr(x, "itemsize", None)
+    return CHUNK_BYTES // (itemsize if isinstance(itemsize, int) else x.element_size())
+
+
+def block_of(n: int) -> int:
+    """The smallest power of two holding ``n`` (a tile shape for a row of ``n`` elements)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+_COPIES: dict[tuple[int, str], Any] = {}
+_COPIES_LOCK = threading.Lock()
+
+
+def on_backend(kernel: Any, backend: str | None) -> Any:
+    """``kernel`` itself, or (``backend`` given: "cuda", "tileir", "auto") one copy of it built with that backend."""
+    if backend is None:
+        return kernel
+    with _COPIES_LOCK:
+        key = (id(kernel), backend)
+        if key not in _COPIES:
+            _COPIES[key] = tj.kernel(kernel.func, backend=backend)
+        return _COPIES[key]
 
 
 def should_run(args: argparse.Namespace) -> bool:

@@ -1,12 +1,41 @@
-"""Layer norm over the last axis: one block per row, statistics in float32, masked tail. ``layer_norm_tuned`` is the
-same kernel with its block size in warps chosen by ``tj.autotune`` for each shape and dtype of x."""
+"""Layer norm over the last axis, forward and backward, with statistics in float32.
+
+``layer_norm``: one block per row, the whole row one tile, masked tail; ``layer_norm_tuned`` is the same kernel with
+its block size in warps chosen by ``tj.autotune`` for each shape and dtype of x. ``layer_norm_fwd`` also writes each
+row's mean and 1/std for the backward pass (as Triton's tutorial 05 does).
+
+Backward (``layer_norm_backward``), in the structure of Triton's tutorial 05 without its spin lock: each of ``groups``
+blocks takes every groups-th step of ``ROWS`` rows, writes their dx and adds their dw and db terms into registers of
+its own, then stores them as one row of the float32 buffers ``dw_part`` and ``db_part``; ``sum_partials`` (a second,
+small kernel) sums those rows into dw and db.
+
+Rows longer than ``WHOLE_ROW`` (forward) or ``WHOLE_ROW_BWD`` (backward) elements do not fit in registers, so they go
+in chunks of ``_common.CHUNK_BYTES``, re-reading the row as Triton's tutorial does: ``layer_norm_fwd_chunked`` merges
+each chunk's mean and squared deviations into the row's (Chan et al.), then normalizes chunk by chunk;
+``layer_norm_bwd_sums`` writes each row's two dot products, and ``layer_norm_bwd_chunked`` (a block per group and
+chunk) computes dx and the chunk's dw and db terms.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import numpy as np
-from _common import check, compile_only, parse_args, should_run
+from _common import block_of, check, chunk_of, compile_only, on_backend, parse_args, should_run
 
 import tilejit as tj
+
+#: The longest rows (elements, any dtype) the forward and backward kernels hold whole: ptxas -v for sm_90a shows no
+#: spill up to here (the backward holds x, dy, w and the dw and db sums at once).
+WHOLE_ROW = 16384
+WHOLE_ROW_BWD = 8192
+#: Elements a backward block takes per step (``ROWS`` = this / BLOCK rows), and its blocks per SM: as many groups
+#: (partial rows of dw and db) as that makes, so that the partial sums stay a few percent of the traffic.
+STEP_ELEMENTS = 4096
+BLOCKS_PER_SM = 2
+#: ``sum_partials``'s tile: rows of the partial buffer by columns.
+SUM_TILE = (16, 128)
 
 
 @tj.kernel
@@ -26,26 +55,262 @@ def layer_norm(x, weight, bias, out, eps: float, BLOCK: tj.Constant[int]):
 layer_norm_tuned = tj.autotune([tj.Config({}, num_warps=w) for w in (2, 4, 8, 16)], key=["x"])(layer_norm)
 
 
+@tj.function
+def _store_normalized(x, weight, bias, out, row, c, mu, r, BLOCK):
+    """Chunk ``c`` of row ``row``: (x - mu) * r * weight + bias."""
+    t = tj.load(x, index=(row, c), shape=(1, BLOCK)).astype(tj.float32)
+    w = tj.load(weight, index=(c,), shape=(BLOCK,)).astype(tj.float32)
+    b = tj.load(bias, index=(c,), shape=(BLOCK,)).astype(tj.float32)
+    tj.store(out, index=(row, c), tile=(t - mu) * r * w + b)
+
+
+@tj.kernel
+def layer_norm_fwd(x, weight, bias, out, mean, rstd, eps: float, BLOCK: tj.Constant[int]):
+    row = tj.bid(0)
+    n = x.shape[1].astype(tj.float32)
+    t = tj.load(x, index=(row, 0), shape=(1, BLOCK)).astype(tj.float32)
+    mu = tj.sum(t, axis=1) / n
+    d = tj.where(tj.arange(BLOCK) < x.shape[1], t - mu, 0.0)
+    r = tj.rsqrt(tj.sum(d * d, axis=1) / n + eps)
+    w = tj.load(weight, index=(0,), shape=(BLOCK,)).astype(tj.float32)
+    b = tj.load(bias, index=(0,), shape=(BLOCK,)).astype(tj.float32)
+    tj.store(out, index=(row, 0), tile=d * r * w + b)
+    tj.store(mean, index=(row,), tile=mu)
+    tj.store(rstd, index=(row,), tile=r)
+
+
+@tj.kernel
+def layer_norm_fwd_chunked(x, weight, bias, out, mean, rstd, eps: float, BLOCK: tj.Constant[int]):
+    row = tj.bid(0)
+    n = x.shape[1]
+    mu = tj.zeros((1,), tj.float32)  # the mean of the chunks so far
+    m2 = tj.zeros((1,), tj.float32)  # their sum of squared deviations from mu
+    for c in range(tj.num_tiles(x, 1, (1, BLOCK))):
+        t = tj.load(x, index=(row, c), shape=(1, BLOCK)).astype(tj.float32)
+        seen = (c * BLOCK).astype(tj.float32)
+        k = tj.minimum(n - c * BLOCK, BLOCK).astype(tj.float32)
+        cmu = tj.sum(t, axis=1) / k
+        d = tj.where(c * BLOCK + tj.arange(BLOCK) < n, t - cmu, 0.0)
+        delta = cmu - mu
+        mu = mu + delta * (k / (seen + k))
+        m2 = m2 + tj.sum(d * d, axis=1) + delta * delta * (seen * k / (seen + k))
+    r = tj.rsqrt(m2 / n.astype(tj.float32) + eps)
+    for c in range(tj.num_tiles(x, 1, (1, BLOCK))):
+        _store_normalized(x, weight, bias, out, row, c, mu, r, BLOCK)
+    tj.store(mean, index=(row,), tile=mu)
+    tj.store(rstd, index=(row,), tile=r)
+
+
+@tj.function
+def _ln_grad_terms(x, dy, w, mean, rstd, i, c, ROWS, BLOCK):
+    """Step ``i`` (rows i*ROWS...) at column chunk ``c``: x normalized, dy and w * dy, in float32, and 1/std."""
+    r = tj.reshape(tj.load(rstd, index=(i,), shape=(ROWS,)), (ROWS, 1))
+    mu = tj.reshape(tj.load(mean, index=(i,), shape=(ROWS,)), (ROWS, 1))
+    xhat = (tj.load(x, index=(i, c), shape=(ROWS, BLOCK)).astype(tj.float32) - mu) * r
+    d = tj.load(dy, index=(i, c), shape=(ROWS, BLOCK)).astype(tj.float32)
+    return xhat, d, w * d, r
+
+
+@tj.kernel
+def layer_norm_bwd(x, dy, weight, mean, rstd, dx, dw_part, db_part, ROWS: tj.Constant[int],
+                   BLOCK: tj.Constant[int]):
+    g = tj.bid(0)
+    n = x.shape[1].astype(tj.float32)
+    w = tj.load(weight, index=(0,), shape=(BLOCK,)).astype(tj.float32)
+    dw = tj.zeros((ROWS, BLOCK), tj.float32)
+    db = tj.zeros((ROWS, BLOCK), tj.float32)
+    for i in range(g, tj.num_tiles(x, 0, (ROWS, BLOCK)), tj.num_blocks(0)):
+        xhat, d, wdy, r = _ln_grad_terms(x, dy, w, mean, rstd, i, 0, ROWS, BLOCK)
+        c1 = tj.sum(xhat * wdy, axis=1, keepdims=True) / n  # padding: w, dy are 0 there, so wdy is
+        c2 = tj.sum(wdy, axis=1, keepdims=True) / n
+        tj.store(dx, index=(i, 0), tile=(wdy - (xhat * c1 + c2)) * r)
+        dw += d * xhat
+        db += d
+    tj.store(dw_part, index=(g, 0), tile=tj.sum(dw, axis=0, keepdims=True))
+    tj.store(db_part, index=(g, 0), tile=tj.sum(db, axis=0, keepdims=True))
+
+
+@tj.kernel
+def layer_norm_bwd_sums(x, dy, weight, mean, rstd, c1, c2, BLOCK: tj.Constant[int]):
+    row = tj.bid(0)
+    a = tj.zeros((1, 1), tj.float32)
+    b = tj.zeros((1, 1), tj.float32)
+    for c in range(tj.num_tiles(x, 1, (1, BLOCK))):
+        w = tj.load(weight, index=(c,), shape=(BLOCK,)).astype(tj.float32)
+        xhat, _d, wdy, _r = _ln_grad_terms(x, dy, w, mean, rstd, row, c, 1, BLOCK)
+        a += tj.sum(xhat * wdy, axis=1, keepdims=True)
+        b += tj.sum(wdy, axis=1, keepdims=True)
+    n = x.shape[1].astype(tj.float32)
+    tj.store(c1, index=(row,), tile=tj.reshape(a / n, (1,)))
+    tj.store(c2, index=(row,), tile=tj.reshape(b / n, (1,)))
+
+
+@tj.kernel
+def layer_norm_bwd_chunked(x, dy, weight, mean, rstd, c1, c2, dx, dw_part, db_part, BLOCK: tj.Constant[int]):
+    g = tj.bid(0)
+    c = tj.bid(1)
+    w = tj.load(weight, index=(c,), shape=(BLOCK,)).astype(tj.float32)
+    dw = tj.zeros((1, BLOCK), tj.float32)
+    db = tj.zeros((1, BLOCK), tj.float32)
+    for row in range(g, x.shape[0], tj.num_blocks(0)):
+        xhat, d, wdy, r = _ln_grad_terms(x, dy, w, mean, rstd, row, c, 1, BLOCK)
+        a = tj.load(c1, index=(row,), shape=(1,))
+        b = tj.load(c2, index=(row,), shape=(1,))
+        tj.store(dx, index=(row, c), tile=(wdy - (xhat * a + b)) * r)
+        dw += d * xhat
+        db += d
+    tj.store(dw_part, index=(g, c), tile=dw)
+    tj.store(db_part, index=(g, c), tile=db)
+
+
+@tj.kernel
+def sum_partials(part, out, BG: tj.Constant[int], BN: tj.Constant[int]):
+    j = tj.bid(0)
+    acc = tj.zeros((BG, BN), tj.float32)
+    for i in range(tj.num_tiles(part, 0, (BG, BN))):
+        acc += tj.load(part, index=(i, j), shape=(BG, BN))
+    tj.store(out, index=(j,), tile=tj.sum(acc, axis=0))
+
+
+def layer_norm_forward(x: Any, weight: Any, bias: Any, out: Any, mean: Any, rstd: Any, eps: float,
+                       backend: str | None = None) -> None:
+    """``out`` = layer norm of each row of ``x``, with its float32 ``mean`` and ``rstd`` (1/std), any row length;
+    ``backend``: build the kernels with this backend instead of the default."""
+    m, n = x.shape
+    if block_of(n) <= WHOLE_ROW:
+        on_backend(layer_norm_fwd, backend)[m](x, weight, bias, out, mean, rstd, eps, BLOCK=block_of(n))
+    else:
+        on_backend(layer_norm_fwd_chunked, backend)[m](x, weight, bias, out, mean, rstd, eps, BLOCK=chunk_of(x))
+
+
+class BackwardPlan(NamedTuple):
+    """How a backward pass runs: BLOCK, ROWS per step (0: chunked rows, BLOCK-element chunks) and groups."""
+
+    block: int
+    rows: int
+    groups: int
+
+
+def backward_plan(x: Any, sms: int, whole: int = WHOLE_ROW_BWD, chunk: int | None = None) -> BackwardPlan:
+    """The plan of a backward pass over the rows of ``x`` on ``sms`` SMs: rows of up to ``whole`` elements in one
+    tile, longer ones in chunks of ``chunk`` (default ``chunk_of(x)``; a block per group and chunk);
+    ``BLOCKS_PER_SM`` blocks in all."""
+    m, n = x.shape
+    chunk = chunk or chunk_of(x)
+    block = block_of(n)
+    if block > whole:
+        return BackwardPlan(chunk, 0, max(1, min(m, BLOCKS_PER_SM * sms // -(-n // chunk))))
+    rows = max(1, STEP_ELEMENTS // block)
+    return BackwardPlan(block, rows, max(1, min(-(-m // rows), BLOCKS_PER_SM * sms)))
+
+
+def backward_scratch(m: int, n: int, plan: BackwardPlan, empty: Callable[[tuple[int, ...]], Any]) -> tuple[Any, ...]:
+    """The float32 buffers ``layer_norm_backward`` needs, made by ``empty(shape)``: dw_part and db_part (groups x n),
+    c1 and c2 (m)."""
+    return empty((plan.groups, n)), empty((plan.groups, n)), empty((m,)), empty((m,))
+
+
+def sum_columns(parts: tuple[Any, ...], outs: tuple[Any, ...], backend: str | None = None) -> None:
+    """Each ``out`` = the sum of the rows of its float32 ``part`` (``sum_partials``)."""
+    bg, bn = SUM_TILE
+    for part, out in zip(parts, outs):
+        on_backend(sum_partials, backend)[-(-part.shape[1] // bn)](part, out, BG=bg, BN=bn)
+
+
+def layer_norm_backward(x: Any, dy: Any, weight: Any, mean: Any, rstd: Any, dx: Any, dw: Any, db: Any,
+                        scratch: tuple[Any, ...], plan: BackwardPlan, backend: str | None = None) -> None:
+    """dx, dw and db of ``layer_norm_forward``'s output for its gradient ``dy``, as ``plan`` says
+    (``backward_plan``); ``scratch``: ``backward_scratch``'s buffers; ``backend``: as ``layer_norm_forward``'s."""
+    m, n = x.shape
+    dw_part, db_part, c1, c2 = scratch
+    if plan.rows:
+        on_backend(layer_norm_bwd, backend)[plan.groups](x, dy, weight, mean, rstd, dx, dw_part, db_part,
+                                                         ROWS=plan.rows, BLOCK=plan.block)
+    else:
+        on_backend(layer_norm_bwd_sums, backend)[m](x, dy, weight, mean, rstd, c1, c2, BLOCK=plan.block)
+        on_backend(layer_norm_bwd_chunked, backend)[plan.groups, -(-n // plan.block)](
+            x, dy, weight, mean, rstd, c1, c2, dx, dw_part, db_part, BLOCK=plan.block)
+    sum_columns((dw_part, db_part), (dw, db), backend)
+
+
+def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, dy: np.ndarray, eps: float) -> tuple[np.ndarray, ...]:
+    """float64 layer norm and its gradients: (y, mean, rstd, dx, dw, db)."""
+    x, w, b, dy = (a.astype(np.float64) for a in (x, w, b, dy))
+    mu = x.mean(axis=1, keepdims=True)
+    rstd = 1.0 / np.sqrt(x.var(axis=1, keepdims=True) + eps)
+    xhat = (x - mu) * rstd
+    wdy = w * dy
+    dx = (wdy - xhat * (xhat * wdy).mean(axis=1, keepdims=True) - wdy.mean(axis=1, keepdims=True)) * rstd
+    return xhat * w + b, mu[:, 0], rstd[:, 0], dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
+
+
+def torch_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, dy: np.ndarray,
+                    eps: float) -> tuple[np.ndarray, ...] | None:
+    """(y, dx, dw, db) by torch autograd in float64 on the CPU, or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    xt, wt, bt = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b))
+    y = torch.nn.functional.layer_norm(xt, (x.shape[1],), wt, bt, eps)
+    y.backward(torch.tensor(dy, dtype=torch.float64))
+    return tuple(t.detach().numpy() for t in (y, xt.grad, wt.grad, bt.grad))
+
+
 def main() -> None:
     args = parse_args(__doc__)
     m, n, eps = 512, 1000, 1e-5
-    block = 1 << (n - 1).bit_length()
-    sig = (tj.float32[:, :], tj.float32[:], tj.float32[:], tj.float32[:, :], tj.float32)
+    block = block_of(n)
+    f32 = tj.float32
     if not should_run(args):
-        compile_only(args, layer_norm, sig, {"BLOCK": block})
+        fwd = (f32[:, :], f32[:], f32[:], f32[:, :], f32[:], f32[:], f32)
+        grad = (f32[:, :], f32[:, :], f32[:], f32[:], f32[:])
+        compile_only(args, layer_norm, fwd[:4] + fwd[6:], {"BLOCK": block})
+        compile_only(args, layer_norm_fwd, fwd, {"BLOCK": block})
+        compile_only(args, layer_norm_fwd_chunked, fwd, {"BLOCK": 256})
+        compile_only(args, layer_norm_bwd, (*grad, f32[:, :], f32[:, :], f32[:, :]), {"ROWS": 4, "BLOCK": block})
+        compile_only(args, layer_norm_bwd_sums, (*grad, f32[:], f32[:]), {"BLOCK": 256})
+        compile_only(args, layer_norm_bwd_chunked, (*grad, f32[:], f32[:], f32[:, :], f32[:, :], f32[:, :]),
+                     {"BLOCK": 256})
+        compile_only(args, sum_partials, (f32[:, :], f32[:]), dict(zip(("BG", "BN"), SUM_TILE)))
         return
     rng = np.random.default_rng()
-    x = rng.standard_normal((m, n), dtype=np.float32)
+    x = rng.standard_normal((m, n), dtype=np.float32) + 3
     w, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
-    x64 = x.astype(np.float64)
-    mu, var = x64.mean(axis=1, keepdims=True), x64.var(axis=1, keepdims=True)
-    want = (x64 - mu) / np.sqrt(var + eps) * w + b
-    dx, dw, db = tj.asarray(x), tj.asarray(w), tj.asarray(b)
+    dy = rng.standard_normal((m, n), dtype=np.float32)
+    want, want_mu, want_rstd, want_dx, want_dw, want_db = reference(x, w, b, dy, eps)
+    got_torch = torch_reference(x, w, b, dy, eps)
+    if got_torch is not None:  # two references that must agree
+        for name, got, ref in zip(("torch y", "torch dx", "torch dw", "torch db"), got_torch,
+                                  (want, want_dx, want_dw, want_db)):
+            check(name, got, ref, 1e-10)
+    dx, dw, db, ddy = tj.asarray(x), tj.asarray(w), tj.asarray(b), tj.asarray(dy)
+
+    def nan(*shape: int) -> Any:
+        return tj.asarray(np.full(shape, np.nan, np.float32))
+
     for name, kernel in (("layer_norm", layer_norm), ("layer_norm_tuned", layer_norm_tuned)):
-        dout = tj.asarray(np.full((m, n), np.nan, np.float32))
+        dout = nan(m, n)
         kernel[m](dx, dw, db, dout, eps, BLOCK=block)
         check(name, dout.numpy(), want, 1e-5)
     print(f"layer_norm_tuned chose {layer_norm_tuned.best_config}")
+    mean, rstd = nan(m), nan(m)
+    for name, kernel, b_ in (("layer_norm_fwd", layer_norm_fwd, block),
+                             ("layer_norm_fwd_chunked", layer_norm_fwd_chunked, 256)):  # 4 chunks, one ragged
+        dout, mean, rstd = nan(m, n), nan(m), nan(m)
+        kernel[m](dx, dw, db, dout, mean, rstd, eps, BLOCK=b_)
+        check(name, dout.numpy(), want, 1e-5)
+        check(f"{name} mean", mean.numpy(), want_mu, 1e-6)
+        check(f"{name} rstd", rstd.numpy(), want_rstd, 1e-5)
+    sms = tj.get_device().multiprocessor_count
+    for label, plan in (("layer_norm_backward", backward_plan(dx, sms)),
+                        ("layer_norm_backward (chunks of 256)", backward_plan(dx, sms, whole=256, chunk=256))):
+        ddx, ddw, ddb = nan(m, n), nan(n), nan(n)
+        scratch = backward_scratch(m, n, plan, lambda shape: nan(*shape))
+        layer_norm_backward(dx, ddy, dw, mean, rstd, ddx, ddw, ddb, scratch, plan)
+        check(f"{label} dx", ddx.numpy(), want_dx, 1e-5)
+        check(f"{label} dw", ddw.numpy(), want_dw, 1e-5)
+        check(f"{label} db", ddb.numpy(), want_db, 1e-5)
 
 
 if __name__ == "__main__":

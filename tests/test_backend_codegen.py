@@ -445,6 +445,87 @@ def test_long_16bit_rows_cap_registers_only_where_the_row_fits(block: int, kerne
     assert row_min_blocks(block, 512, n_arrays - 1) == (int(bounds[6:-1]) if "," in bounds else None)
 
 
+@tj.kernel
+def _centered_rows(x, w, out, mean, BLOCK: tj.Constant[int]):  # type: ignore[no-untyped-def]
+    row = tj.bid(0)
+    t = tj.load(x, index=(row, 0), shape=(1, BLOCK)).astype(tj.float32)
+    mu = tj.sum(t, axis=1) / x.shape[1].astype(tj.float32)
+    tj.store(out, index=(row, 0), tile=(t - mu) * tj.load(w, index=(0,), shape=(BLOCK,)).astype(tj.float32))
+    tj.store(mean, index=(row,), tile=mu)
+
+
+def _row_example(module: str) -> Any:
+    """An example module of row kernels (examples/ on sys.path)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    folder = str(Path(__file__).resolve().parent.parent / "examples")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(module)
+
+
+def test_a_rows_float32_statistics_do_not_change_its_16bit_plan() -> None:
+    """Issue 19: the long-16-bit-row plan looks at the largest tiles' dtype in memory, so a row's float32 mean
+    stored beside it leaves it 512 threads with the resident-block cap of its two loads."""
+    def bounds(dt: Any) -> str:
+        sig = (dt[:, ::1], dt[::1], dt[:, ::1], tj.float32[::1])
+        src = tj.compile(_centered_rows, sig, constants={"BLOCK": 8192}, target="sm_90", backend="cuda").cuda_source()
+        return src.split("__launch_bounds__")[1].split(" _centered_rows(")[0]
+
+    assert bounds(tj.bfloat16) == bounds(tj.float16) == "(512, 3)"
+    assert bounds(tj.float32) == "(256)"
+
+
+def test_row_registers_count_loads_and_carried_sums() -> None:
+    from tilejit.backends.cuda.plan import row_min_blocks, row_registers
+
+    assert [row_registers(k) for k in (1, 2, 3, 4)] == [1.0, 1.6, 2.0, 2.0]
+    assert row_registers(2, 1.0) == pytest.approx(2.6)
+    assert row_registers(3, 2.0, accumulates=True) == 6.0  # each load widened, w * dy, two float32 sums
+    # layer norm's x, weight and bias at 8192 bf16 elements spilled 12 B under (512, 3)'s 40 registers
+    assert row_min_blocks(8192, 512, 3) == 2 and row_min_blocks(4096, 512, 3) == 3
+    assert row_min_blocks(8192, 512, 2) == 3 and row_min_blocks(8192, 512, 1) == 4
+    assert row_min_blocks(4096, 512, 2, row_registers(2, 1.0, accumulates=True)) == 2
+    assert row_min_blocks(8192, 512, 3, row_registers(3, 2.0, accumulates=True)) is None
+
+
+@pytest.mark.parametrize(("module", "kernel", "dtype", "consts", "bounds"), [
+    ("layer_norm", "layer_norm", "bfloat16", {"BLOCK": 8192}, "(512, 2)"),  # was (512, 3): spilled 12 B
+    ("layer_norm", "layer_norm_fwd", "float16", {"BLOCK": 8192}, "(512, 2)"),  # was (256): float32 mean, rstd
+    ("layer_norm", "layer_norm_bwd", "bfloat16", {"ROWS": 1, "BLOCK": 8192}, "(512)"),
+    ("layer_norm", "layer_norm_bwd", "float16", {"ROWS": 4, "BLOCK": 1024}, "(512, 2)"),
+    ("rms_norm", "rms_norm_bwd", "bfloat16", {"ROWS": 4, "BLOCK": 1024}, "(512, 2)"),  # (512, 3) spilled 12 B
+    ("layer_norm", "layer_norm_bwd", "float32", {"ROWS": 1, "BLOCK": 8192}, "(256)"),
+    ("softmax", "softmax", "float32", {"BLOCK": 32768}, "(256)"),  # fits: 254 registers
+    ("softmax", "softmax", "float32", {"BLOCK": 65536}, "(1024)"),  # cannot fit: the example chunks such rows
+    ("layer_norm", "layer_norm_fwd", "float32", {"BLOCK": 65536}, "(1024)"),  # was refused: int64 mask at 256
+])
+def test_example_row_kernels_plans(module: str, kernel: str, dtype: str, consts: dict[str, int], bounds: str) -> None:
+    """The plans the examples' row kernels get (ptxas -v for sm_90a: no spill where the examples hold rows whole,
+    bench/bench_rows.py --ptxas); a row no block can hold in registers gets 1024 threads, the least spill."""
+    import inspect
+
+    mod = _row_example(module)
+    k = getattr(mod, kernel)
+    dt, f32 = getattr(tj, dtype), tj.float32
+    x, v, p, st = dt[:, ::1], dt[::1], f32[:, ::1], f32[::1]
+    sig = {"layer_norm": (x, v, v, x, f32), "layer_norm_fwd": (x, v, v, x, st, st, f32), "softmax": (x, x),
+           "layer_norm_bwd": (x, x, v, st, st, x, p, p), "rms_norm_bwd": (x, x, v, st, x, p)}[kernel]
+    assert len(sig) == len(inspect.signature(k.func).parameters) - len(consts)
+    src = tj.compile(k, sig, constants=consts, target="sm_90", backend="cuda").cuda_source()
+    assert f"__launch_bounds__{bounds} {kernel}(" in src
+
+
+def test_one_row_growth_leaves_other_kernels_alone() -> None:
+    """More threads only for one-row-per-block kernels (a reduction over a single-row tile): a copy of a 65536-element
+    float32 tile keeps 256 threads (and MAX_THREAD_WORDS' refusals keep their thread counts)."""
+    src = tj.compile(_copy_rows, (tj.float32[:, ::1], tj.float32[:, ::1]), constants={"BLOCK": 65536},
+                     target="sm_90", backend="cuda").cuda_source()
+    assert "__launch_bounds__(256) _copy_rows(" in src
+
+
 def test_headers_identity_follows_every_header(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tile-kernel cache key names the device headers by file identity: editing any of them changes it."""
     import shutil

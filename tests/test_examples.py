@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NAMES = ["vector_add", "softmax", "layer_norm", "matmul", "row_sum", "attention"]
+NAMES = ["vector_add", "softmax", "layer_norm", "rms_norm", "matmul", "row_sum", "attention"]
+#: The row examples' kernels (issue 19): whole rows, chunked rows, backward passes and their partial sums.
+ROW_KERNELS = {
+    "softmax": ["softmax", "softmax_chunked"],
+    "layer_norm": ["layer_norm", "layer_norm_fwd", "layer_norm_fwd_chunked", "layer_norm_bwd", "layer_norm_bwd_sums",
+                   "layer_norm_bwd_chunked", "sum_partials"],
+    "rms_norm": ["rms_norm", "rms_norm_chunked", "rms_norm_bwd", "rms_norm_bwd_sums", "rms_norm_bwd_chunked",
+                 "sum_partials"],
+}
 
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -34,6 +42,17 @@ def test_example_compiles_without_gpu(name: str, arch: str, toolkit: Any, tmp_pa
         return
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"for {arch}" in proc.stdout and "bytes of CUBIN" in proc.stdout
+    for kernel in ROW_KERNELS.get(name, []):
+        assert f"compiled {kernel} for {arch} (cuda): " in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("name", sorted(ROW_KERNELS))
+def test_row_examples_compile_with_tileir(name: str, tileir_env: Any) -> None:
+    """Every kernel of the row examples also compiles with the Tile IR backend (``--backend tileir``)."""
+    proc = _run([f"{name}.py", "--compile-only", "--arch", "sm_90", "--backend", "tileir"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [ln.split(" for ")[0] for ln in proc.stdout.splitlines()] == [f"compiled {k}" for k in ROW_KERNELS[name]]
+    assert proc.stdout.count("for sm_90 (tileir): ") == len(ROW_KERNELS[name])
 
 
 @pytest.mark.gpu
@@ -65,3 +84,73 @@ def test_matmul_example_runs_bfloat16_on_gpu() -> None:
     proc = _run(["matmul.py", "--dtype", "bfloat16"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "matmul bfloat16: relative error" in proc.stdout and "(ok" in proc.stdout
+
+
+def test_row_example_references_match_finite_differences() -> None:
+    """The float64 gradients the row examples and tests/test_rows_gpu.py check the backward kernels against: central
+    finite differences of the forward formulas (and torch autograd, where torch is installed)."""
+    import numpy as np
+
+    sys.path.insert(0, str(EXAMPLES))
+    import layer_norm as ln
+    import rms_norm as rn
+
+    rng = np.random.default_rng(7)
+    x, dy = rng.standard_normal((3, 50)) + 2, rng.standard_normal((3, 50))
+    w, b, eps, h = rng.standard_normal(50), rng.standard_normal(50), 1e-5, 1e-6
+
+    def loss_ln(x: Any, w: Any, b: Any) -> float:
+        return float((ln.reference(x, w, b, dy, eps)[0] * dy).sum())
+
+    def loss_rms(x: Any, w: Any) -> float:
+        return float((rn.reference(x, w, dy, eps)[0] * dy).sum())
+
+    def fd(f: Any, args: list[Any], which: int, at: tuple[int, ...]) -> float:
+        hi, lo = [a.copy() for a in args], [a.copy() for a in args]
+        hi[which][at] += h
+        lo[which][at] -= h
+        return (f(*hi) - f(*lo)) / (2 * h)
+
+    _, mu, rstd, dx, dw, db = ln.reference(x, w, b, dy, eps)
+    assert np.allclose(mu, x.mean(axis=1)) and np.allclose(rstd, 1 / np.sqrt(x.var(axis=1) + eps))
+    for at in ((0, 0), (2, 49), (1, 17)):
+        assert fd(loss_ln, [x, w, b], 0, at) == pytest.approx(dx[at], rel=1e-6, abs=1e-8)
+        assert fd(loss_rms, [x, w], 0, at) == pytest.approx(rn.reference(x, w, dy, eps)[2][at], rel=1e-6, abs=1e-8)
+    for j in (0, 31):
+        assert fd(loss_ln, [x, w, b], 1, (j,)) == pytest.approx(dw[j], rel=1e-6, abs=1e-8)
+        assert fd(loss_ln, [x, w, b], 2, (j,)) == pytest.approx(db[j], rel=1e-6, abs=1e-8)
+        assert fd(loss_rms, [x, w], 1, (j,)) == pytest.approx(rn.reference(x, w, dy, eps)[3][j], rel=1e-6, abs=1e-8)
+    torch_ln, torch_rms = ln.torch_reference(x, w, b, dy, eps), rn.torch_reference(x, w, dy, eps)
+    if torch_ln is not None and torch_rms is not None:
+        for got, want in zip(torch_ln, (ln.reference(x, w, b, dy, eps)[i] for i in (0, 3, 4, 5))):
+            assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
+        for got, want in zip(torch_rms, (rn.reference(x, w, dy, eps)[i] for i in (0, 2, 3))):
+            assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_row_examples_choose_whole_rows_or_chunks() -> None:
+    """The host functions' choice (issue 19): the whole row as one tile up to each kernel's limit, 16 KB chunks
+    beyond (4096 float32 or 8192 16-bit elements), no length refused; backward groups fill two blocks per SM."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(EXAMPLES))
+    import layer_norm as ln
+    import softmax as sm
+    from _common import on_backend
+
+    def rows(m: int, n: int, itemsize: int) -> Any:
+        return SimpleNamespace(shape=(m, n), itemsize=itemsize)
+
+    assert sm.row_plan(rows(4, 3000, 4)) == (sm.softmax, 4096)
+    assert sm.row_plan(rows(4, 32768, 2)) == (sm.softmax, 32768)
+    assert sm.row_plan(rows(4, 32769, 4)) == (sm.softmax_chunked, 4096)
+    assert sm.row_plan(rows(4, 65537, 2)) == (sm.softmax_chunked, 8192)
+    assert ln.backward_plan(rows(262144, 256, 4), 132) == ln.BackwardPlan(256, 16, 264)
+    assert ln.backward_plan(rows(10, 256, 4), 132) == ln.BackwardPlan(256, 16, 1)
+    assert ln.backward_plan(rows(8192, 8192, 2), 132) == ln.BackwardPlan(8192, 1, 264)
+    assert ln.backward_plan(rows(1024, 65536, 4), 132) == ln.BackwardPlan(4096, 0, 16)  # 16 chunks x 16 groups
+    assert ln.backward_plan(rows(5, 65537, 2), 132) == ln.BackwardPlan(8192, 0, 5)
+    assert on_backend(sm.softmax, None) is sm.softmax
+    tileir = on_backend(sm.softmax, "tileir")
+    assert tileir is on_backend(sm.softmax, "tileir") and tileir.func is sm.softmax.func
+    assert tileir is not on_backend(sm.softmax, "cuda")

@@ -1,9 +1,11 @@
 """Long rows on both backends: the examples' softmax and layer norm at row lengths where the backends change how
 they hold a row (the CUDA backend's register cap for 16-bit rows, Tile IR's 8 worker warps for 32K-element rows),
-ragged lengths included, against float64 references; outputs poisoned first.
+ragged lengths included, against float64 references; outputs poisoned first. Then (issue 19) softmax, layer norm
+and RMS norm forward and backward through the examples' host functions at any row length, 256 to 65536 and the odd
+65537 (rows too long for registers go in chunks; no length is refused), and the chunked kernels with small chunks.
 
 CPU: the choices these kernels get (``__launch_bounds__``, worker warps) are checked in test_backend_codegen.py
-and test_tileir_occupancy.py.
+and test_tileir_occupancy.py; that they do not spill, in test_bench_rows.py (ptxas -v).
 """
 
 from __future__ import annotations
@@ -62,3 +64,138 @@ def test_layer_norm_long_rows_gpu(n: int, block: int, dtype: str) -> None:
     d = x64 - x64.mean(axis=1, keepdims=True)
     want = d / np.sqrt((d * d).mean(axis=1, keepdims=True) + EPS) * w.astype(np.float64) + b.astype(np.float64)
     assert _rel_err(out.numpy().astype(np.float64), want) <= RTOL[dtype]
+
+
+# ------------------------------------------------------------------------------------------------ any row length
+# Issue 19: the examples' host functions at every row length: the whole row one tile while it fits in registers
+# (softmax up to 32768 elements, the forward norms up to 16384, the backward passes up to 8192), chunks beyond;
+# 65537 is the odd length past 65536, as ragged as a chunked row gets (one element in its last chunk).
+
+ANY_LENGTHS = [256, 3000, 8192, 12288, 32768, 50000, 65536, 65537]
+DTYPES = ["bfloat16", "float16", "float32"]
+
+
+def _rows(n: int) -> int:
+    """Few rows: 37 short ones, down to 16 of 65537 elements."""
+    return max(16, min(37, (1 << 20) // n))
+
+
+def _inputs(n: int, dtype: str, shift: float) -> tuple[np.ndarray, ...]:
+    """x (rows x n, mean ``shift``), weight, bias and dy (rows x n) of ``dtype``."""
+    rng = np.random.default_rng()
+    dt = np_dtype(dtype)
+    m = _rows(n)
+    return ((rng.standard_normal((m, n)) + shift).astype(dt), rng.standard_normal(n).astype(dt),
+            rng.standard_normal(n).astype(dt), rng.standard_normal((m, n)).astype(dt))
+
+
+def _close(name: str, got: tj.DeviceArray, want: np.ndarray, dtype: str) -> None:
+    err = _rel_err(got.numpy().astype(np.float64), want)
+    assert err <= RTOL[dtype], f"{name}: relative error {err:.2e} > {RTOL[dtype]}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", ANY_LENGTHS)
+def test_softmax_any_row_length_gpu(n: int, dtype: str) -> None:
+    import softmax as sm
+
+    x = _inputs(n, dtype, 0.0)[0] * 4
+    out = tj.asarray(poison(x.shape, dtype))
+    sm.softmax_rows(tj.asarray(x), out)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    _close("softmax", out, e / e.sum(axis=1, keepdims=True), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", ANY_LENGTHS)
+def test_layer_norm_forward_backward_any_row_length_gpu(n: int, dtype: str) -> None:
+    """layer_norm_forward (y, mean, rstd), then layer_norm_backward (dx, dw, db) on its statistics, against float64
+    (the reference's gradients match finite differences and torch autograd: test_examples.py)."""
+    import layer_norm as ln
+
+    x, w, b, dy = _inputs(n, dtype, 3.0)
+    m = x.shape[0]
+    want_y, want_mu, want_rstd, want_dx, want_dw, want_db = ln.reference(x, w, b, dy, EPS)
+    dx_, dw_, db_, ddy = (tj.asarray(a) for a in (x, w, b, dy))
+    out, mean, rstd = tj.asarray(poison((m, n), dtype)), tj.asarray(poison((m,), "float32")), \
+        tj.asarray(poison((m,), "float32"))
+    ln.layer_norm_forward(dx_, dw_, db_, out, mean, rstd, EPS)
+    _close("y", out, want_y, dtype)
+    _close("mean", mean, want_mu, "float32")
+    _close("rstd", rstd, want_rstd, "float32")
+    plan = ln.backward_plan(dx_, tj.get_device().multiprocessor_count)
+    assert (plan.rows == 0) == (n > ln.WHOLE_ROW_BWD)
+    gx, gw, gb = tj.asarray(poison((m, n), dtype)), tj.asarray(poison((n,), dtype)), tj.asarray(poison((n,), dtype))
+    scratch = ln.backward_scratch(m, n, plan, lambda shape: tj.asarray(poison(shape, "float32")))
+    ln.layer_norm_backward(dx_, ddy, dw_, mean, rstd, gx, gw, gb, scratch, plan)
+    _close("dx", gx, want_dx, dtype)
+    _close("dw", gw, want_dw, dtype)
+    _close("db", gb, want_db, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", ANY_LENGTHS)
+def test_rms_norm_forward_backward_any_row_length_gpu(n: int, dtype: str) -> None:
+    """rms_norm_forward (y, rstd), then rms_norm_backward (dx, dw), against float64."""
+    import layer_norm as ln
+    import rms_norm as rn
+
+    x, w, _, dy = _inputs(n, dtype, 1.0)
+    m = x.shape[0]
+    want_y, want_rstd, want_dx, want_dw = rn.reference(x, w, dy, EPS)
+    dx_, dw_, ddy = (tj.asarray(a) for a in (x, w, dy))
+    out, rstd = tj.asarray(poison((m, n), dtype)), tj.asarray(poison((m,), "float32"))
+    rn.rms_norm_forward(dx_, dw_, out, rstd, EPS)
+    _close("y", out, want_y, dtype)
+    _close("rstd", rstd, want_rstd, "float32")
+    plan = ln.backward_plan(dx_, tj.get_device().multiprocessor_count)
+    gx, gw = tj.asarray(poison((m, n), dtype)), tj.asarray(poison((n,), dtype))
+    rn.rms_norm_backward(dx_, ddy, dw_, rstd, gx, gw,
+                         rn.backward_scratch(m, n, plan, lambda shape: tj.asarray(poison(shape, "float32"))), plan)
+    _close("dx", gx, want_dx, dtype)
+    _close("dw", gw, want_dw, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_chunked_kernels_with_small_chunks_gpu(dtype: str) -> None:
+    """The chunked paths with 256-element chunks on a 1000-element row (4 chunks, the last one ragged), every kernel
+    against float64: the same code the long rows take, at a length whose whole-row kernels also run."""
+    import layer_norm as ln
+    import rms_norm as rn
+    import softmax as sm
+
+    x, w, b, dy = _inputs(1000, dtype, 3.0)
+    m, n = x.shape
+    dx_, dw_, db_, ddy = (tj.asarray(a) for a in (x, w, b, dy))
+    out = tj.asarray(poison((m, n), dtype))
+    sm.softmax_chunked[m](dx_, out, BLOCK=256)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    _close("softmax", out, e / e.sum(axis=1, keepdims=True), dtype)
+    want_y, _, want_rstd, want_dx, want_dw, want_db = ln.reference(x, w, b, dy, EPS)
+    out, mean, rstd = tj.asarray(poison((m, n), dtype)), tj.asarray(poison((m,), "float32")), \
+        tj.asarray(poison((m,), "float32"))
+    ln.layer_norm_fwd_chunked[m](dx_, dw_, db_, out, mean, rstd, EPS, BLOCK=256)
+    _close("layer norm y", out, want_y, dtype)
+    _close("layer norm rstd", rstd, want_rstd, "float32")
+    plan = ln.backward_plan(dx_, tj.get_device().multiprocessor_count, whole=256, chunk=256)
+    assert plan.rows == 0 and plan.block == 256
+    gx, gw, gb = tj.asarray(poison((m, n), dtype)), tj.asarray(poison((n,), dtype)), tj.asarray(poison((n,), dtype))
+    ln.layer_norm_backward(dx_, ddy, dw_, mean, rstd, gx, gw, gb,
+                           ln.backward_scratch(m, n, plan, lambda shape: tj.asarray(poison(shape, "float32"))), plan)
+    for name, got, want in (("dx", gx, want_dx), ("dw", gw, want_dw), ("db", gb, want_db)):
+        _close(f"layer norm {name}", got, want, dtype)
+    want_y, want_rstd, want_dx, want_dw = rn.reference(x, w, dy, EPS)
+    out, rstd = tj.asarray(poison((m, n), dtype)), tj.asarray(poison((m,), "float32"))
+    rn.rms_norm_chunked[m](dx_, dw_, out, rstd, EPS, BLOCK=256)
+    _close("rms norm y", out, want_y, dtype)
+    gx, gw = tj.asarray(poison((m, n), dtype)), tj.asarray(poison((n,), dtype))
+    rn.rms_norm_backward(dx_, ddy, dw_, rstd, gx, gw,
+                         rn.backward_scratch(m, n, plan, lambda shape: tj.asarray(poison(shape, "float32"))), plan)
+    _close("rms norm dx", gx, want_dx, dtype)
+    _close("rms norm dw", gw, want_dw, dtype)

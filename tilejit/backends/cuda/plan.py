@@ -4,15 +4,17 @@ how each ``MmaOp`` is computed (wgmma, tensor cores with mma.sync, tf32, or an F
 Block size (unless ``num_threads`` is given): on sm_90a, 2 * M threads for a 16-bit mma with an
 (M, N) accumulator, M in 64..256 (one warp per 16 rows, as wgmma wants); else 256 threads for mma
 kernels with a >= 128x64 accumulator (128 otherwise); 512 for rows of >= 4096 elements of 16-bit
-data; else the largest tile's size / 4, between 32 and 256. K loops of the form ``for k: acc =
-mma(load(a, k), load(b, k), acc)`` over read-only, unit-stride, 16-byte-aligned arrays become
-cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma on swizzled stages. An operand
-may be a transposed load (16-bit: staged as stored, read with ldmatrix(.trans) or wgmma's imm-trans)
-or a (1, R, C) load of a 3-D array reshaped to (R, C).
+data; else the largest tile's size / 4, between 32 and 256. A one-row-per-block kernel whose row
+(its loads and loop-carried tiles) would not fit a thread's registers gets more threads, up to 1024.
+K loops of the form ``for k: acc = mma(load(a, k), load(b, k), acc)`` over read-only, unit-stride,
+16-byte-aligned arrays become cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma
+on swizzled stages. An operand may be a transposed load (16-bit: staged as stored, read with
+ldmatrix(.trans) or wgmma's imm-trans) or a (1, R, C) load of a 3-D array reshaped to (R, C).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,8 +35,10 @@ from tilejit.language.ir.ops import (
     Function,
     GatherOp,
     LoadOp,
+    LoopOp,
     MmaOp,
     PermuteOp,
+    ReduceOp,
     ReshapeOp,
     ScatterOp,
     StoreOp,
@@ -147,20 +151,41 @@ def wgmma_stages(stage_bytes: int) -> int:
 
 #: Registers a row-kernel thread needs beside its share of the row (addresses, indices, reduction partials).
 ROW_BASE_REGISTERS = 16
+#: Registers per element of a thread's share of the row held by 1, 2, and 3 or more 16-bit loads of it (fitted to
+#: ptxas -v on sm_90a: the first is widened to float32, the others mostly stay packed until used; layer norm's x,
+#: weight and bias spilled 12-56 B under 40 registers at 8192 bfloat16/float16 elements with 512 threads).
+LOAD16_REGISTERS = (0.0, 1.0, 1.6, 2.0)
 
 
-def row_min_blocks(largest: int, nt: int, big_loads: int) -> int | None:
+def row_registers(loads16: int, held: float = 0.0, accumulates: bool = False) -> float:
+    """Registers per element of a thread's share of a row: those of ``loads16`` 16-bit loads of it, plus ``held``
+    for other tiles of the row that stay live (float32 loads, float32 sums a loop carries). In a kernel whose loop
+    carries such sums (a backward pass adding up dw), every 16-bit load counts one register, and the terms made
+    before the row's reductions and used after them (w * dy) one more: the loads are widened and used again after
+    the reductions (an RMS norm backward spilled 8-196 B under the caps of lesser counts at 4096-8192 bfloat16 and
+    float16 elements)."""
+    return (loads16 + 1.0 if accumulates else LOAD16_REGISTERS[min(loads16, 3)]) + held
+
+
+def row_min_blocks(largest: int, nt: int, big_loads: int, per_element: float | None = None) -> int | None:
     """``__launch_bounds__``'s minimum resident blocks for a kernel of long 16-bit rows (one row per block of
     ``nt`` threads, the largest tile of ``largest`` elements, ``big_loads`` loads at least half that size): 4
     blocks for one such load, 3 for more (layer norm's weight and bias), keeping bytes in flight; fewer where the
-    cap (65536 registers / (nt * blocks)) would not hold a thread's share of the row in float32, about 1.0 times
-    over for one load and 1.6 for more (fitted to ptxas -v on sm_90a: a 16384-element bf16 softmax row spilled
-    446 B under the cap of 4 blocks, 32 registers); None (no cap) when not even 2 blocks' cap holds it."""
-    need = ROW_BASE_REGISTERS + largest / nt * (1.0 if big_loads <= 1 else 1.6)
+    cap (65536 registers / (nt * blocks)) would not hold a thread's share of the row at ``per_element`` registers
+    each (default: ``row_registers(big_loads)``; a 16384-element bf16 softmax row spilled 446 B under the cap of
+    4 blocks, 32 registers); None (no cap) when not even 2 blocks' cap holds it."""
+    each = row_registers(max(big_loads, 1)) if per_element is None else per_element
+    need = ROW_BASE_REGISTERS + largest / nt * each
     for blocks in range(4 if big_loads <= 1 else 3, 1, -1):
         if need <= 65536 // (nt * blocks):
             return blocks
     return None
+
+
+def row_fits(largest: int, nt: int, per_element: float) -> bool:
+    """Whether one block of ``nt`` threads holds a row of ``largest`` elements at ``per_element`` registers each
+    (plus ``ROW_BASE_REGISTERS``) without spilling: at most 255 registers a thread, 65536 a block."""
+    return ROW_BASE_REGISTERS + largest / nt * per_element <= min(255, 65536 // nt)
 
 
 def _pow2(x: int) -> bool:
@@ -212,7 +237,9 @@ class Plan:
         tiles: list[TileType] = []
         mem_itemsize: dict[tuple[int, ...], int] = {}
         mmas: list[MmaOp] = []
-        load_sizes: list[int] = []
+        loads: list[tuple[int, int]] = []  # (elements, bytes per element in memory) of each tile load
+        carried: list[TileType] = []  # tiles a loop carries from one iteration to the next
+        reduces = False
         for op in fn.body.walk():
             if isinstance(op, StoreOp | ScatterOp | AtomicOp):
                 written.add(op.array)
@@ -221,8 +248,11 @@ class Plan:
                 at = op.array.type
                 if isinstance(t, TileType) and isinstance(at, ArrayType):
                     mem_itemsize[t.shape] = min(mem_itemsize.get(t.shape, 16), at.dtype.itemsize)
-            if isinstance(op, LoadOp) and isinstance(op.result.type, TileType):
-                load_sizes.append(op.result.type.size)
+            if isinstance(op, LoadOp) and isinstance(op.result.type, TileType) and isinstance(op.array.type, ArrayType):
+                loads.append((op.result.type.size, op.array.type.dtype.itemsize))
+            if isinstance(op, ForOp | LoopOp):
+                carried += [a.type for a in op.body.args if isinstance(a.type, TileType) and not a.type.is_scalar]
+            reduces = reduces or isinstance(op, ReduceOp)
             if isinstance(op, MmaOp):
                 mmas.append(op)
             for v in op.results + [a for r in op.regions() for a in r.args]:
@@ -232,6 +262,13 @@ class Plan:
                     tiles.append(v.type)
         self.read_only = {v for v in self.array_names if v not in written}
         self._vec = {shape: max(1, 16 // item) for shape, item in mem_itemsize.items()}
+        largest = max(tiles, key=lambda t: t.size, default=None)
+        big = [item for n, item in loads if largest is not None and 2 * n >= largest.size]
+        loads16 = sum(1 for item in big if item <= 2)
+        sums = [max(1.0, t.dtype.itemsize / 4) for t in carried if largest is not None and 2 * t.size >= largest.size]
+        self._row_registers = row_registers(loads16, sum(item / 4 for item in big if item > 2) + sum(sums), bool(sums))
+        self._loads16 = loads16
+        self._one_row = reduces and largest is not None and largest.size == largest.shape[-1]
         self.nt = self._block_size(num_threads, tiles, mmas)
         self.mma: dict[int, MmaPlan] = {}
         mma_results: dict[Value, Layout] = {}
@@ -245,8 +282,7 @@ class Plan:
         tc = any(p.path in ("tc", "tf32") for p in self.mma.values())
         self.min_blocks_arg = ", 2" if tc and small_acc and self.nt <= 256 else ""
         if num_threads is None and not mmas and self._long_16bit_rows(tiles):
-            largest = max(t.size for t in tiles)
-            blocks = row_min_blocks(largest, self.nt, sum(1 for n in load_sizes if 2 * n >= largest))
+            blocks = row_min_blocks(max(t.size for t in tiles), self.nt, self._loads16, self._row_registers)
             self.min_blocks_arg = f", {blocks}" if blocks else ""
         self._fixed = assign_mma_layouts(fn, mma_results)
         self._cache: dict[tuple[int, ...], Layout] = {}
@@ -418,8 +454,11 @@ class Plan:
         return any(o is op for o in loop.body.walk())
 
     def _long_16bit_rows(self, tiles: list[TileType]) -> bool:
+        """Whether the kernel's largest tiles are >= 4096 elements that memory holds in 16 bits (smaller float32
+        loads and stores beside them, e.g. a row's statistics or its share of a weight gradient, do not count)."""
         largest = max((t.size for t in tiles), default=1)
-        return largest >= 4096 and min(self._vec.values(), default=4) >= 8
+        vecs = [v for shape, v in self._vec.items() if math.prod(shape) == largest]
+        return largest >= 4096 and min(vecs, default=4) >= 8
 
     def _block_size(self, num_threads: int | None, tiles: list[TileType], mmas: list[MmaOp]) -> int:
         if num_threads is not None:
@@ -436,10 +475,11 @@ class Plan:
                     wgmma_fits(big.shape[0], big.shape[1], 2 * big.shape[0]):
                 return 2 * big.shape[0]
             return 256 if big.size >= 128 * 64 else 128
-        if self._long_16bit_rows(tiles):
-            return 512  # long rows of 16-bit data: more warps in flight per row
         largest = max((t.size for t in tiles), default=1)
-        return min(256, max(32, largest // 4))
+        nt = 512 if self._long_16bit_rows(tiles) else min(256, max(32, largest // 4))  # 16-bit: more warps per row
+        while self._one_row and nt < 1024 and not row_fits(largest, nt, self._row_registers):
+            nt *= 2
+        return nt
 
     def _plan_mma(self, op: MmaOp) -> MmaPlan:
         at, bt, ct = op.a.type, op.b.type, op.acc.type
