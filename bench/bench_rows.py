@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "examples")]
+sys.path[:0] = [str(HERE.parent), str(HERE), str(HERE.parent / "examples")]  # tilejit from this checkout
 
 from bench_tileir import first_line, geomean
 

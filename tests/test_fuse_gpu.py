@@ -185,7 +185,7 @@ def test_gelu_bias_broadcast_and_flat(shape: tuple[int, ...]) -> None:
     x = rng.standard_normal(shape).astype(np.float32)
     y = rng.standard_normal(shape).astype(np.float32)
     b = rng.standard_normal(shape[-1:]).astype(np.float32)
-    out = tj.full(shape, np.nan, "float32")
+    out = tj.asarray(np.full(shape, np.nan, np.float32))  # poisoned
     gelu_mul(tj.asarray(x), tj.asarray(y), tj.asarray(b), out=out)
     np.testing.assert_allclose(out.numpy(), gelu_ref(x, y, b), rtol=1e-5, atol=1e-5)
     full = gelu_mul(tj.asarray(x), tj.asarray(y), tj.asarray(np.broadcast_to(b, shape).copy()))
