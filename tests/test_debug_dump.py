@@ -46,13 +46,14 @@ def _python(code: str, env: dict[str, str], script: Path | None = None) -> subpr
     if script is not None:
         script.write_text(code)
         args = [str(script)]
-    return subprocess.run([sys.executable, *args], env=full, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run([sys.executable, *args], env=full, capture_output=True, encoding="utf-8", timeout=300,
+                          cwd=ROOT)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("TILEJIT_")}
     full.update({"PYTHONIOENCODING": "utf-8", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "tilejit", *args], env=full, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tilejit", *args], env=full, capture_output=True, encoding="utf-8",
                           timeout=300, cwd=ROOT)
 
 
@@ -313,6 +314,9 @@ def test_a_kernel_the_disk_cache_serves_is_not_dumped(nvrtc_here: Path, tmp_path
     class Launcher:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             pass
+
+        def launch_any_thread(self, grid: Any, args: Any, stream: Any = None) -> None:
+            raise AssertionError("not launched here")
 
     monkeypatch.setattr(rt_module, "Module", Module)
     monkeypatch.setattr(rt_launch, "Launcher", Launcher)

@@ -9,12 +9,12 @@ works, and a debugging aid must not stop it.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Mapping
 
 TMP_MARK = ".tmp-"  # temporary folders: ".<name>.tmp-<pid>-<thread>-<ns>" (and ".old-" for a replaced one)
-_TRIES = 16  # renames tried while other writers of the same folder keep moving it
 
 
 def _unique(root: str, name: str, mark: str) -> str:
@@ -55,37 +55,36 @@ def write_folder(root: str, name: str, files: Mapping[str, bytes]) -> str | None
 
 
 def _move_into_place(tmp: str, dest: str, root: str, name: str) -> None:
-    """Rename the finished folder ``tmp`` to ``dest``; a folder already there is moved aside first and then removed.
-    When another writer's folder takes ``dest`` in between, that one stays (it holds the same kernel)."""
+    """Rename the finished folder ``tmp`` to ``dest``, replacing a folder already there (moved aside, then removed).
+    If another writer's folder of the same kernel takes ``dest`` after that, it stays, whole, and ``tmp`` is
+    dropped: writers never wait on each other. A file or link of that name is an error."""
     import shutil
 
+    moved_aside = False
     error: OSError | None = None
-    for _ in range(_TRIES):
+    for _ in range(64):
         try:
             os.rename(tmp, dest)
             return
         except OSError as exc:
             error = exc
-        if not os.path.lexists(dest):
-            continue  # another writer moved it aside meanwhile
-        if os.path.islink(dest) or not os.path.isdir(dest):
-            raise error  # a file (or a link) has the name: not ours to remove
+        try:
+            mode = os.lstat(dest).st_mode
+        except FileNotFoundError:
+            continue  # another writer moved it aside just now
+        if not stat.S_ISDIR(mode):  # a file or a link: not a dump folder
+            raise error
+        if moved_aside:  # another writer's whole folder came after we moved the old one aside: it stays
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
         old = _unique(root, name, ".old-")
         try:
             os.rename(dest, old)
-        except FileNotFoundError:
+        except FileNotFoundError:  # another writer moved it aside
             continue
-        try:
-            os.rename(tmp, dest)
-        except OSError:
-            if not os.path.isdir(dest):  # not another writer's folder: put the old one back
-                os.rename(old, dest)
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # another writer's folder arrived first
+        moved_aside = True
         shutil.rmtree(old, ignore_errors=True)
-        return
-    assert error is not None
-    raise error
+    raise error if error is not None else OSError(f"cannot rename {tmp} to {dest}")
 
 
 def warn(message: str) -> None:
