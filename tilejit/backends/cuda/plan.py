@@ -268,7 +268,7 @@ class Plan:
         sums = [max(1.0, t.dtype.itemsize / 4) for t in carried if largest is not None and 2 * t.size >= largest.size]
         self._row_registers = row_registers(loads16, sum(item / 4 for item in big if item > 2) + sum(sums), bool(sums))
         self._loads16 = loads16
-        self._one_row = reduces and largest is not None and largest.size == largest.shape[-1]
+        self._one_row = reduces and largest is not None and bool(largest.shape) and largest.size == largest.shape[-1]
         self.nt = self._block_size(num_threads, tiles, mmas)
         self.mma: dict[int, MmaPlan] = {}
         mma_results: dict[Value, Layout] = {}
