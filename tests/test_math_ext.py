@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _kernels import np_dtype
-from source_lines import where_in
+from source_lines import assert_located, where_in
 
 import tilejit as tj
 from tilejit.errors import TileCompileError, TileIRUnsupportedError
@@ -621,12 +621,7 @@ def check(kernel: Callable[..., Any], at: str, message: str, consts: dict[str, A
     """Translating ``kernel`` raises the located error ``message`` at the first character of ``at``."""
     with pytest.raises(TileCompileError) as info:
         translate(kernel, {"x": ArrayType(dtype, 1), "out": ArrayType(dtype, 1), "n": scalar(int32)}, consts or {})
-    err = info.value
-    line, col = where_in(LINES, at)
-    assert err.filename == __file__
-    assert (err.line, err.col) == (line, col), str(err)
-    assert message in err.message, str(err)
-    assert str(err).splitlines()[0] == f"{__file__}:{line}:{col + 1}: error: {err.message}"
+    assert_located(info.value, __file__, LINES, at, message)
 
 
 def k_assert_false(x, out, n, TILE: tj.Constant[int]):

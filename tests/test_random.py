@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _kernels import poison
-from source_lines import where_in
+from source_lines import assert_located
 
 import tilejit as tj
 from tilejit.errors import TileCompileError
@@ -397,12 +397,7 @@ def check(kernel: Callable[..., Any], at: str, message: str) -> None:
     """Translating ``kernel`` raises the located error ``message`` at the first character of ``at``."""
     with pytest.raises(TileCompileError) as info:
         translate(kernel, TYPES, {})
-    err = info.value
-    line, col = where_in(LINES, at)
-    assert err.filename == __file__
-    assert (err.line, err.col) == (line, col), str(err)
-    assert message in err.message, str(err)
-    assert str(err).splitlines()[0] == f"{__file__}:{line}:{col + 1}: error: {err.message}"
+    assert_located(info.value, __file__, LINES, at, message)
 
 
 def k_float_seed(x, out, n, f):
