@@ -387,3 +387,24 @@ def test_the_largest_tile_the_backend_accepts_runs(rng: np.random.Generator) -> 
     assert_same(out.numpy(), x + np.float32(1), "x + 1 over two (65536,) tiles")
     with pytest.raises(tj.TileCompileError, match="32-bit words of one tile"):
         plus_one[1](dev(x), out, N=131072)
+
+
+@tj.kernel
+def widen_rows(h, d, out64, out16, TILE: tj.Constant[int]):
+    i = tj.bid(0)
+    a = tj.load(h, index=(i,), shape=(TILE,))  # 16-bit data: 8 elements a vector, so the f64 vectors are 64 B
+    b = tj.load(d, index=(i,), shape=(TILE,), padding=0.0)
+    tj.store(out64, index=(i,), tile=a.astype(tj.float64) + b)
+    tj.store(out16, index=(i,), tile=(b * 2.0).astype(tj.float16))
+
+
+@pytest.mark.parametrize("n", [1, 7, 31, 100, 2047, 2049, 4093])
+def test_ragged_vectors_wider_than_16_bytes(rng: np.random.Generator, n: int) -> None:
+    """Fuse seeds 2, 37, 138, ...: the ragged last vector of a row kept only its first 16 bytes of 64-bit (and
+    32-bit) elements when the layout's vector width came from 16-bit data."""
+    h = rng.standard_normal(n).astype(np.float16)
+    d = rng.standard_normal(n)
+    out64, out16 = poisoned(n, np.float64), poisoned(n, np.float16)
+    widen_rows[(n + 2047) // 2048](dev(h), dev(d), out64, out16, TILE=2048)
+    np.testing.assert_array_equal(out64.numpy(), h.astype(np.float64) + d)
+    np.testing.assert_array_equal(out16.numpy(), (d * 2.0).astype(np.float16))

@@ -108,7 +108,8 @@ __device__ __forceinline__ i64 outer_offset(const Array<T, N>& a, const i64 (&or
   return off;
 }
 
-// The V elements of one vector as raw bits in two 64-bit words (for the ragged edge vector).
+// The V elements of one vector as raw bits in two 64-bit words (for a ragged edge vector of at most
+// 16 bytes; wider ones go element by element).
 template <class T, int V>
 union RawVec {
   T e[V];
@@ -163,6 +164,11 @@ __device__ __forceinline__ void load(Tile<T, L>& out, const Array<T, N>& a, cons
         } else {
           p[g].e[0] = a.ptr[off + col * (VEC > 0 ? 1 : a.stride[N - 1])];
         }
+      } else if (VEC > 1 && ok && col < n && V * sizeof(T) > 16) {
+        // A ragged vector wider than RawVec's two words: element by element, unrolled.
+        const int k = (int)(n - col);
+#pragma unroll
+        for (int v = 0; v < V; ++v) p[g].e[v] = v < k ? a.ptr[off + col + v] : pad;
       } else if (VEC > 1 && ok && col < n) {
         typedef typename UWord<sizeof(T)>::type U;
         union { T t; U u; } x;
@@ -244,6 +250,12 @@ __device__ __forceinline__ void store(const Array<T, N>& a, const i64 (&org)[N],
         for (int w = 0; w < P::BYTES / P::WB; ++w) dst[w] = p.w[w];
       } else {
         a.ptr[off + col * (VEC > 0 ? 1 : a.stride[N - 1])] = t.v[g];
+      }
+    } else if (VEC > 1 && ok && col < n && V * sizeof(T) > 16) {
+      const int k = (int)(n - col);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        if (v < k) a.ptr[off + col + v] = t.v[g * V + v];
       }
     } else if (VEC > 1 && ok && col < n) {
       typedef typename UWord<sizeof(T)>::type U;
