@@ -44,9 +44,9 @@ def compile_only(args: argparse.Namespace, kernel: object, signature: tuple, con
     print(f"compiled {art.name} for {args.arch} ({art.backend}): {len(cubin)} bytes of CUBIN (no GPU needed)")
 
 
-#: The bytes of a row chunk that kernels of too-long rows work on (4096 float32 or 8192 16-bit elements: 16 a thread
-#: with the CUDA backend's 256 or 512 threads).
-CHUNK_BYTES = 16384
+#: The bytes of a row chunk that kernels of too-long rows work on (8192 float32 or 16384 16-bit elements: 32 a thread
+#: with the CUDA backend's 256 or 512 threads; 16 KB chunks were 2-20% slower on an H100, bench/RESULTS.md).
+CHUNK_BYTES = 32768
 
 
 def chunk_of(x: Any) -> int:

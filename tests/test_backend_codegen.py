@@ -454,6 +454,16 @@ def _centered_rows(x, w, out, mean, BLOCK: tj.Constant[int]):  # type: ignore[no
     tj.store(mean, index=(row,), tile=mu)
 
 
+@tj.kernel
+def _centered_row_pairs(x, w, out, mean, BLOCK: tj.Constant[int]):  # type: ignore[no-untyped-def]
+    for r in range(2):  # two rows a block, one after the other
+        row = 2 * tj.bid(0) + r
+        t = tj.load(x, index=(row, 0), shape=(1, BLOCK)).astype(tj.float32)
+        mu = tj.sum(t, axis=1) / x.shape[1].astype(tj.float32)
+        tj.store(out, index=(row, 0), tile=(t - mu) * tj.load(w, index=(0,), shape=(BLOCK,)).astype(tj.float32))
+        tj.store(mean, index=(row,), tile=mu)
+
+
 def _row_example(module: str) -> Any:
     """An example module of row kernels (examples/ on sys.path)."""
     import importlib
@@ -467,15 +477,18 @@ def _row_example(module: str) -> Any:
 
 
 def test_a_rows_float32_statistics_do_not_change_its_16bit_plan() -> None:
-    """Issue 19: the long-16-bit-row plan looks at the largest tiles' dtype in memory, so a row's float32 mean
-    stored beside it leaves it 512 threads with the resident-block cap of its two loads."""
-    def bounds(dt: Any) -> str:
+    """Issue 19: the 16-bit-row plans look at the largest tiles' dtype in memory, so a row's float32 mean stored
+    beside it leaves a whole 1024-element row 128 threads (16-byte vectors, 8 elements each) and a long tile in a
+    loop 512 threads with the resident-block cap of its two loads."""
+    def bounds(dt: Any, kernel: Any, block: int) -> str:
         sig = (dt[:, ::1], dt[::1], dt[:, ::1], tj.float32[::1])
-        src = tj.compile(_centered_rows, sig, constants={"BLOCK": 8192}, target="sm_90", backend="cuda").cuda_source()
-        return src.split("__launch_bounds__")[1].split(" _centered_rows(")[0]
+        src = tj.compile(kernel, sig, constants={"BLOCK": block}, target="sm_90", backend="cuda").cuda_source()
+        return src.split("__launch_bounds__")[1].split(f" {kernel.__name__}(")[0]
 
-    assert bounds(tj.bfloat16) == bounds(tj.float16) == "(512, 3)"
-    assert bounds(tj.float32) == "(256)"
+    assert bounds(tj.bfloat16, _centered_rows, 1024) == bounds(tj.float16, _centered_rows, 1024) == "(128)"
+    assert bounds(tj.float32, _centered_rows, 1024) == "(256)"
+    assert bounds(tj.bfloat16, _centered_row_pairs, 8192) == "(512, 3)"
+    assert bounds(tj.float32, _centered_row_pairs, 8192) == "(256)"
 
 
 def test_row_registers_count_loads_and_carried_sums() -> None:
@@ -492,8 +505,10 @@ def test_row_registers_count_loads_and_carried_sums() -> None:
 
 
 @pytest.mark.parametrize(("module", "kernel", "dtype", "consts", "bounds"), [
-    ("layer_norm", "layer_norm", "bfloat16", {"BLOCK": 8192}, "(512, 2)"),  # was (512, 3): spilled 12 B
-    ("layer_norm", "layer_norm_fwd", "float16", {"BLOCK": 8192}, "(512, 2)"),  # was (256): float32 mean, rstd
+    ("layer_norm", "layer_norm", "bfloat16", {"BLOCK": 8192}, "(256)"),  # whole 16-bit rows: 8 warps from 2048
+    ("layer_norm", "layer_norm_fwd", "float16", {"BLOCK": 8192}, "(256)"),
+    ("layer_norm", "layer_norm_fwd", "bfloat16", {"BLOCK": 512}, "(64)"),
+    ("softmax", "softmax", "float16", {"BLOCK": 1024}, "(128)"),
     ("layer_norm", "layer_norm_bwd", "bfloat16", {"ROWS": 1, "BLOCK": 8192}, "(512)"),
     ("layer_norm", "layer_norm_bwd", "float16", {"ROWS": 4, "BLOCK": 1024}, "(512, 2)"),
     ("rms_norm", "rms_norm_bwd", "bfloat16", {"ROWS": 4, "BLOCK": 1024}, "(512, 2)"),  # (512, 3) spilled 12 B

@@ -3,8 +3,9 @@ how each ``MmaOp`` is computed (wgmma, tensor cores with mma.sync, tf32, or an F
 
 Block size (unless ``num_threads`` is given): on sm_90a, 2 * M threads for a 16-bit mma with an
 (M, N) accumulator, M in 64..256 (one warp per 16 rows, as wgmma wants); else 256 threads for mma
-kernels with a >= 128x64 accumulator (128 otherwise); 512 for rows of >= 4096 elements of 16-bit
-data; else the largest tile's size / 4, between 32 and 256. A one-row-per-block kernel whose row
+kernels with a >= 128x64 accumulator (128 otherwise); one whole 16-bit row per block (no loop): 64
+threads up to 512 elements, 128 for 1024, 256 from 2048; other tiles of >= 4096 16-bit elements:
+512; else the largest tile's size / 4, between 32 and 256. A one-row-per-block kernel whose row
 (its loads and loop-carried tiles) would not fit a thread's registers gets more threads, up to 1024.
 K loops of the form ``for k: acc = mma(load(a, k), load(b, k), acc)`` over read-only, unit-stride,
 16-byte-aligned arrays become cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma
@@ -269,6 +270,8 @@ class Plan:
         self._row_registers = row_registers(loads16, sum(item / 4 for item in big if item > 2) + sum(sums), bool(sums))
         self._loads16 = loads16
         self._one_row = reduces and largest is not None and bool(largest.shape) and largest.size == largest.shape[-1]
+        self._whole_row16 = self._one_row and not carried and not any(
+            isinstance(op, ForOp | LoopOp) for op in fn.body.walk()) and self._largest_16bit(tiles)
         self.nt = self._block_size(num_threads, tiles, mmas)
         self.mma: dict[int, MmaPlan] = {}
         mma_results: dict[Value, Layout] = {}
@@ -281,7 +284,7 @@ class Plan:
         small_acc = all(p.m * p.n // self.nt <= 64 for p in self.mma.values())
         tc = any(p.path in ("tc", "tf32") for p in self.mma.values())
         self.min_blocks_arg = ", 2" if tc and small_acc and self.nt <= 256 else ""
-        if num_threads is None and not mmas and self._long_16bit_rows(tiles):
+        if num_threads is None and not mmas and not self._whole_row16 and self._long_16bit_rows(tiles):
             blocks = row_min_blocks(max(t.size for t in tiles), self.nt, self._loads16, self._row_registers)
             self.min_blocks_arg = f", {blocks}" if blocks else ""
         self._fixed = assign_mma_layouts(fn, mma_results)
@@ -453,12 +456,16 @@ class Plan:
     def _inside(op: Op, loop: ForOp) -> bool:
         return any(o is op for o in loop.body.walk())
 
-    def _long_16bit_rows(self, tiles: list[TileType]) -> bool:
-        """Whether the kernel's largest tiles are >= 4096 elements that memory holds in 16 bits (smaller float32
-        loads and stores beside them, e.g. a row's statistics or its share of a weight gradient, do not count)."""
+    def _largest_16bit(self, tiles: list[TileType]) -> bool:
+        """Whether memory holds the kernel's largest tiles in 16 bits (smaller float32 loads and stores beside them,
+        e.g. a row's statistics or its share of a weight gradient, do not count)."""
         largest = max((t.size for t in tiles), default=1)
         vecs = [v for shape, v in self._vec.items() if math.prod(shape) == largest]
-        return largest >= 4096 and min(vecs, default=4) >= 8
+        return min(vecs, default=4) >= 8
+
+    def _long_16bit_rows(self, tiles: list[TileType]) -> bool:
+        """Whether the kernel's largest tiles are >= 4096 elements that memory holds in 16 bits."""
+        return max((t.size for t in tiles), default=1) >= 4096 and self._largest_16bit(tiles)
 
     def _block_size(self, num_threads: int | None, tiles: list[TileType], mmas: list[MmaOp]) -> int:
         if num_threads is not None:
@@ -476,7 +483,12 @@ class Plan:
                 return 2 * big.shape[0]
             return 256 if big.size >= 128 * 64 else 128
         largest = max((t.size for t in tiles), default=1)
-        nt = 512 if self._long_16bit_rows(tiles) else min(256, max(32, largest // 4))  # 16-bit: more warps per row
+        if self._whole_row16:
+            # one 16-bit row per block, no loop: Triton's layer-norm warps (2 up to 512 elements, 4 for 1024, 8 from
+            # 2048), 16-byte vectors or more per thread; 0.69-0.94x -> 0.98-1.25x Triton at 512-4096 (RESULTS.md)
+            nt = 32 * min(max(largest // 256, 2), 8)
+        else:
+            nt = 512 if self._long_16bit_rows(tiles) else min(256, max(32, largest // 4))  # 16-bit: more warps
         while self._one_row and nt < 1024 and not row_fits(largest, nt, self._row_registers):
             nt *= 2
         return nt
