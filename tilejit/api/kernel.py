@@ -476,6 +476,8 @@ _FUNCTION_ENV = ("owner", "current_device", "current_stream_handle", "grid", "st
 #: Keywords a launch takes besides the kernel's parameters (``kernel[grid](..., num_warps=8)``), each overriding the
 #: kernel's own for that launch's specialization; a parameter of the same name hides one.
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
+#: The first item of a checked launch's fast key when it gives launch options (generated keys start with a device).
+_OPTIONS = object()
 
 
 def _dispatch_prefix(names: Sequence[str]) -> str:
@@ -708,7 +710,6 @@ class Kernel:
         self._annotated = _scalar_annotations(func, self._args)
         self._specs: dict[tuple[Any, ...], _Compiled] = {}
         self._fast: dict[tuple[Any, ...], _Compiled] = {}
-        self._fast_options: dict[tuple[int | None, int | None], dict[tuple[Any, ...], _Compiled]] = {}
         self._options = [o for o in LAUNCH_OPTIONS if o not in self._params]  # those a launch takes by keyword
         self._bound: dict[object, Callable[..., None]] = {}
         self._lock = threading.Lock()
@@ -878,8 +879,7 @@ class Kernel:
         if self._keys_facts():
             key.append(launch_facts(views))
         k = tuple(key)
-        fast = self._fast if options is None else self._fast_options.setdefault(options, {})
-        compiled = fast.get(k)
+        compiled = self._fast.get(k if options is None else (_OPTIONS, options, *k))
         if compiled is None:
             compiled = self._specialize(k, list(run_args), views, consts, options)
         compiled.launcher(grid, views, stream)
@@ -894,16 +894,15 @@ class Kernel:
         arg_types, hints = self._types_of(run_args, views, fast_key[-1] if self._keys_facts() else None)
         typed = tuple((c.__class__, c) for c in consts)
         key = (device, typed, tuple(arg_types.values()), tuple(sorted(hints.items())), options)
-        fast = self._fast if options is None else self._fast_options.setdefault(options, {})
         with self._lock:
             compiled = self._specs.get(key)
             if compiled is None:
                 # options only when given: stand-ins of _build (tests) take the four others
                 compiled = self._build(arg_types, hints, consts, device, *(() if options is None else (options,)))
                 self._specs[key] = compiled
-            if len(fast) >= _MEMO_LIMIT:
-                fast.clear()
-            fast[fast_key] = compiled
+            if len(self._fast) >= _MEMO_LIMIT:
+                self._fast.clear()
+            self._fast[fast_key if options is None else (_OPTIONS, options, *fast_key)] = compiled
             return compiled
 
     def _types_of(

@@ -139,7 +139,8 @@ def norm_axis(axis: object, ndim: int, what: str) -> int:
 def as_array(v: object, fn: str) -> Array:
     if isinstance(v, Array):
         return v
-    raise FrontendError(f"tj.{fn}() expects a kernel array parameter as its first argument, got {describe(v)}")
+    hint = f"; index it for one of its arrays: {v.name}[i]" if isinstance(v, ArrayList) else ""
+    raise FrontendError(f"tj.{fn}() expects a kernel array parameter as its first argument, got {describe(v)}{hint}")
 
 
 def as_tile(tr: Translator, v: object, fn: str, what: str = "argument") -> Tile:
@@ -1188,13 +1189,9 @@ def as_sequence(tr: Translator, v: object) -> tuple[object, ...] | None:
 def _array_item(tr: Translator, arrays: ArrayList, index: object) -> Array:
     """``arrays[index]``: one array of an array list, by an integer scalar known at compile or run time (out of
     range: an empty array, so loads read the padding and stores write nothing)."""
-    if isinstance(index, Tile) and (not index.type.is_scalar or not index.dtype.is_int):
-        what = "a tile" if not index.type.is_scalar else f"a {index.dtype.name} scalar"
-        raise FrontendError(
-            f"the index into the array list '{arrays.name}' must be an integer scalar, got {what} "
-            f"({describe(index)})"
-        )
-    if not isinstance(index, Tile) and (isinstance(index, bool) or not isinstance(index, int)):
+    if (isinstance(index, Tile) and (not index.type.is_scalar or not index.dtype.is_int)) or (
+        not isinstance(index, Tile) and (isinstance(index, bool) or not isinstance(index, int))
+    ):
         raise FrontendError(
             f"the index into the array list '{arrays.name}' must be an integer scalar, got {describe(index)}"
         )
