@@ -87,7 +87,7 @@ def test_array_list_types() -> None:
     t = tj.array_list(tj.float16[:, ::1])
     assert t == ArrayListType(float16, 2) != ArrayListType(float32, 2) and str(t) == "array_list<f16, 2>"
     assert t.element == tj.float16[:, :] and t.record == 5 and hash(t) == hash(ArrayListType(float16, 2))
-    with pytest.raises(TypeError, match="tj.array_list takes an array type"):
+    with pytest.raises(TypeError, match=r"tj\.array_list takes an array type"):
         tj.array_list(tj.float16)  # type: ignore[arg-type]
 
 
@@ -124,7 +124,7 @@ def store_to_the_list(src):
 
 @tj.kernel
 def shape_of_the_list(arrays):
-    dims = arrays.shape
+    dims = arrays.shape  # noqa: F841
 
 
 @tj.kernel

@@ -68,7 +68,8 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
             _tj_f = _tj_threads.get(_tj_thread)
             if _tj_f is None: _tj_f = _tj_for_thread(_tj_threads, _tj_thread, _tj_grid, _tj_stream)
             return _tj_f(x, n, *_tj_more, num_warps=num_warps, num_stages=num_stages)
-        if (x is _tj_last_x and n is _tj_last_n and _tj_current_device[0] is _tj_memo_device and not _tj_more and num_warps is None and num_stages is None
+        if (x is _tj_last_x and n is _tj_last_n and _tj_current_device[0] is _tj_memo_device and not _tj_more
+                and num_warps is None and num_stages is None
                 and (_tj_no_state or (_tj_read_x is None or _tj_read_x(x) == _tj_state_x)
                         and (_tj_read_n is None or _tj_read_n(n) == _tj_state_n))):
             # the last call again: relaunch what its private launcher's buffers hold, when on the same stream

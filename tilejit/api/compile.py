@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 
 def _as_param_type(name: str, t: object) -> ArrayType | ArrayListType | TileType:
-    """Accept ``tj.float32[:]`` (arrays), ``tj.array_list(tj.float32[:])`` (array lists), dtypes or Python ``int``/``float``/``bool`` (scalars), or the same as text
+    """Accept ``tj.float32[:]`` (arrays), ``tj.array_list(tj.float32[:])`` (array lists), dtypes or Python
+    ``int``/``float``/``bool`` (scalars), or the same as text
     (``"float32[:]"``, ``"int32"``), as the command line writes them."""
     if isinstance(t, str):
         from tilejit.api.signature import parse_signature
@@ -230,7 +231,8 @@ class Artifact:
         return self.image("cubin").image
 
 
-def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) -> dict[str, ArrayType | ArrayListType | TileType]:
+def specialize(kernel: Any,
+               signature: Sequence[object] | Mapping[str, object]) -> dict[str, ArrayType | ArrayListType | TileType]:
     """Map a user signature (positional over non-constant params, or by name) to IR parameter types."""
     from tilejit.language.frontend.params import constant_params, signature_params
 

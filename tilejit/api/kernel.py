@@ -27,8 +27,8 @@ from tilejit.api.compile import (
 from tilejit.api.signature import ALONE, EXTENT16, array_key, launch_facts, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
 from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayListType, ArrayType, DType, TileType, normalize_const
-from tilejit.runtime.interop import _BY_TYPE as _VIEW_BY_TYPE
 from tilejit.runtime.array_table import ArrayTable
+from tilejit.runtime.interop import _BY_TYPE as _VIEW_BY_TYPE
 from tilejit.runtime.interop import ArrayView as _AV
 
 if TYPE_CHECKING:
@@ -521,11 +521,12 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     # The last call again: the same objects, on the same device, with no extra arguments, and any torch tensor
     # among them reading the same as then.
     identity = " and ".join([*(f"{name} is {p}last_{name}" for name in names),
-                             f"{p}current_device[0] is {p}memo_device", f"not {p}more",
-                             *(f"{o} is None" for o in options)])
+                             f"{p}current_device[0] is {p}memo_device", f"not {p}more"])
     states = [f"({p}read_{a} is None or {p}read_{a}({a}) == {p}state_{a})" for a in args]
-    hit = [f"if {identity}:"] if not args else [
+    no_options = "".join(f" and {o} is None" for o in options)
+    hit = [f"if {identity}{no_options}:"] if not args else [
         f"if ({identity}",
+        *([f"       {no_options}"] if options else []),
         f"        and ({p}no_state or {states[0]}",
         *(f"                and {state}" for state in states[1:]),
     ]
@@ -932,8 +933,8 @@ class Kernel:
         return arg_types, hints
 
     def _build(
-        self, arg_types: dict[str, ArrayType | ArrayListType | TileType], hints: dict[str, Any], consts: tuple[Any, ...],
-        device: Any, options: tuple[int | None, int | None] | None = None,
+        self, arg_types: dict[str, ArrayType | ArrayListType | TileType], hints: dict[str, Any],
+        consts: tuple[Any, ...], device: Any, options: tuple[int | None, int | None] | None = None,
     ) -> _Compiled:
         """Compile (or fetch from the disk cache) one specialization and load it on ``device``, with the backend
         ``choose_backend`` picks; under ``auto``, a kernel the Tile IR backend refuses (``FALLBACK_ERRORS``), or a

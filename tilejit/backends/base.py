@@ -238,6 +238,7 @@ def wants_launch_facts(requested: str | None, *, num_threads: int | None = None)
     return num_threads is None and get_backend("tileir").missing() is None
 
 
-__all__ = ["ARRAY_LIST_SPEC", "CHOICES", "FALLBACK_ERRORS", "NO_HINTS", "Backend", "KernelHints", "KernelImage", "choose_backend",
+__all__ = ["ARRAY_LIST_SPEC", "CHOICES", "FALLBACK_ERRORS", "NO_HINTS", "Backend", "KernelHints", "KernelImage",
+           "choose_backend",
            "fallback_reason", "get_backend", "log_fallback", "requested_backend", "unavailable_error",
            "wants_launch_facts"]

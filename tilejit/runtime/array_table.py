@@ -54,7 +54,7 @@ def _item_views(name: str, items: tuple[Any, ...] | list[Any]) -> tuple[ArrayVie
     if not items:
         raise LaunchError(f"parameter '{name}': an array list needs at least one array (the kernel is compiled for "
                           "their dtype and rank); got an empty " + type(items).__name__)
-    views = []
+    views: list[ArrayView] = []
     for i, item in enumerate(items):
         try:
             v = as_view(item)

@@ -78,7 +78,8 @@ def classify(name: str, value: Any, annotated: bool = False) -> tuple[Any, Any]:
         from tilejit.runtime.array_table import table_view
 
         view = table_view(name, value)
-        return view, ("arrays", view.owner.dtype, view.owner.ndim)
+        table = view.owner
+        return view, ("arrays", table.dtype, table.ndim)  # type: ignore[attr-defined]
     else:
         try:
             view = as_view(value)

@@ -156,7 +156,8 @@ def generate(
             params.append((pname, ("scalar", t.dtype.name)))
             lw.vals[v] = CV("scalar", cname, t.dtype)
         else:
-            raise CompileError(f"kernel {fn.name}: parameter '{pname}' has type {t}; only arrays, array lists and scalars")
+            raise CompileError(f"kernel {fn.name}: parameter '{pname}' has type {t}; only arrays, array lists and "
+                               "scalars")
     check_param_space(fn, params, plan.arch, nvrtc_version)
     lw.line("const int tj_tid = threadIdx.x;")
     lw.line("extern __shared__ __align__(16) unsigned char tj_smem[];")

@@ -103,7 +103,8 @@ def translate(
             v = Value(t, p)
             scope.set(p, Tile(v), src.tree)
         else:
-            raise src.error(f"parameter '{p}': expected an ArrayType, an ArrayListType or a scalar TileType, got {t!r}", src.tree)
+            raise src.error(f"parameter '{p}': expected an ArrayType, an ArrayListType or a scalar TileType, got "
+                            f"{t!r}", src.tree)
         args.append(v)
         names.append(p)
 

@@ -536,10 +536,10 @@ class Function:
 
 
 ALL_OPS: tuple[type[Op], ...] = (
-    ConstantOp, ArangeOp, BlockIdOp, NumBlocksOp, ArrayDimOp, ArrayItemOp, ArrayCountOp, LoadOp, StoreOp, GatherOp, ScatterOp,
-    AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, FmaOp, CompareOp, SelectOp, CastOp, AssumeOp,
-    ReshapeOp, PermuteOp, BroadcastOp, ExtractOp, CatOp, JoinOp, SplitOp, ReduceOp, ArgReduceOp, ScanOp, MmaOp,
-    ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp, ReturnOp,
+    ConstantOp, ArangeOp, BlockIdOp, NumBlocksOp, ArrayDimOp, ArrayItemOp, ArrayCountOp, LoadOp, StoreOp, GatherOp,
+    ScatterOp, AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, FmaOp, CompareOp, SelectOp, CastOp,
+    AssumeOp, ReshapeOp, PermuteOp, BroadcastOp, ExtractOp, CatOp, JoinOp, SplitOp, ReduceOp, ArgReduceOp, ScanOp,
+    MmaOp, ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp, ReturnOp,
 )
 
 __all__ = [cls.__name__ for cls in ALL_OPS] + [

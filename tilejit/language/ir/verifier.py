@@ -16,7 +16,7 @@ from tilejit.language.ir.types import ArrayListType, ArrayType, TileType, bool_,
 _SINGLE_RESULT = (
     ops.ConstantOp, ops.ArangeOp, ops.BlockIdOp, ops.NumBlocksOp, ops.ArrayDimOp, ops.ArrayCountOp, ops.LoadOp,
     ops.GatherOp, ops.AtomicOp, ops.UnaryOp, ops.BinaryOp, ops.FmaOp, ops.CompareOp, ops.SelectOp, ops.CastOp,
-    ops.AssumeOp,    ops.ReshapeOp, ops.PermuteOp, ops.BroadcastOp, ops.ExtractOp, ops.CatOp, ops.JoinOp, ops.ReduceOp,
+    ops.AssumeOp, ops.ReshapeOp, ops.PermuteOp, ops.BroadcastOp, ops.ExtractOp, ops.CatOp, ops.JoinOp, ops.ReduceOp,
     ops.ArgReduceOp, ops.ScanOp, ops.MmaOp,
 )
 _TWO_RESULTS = (ops.SplitOp,)
