@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from _kernels import RTOL, np_dtype, poison
 from source_lines import assert_located
+from test_tileir_coverage import same_module_text
 
 import tilejit as tj
 from tilejit.api.compile import specialize
@@ -24,7 +25,7 @@ from tilejit.api.kernel import Kernel, _Compiled
 from tilejit.api.signature import ALONE, launch_facts
 from tilejit.backends.base import ARRAY_LIST_SPEC
 from tilejit.backends.tileir import generate_bytecode
-from tilejit.compiler.tileiras import run_tileiras
+from tilejit.compiler.tileiras import disassemble, run_tileiras
 from tilejit.errors import LaunchError, TileCompileError
 from tilejit.language.frontend.translate import translate
 from tilejit.language.ir.printer import print_function
@@ -208,6 +209,8 @@ def test_tileir_compiles_with_tileiras(target: str, tileir_env: Any) -> None:
         art = tj.compile(kernel, signature, constants=consts, target="sm_90", backend="cuda")
         cubin = run_tileiras(generate_bytecode(art.ir(), target, None, art.hints), target, toolchain=tileir_env)
         assert cubin[:4] == b"\x7fELF", kernel.__name__
+        # the bytecode reads back as the text we print (int_to_ptr's encoding included)
+        assert same_module_text(disassemble(art.tileir_bytecode(), toolchain=tileir_env), art.tileir_text())
 
 
 def test_tileir_backend_builds_the_grouped_matmul(tileir_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
