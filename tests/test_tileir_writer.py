@@ -440,7 +440,7 @@ def test_every_op_in_the_encoding_table_is_printed_and_exercised_by_the_test_ker
     used |= set().union(*(names(lower_function(memory_ir(k)).functions[0].body) for k in MEMORY_KERNELS))
     assert set(OP_TEXT) == set(OPS)
     # assume: tests/test_tileir_mma.py; ptr_to_int (versioned read-only loops): tests/test_tileir_loop_versions.py;
-    # print_tko: tests/test_device_print.py; extract, cat (tj.extract, tj.cat, tj.split, tj.join): tests/test_slicing.py;
+    # print_tko: tests/test_device_print.py; extract, cat (tj.extract, tj.cat, tj.split, tj.join): tests/test_slicing.py
     # int_to_ptr (array lists): tests/test_array_list.py
     tested_elsewhere = {"assume", "ptr_to_int", "print_tko", "extract", "cat", "int_to_ptr"}
     assert used | OPS_TESTED_HERE | MATH_OPS | tested_elsewhere == set(OPS)
