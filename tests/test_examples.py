@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NAMES = ["vector_add", "softmax", "layer_norm", "rms_norm", "matmul", "row_sum", "attention"]
+NAMES = ["vector_add", "softmax", "layer_norm", "rms_norm", "matmul", "row_sum", "attention", "grouped_matmul"]
 #: The row examples' kernels (issue 19): whole rows, chunked rows, backward passes and their partial sums.
 ROW_KERNELS = {
     "softmax": ["softmax", "softmax_chunked"],

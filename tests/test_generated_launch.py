@@ -54,7 +54,7 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
     _tj_owns = {}  # specialization -> its launcher private to this function, and that one's now()
     _tj_threads = {}  # other threads' functions of this kernel[grid]
 
-    def launch(x=_tj_MISSING, n=_tj_MISSING, *_tj_more):
+    def launch(x=_tj_MISSING, n=_tj_MISSING, *_tj_more, num_warps=None, num_stages=None):
         """Launch tile kernel 'scale' (x, n) on this function's grid and stream, for one thread.
 
         Made by tilejit.api.kernel (``_dispatch_source``). The last call's arguments again (the same objects,
@@ -67,8 +67,9 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
         if _tj_thread != _tj_owner:  # another thread: its own function, with its own cells and memo
             _tj_f = _tj_threads.get(_tj_thread)
             if _tj_f is None: _tj_f = _tj_for_thread(_tj_threads, _tj_thread, _tj_grid, _tj_stream)
-            return _tj_f(x, n, *_tj_more)
+            return _tj_f(x, n, *_tj_more, num_warps=num_warps, num_stages=num_stages)
         if (x is _tj_last_x and n is _tj_last_n and _tj_current_device[0] is _tj_memo_device and not _tj_more
+                and num_warps is None and num_stages is None
                 and (_tj_no_state or (_tj_read_x is None or _tj_read_x(x) == _tj_state_x)
                         and (_tj_read_n is None or _tj_read_n(n) == _tj_state_n))):
             # the last call again: relaunch what its private launcher's buffers hold, when on the same stream
@@ -87,8 +88,8 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
             _tj_foreign = not _tj_no_state
         else:
             _tj_memo_device = _tj_NOKEEP  # the private launcher's buffers may be rewritten below
-            if _tj_more or x is _tj_MISSING or n is _tj_MISSING:
-                return _tj_slow(_tj_grid, _tj_stream, _tj_more, (x, n, ))
+            if _tj_more or x is _tj_MISSING or n is _tj_MISSING or num_warps is not None or num_stages is not None:
+                return _tj_slow(_tj_grid, _tj_stream, _tj_more, (x, n, ), num_warps=num_warps, num_stages=num_stages)
             _tj_dev = _tj_current_device[0]
             if _tj_dev is None: _tj_dev = _tj_get_device()  # the thread's first device: chosen now
             _tj_foreign = False  # whether an argument is another library's array

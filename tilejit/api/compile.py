@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tilejit.config import DUMP_DIR
-from tilejit.language.ir.types import ArrayHint, ArrayType, DType, TileType, float32, int32, scalar
+from tilejit.language.ir.types import ArrayHint, ArrayListType, ArrayType, DType, TileType, float32, int32, scalar
 from tilejit.language.ir.types import bool_ as tj_bool
 from tilejit.logs import logger_for, ms_since
 
@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from tilejit.language.ir.ops import Function
 
 
-def _as_param_type(name: str, t: object) -> ArrayType | TileType:
-    """Accept ``tj.float32[:]`` (arrays), dtypes or Python ``int``/``float``/``bool`` (scalars), or the same as text
+def _as_param_type(name: str, t: object) -> ArrayType | ArrayListType | TileType:
+    """Accept ``tj.float32[:]`` (arrays), ``tj.array_list(tj.float32[:])`` (array lists), dtypes or Python
+    ``int``/``float``/``bool`` (scalars), or the same as text
     (``"float32[:]"``, ``"int32"``), as the command line writes them."""
     if isinstance(t, str):
         from tilejit.api.signature import parse_signature
@@ -35,7 +36,7 @@ def _as_param_type(name: str, t: object) -> ArrayType | TileType:
         if len(parsed) != 1:
             raise ValueError(f"parameter '{name}': expected one type, got {len(parsed)} in {t!r}")
         t = parsed[0]
-    if isinstance(t, ArrayType | TileType):
+    if isinstance(t, ArrayType | ArrayListType | TileType):
         return t
     if isinstance(t, DType):
         return scalar(t)
@@ -47,6 +48,7 @@ def _as_param_type(name: str, t: object) -> ArrayType | TileType:
         return scalar(tj_bool)
     raise TypeError(
         f"parameter '{name}': signature entries are array types like tj.float32[:] or tj.float16[:, :], "
+        f"array lists like tj.array_list(tj.float16[:, :]), "
         f"scalar dtypes like tj.int32, or int/float/bool; got {t!r}"
     )
 
@@ -64,7 +66,7 @@ class Artifact:
         self,
         kernel_func: Any,
         name: str,
-        arg_types: dict[str, ArrayType | TileType],
+        arg_types: dict[str, ArrayType | ArrayListType | TileType],
         constants: dict[str, Any],
         target: Target,
         num_threads: int | None = None,
@@ -229,7 +231,8 @@ class Artifact:
         return self.image("cubin").image
 
 
-def specialize(kernel: Any, signature: Sequence[object] | Mapping[str, object]) -> dict[str, ArrayType | TileType]:
+def specialize(kernel: Any,
+               signature: Sequence[object] | Mapping[str, object]) -> dict[str, ArrayType | ArrayListType | TileType]:
     """Map a user signature (positional over non-constant params, or by name) to IR parameter types."""
     from tilejit.language.frontend.params import constant_params, signature_params
 

@@ -26,7 +26,8 @@ from tilejit.api.compile import (
 )
 from tilejit.api.signature import ALONE, EXTENT16, array_key, launch_facts, scalar_type_of
 from tilejit.errors import LaunchError, TargetError
-from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, DType, TileType, normalize_const
+from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayListType, ArrayType, DType, TileType, normalize_const
+from tilejit.runtime.array_table import ArrayTable
 from tilejit.runtime.interop import _BY_TYPE as _VIEW_BY_TYPE
 from tilejit.runtime.interop import ArrayView as _AV
 
@@ -472,6 +473,13 @@ _KERNEL_ENV = ("fast", "specialize", "slow", "classify", "own_of", "for_thread",
 _FUNCTION_ENV = ("owner", "current_device", "current_stream_handle", "grid", "stream")
 
 
+#: Keywords a launch takes besides the kernel's parameters (``kernel[grid](..., num_warps=8)``), each overriding the
+#: kernel's own for that launch's specialization; a parameter of the same name hides one.
+LAUNCH_OPTIONS = ("num_warps", "num_stages")
+#: The first item of a checked launch's fast key when it gives launch options (generated keys start with a device).
+_OPTIONS = object()
+
+
 def _dispatch_prefix(names: Sequence[str]) -> str:
     """The prefix of every name the dispatch source makes: ``_tj_``, with more underscores while a parameter's name
     starts with it."""
@@ -482,7 +490,7 @@ def _dispatch_prefix(names: Sequence[str]) -> str:
 
 
 def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: Sequence[str],
-                     facts: bool = False, kernel: str = "kernel") -> str:
+                     facts: bool = False, kernel: str = "kernel", options: Sequence[str] = ()) -> str:
     """Source of ``make(...)``, which returns the launch function of one ``kernel[grid]`` for one thread.
 
     The function takes the kernel's own parameters (run-time ones positional or keyword, constants
@@ -498,7 +506,8 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     launches through that. A call with arguments missing or extra positional ones goes to
     ``Kernel._launch_given``, which checks it and raises. With ``facts`` the fast key also holds which arrays
     overlap no other and which have innermost extents of whole 16-byte units (``signature.launch_facts``), facts
-    the Tile IR backend compiles in.
+    the Tile IR backend compiles in. ``options`` are the launch options it takes by keyword (``num_warps``,
+    ``num_stages``: :data:`LAUNCH_OPTIONS` not named by a parameter); a call that gives one takes the checked path.
     """
     from tilejit.runtime.dispatch import bound_comment, int_dtype_text, make_header, nonlocal_lines
 
@@ -506,20 +515,24 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     p = _dispatch_prefix(names)
     miss = f"{p}MISSING"
     params = [f"{a}={miss}" for a in args] + [f"*{p}more"] + [f"{c}={miss}" for c in constants]
+    params += [f"{o}=None" for o in options]
     values = "(" + "".join(f"{name}, " for name in names) + ")"
-    forward = ", ".join([*args, f"*{p}more", *(f"{c}={c}" for c in constants)])
+    forward = ", ".join([*args, f"*{p}more", *(f"{c}={c}" for c in [*constants, *options])])
     # The last call again: the same objects, on the same device, with no extra arguments, and any torch tensor
     # among them reading the same as then.
     identity = " and ".join([*(f"{name} is {p}last_{name}" for name in names),
                              f"{p}current_device[0] is {p}memo_device", f"not {p}more"])
     states = [f"({p}read_{a} is None or {p}read_{a}({a}) == {p}state_{a})" for a in args]
-    hit = [f"if {identity}:"] if not args else [
+    no_options = "".join(f" and {o} is None" for o in options)
+    hit = [f"if {identity}{no_options}:"] if not args else [
         f"if ({identity}",
+        *([f"       {no_options}"] if options else []),
         f"        and ({p}no_state or {states[0]}",
         *(f"                and {state}" for state in states[1:]),
     ]
     hit[-1] += ")):" if args else ""
-    given = " or ".join([f"{p}more", *(f"{name} is {miss}" for name in names)])
+    given = " or ".join([f"{p}more", *(f"{name} is {miss}" for name in names), *(f"{o} is not None" for o in options)])
+    given_options = "".join(f", {o}={o}" for o in options)
     consts = "(" + "".join(f"({c}.__class__, {c}), " for c in constants) + ")"
     classify: list[str] = []
     for a in args:
@@ -608,7 +621,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         "else:",
         f"    {p}memo_device = {p}NOKEEP  # the private launcher's buffers may be rewritten below",
         f"    if {given}:",
-        f"        return {p}slow({p}grid, {p}stream, {p}more, {values})",
+        f"        return {p}slow({p}grid, {p}stream, {p}more, {values}{given_options})",
         f"    {p}dev = {p}current_device[0]",
         f"    if {p}dev is None: {p}dev = {p}get_device()  # the thread's first device: chosen now",
         f"    {p}foreign = False  # whether an argument is another library's array",
@@ -698,6 +711,7 @@ class Kernel:
         self._annotated = _scalar_annotations(func, self._args)
         self._specs: dict[tuple[Any, ...], _Compiled] = {}
         self._fast: dict[tuple[Any, ...], _Compiled] = {}
+        self._options = [o for o in LAUNCH_OPTIONS if o not in self._params]  # those a launch takes by keyword
         self._bound: dict[object, Callable[..., None]] = {}
         self._lock = threading.Lock()
         self._fingerprint: str | None = None
@@ -749,7 +763,7 @@ class Kernel:
             from tilejit.runtime.stream import stream_handle
 
             src = _dispatch_source(self._args, self._constants, list(self._annotated), self._keys_facts(),
-                                   self.__name__)
+                                   self.__name__, self._options)
             p = _dispatch_prefix([*self._args, *self._constants])
             env = {
                 "fast": self._fast, "specialize": self._specialize, "slow": self._launch_given, "classify": classify,
@@ -819,9 +833,9 @@ class Kernel:
         return [values[a] for a in self._args], consts
 
     def _launch_given(self, grid: tuple[int, int, int], stream: Any, more: tuple[Any, ...],
-                      values: tuple[Any, ...]) -> None:
+                      values: tuple[Any, ...], num_warps: Any = None, num_stages: Any = None) -> None:
         """A call the generated launch function leaves to the checked path (arguments missing, extra
-        positional ones, an unhashable constant): ``values`` holds every parameter, run-time ones
+        positional ones, an unhashable constant, launch options): ``values`` holds every parameter, run-time ones
         first, ``_MISSING`` where not given; ``more`` the extra positional arguments."""
         n = len(self._args)
         if more:  # Python filled every positional parameter before collecting extras
@@ -830,10 +844,26 @@ class Kernel:
         else:
             args = ()
             kwargs = {p: v for p, v in zip([*self._args, *self._constants], values) if v is not _MISSING}
-        self._launch(grid, stream, args, kwargs)
+        options = None
+        if num_warps is not None or num_stages is not None:
+            options = self._launch_options(num_warps, num_stages)
+        self._launch(grid, stream, args, kwargs, options)
 
-    def _launch(self, grid: tuple[int, int, int], stream: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """The checked launch: every argument checked and classified, no remembered state."""
+    def _launch_options(self, num_warps: Any, num_stages: Any) -> tuple[int | None, int | None]:
+        """(block threads, pipeline stages) of a launch given ``num_warps=`` or ``num_stages=``: each overrides the
+        kernel's own (``@tj.kernel(num_warps=..., num_stages=...)``), the other stays the kernel's."""
+        where = f"{self.__name__}[grid](..., num_warps=..., num_stages=...)"
+        try:
+            threads = self.num_threads if num_warps is None else block_threads(None, num_warps, where)
+            stages = self.num_stages if num_stages is None else check_num_stages(num_stages, where)
+        except (TypeError, ValueError) as exc:
+            raise LaunchError(str(exc)) from None
+        return threads, stages
+
+    def _launch(self, grid: tuple[int, int, int], stream: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                options: tuple[int | None, int | None] | None = None) -> None:
+        """The checked launch: every argument checked and classified, no remembered state; ``options``: the
+        launch's (block threads, pipeline stages), when it gives ``num_warps=`` or ``num_stages=``."""
         from tilejit.runtime.device import get_device
         from tilejit.runtime.dispatch import classify
 
@@ -850,39 +880,44 @@ class Kernel:
         if self._keys_facts():
             key.append(launch_facts(views))
         k = tuple(key)
-        compiled = self._fast.get(k)
+        compiled = self._fast.get(k if options is None else (_OPTIONS, options, *k))
         if compiled is None:
-            compiled = self._specialize(k, list(run_args), views, consts)
+            compiled = self._specialize(k, list(run_args), views, consts, options)
         compiled.launcher(grid, views, stream)
 
     def _specialize(
-        self, fast_key: tuple[Any, ...], run_args: list[Any], views: list[Any], consts: tuple[Any, ...]
+        self, fast_key: tuple[Any, ...], run_args: list[Any], views: list[Any], consts: tuple[Any, ...],
+        options: tuple[int | None, int | None] | None = None,
     ) -> _Compiled:
-        """The specialization for a launch whose fast key (device first) is new, compiled if need be."""
+        """The specialization for a launch whose fast key (device first) is new, compiled if need be; ``options``:
+        the launch's (block threads, pipeline stages) in place of the kernel's (keyed apart)."""
         device = fast_key[0]
         arg_types, hints = self._types_of(run_args, views, fast_key[-1] if self._keys_facts() else None)
         typed = tuple((c.__class__, c) for c in consts)
-        key = (device, typed, tuple(arg_types.values()), tuple(sorted(hints.items())))
+        key = (device, typed, tuple(arg_types.values()), tuple(sorted(hints.items())), options)
         with self._lock:
             compiled = self._specs.get(key)
             if compiled is None:
-                compiled = self._build(arg_types, hints, consts, device)
+                # options only when given: stand-ins of _build (tests) take the four others
+                compiled = self._build(arg_types, hints, consts, device, *(() if options is None else (options,)))
                 self._specs[key] = compiled
             if len(self._fast) >= _MEMO_LIMIT:
                 self._fast.clear()
-            self._fast[fast_key] = compiled
+            self._fast[fast_key if options is None else (_OPTIONS, options, *fast_key)] = compiled
             return compiled
 
     def _types_of(
         self, run_args: list[Any], views: list[Any], facts: tuple[int | None, ...] | None = None
-    ) -> tuple[dict[str, ArrayType | TileType], dict[str, Any]]:
+    ) -> tuple[dict[str, ArrayType | ArrayListType | TileType], dict[str, Any]]:
         """IR parameter types and backend layout hints of one launch's arguments; ``facts``: the launch facts of
         its fast key, when it holds them (a fact not in the key must not reach the hints)."""
-        arg_types: dict[str, ArrayType | TileType] = {}
+        arg_types: dict[str, ArrayType | ArrayListType | TileType] = {}
         hints: dict[str, Any] = {}
         for i, (name, a, v) in enumerate(zip(self._args, run_args, views)):
             if v.__class__ is not _AV:
                 arg_types[name] = self._annotated.get(name) or scalar_type_of(name, a)
+            elif v[4].__class__ is ArrayTable:  # an array list: no layout facts of its arrays
+                arg_types[name] = ArrayListType(BY_NAME[v[4].dtype], v[4].ndim)
             else:
                 dtype, ndim, unit, aligned, index32 = array_key(v.dtype, v.shape, v.strides, v.ptr)
                 if v.ptr % dtype.itemsize:  # the fast key holds ptr & 15, so every such address comes here
@@ -898,8 +933,8 @@ class Kernel:
         return arg_types, hints
 
     def _build(
-        self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], consts: tuple[Any, ...],
-        device: Any,
+        self, arg_types: dict[str, ArrayType | ArrayListType | TileType], hints: dict[str, Any],
+        consts: tuple[Any, ...], device: Any, options: tuple[int | None, int | None] | None = None,
     ) -> _Compiled:
         """Compile (or fetch from the disk cache) one specialization and load it on ``device``, with the backend
         ``choose_backend`` picks; under ``auto``, a kernel the Tile IR backend refuses (``FALLBACK_ERRORS``), or a
@@ -911,39 +946,46 @@ class Kernel:
         if self._fingerprint is None:
             self._fingerprint = _source_fingerprint(self.func)
         device_target = parse_target(device.arch)
-        backend, _ = choose_backend(self.backend, device_target, num_threads=self.num_threads)
+        opts = options or (self.num_threads, self.num_stages)
+        backend, _ = choose_backend(self.backend, device_target, num_threads=opts[0])
         constants = dict(zip(self._constants, consts))
         auto = requested_backend(self.backend) == "auto"
         if backend.name == "cuda" or not auto:
-            return self._load(backend, device_target, arg_types, hints, constants, device, auto)
+            return self._load(backend, device_target, arg_types, hints, constants, device, auto, opts)
         refusals: tuple[type[Exception], ...] = (*FALLBACK_ERRORS, DriverVersionError)
         try:
-            return self._load(backend, device_target, arg_types, hints, constants, device, auto)
+            return self._load(backend, device_target, arg_types, hints, constants, device, auto, opts)
         except refusals as exc:
             log_fallback(self.__name__, exc)
-        return self._load(get_backend("cuda"), device_target, arg_types, hints, constants, device, auto)
+        return self._load(get_backend("cuda"), device_target, arg_types, hints, constants, device, auto, opts)
 
-    def _load(self, backend: Backend, device_target: Target, arg_types: dict[str, ArrayType | TileType],
-              hints: dict[str, Any], constants: dict[str, Any], device: Any, auto: bool) -> _Compiled:
-        """Load one specialization with ``backend``, trying each of its targets for the device in turn."""
+    def _load(self, backend: Backend, device_target: Target,
+              arg_types: dict[str, ArrayType | ArrayListType | TileType], hints: dict[str, Any],
+              constants: dict[str, Any], device: Any, auto: bool,
+              opts: tuple[int | None, int | None] = (None, None)) -> _Compiled:
+        """Load one specialization with ``backend``, trying each of its targets for the device in turn; ``opts``:
+        its (block threads, pipeline stages)."""
         from tilejit.api.loader import load_artifact
 
         assert self._fingerprint is not None
         *first, last = backend.launch_targets(device_target)
         for target in first:
             try:
-                return load_artifact(self._artifact(arg_types, hints, constants, target, backend.name, auto),
+                return load_artifact(self._artifact(arg_types, hints, constants, target, backend.name, auto, opts),
                                      self._fingerprint, device)
             except TargetError:  # e.g. sm_90a, which an NVRTC older than 12.0 lacks
                 pass
-        return load_artifact(self._artifact(arg_types, hints, constants, last, backend.name, auto), self._fingerprint,
-                             device)
+        return load_artifact(self._artifact(arg_types, hints, constants, last, backend.name, auto, opts),
+                             self._fingerprint, device)
 
-    def _artifact(self, arg_types: dict[str, ArrayType | TileType], hints: dict[str, Any], constants: dict[str, Any],
-                  target: Any, backend: str, auto: bool = False) -> Artifact:
-        """The artifact of one specialization for ``target`` with ``backend`` (``auto``: ``Artifact.auto``)."""
-        return Artifact(self.func, self.func.__name__, arg_types, constants, target, self.num_threads, hints, backend,
-                        self.num_ctas, self.occupancy, auto, num_stages=self.num_stages)
+    def _artifact(self, arg_types: dict[str, ArrayType | ArrayListType | TileType], hints: dict[str, Any],
+                  constants: dict[str, Any], target: Any, backend: str, auto: bool = False,
+                  opts: tuple[int | None, int | None] | None = None) -> Artifact:
+        """The artifact of one specialization for ``target`` with ``backend`` (``auto``: ``Artifact.auto``);
+        ``opts``: (block threads, pipeline stages), by default the kernel's."""
+        threads, stages = opts or (self.num_threads, self.num_stages)
+        return Artifact(self.func, self.func.__name__, arg_types, constants, target, threads, hints, backend,
+                        self.num_ctas, self.occupancy, auto, num_stages=stages)
 
 
 def kernel(func: Callable[..., Any] | None = None, *, num_threads: int | None = None,

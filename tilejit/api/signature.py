@@ -14,6 +14,7 @@ from typing import Any
 from tilejit.errors import LaunchError
 from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType, float32, int32, scalar
 from tilejit.language.ir.types import bool_ as tj_bool
+from tilejit.runtime.array_table import ArrayTable
 from tilejit.runtime.interop import ArrayView
 
 _INT32_MAX = (1 << 31) - 1  # strides below this are index32
@@ -66,15 +67,19 @@ ALONE, EXTENT16 = 1, 2
 
 def launch_facts(views: Sequence[Any]) -> tuple[int | None, ...]:
     """For each argument, the ``ALONE | EXTENT16`` bits of an array (from pointer, shape, strides in elements and
-    itemsize), ``None`` for a scalar: the ``ArrayHint.disjoint``/``extent16`` facts of one launch, in its fast
-    key when the backend uses them, so written for speed (one pass, no helper calls)."""
+    itemsize), ``None`` for a scalar (no ``ALONE`` at all when an array list is among them): the
+    ``ArrayHint.disjoint``/``extent16`` facts of one launch, in its fast key when the backend uses them, so written
+    for speed (one pass, no helper calls)."""
     spans: list[tuple[int, int] | None] = []
     facts: list[int | None] = []
+    lists = False  # an array list's arrays may overlap any argument: then no array is known alone
     for v in views:
         if v.__class__ is not ArrayView:
             spans.append(None)
             facts.append(None)
             continue
+        if v[4].__class__ is ArrayTable:
+            lists = True
         low = high = 0
         shape = v[1]
         for n, s in zip(shape, v[2]):
@@ -89,7 +94,7 @@ def launch_facts(views: Sequence[Any]) -> tuple[int | None, ...]:
         spans.append((v[0] + low * item, v[0] + (high + 1) * item))
         facts.append(EXTENT16 if shape and shape[-1] * item % 16 == 0 else 0)
     for i, a in enumerate(spans):
-        if a is None:
+        if a is None or lists:
             continue
         start, end = a
         for j, b in enumerate(spans):

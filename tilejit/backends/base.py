@@ -38,6 +38,9 @@ _LOADED: dict[str, Backend] = {}
 FALLBACK_ERRORS: tuple[type[Exception], ...] = (TileIRUnsupportedError, TileirasError)
 
 ParamSpec = tuple[str, str, int, str] | tuple[str, str, int] | tuple[str, str]
+#: The parameter ABI of an array-list parameter in both backends: its launch table (``runtime.array_table``) as a
+#: rank-2 int64 array, one row of pointer, shape and strides per array.
+ARRAY_LIST_SPEC: ParamSpec = ("array", "int64", 2)
 
 
 class KernelHints(NamedTuple):
@@ -235,6 +238,7 @@ def wants_launch_facts(requested: str | None, *, num_threads: int | None = None)
     return num_threads is None and get_backend("tileir").missing() is None
 
 
-__all__ = ["CHOICES", "FALLBACK_ERRORS", "NO_HINTS", "Backend", "KernelHints", "KernelImage", "choose_backend",
+__all__ = ["ARRAY_LIST_SPEC", "CHOICES", "FALLBACK_ERRORS", "NO_HINTS", "Backend", "KernelHints", "KernelImage",
+           "choose_backend",
            "fallback_reason", "get_backend", "log_fallback", "requested_backend", "unavailable_error",
            "wants_launch_facts"]

@@ -18,7 +18,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-from tilejit.backends.base import NO_HINTS, Backend, KernelHints, KernelImage, ParamSpec
+from tilejit.backends.base import ARRAY_LIST_SPEC, NO_HINTS, Backend, KernelHints, KernelImage, ParamSpec
 from tilejit.logs import logger_for, ms_since
 
 if TYPE_CHECKING:
@@ -142,11 +142,12 @@ def flat_params(params: tuple[tuple[str, ParamSpec], ...]) -> list[tuple[int, in
 
 
 def launch_params(fn: Function, hints: Mapping[str, ArrayHint] | None = None) -> tuple[tuple[str, ParamSpec], ...]:
-    """The launch ABI of ``fn``'s parameters, as the CUDA backend states it: arrays, then scalars as themselves.
+    """The launch ABI of ``fn``'s parameters, as the CUDA backend states it: arrays, array lists' tables
+    (``ARRAY_LIST_SPEC``), scalars as themselves.
     An array whose ``hints`` entry has ``index32`` is marked ``index32``: the kernel assumes its shapes and strides
     are in [0, 2**31), and the launcher refuses a launch where they are not."""
     from tilejit.errors import CompileError
-    from tilejit.language.ir.types import ArrayType, TileType
+    from tilejit.language.ir.types import ArrayListType, ArrayType, TileType
 
     params: list[tuple[str, ParamSpec]] = []
     for name, v in zip(fn.param_names, fn.params):
@@ -156,10 +157,13 @@ def launch_params(fn: Function, hints: Mapping[str, ArrayHint] | None = None) ->
             params.append((name, ("array", t.dtype.name, t.ndim, "index32")))
         elif isinstance(t, ArrayType):
             params.append((name, ("array", t.dtype.name, t.ndim)))
+        elif isinstance(t, ArrayListType):
+            params.append((name, ARRAY_LIST_SPEC))
         elif isinstance(t, TileType) and t.is_scalar:
             params.append((name, ("scalar", t.dtype.name)))
         else:
-            raise CompileError(f"kernel {fn.name}: parameter '{name}' has type {t}; only arrays and scalars")
+            raise CompileError(f"kernel {fn.name}: parameter '{name}' has type {t}; only arrays, array lists and "
+                               "scalars")
     return tuple(params)
 
 

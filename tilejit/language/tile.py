@@ -102,6 +102,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 from tilejit.errors import TileCompileError
 from tilejit.language.ir.types import (
     DType,
+    array_list,
     bfloat16,
     bool_,
     float16,
@@ -712,7 +713,7 @@ _DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, floa
 __all__ = [
     "Constant", "TileFunction", "function", "static_range", "cdiv", "bid", "num_blocks", "num_tiles",
     "load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
-    "fence", "barrier", "print", "multiple_of", "max_contiguous",
+    "fence", "barrier", "print", "multiple_of", "max_contiguous", "array_list",
     "full", "zeros", "ones", "arange", "where", "astype", "reshape", "transpose", "expand_dims", "broadcast_to",
     "extract", "cat", "split", "join",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil",

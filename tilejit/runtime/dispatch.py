@@ -64,8 +64,9 @@ def classify(name: str, value: Any, annotated: bool = False) -> tuple[Any, Any]:
     """(what the launcher receives, the fast-key entry) of the tile-kernel argument ``value`` of parameter ``name``:
     a device array of any kind gives its ``ArrayView`` and :func:`array_key`; a Python int itself and its
     :func:`int_dtype`, a float or bool itself and its type (both None when ``annotated``: the annotation fixes
-    the type); a numpy scalar or 0-d array itself and ``("scalar", dtype)``. Anything else: a ``LaunchError``
-    naming the parameter."""
+    the type); a numpy scalar or 0-d array itself and ``("scalar", dtype)``; a tuple or list of device arrays (an
+    array list) the view of its table (``runtime.array_table``) and ``("arrays", dtype, rank)``. Anything else: a
+    ``LaunchError`` naming the parameter."""
     cls = value.__class__
     if cls is int:
         return value, None if annotated else int_dtype(value)
@@ -73,6 +74,12 @@ def classify(name: str, value: Any, annotated: bool = False) -> tuple[Any, Any]:
         return value, None if annotated else cls
     if cls is DeviceArray:
         view = value._view
+    elif cls is tuple or cls is list:
+        from tilejit.runtime.array_table import table_view
+
+        view = table_view(name, value)
+        table = view.owner
+        return view, ("arrays", table.dtype, table.ndim)  # type: ignore[attr-defined]
     else:
         try:
             view = as_view(value)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tilejit.backends.base import ARRAY_LIST_SPEC
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.abi import ParamSpec, device_headers
 from tilejit.backends.cuda.lower import Lowering
@@ -22,7 +23,7 @@ from tilejit.backends.cuda.values import CV, c_ident, kernel_symbol
 from tilejit.errors import CompileError, TileCompileError
 from tilejit.language.ir.core import UNKNOWN_LOC, Loc, Op
 from tilejit.language.ir.ops import Function, MmaOp
-from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayType, TileType
+from tilejit.language.ir.types import BY_NAME, ArrayHint, ArrayListType, ArrayType, TileType
 
 #: Kernel parameter space: 4 KiB, or 32764 bytes with CUDA 12.1+ on sm_70 and newer (CUDA programming guide).
 PARAM_BYTES = 4096
@@ -146,12 +147,17 @@ def generate(
             decls.append(f"tj::Array<{tables.ctype(t.dtype)}, {t.ndim}> {cname}")
             params.append((pname, ("array", t.dtype.name, t.ndim)))
             lw.vals[v] = CV("array", cname, t.dtype)
+        elif isinstance(t, ArrayListType):  # its table: one int64 row per array (tj::array_item)
+            decls.append(f"tj::Array<tj::i64, 2> {cname}")
+            params.append((pname, ARRAY_LIST_SPEC))
+            lw.vals[v] = CV("array_list", cname, t.dtype)
         elif isinstance(t, TileType) and t.is_scalar:
             decls.append(f"{tables.ctype(t.dtype)} {cname}")
             params.append((pname, ("scalar", t.dtype.name)))
             lw.vals[v] = CV("scalar", cname, t.dtype)
         else:
-            raise CompileError(f"kernel {fn.name}: parameter '{pname}' has type {t}; only arrays and scalars")
+            raise CompileError(f"kernel {fn.name}: parameter '{pname}' has type {t}; only arrays, array lists and "
+                               "scalars")
     check_param_space(fn, params, plan.arch, nvrtc_version)
     lw.line("const int tj_tid = threadIdx.x;")
     lw.line("extern __shared__ __align__(16) unsigned char tj_smem[];")

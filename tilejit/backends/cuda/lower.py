@@ -192,6 +192,18 @@ class Lowering:
         field = "shape" if op.which == "shape" else "stride"
         self.define_scalar(op.result, f"{self.vals[op.array].text}.{field}[{op.axis}]")
 
+    def op_ArrayItemOp(self, op: O.ArrayItemOp) -> None:
+        t = op.result.type
+        assert isinstance(t, ArrayType)
+        name = self.fresh("a")
+        self.line(f"const tj::Array<{tables.ctype(t.dtype)}, {t.ndim}> {name} = "
+                  f"tj::array_item<{tables.ctype(t.dtype)}, {t.ndim}>({self.vals[op.arrays].text}, "
+                  f"(tj::i64){self.scalar(op.index)});")
+        self.vals[op.result] = CV("array", name, t.dtype)
+
+    def op_ArrayCountOp(self, op: O.ArrayCountOp) -> None:
+        self.define_scalar(op.result, f"(tj::i32){self.vals[op.arrays].text}.shape[0]")
+
     # ------------------------------------------------------------------ elementwise
 
     def _elementwise(self, op: Op) -> None:

@@ -210,6 +210,7 @@ OPS: dict[str, OpSpec] = {
     "get_num_tile_blocks": OpSpec(46, ("res3",)),
     "get_tile_block_id": OpSpec(48, ("res3",)),
     "if": OpSpec(50, ("res*", "o", "regions")),
+    "int_to_ptr": OpSpec(51, ("res", "o")),
     "iota": OpSpec(58, ("res",)),
     "itof": OpSpec(59, ("res", "enum:signedness", "enum:rounding", "o")),
     "join_tokens": OpSpec(60, ("res*", "o*")),

@@ -592,6 +592,7 @@ OP_TEXT: dict[str, Callable[[Printer, TOp], str]] = {
     "mmaf": _mma,
     "mmai": _mma,
     "ptr_to_int": _convert,
+    "int_to_ptr": _convert,
     "ptr_to_ptr": _convert,
     "print_tko": _print,
 }

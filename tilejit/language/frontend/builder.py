@@ -16,6 +16,7 @@ from tilejit.language.ir import ops
 from tilejit.language.ir.core import UNKNOWN_LOC, Block, Loc, Op, Value
 from tilejit.language.ir.passes import round_to_dtype
 from tilejit.language.ir.types import (
+    ArrayListType,
     ArrayType,
     DType,
     TileType,
@@ -450,6 +451,16 @@ class Builder:
         if isinstance(v, int) and not isinstance(v, bool):
             return self.constant(v, TileType(default_dtype(v)))
         raise FrontendError(f"{what} must be an integer, got {describe(v)}")
+
+    def array_item(self, arrays: Value, index: Tile) -> Value:
+        """Array ``index`` of the array list ``arrays`` (an empty array when out of range)."""
+        assert isinstance(arrays.type, ArrayListType)
+        op = self.emit(ops.ArrayItemOp(results=[Value(arrays.type.element)], arrays=arrays, index=index.value))
+        return op.result
+
+    def array_count(self, arrays: Value) -> Tile:
+        """How many arrays the array list ``arrays`` holds (int32)."""
+        return self.tile(ops.ArrayCountOp, TileType(int32), arrays=arrays)
 
     def array_dim(self, array: Value, axis: int, which: str) -> Tile:
         assert isinstance(array.type, ArrayType)

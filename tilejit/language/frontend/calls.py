@@ -34,6 +34,7 @@ from tilejit.language.frontend.source import FrontendError
 from tilejit.language.frontend.values import (
     Array,
     ArrayDims,
+    ArrayList,
     BoundMethod,
     Tile,
     Undefined,
@@ -72,9 +73,10 @@ BUILTINS: dict[int, tuple[Callable[..., Any], Impl]] = {}
 
 #: The names of ``tile.__all__`` that tile code does not call: ``tj.Constant`` annotates a parameter,
 #: ``tj.function`` decorates a helper outside any kernel (whose ``TileFunction`` kernels call, inlined), and
-#: ``tj.RoundingMode``'s members are values of ``rounding_mode=``. The dtypes of ``tile.__all__`` are called as
+#: ``tj.RoundingMode``'s members are values of ``rounding_mode=``, ``tj.array_list`` names a parameter type for
+#: ``tj.compile``. The dtypes of ``tile.__all__`` are called as
 #: conversions (``tj.float16(x)``).
-HOST_ONLY = frozenset({"Constant", "function", "TileFunction", "RoundingMode"})
+HOST_ONLY = frozenset({"Constant", "function", "TileFunction", "RoundingMode", "array_list"})
 
 
 def builtin(api: Callable[..., Any]) -> Callable[[Impl], Impl]:
@@ -137,7 +139,8 @@ def norm_axis(axis: object, ndim: int, what: str) -> int:
 def as_array(v: object, fn: str) -> Array:
     if isinstance(v, Array):
         return v
-    raise FrontendError(f"tj.{fn}() expects a kernel array parameter as its first argument, got {describe(v)}")
+    hint = f"; index it for one of its arrays: {v.name}[i]" if isinstance(v, ArrayList) else ""
+    raise FrontendError(f"tj.{fn}() expects a kernel array parameter as its first argument, got {describe(v)}{hint}")
 
 
 def as_tile(tr: Translator, v: object, fn: str, what: str = "argument") -> Tile:
@@ -1078,6 +1081,8 @@ def static_text(v: object) -> str:
         return f"tile[{v.dtype.name}, {v.shape}]"
     if isinstance(v, Array):
         return f"array[{v.dtype.name}, {v.ndim}-d]"
+    if isinstance(v, ArrayList):
+        return f"array_list[{v.type.dtype.name}, {v.type.ndim}-d]"
     if isinstance(v, tuple | list) and not is_const(v):
         items = ", ".join(static_text(x) for x in v) + ("," if len(v) == 1 and isinstance(v, tuple) else "")
         return f"({items})" if isinstance(v, tuple) else f"[{items}]"
@@ -1148,6 +1153,15 @@ def get_attribute(tr: Translator, obj: object, attr: str) -> object:
         if attr == "dtype":
             return obj.dtype
         raise FrontendError(f"the array '{obj.name}' has no attribute '{attr}' (shape, strides, ndim, dtype)")
+    if isinstance(obj, ArrayList):
+        if attr == "ndim":
+            return obj.type.ndim
+        if attr == "dtype":
+            return obj.type.dtype
+        raise FrontendError(
+            f"the array list '{obj.name}' has no attribute '{attr}' (ndim, dtype; len({obj.name}) counts its "
+            f"arrays, {obj.name}[i] is one of them)"
+        )
     if isinstance(obj, ArrayDims | BoundMethod | Undefined) or not is_const(obj):
         raise FrontendError(f"{describe(obj)} has no attribute '{attr}'")
     if attr.startswith("__"):
@@ -1172,8 +1186,24 @@ def as_sequence(tr: Translator, v: object) -> tuple[object, ...] | None:
     return None
 
 
+def _array_item(tr: Translator, arrays: ArrayList, index: object) -> Array:
+    """``arrays[index]``: one array of an array list, by an integer scalar known at compile or run time (out of
+    range: an empty array, so loads read the padding and stores write nothing)."""
+    if (isinstance(index, Tile) and (not index.type.is_scalar or not index.dtype.is_int)) or (
+        not isinstance(index, Tile) and (isinstance(index, bool) or not isinstance(index, int))
+    ):
+        raise FrontendError(
+            f"the index into the array list '{arrays.name}' must be an integer scalar, got {describe(index)}"
+        )
+    ix = tr.b.index_scalar(index, f"the index into '{arrays.name}'")
+    shown_ix = str(index) if isinstance(index, int) else "i"
+    return Array(tr.b.array_item(arrays.value, ix), f"{arrays.name}[{shown_ix}]")
+
+
 def subscript(tr: Translator, obj: object, index: object) -> object:
-    """``obj[index]``: tuples and constants, ``array.shape[i]``, and ``tile[None, :]``."""
+    """``obj[index]``: tuples and constants, ``array.shape[i]``, ``tile[None, :]`` and ``arrays[i]``."""
+    if isinstance(obj, ArrayList):
+        return _array_item(tr, obj, index)
     if isinstance(index, Tile):
         raise FrontendError(
             f"the index into {describe(obj)} must be a compile-time constant, got {describe(index)} (a range() "
@@ -1267,6 +1297,8 @@ def _py_len(tr: Translator, v: object) -> object:
         return v.shape[0]
     if isinstance(v, Array):
         return tr.b.array_dim(v.value, 0, "shape")
+    if isinstance(v, ArrayList):
+        return tr.b.array_count(v.value)
     if isinstance(v, ArrayDims):
         return v.array.ndim
     if isinstance(v, range):

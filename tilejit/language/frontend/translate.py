@@ -16,10 +16,10 @@ from tilejit.language.frontend.handlers import Translator
 from tilejit.language.frontend.params import closure_of, constant_params, constant_type, signature_params, unwrap
 from tilejit.language.frontend.scope import ControlSignal, FuncCtx, Scope, assigned_names
 from tilejit.language.frontend.source import get_source
-from tilejit.language.frontend.values import Array, Tile
+from tilejit.language.frontend.values import Array, ArrayList, Tile
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Value
-from tilejit.language.ir.types import ArrayType, TileType, normalize_const
+from tilejit.language.ir.types import ArrayListType, ArrayType, TileType, normalize_const
 
 #: the recursion limit while a kernel is translated (nested expressions and helper calls recurse)
 _RECURSION_LIMIT = 6000
@@ -46,7 +46,7 @@ def _check_constant(func: Callable[..., Any], src: Any, name: str, value: object
 
 def translate(
     func: Callable[..., Any],
-    arg_types: Mapping[str, ArrayType | TileType],
+    arg_types: Mapping[str, ArrayType | ArrayListType | TileType],
     constants: Mapping[str, object],
     *,
     name: str | None = None,
@@ -91,13 +91,20 @@ def translate(
                 raise src.error(f"parameter '{p}': arrays must have 1 to 4 dims, got {t.ndim}", src.tree)
             v = Value(t, p)
             scope.set(p, Array(v, p), src.tree)
+        elif isinstance(t, ArrayListType):
+            if not 1 <= t.ndim <= 4:
+                raise src.error(f"parameter '{p}': the arrays of an array list must have 1 to 4 dims, got {t.ndim}",
+                                src.tree)
+            v = Value(t, p)
+            scope.set(p, ArrayList(v, p), src.tree)
         elif isinstance(t, TileType):
             if not t.is_scalar:
                 raise src.error(f"parameter '{p}': scalar parameters have shape (), got {t}", src.tree)
             v = Value(t, p)
             scope.set(p, Tile(v), src.tree)
         else:
-            raise src.error(f"parameter '{p}': expected an ArrayType or a scalar TileType, got {t!r}", src.tree)
+            raise src.error(f"parameter '{p}': expected an ArrayType, an ArrayListType or a scalar TileType, got "
+                            f"{t!r}", src.tree)
         args.append(v)
         names.append(p)
 

@@ -1,7 +1,8 @@
 """What a name or an expression stands for while a kernel is translated.
 
-Run-time values wrap an IR ``Value``: ``Tile`` (a tile or 0-d scalar) and ``Array`` (a kernel
-array parameter). Everything else is a compile-time constant and is kept as the plain Python
+Run-time values wrap an IR ``Value``: ``Tile`` (a tile or 0-d scalar), ``Array`` (a kernel
+array parameter, or one array of an array list) and ``ArrayList`` (a parameter holding a run-time number of
+arrays). Everything else is a compile-time constant and is kept as the plain Python
 object (ints, floats, bools, strings, dtypes, tuples, functions, modules...). A Python tuple may
 mix both; it is constant only when all its items are.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilejit.language.ir.core import Value
-from tilejit.language.ir.types import ArrayType, DType, TileType
+from tilejit.language.ir.types import ArrayListType, ArrayType, DType, TileType
 
 
 class Tile:
@@ -73,6 +74,26 @@ class Array:
         return f"Array({self.name}: {self.type})"
 
 
+class ArrayList:
+    """A kernel parameter holding a run-time number of arrays of one dtype and rank; ``lst[i]`` is one of them."""
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, value: Value, name: str) -> None:
+        assert isinstance(value.type, ArrayListType)
+        self.value = value
+        self.name = name
+
+    @property
+    def type(self) -> ArrayListType:
+        t = self.value.type
+        assert isinstance(t, ArrayListType)
+        return t
+
+    def __repr__(self) -> str:
+        return f"ArrayList({self.name}: {self.type})"
+
+
 @dataclass(frozen=True)
 class ArrayDims:
     """``array.shape`` or ``array.strides``: indexing it reads one run-time dimension."""
@@ -96,7 +117,7 @@ class Undefined:
     reason: str
 
 
-RUNTIME_TYPES = (Tile, Array, ArrayDims, BoundMethod, Undefined)
+RUNTIME_TYPES = (Tile, Array, ArrayList, ArrayDims, BoundMethod, Undefined)
 
 
 def is_const(v: object) -> bool:
@@ -144,6 +165,8 @@ def describe(v: object) -> str:
         return f"a {'scalar' if v.type.is_scalar else 'tile'} of type {v.type}"
     if isinstance(v, Array):
         return f"the array '{v.name}' ({v.type})"
+    if isinstance(v, ArrayList):
+        return f"the array list '{v.name}' ({v.type})"
     if isinstance(v, ArrayDims):
         return f"{v.array.name}.{'shape' if v.which == 'shape' else 'strides'}"
     if isinstance(v, BoundMethod):

@@ -65,6 +65,25 @@ class ArrayDimOp(Op):
     which: str = attribute("shape")
 
 
+@dataclass(eq=False, kw_only=True)
+class ArrayItemOp(Op):
+    """Array ``index`` (an integer scalar known at run time) of the array list ``arrays``: an ``ArrayType`` value
+    with that array's pointer, shape and strides. An index outside ``[0, len)`` gives an empty array (every
+    shape 0): loads from it read the padding, stores to it write nothing."""
+
+    NAME: ClassVar[str] = "array_item"
+    arrays: Value = operand()
+    index: Value = operand()
+
+
+@dataclass(eq=False, kw_only=True)
+class ArrayCountOp(Op):
+    """The number of arrays in the array list ``arrays``, known at run time: an int32 scalar."""
+
+    NAME: ClassVar[str] = "array_count"
+    arrays: Value = operand()
+
+
 # ---------------------------------------------------------------------------------------------
 # Memory
 
@@ -517,10 +536,10 @@ class Function:
 
 
 ALL_OPS: tuple[type[Op], ...] = (
-    ConstantOp, ArangeOp, BlockIdOp, NumBlocksOp, ArrayDimOp, LoadOp, StoreOp, GatherOp, ScatterOp,
-    AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, FmaOp, CompareOp, SelectOp, CastOp, AssumeOp,
-    ReshapeOp, PermuteOp, BroadcastOp, ExtractOp, CatOp, JoinOp, SplitOp, ReduceOp, ArgReduceOp, ScanOp, MmaOp,
-    ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp, ReturnOp,
+    ConstantOp, ArangeOp, BlockIdOp, NumBlocksOp, ArrayDimOp, ArrayItemOp, ArrayCountOp, LoadOp, StoreOp, GatherOp,
+    ScatterOp, AtomicOp, FenceOp, BarrierOp, PrintOp, UnaryOp, BinaryOp, FmaOp, CompareOp, SelectOp, CastOp,
+    AssumeOp, ReshapeOp, PermuteOp, BroadcastOp, ExtractOp, CatOp, JoinOp, SplitOp, ReduceOp, ArgReduceOp, ScanOp,
+    MmaOp, ForOp, LoopOp, IfOp, YieldOp, ContinueOp, BreakOp, ReturnOp,
 )
 
 __all__ = [cls.__name__ for cls in ALL_OPS] + [

@@ -227,7 +227,51 @@ class ArrayHint(Record):
         self._init(unit_stride, aligned16, index32, disjoint, extent16)
 
 
-Type = TileType | ArrayType
+class ArrayListType(Record):
+    """A kernel parameter holding a run-time number of arrays of one dtype and rank (issue 20): each element has its
+    own pointer, shape and strides, all at run time; indexing it (``ArrayItemOp``) with a run-time integer gives an
+    ``ArrayType`` value. A launch passes it as a table with one row of ``1 + 2 * ndim`` int64 (pointer, shape,
+    strides) per array, plus an all-zero row (an empty array) that an index out of range reads."""
+
+    _fields = ("dtype", "ndim")
+    __slots__ = _fields
+    dtype: DType
+    ndim: int
+
+    def __init__(self, dtype: DType, ndim: int) -> None:
+        self._init(dtype, ndim)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not ArrayListType:
+            return NotImplemented
+        return self.ndim == other.ndim and self.dtype == other.dtype  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(("list", self.dtype.name, self.ndim))
+
+    @property
+    def element(self) -> ArrayType:
+        """The type of one of its arrays."""
+        return ArrayType(self.dtype, self.ndim)
+
+    @property
+    def record(self) -> int:
+        """int64 words per array in the launch's table: pointer, shape, strides."""
+        return 1 + 2 * self.ndim
+
+    def __str__(self) -> str:
+        return f"array_list<{self.dtype}, {self.ndim}>"
+
+
+def array_list(element: ArrayType) -> ArrayListType:
+    """``tj.array_list(tj.float16[:, :])``: the type of a parameter that takes a tuple or list of such arrays
+    (for ``tj.compile``; a launch infers it from the arrays given)."""
+    if not isinstance(element, ArrayType):
+        raise TypeError(f"tj.array_list takes an array type such as tj.float32[:, :], got {element!r}")
+    return ArrayListType(element.dtype, element.ndim)
+
+
+Type = TileType | ArrayType | ArrayListType
 
 
 def scalar(dtype: DType) -> TileType:

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from tilejit.errors import IRVerificationError
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Op, Value
-from tilejit.language.ir.types import ArrayType, TileType, bool_, int32, int64
+from tilejit.language.ir.types import ArrayListType, ArrayType, TileType, bool_, int32, int64
 
 _SINGLE_RESULT = (
-    ops.ConstantOp, ops.ArangeOp, ops.BlockIdOp, ops.NumBlocksOp, ops.ArrayDimOp, ops.LoadOp, ops.GatherOp,
-    ops.AtomicOp, ops.UnaryOp, ops.BinaryOp, ops.FmaOp, ops.CompareOp, ops.SelectOp, ops.CastOp, ops.AssumeOp,
-    ops.ReshapeOp, ops.PermuteOp, ops.BroadcastOp, ops.ExtractOp, ops.CatOp, ops.JoinOp, ops.ReduceOp,
+    ops.ConstantOp, ops.ArangeOp, ops.BlockIdOp, ops.NumBlocksOp, ops.ArrayDimOp, ops.ArrayCountOp, ops.LoadOp,
+    ops.GatherOp, ops.AtomicOp, ops.UnaryOp, ops.BinaryOp, ops.FmaOp, ops.CompareOp, ops.SelectOp, ops.CastOp,
+    ops.AssumeOp, ops.ReshapeOp, ops.PermuteOp, ops.BroadcastOp, ops.ExtractOp, ops.CatOp, ops.JoinOp, ops.ReduceOp,
     ops.ArgReduceOp, ops.ScanOp, ops.MmaOp,
 )
 _TWO_RESULTS = (ops.SplitOp,)
@@ -96,6 +96,25 @@ def _check_array_dim(op: ops.ArrayDimOp, r: TileType) -> None:
     if op.which not in ("shape", "stride"):
         raise _Check(f"which must be 'shape' or 'stride', got {op.which!r}")
     _same(r, TileType(int64), "result type")
+
+
+def _array_list(v: Value) -> ArrayListType:
+    if not isinstance(v.type, ArrayListType):
+        raise _Check(f"arrays must be an array list, got {v.type}")
+    return v.type
+
+
+def _check_array_count(op: ops.ArrayCountOp, r: TileType) -> None:
+    _array_list(op.arrays)
+    _same(r, TileType(int32), "result type")
+
+
+def _check_array_item(op: ops.ArrayItemOp, r: object) -> None:
+    lst = _array_list(op.arrays)
+    _int_scalar(op.index, "index")
+    if len(op.results) != 1:
+        raise _Check(f"must have exactly one result, has {len(op.results)}")
+    _same(op.results[0].type, lst.element, "result type vs the list's element type")
 
 
 def _check_index(array: Value, index: list[Value], what: str) -> ArrayType:
@@ -370,7 +389,8 @@ def _check_mma(op: ops.MmaOp, r: TileType) -> None:
 
 _OP_CHECKS: dict[type[Op], Callable[..., None]] = {
     ops.ConstantOp: _check_constant, ops.ArangeOp: _check_arange, ops.BlockIdOp: _check_grid,
-    ops.NumBlocksOp: _check_grid, ops.ArrayDimOp: _check_array_dim, ops.LoadOp: _check_load,
+    ops.NumBlocksOp: _check_grid, ops.ArrayDimOp: _check_array_dim, ops.ArrayCountOp: _check_array_count,
+    ops.ArrayItemOp: _check_array_item, ops.LoadOp: _check_load,
     ops.StoreOp: _check_store, ops.GatherOp: _check_gather, ops.ScatterOp: _check_scatter,
     ops.AtomicOp: _check_atomic, ops.FenceOp: _check_fence, ops.BarrierOp: _check_barrier,
     ops.PrintOp: _check_print, ops.UnaryOp: _check_unary, ops.BinaryOp: _check_binary, ops.FmaOp: _check_fma,
@@ -449,6 +469,8 @@ class _Verifier:
                     raise _Check(f"result must be a tile, got {r}")
                 _pow2_shape(r, "result")
                 check(op, r)
+            elif isinstance(op, ops.ArrayItemOp):
+                check(op, None)
             elif isinstance(op, _TWO_RESULTS):
                 if len(op.results) != 2:
                     raise _Check(f"must have two results, has {len(op.results)}")

@@ -276,7 +276,8 @@ def for_(lo: Lowerer, op: O.ForOp) -> None:
         isinstance(o, O.LoadOp) for o in op.body.walk()
     ):
         writes, reads = _arrays(lo.fn.body, written=True), _arrays(op.body, written=False)
-        if not reads & writes:
+        # an array of an array list has no span before the loop that may define it: such a loop keeps its token
+        if not reads & writes and all(a in lo.fn.params for a in reads | writes):
             pairs = _unknown_pairs(lo, reads, writes)
             if not pairs:  # nothing the kernel writes may share memory with what the loop reads
                 _for(lo, op, None, True)

@@ -33,7 +33,7 @@ from tilejit.backends.tileir.module import (
 from tilejit.errors import TileIRUnsupportedError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import UNKNOWN_LOC, Loc, Op, Value
-from tilejit.language.ir.types import ArrayHint, ArrayType, DType, TileType
+from tilejit.language.ir.types import ArrayHint, ArrayListType, ArrayType, DType, TileType
 
 I1 = Tile(Scalar("i1"))
 I32 = Tile(Scalar("i32"))
@@ -179,14 +179,15 @@ class Lowerer:
         def_loc = fn.body.ops[-1].loc if fn.body.ops else UNKNOWN_LOC  # the ReturnOp points at the def line
         for name, p in zip(fn.param_names, fn.params):
             t = p.type
-            elem = ELEMENTS.get(t.dtype.name) if isinstance(t, (ArrayType, TileType)) else None
+            elem = ELEMENTS.get(t.dtype.name) if isinstance(t, (ArrayType, ArrayListType, TileType)) else None
             if elem is None or (isinstance(t, TileType) and t.shape):
                 raise refusal(def_loc, f"the Tile IR backend cannot express parameter '{name}' of type {t} yet")
             stored = STORED.get(elem, elem)
-            if isinstance(t, ArrayType):
-                base = TValue(Tile(Ptr(Scalar(stored))), name)
-                shape = [TValue(I64, f"{name}_shape{d}") for d in range(t.ndim)]
-                strides = [TValue(I64, f"{name}_stride{d}") for d in range(t.ndim)]
+            if isinstance(t, ArrayType | ArrayListType):  # an array list: its table, a rank-2 int64 array
+                ndim = t.ndim if isinstance(t, ArrayType) else 2
+                base = TValue(Tile(Ptr(Scalar(stored if isinstance(t, ArrayType) else "i64"))), name)
+                shape = [TValue(I64, f"{name}_shape{d}") for d in range(ndim)]
+                strides = [TValue(I64, f"{name}_stride{d}") for d in range(ndim)]
                 self.params += [base, *shape, *strides]
                 self.arrays[p] = (base, shape, strides)
                 hint = self.hints.get(name)

@@ -28,7 +28,7 @@ from tilejit.backends.tileir.module import (
 from tilejit.compiler.targets import parse_target
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Op, Value
-from tilejit.language.ir.types import ArrayType, DType
+from tilejit.language.ir.types import ArrayType, DType, TileType
 
 BOOL = Scalar("i1")
 #: Atomic kinds: kind -> Tile IR ``atomic_rmw_tko`` mode for (float, signed int, unsigned int) arrays;
@@ -99,10 +99,12 @@ def view_facts(lo: Lowerer, op: Op, base: TValue, shape: list[TValue], strides: 
 
 
 def view(lo: Lowerer, op: Op, array: Value, tile: tuple[int, ...], padding: str | None) -> TValue:
-    """The partition view of ``array`` in tiles of ``tile`` (made once, at the top of the entry)."""
+    """The partition view of ``array`` in tiles of ``tile`` (made once, at the top of the entry; for an array of an
+    array list, which the body defines, where it is used)."""
     key = (array, tile, padding)
     if key in lo.views:
         return lo.views[key]
+    param = array in lo.fn.params
     at = array.type
     assert isinstance(at, ArrayType)
     hint = lo.array_hints.get(array)
@@ -118,11 +120,47 @@ def view(lo: Lowerer, op: Op, array: Value, tile: tuple[int, ...], padding: str 
     tv_type = TensorView(base.type.elem.elem, (None,) * n, static)
     dyn_strides = [s for s, st in zip(strides, static) if st is None]
     tv = TValue(tv_type, f"{base.name}_view")
-    lo.prologue.append(TOp("make_tensor_view", [tv], [base, list(shape), dyn_strides], {}, op.loc))
+    made = TOp("make_tensor_view", [tv], [base, list(shape), dyn_strides], {}, op.loc)
     pv = TValue(PartitionView(tile, tv_type, tuple(range(n)), padding), f"{base.name}_tiles")
-    lo.prologue.append(TOp("make_partition_view", [pv], [tv], {}, op.loc))
+    partitioned = TOp("make_partition_view", [pv], [tv], {}, op.loc)
+    if not param:
+        lo.blocks[-1] += [made, partitioned]
+        return pv
+    lo.prologue += [made, partitioned]
     lo.views[key] = pv
     return pv
+
+
+@rule(O.ArrayItemOp)
+def array_item(lo: Lowerer, op: O.ArrayItemOp) -> None:
+    """One array of an array list: its table's row ``index`` (row ``count``, all zeros, an empty array, when out
+    of range), read word by word (pointer, shape, strides: int64) with no token (no kernel writes a table), the
+    pointer made by ``int_to_ptr``."""
+    at = op.result.type
+    assert isinstance(at, ArrayType)
+    table, (count, _), (row_stride, _) = lo.arrays[op.arrays]
+    i = to_i64(lo, lo.value(op.index), op.index.type.dtype, op)  # type: ignore[attr-defined]
+    row = select(lo, below(lo, i, count, op), i, count, op)
+    first = binary(lo, "muli", row, row_stride, op, overflow="none")
+    words = []
+    for k in range(1 + 2 * at.ndim):
+        where = binary(lo, "addi", first, constant(lo, k, I64.elem, (), op), op, overflow="none")
+        ptr = TValue(table.type)
+        lo.emit("offset", [ptr], [table, where], op)
+        word, tok = TValue(I64, f"{op.result.name}_{k}" if op.result.name else ""), TValue(TOKEN)
+        lo.emit("load_ptr_tko", [word, tok], [ptr, None, None, None], op, ordering="weak")
+        words.append(word)
+    elem = lo.tile_type(TileType(at.dtype), op).elem
+    base = TValue(Tile(Ptr(stored_elem(elem))), op.result.name)
+    lo.emit("int_to_ptr", [base], [words[0]], op)
+    lo.arrays[op.result] = (base, words[1 : 1 + at.ndim], words[1 + at.ndim :])
+
+
+@rule(O.ArrayCountOp)
+def array_count(lo: Lowerer, op: O.ArrayCountOp) -> None:
+    """How many arrays an array list holds: its table's extent (int64), as int32."""
+    _, (count, _), _ = lo.arrays[op.arrays]
+    lo.emit("trunci", [lo.result(op)], [count], op, overflow="none")
 
 
 # ------------------------------------------------------------------ small value helpers

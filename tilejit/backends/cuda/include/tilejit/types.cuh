@@ -58,6 +58,23 @@ struct Array<T, 0> {
   T* ptr;
 };
 
+// One array of an array-list parameter, whose launch passes a table of shape (count, 1 + 2 * N): row i holds
+// array i's pointer, shape and strides as int64, and row `count` (past the shape) is all zeros, an empty array,
+// which an index outside [0, count) reads: its loads read the padding, its stores write nothing.
+template <class T, int N>
+__device__ __forceinline__ Array<T, N> array_item(const Array<i64, 2>& table, i64 i) {
+  const i64 count = table.shape[0];
+  const i64* rec = table.ptr + (i >= 0 && i < count ? i : count) * table.stride[0];
+  Array<T, N> a;
+  a.ptr = reinterpret_cast<T*>(rec[0]);
+#pragma unroll
+  for (int d = 0; d < N; ++d) {
+    a.shape[d] = rec[1 + d];
+    a.stride[d] = rec[1 + N + d];
+  }
+  return a;
+}
+
 // Arithmetic type of an element type: 16-bit floats compute in float.
 template <class T> struct Compute { typedef T type; };
 template <> struct Compute<half> { typedef float type; };
