@@ -107,6 +107,8 @@ from tilejit.language.ir.types import (
     float16,
     float32,
     float64,
+    float8_e4m3fn,
+    float8_e5m2,
     int8,
     int16,
     int32,
@@ -705,7 +707,8 @@ def _traceable(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
+_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64,
+           float8_e4m3fn, float8_e5m2)
 
 #: The tile language's names, listed here only: each is also ``tj.<name>`` (``tilejit.__getattr__`` reads this list),
 #: and each function is one the front end implements (``frontend.calls.BUILTINS``) unless ``calls.HOST_ONLY``.
@@ -722,7 +725,7 @@ __all__ = [
     "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul", "static_print", "static_assert",
     "umulhi", "philox", "randint4x", "randint", "rand", "randn",
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
 ]
 
 #: Every function of the language that takes tiles may meet a traced value in Python (not ``cdiv``, which computes on
