@@ -123,6 +123,17 @@ class Record:
     text: str | None = None
     refusal: str | None = None
     error: str | None = None
+    targets: tuple[str, ...] = TARGETS  # those Tile IR has the kernel's types for (8-bit floats: from sm_89)
+
+
+def kernel_targets(fn: Any) -> tuple[str, ...]:
+    """The ``TARGETS`` a kernel is checked for: tileiras has the 8-bit floats from sm_89 on (before, the lowering
+    refuses them, naming the CUDA backend)."""
+    from tilejit.language.ir.types import ArrayType, TileType
+
+    types = [p.type for p in fn.params] + [r.type for op in fn.body.walk() for r in op.results]
+    fp8 = any(isinstance(t, ArrayType | TileType) and t.dtype.is_float8 for t in types)
+    return tuple(t for t in TARGETS if t != "sm_80") if fp8 else TARGETS
 
 
 def record(fn: Any, test: str) -> Record:
@@ -133,7 +144,8 @@ def record(fn: Any, test: str) -> Record:
     file, _, function = test.partition("::")
     rec = Record(key=f"{Path(file).name}::{function.split('[')[0]}::{fn.name}", test=test)
     try:
-        for target in TARGETS:  # what a target lacks (bf16 atomic add before sm_90) is refused for it alone
+        rec.targets = kernel_targets(fn)
+        for target in rec.targets:  # what a target lacks (bf16 atomic add before sm_90) is refused for it alone
             bytecode = generate_bytecode(fn, target)
         rec.bytecode = generate_bytecode(fn, "sm_90") if target != "sm_90" else bytecode
         text = module_text(fn, "sm_90")
@@ -197,7 +209,7 @@ def check_records(records: list[Record], toolchain: Any, expected: dict[str, str
     def check(rec: Record) -> list[str]:
         assert rec.bytecode is not None
         found = []
-        for target in TARGETS:
+        for target in rec.targets:
             try:
                 run_tileiras(rec.bytecode, target, toolchain=toolchain, timeout=TILEIRAS_SECONDS)
             except Exception as exc:

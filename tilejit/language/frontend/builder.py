@@ -407,7 +407,7 @@ class Builder:
         signbit give bools (of integers: False, or ``x < 0``); popc/clz count bits of 32- and 64-bit integers into
         int32. ``rounding``/``ftz``: fast-math options (``fast_math``)."""
         t = self.as_tile(a)
-        no_float8(f"tj.{fn}()", t)
+        no_float8({"neg": "unary -", "invert": "operator ~"}.get(fn, f"tj.{fn}()"), t)
         if fn in ops.PREDICATE_FNS and not t.dtype.is_float:
             if fn == "signbit" and t.dtype.is_signed:
                 return self.compare("lt", t, 0)
