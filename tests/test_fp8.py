@@ -10,10 +10,11 @@ and int32, and the mma of both formats against a float64 product of the same 8-b
 outputs poisoned.
 """
 
-# ruff: noqa: F841  (kernels under test assign values only the front end looks at)
+
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -174,7 +175,7 @@ def test_every_pattern_reads_back_to_itself(name: str) -> None:
 def test_ties_go_to_even_and_overflow_is_nan_or_inf_not_saturated(name: str) -> None:
     d = BY_NAME[name]
     finite = sorted({v for v in (float8_value(b, d) for b in range(256)) if math.isfinite(v)})
-    for lo, hi in zip(finite, finite[1:]):
+    for lo, hi in itertools.pairwise(finite):
         mid = (lo + hi) / 2
         even = lo if float8_bits(lo, d) % 2 == 0 else hi
         assert round_float8(mid, d) == even, (lo, hi)
@@ -187,9 +188,9 @@ def test_ties_go_to_even_and_overflow_is_nan_or_inf_not_saturated(name: str) -> 
     tie = top if float8_bits(top, d) % 2 == 0 else over  # 448 is even (e4m3fn), 57344 odd: its tie is inf
     for v, want in ((top + step / 2, tie), (above, over), (1e30, over), (math.inf, over)):
         got = round_float8(v, d)
-        assert got == want or math.isnan(got) and math.isnan(want), (v, got)
+        assert got == want or (math.isnan(got) and math.isnan(want)), (v, got)
         neg = round_float8(-v, d)
-        assert neg == -want or math.isnan(neg) and math.isnan(want)
+        assert neg == -want or (math.isnan(neg) and math.isnan(want))
     assert float8_bits(math.nan, d) & 0x7F == 0x7F and float8_bits(-0.0, d) == 0x80
     assert round_float8(1e-30, d) == 0.0
 
@@ -398,12 +399,11 @@ def test_gpu_cast_to_8_bit_floats_rounds_as_torch(name: str, src: str, rng: np.r
     got = runs[0]
     want = ref_bits(x.astype(np.float64), name)  # float16 and int32 are exact in float64; float64 rounds via float32
     assert_bits(got, want, name, x)
-    torch = None
     try:
         import torch
     except ImportError:
-        pass
-    if torch is not None and src != "int32":
+        torch = None
+    if torch is not None and src != "int32":  # torch's own rounding, where torch is there
         t = torch.from_numpy(x.astype(np.float32)).to(getattr(torch, name)).view(torch.uint8).numpy()
         assert_bits(got, t, name, x)
 

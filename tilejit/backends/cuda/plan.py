@@ -63,8 +63,8 @@ class Pipeline:
 @dataclass(frozen=True)
 class MmaPlan:
     """How one MmaOp runs: ``path`` is 'wgmma' (sm_90a, pipelined f16/bf16), 'tc' (m16n8k16
-    f16/bf16), 'tf32' (m16n8k8), 'fp8' (m16n8k32 e4m3/e5m2) or 'fma'. ``swa``/``swb`` (bytes) are nonzero when the op can run
-    as wgmma: the swizzle widths of its A and B stages. ``ta``/``tb``: the stage holds the operand
+    f16/bf16), 'tf32' (m16n8k8), 'fp8' (m16n8k32 e4m3/e5m2) or 'fma'. ``swa``/``swb`` (bytes) are nonzero
+    when the op can run as wgmma: the swizzle widths of its A and B stages. ``ta``/``tb``: the stage holds the operand
     transposed, as its load read it (A as (K, M) rows, B as (N, K) rows; pipelined loops only)."""
 
     path: str

@@ -51,7 +51,7 @@ def float8_value(bits: int, dtype: DType) -> float:
     mbits, bias, _, overflow = FORMATS[dtype.name]
     sign = -1.0 if bits & 0x80 else 1.0
     mag = bits & 0x7F
-    if dtype.name == "float8_e4m3fn" and mag == 0x7F or dtype.name == "float8_e5m2" and mag > overflow:
+    if (dtype.name == "float8_e4m3fn" and mag == 0x7F) or (dtype.name == "float8_e5m2" and mag > overflow):
         return math.nan
     if dtype.name == "float8_e5m2" and mag == overflow:
         return sign * math.inf

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from tilejit.backends.base import NO_HINTS, KernelHints
-from tilejit.compiler.targets import parse_target
 from tilejit.backends.cuda.plan import located
 from tilejit.backends.tileir.lower.occupancy import entry_hints
 from tilejit.backends.tileir.module import (
@@ -31,6 +30,7 @@ from tilejit.backends.tileir.module import (
     TValue,
     constant_bytes,
 )
+from tilejit.compiler.targets import parse_target
 from tilejit.errors import TileIRUnsupportedError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import UNKNOWN_LOC, Loc, Op, Value
