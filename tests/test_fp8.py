@@ -251,9 +251,17 @@ def mixed_mma(a, b, c):
 def test_mixed_8_bit_mma_is_a_located_error_and_scalars_are_no_parameters() -> None:
     with pytest.raises(TileCompileError) as e:
         art(mixed_mma, (tj.float8_e4m3fn[:, :], tj.float8_e5m2[:, :], tj.float32[:, :]), "sm_90").ir()
-    assert_located(e.value, __file__, LINES, "tj.mma(tj.load(a", "a and b must have the same dtype")
+    assert_located(e.value, __file__, LINES, "tj.mma(tj.load(a", "a and b must have the same dtype, got "
+                   "float8_e4m3fn and float8_e5m2 (convert both to tj.float16, which holds either exactly)")
     with pytest.raises(TypeError, match="8-bit float scalars are not kernel parameters"):
         art(cast_in, (tj.float8_e5m2, tj.float8_e5m2[:]), "sm_90", TILE=32)
+    from tilejit.api.signature import scalar_type_of
+
+    class Fp8Scalar:  # an ml_dtypes float8 numpy scalar, as launch code sees it
+        dtype, shape = "float8_e4m3fn", ()
+
+    with pytest.raises(tj.LaunchError, match="parameter 'x': 8-bit float scalars are not kernel parameters"):
+        scalar_type_of("x", Fp8Scalar())
 
 
 def test_constants_round_as_torch_and_print_shows_float32() -> None:

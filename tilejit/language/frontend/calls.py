@@ -1029,9 +1029,10 @@ def _mma(tr: Translator, a: object, b: object, acc: object, precision: object) -
     if k != k2:
         raise FrontendError(f"tj.mma(): inner dimensions differ: a is {ta.shape} (M, K) and b is {tb.shape} (K, N)")
     if ta.dtype != tb.dtype:
+        hint = "convert both to tj.float16, which holds either exactly" if ta.dtype.is_float8 and tb.dtype.is_float8 \
+            else "convert one with .astype"
         raise FrontendError(
-            f"tj.mma(): a and b must have the same dtype, got {ta.dtype.name} and {tb.dtype.name} (convert one "
-            "with .astype)"
+            f"tj.mma(): a and b must have the same dtype, got {ta.dtype.name} and {tb.dtype.name} ({hint})"
         )
     want = _MMA_ACC.get(ta.dtype)
     if want is None:
