@@ -207,24 +207,24 @@ struct TensorCoreTF32 {
 
 // m16n8k32 with 8-bit float inputs (sm_89+): e4m3 or e5m2, f32 accumulators.
 template <class T> struct MmaFp8;
-template <> struct MmaFp8<e4m3> {
-  __device__ __forceinline__ static void mma(float* d, const u32 (&a)[4], const u32 (&b)[2]) {
 #if __CUDA_ARCH__ >= 890
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#define TJ_MMA_FP8_ASM(P)                                                                                          \
+  asm("mma.sync.aligned.m16n8k32.row.col.f32." P "." P ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                            \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+#define TJ_MMA_FP8_ASM(P)
 #endif
-  }
-};
-template <> struct MmaFp8<e5m2> {
-  __device__ __forceinline__ static void mma(float* d, const u32 (&a)[4], const u32 (&b)[2]) {
-#if __CUDA_ARCH__ >= 890
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-  }
-};
+#define TJ_MMA_FP8(T, P)                                                                          \
+  template <> struct MmaFp8<T> {                                                                  \
+    __device__ __forceinline__ static void mma(float* d, const u32 (&a)[4], const u32 (&b)[2]) { \
+      TJ_MMA_FP8_ASM(P)                                                                           \
+    }                                                                                             \
+  };
+TJ_MMA_FP8(e4m3, "e4m3")
+TJ_MMA_FP8(e5m2, "e5m2")
+#undef TJ_MMA_FP8
+#undef TJ_MMA_FP8_ASM
 
 // TensorCore's warp tiling and accumulator fragments with 8-bit float operands (one byte each) and K steps of
 // 32. A register of A holds four consecutive k of one row (one 32-bit shared-memory read); one of B four
