@@ -271,6 +271,20 @@ def test_constants_round_as_torch_and_print_shows_float32() -> None:
     assert re.search(r"cast %\w+ : tile<32x32xf32>\n\s*print \[", text), text
 
 
+@tj.kernel
+def folded(out):
+    tj.store(out, index=(0,), tile=tj.full((16,), 500.0, tj.float8_e4m3fn).astype(tj.float32))
+    tj.store(out, index=(1,), tile=tj.full((16,), 460.0, tj.float8_e4m3fn).astype(tj.int32).astype(tj.float32))
+    tj.store(out, index=(2,), tile=tj.full((16,), tj.float8_e5m2(1e6).astype(tj.float32), tj.float32))
+
+
+def test_casts_of_constants_fold_as_torch_rounds() -> None:
+    """500 is past e4m3fn's largest value once rounded (NaN), 460 rounds to 448, 1e6 overflows e5m2 (inf)."""
+    text = art(folded, (tj.float32[:],), "sm_90").ir_text()
+    values = re.findall(r"constant \{value=([^}]+)\} : tile<16xf32>", text)
+    assert values == ["nan", "448.0", "inf"], text
+
+
 # ---------------------------------------------------------------------------------------------- CPU: CUDA C++
 
 
