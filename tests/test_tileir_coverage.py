@@ -342,3 +342,21 @@ def test_the_check_runs_tileiras_for_each_target_and_tileirdisasm(tileir_toolcha
                    text=rec.text.replace("addf", "subf"))
     (problem,) = check_records([wrong], tileir_toolchain, {}).problems
     assert "tileirdisasm prints another module than the text form" in problem
+
+
+@tj.kernel
+def _cov_fp8(x, y, out):  # type: ignore[no-untyped-def]
+    i = tj.bid(0)
+    tj.store(y, index=(i,), tile=tj.load(x, index=(i,), shape=(64,)).astype(y.dtype))
+    tj.store(out, index=(i,), tile=tj.load(y, index=(i,), shape=(64,)).astype(tj.float32))
+
+
+def test_kernels_with_8_bit_floats_are_checked_from_sm_89(tileir_toolchain: Any) -> None:
+    """Tile IR has f8E4M3FN and f8E5M2 from sm_89 on (the lowering refuses them before): a kernel with 8-bit floats
+    is lowered and compiled for the targets past sm_80, and passes; other kernels keep every target."""
+    sig = (tj.float32[:], tj.float8_e4m3fn[:], tj.float32[:])
+    rec = record(tj.compile(_cov_fp8, sig, target="sm_90", backend="cuda").ir(), "test_a.py::test_fp8")
+    assert rec.targets == ("sm_90", "sm_100") and rec.error is None and rec.refusal is None
+    assert check_records([rec], tileir_toolchain, {}).problems == []
+    assert record(tj.compile(_cov_add, F32, target="sm_90", backend="cuda").ir(), "test_a.py::test_ok").targets == \
+        TARGETS
