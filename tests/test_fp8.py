@@ -327,6 +327,28 @@ def test_casts_compile_on_every_cuda_major(name: str, toolkit: Any) -> None:
             assert prog.code[:4] == b"\x7fELF"
 
 
+def test_mma_needs_nvrtc_12_4(toolkit: Any) -> None:
+    """PTX has the 8-bit float mma.sync from ISA 8.4 (CUDA 12.4): an older NVRTC says so, not ptxas's 'Unknown
+    modifier'."""
+    from tilejit.bindings.nvrtc import load_nvrtc
+    from tilejit.compiler.nvrtc import compile_cuda
+    from tilejit.errors import CompileError
+
+    lib = load_nvrtc(str(toolkit.nvrtc))
+    ck = mm_art("float8_e5m2", "sm_89").cuda_kernel()
+
+    def ptx() -> bytes:
+        prog = compile_cuda(ck.source, name=f"{ck.name}.cu", headers=ck.headers, target="sm_89", output="ptx",
+                            nvrtc=lib, cache=False)
+        return bytes(prog.code)
+
+    if tuple(lib.version) < (12, 4):
+        with pytest.raises(CompileError, match=r"8-bit float mma.sync needs NVRTC 12.4 or newer"):
+            ptx()
+    else:
+        assert b"mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32" in ptx()
+
+
 def test_casts_are_in_integer_ops_not_satfinite(nvrtc_here: Path) -> None:
     for name in FP8:
         a = art(cast_in, (tj.float32[:], dt(name)[:]), "sm_90", TILE=256)

@@ -233,6 +233,9 @@ template <class T, int M, int N, int K, int WM, int WN, int LDA, int LDB>
 struct TensorCoreFP8 {
   static constexpr int WTM = M / WM, WTN = N / WN, MT = WTM / 16, NTL = WTN / 8;
   static_assert(sizeof(T) == 1 && K % 32 == 0 && LDA % 4 == 0, "not an fp8 mma tiling");
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ < 1204
+  static_assert(K < 0, "8-bit float mma.sync needs NVRTC 12.4 or newer (PTX ISA 8.4): set TILEJIT_NVRTC to one");
+#endif
   template <class L>
   __device__ __forceinline__ static void run(Tile<float, L>& acc, const T* As, const T* Bs) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
