@@ -502,3 +502,17 @@ def test_gpu_sizes_and_converters() -> None:
         asarray(dev, device=1)
     cap = dev.__dlpack__()  # stream=None: the legacy default stream
     del cap
+
+
+def test_view_reads_the_same_bytes_as_another_dtype_of_one_size(fake: FakeDriver) -> None:
+    """``view`` (numpy's, same element size): 8-bit float data from and to uint8 bits without ml_dtypes."""
+    bits = np.array([[0x38, 0xC0], [0x7F, 0x01]], np.uint8)
+    a = asarray(bits)
+    f8 = a.view("float8_e4m3fn")
+    assert f8.dtype_name == "float8_e4m3fn" and f8.shape == (2, 2) and (f8.ptr, f8.strides) == (a.ptr, a.strides)
+    np.testing.assert_array_equal(f8.view(np.uint8).numpy(), bits)
+    col = a[:, 1].view("float8_e5m2")  # a strided view keeps its strides
+    assert col.strides == (2,) and col.dtype_name == "float8_e5m2"
+    np.testing.assert_array_equal(col.view("uint8").numpy(), bits[:, 1])
+    with pytest.raises(TypeError, match="a view keeps the element size"):
+        a.view("float16")

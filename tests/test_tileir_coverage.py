@@ -123,6 +123,17 @@ class Record:
     text: str | None = None
     refusal: str | None = None
     error: str | None = None
+    targets: tuple[str, ...] = TARGETS  # those Tile IR has the kernel's types for (8-bit floats: from sm_89)
+
+
+def kernel_targets(fn: Any) -> tuple[str, ...]:
+    """The ``TARGETS`` a kernel is checked for: tileiras has the 8-bit floats from sm_89 on (before, the lowering
+    refuses them, naming the CUDA backend)."""
+    from tilejit.language.ir.types import ArrayType, TileType
+
+    types = [p.type for p in fn.params] + [r.type for op in fn.body.walk() for r in op.results]
+    fp8 = any(isinstance(t, ArrayType | TileType) and t.dtype.is_float8 for t in types)
+    return tuple(t for t in TARGETS if t != "sm_80") if fp8 else TARGETS
 
 
 def record(fn: Any, test: str) -> Record:
@@ -133,7 +144,8 @@ def record(fn: Any, test: str) -> Record:
     file, _, function = test.partition("::")
     rec = Record(key=f"{Path(file).name}::{function.split('[')[0]}::{fn.name}", test=test)
     try:
-        for target in TARGETS:  # what a target lacks (bf16 atomic add before sm_90) is refused for it alone
+        rec.targets = kernel_targets(fn)
+        for target in rec.targets:  # what a target lacks (bf16 atomic add before sm_90) is refused for it alone
             bytecode = generate_bytecode(fn, target)
         rec.bytecode = generate_bytecode(fn, "sm_90") if target != "sm_90" else bytecode
         text = module_text(fn, "sm_90")
@@ -197,7 +209,7 @@ def check_records(records: list[Record], toolchain: Any, expected: dict[str, str
     def check(rec: Record) -> list[str]:
         assert rec.bytecode is not None
         found = []
-        for target in TARGETS:
+        for target in rec.targets:
             try:
                 run_tileiras(rec.bytecode, target, toolchain=toolchain, timeout=TILEIRAS_SECONDS)
             except Exception as exc:
@@ -330,3 +342,21 @@ def test_the_check_runs_tileiras_for_each_target_and_tileirdisasm(tileir_toolcha
                    text=rec.text.replace("addf", "subf"))
     (problem,) = check_records([wrong], tileir_toolchain, {}).problems
     assert "tileirdisasm prints another module than the text form" in problem
+
+
+@tj.kernel
+def _cov_fp8(x, y, out):  # type: ignore[no-untyped-def]
+    i = tj.bid(0)
+    tj.store(y, index=(i,), tile=tj.load(x, index=(i,), shape=(64,)).astype(y.dtype))
+    tj.store(out, index=(i,), tile=tj.load(y, index=(i,), shape=(64,)).astype(tj.float32))
+
+
+def test_kernels_with_8_bit_floats_are_checked_from_sm_89(tileir_toolchain: Any) -> None:
+    """Tile IR has f8E4M3FN and f8E5M2 from sm_89 on (the lowering refuses them before): a kernel with 8-bit floats
+    is lowered and compiled for the targets past sm_80, and passes; other kernels keep every target."""
+    sig = (tj.float32[:], tj.float8_e4m3fn[:], tj.float32[:])
+    rec = record(tj.compile(_cov_fp8, sig, target="sm_90", backend="cuda").ir(), "test_a.py::test_fp8")
+    assert rec.targets == ("sm_90", "sm_100") and rec.error is None and rec.refusal is None
+    assert check_records([rec], tileir_toolchain, {}).problems == []
+    assert record(tj.compile(_cov_add, F32, target="sm_90", backend="cuda").ir(), "test_a.py::test_ok").targets == \
+        TARGETS

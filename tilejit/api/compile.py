@@ -36,6 +36,9 @@ def _as_param_type(name: str, t: object) -> ArrayType | ArrayListType | TileType
         if len(parsed) != 1:
             raise ValueError(f"parameter '{name}': expected one type, got {len(parsed)} in {t!r}")
         t = parsed[0]
+    if isinstance(t, TileType | DType) and (t.dtype if isinstance(t, TileType) else t).is_float8:
+        raise TypeError(f"parameter '{name}': 8-bit float scalars are not kernel parameters (arrays of them are); "
+                        "pass a float and convert it in the kernel with .astype")
     if isinstance(t, ArrayType | ArrayListType | TileType):
         return t
     if isinstance(t, DType):

@@ -135,6 +135,8 @@ def _classify(func_name: str, name: str, a: Any, where: Where) -> _Arg:
         dt = BY_NAME.get(str(a.dtype))
         if dt is None:
             raise _arg_error(func_name, name, where, f"a numpy {a.dtype} scalar: the tile language has no such dtype")
+        if dt.is_float8:
+            raise _arg_error(func_name, name, where, f"a numpy {a.dtype} scalar: 8-bit floats are arrays only")
         return _Arg(None, a.item(), ScalarSpec(dt), None)
     try:
         v = as_view(a)
@@ -978,7 +980,7 @@ def _allocate(like: Any, shape: tuple[int, ...], dtype: DType) -> tuple[Any, Arr
         if tdt is not None:
             t = torch.empty(shape, dtype=tdt, device=like.device)
             return t, ArrayView(t.data_ptr(), shape, c_strides(shape), dtype.name, t)
-    if module == "cupy" and dtype.name != "bfloat16":
+    if module == "cupy" and dtype.name != "bfloat16" and not dtype.is_float8:  # CuPy has neither
         import cupy
 
         with like.device:

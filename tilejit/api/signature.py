@@ -33,6 +33,9 @@ def scalar_type_of(name: str, value: Any) -> TileType:
     dt = getattr(value, "dtype", None)
     if dt is not None and getattr(value, "shape", None) == ():
         tj_dt = BY_NAME.get(str(dt))
+        if tj_dt is not None and tj_dt.is_float8:
+            raise LaunchError(f"parameter '{name}': 8-bit float scalars are not kernel parameters (arrays of them "
+                              "are); pass a float and convert it in the kernel with .astype")
         if tj_dt is not None:
             return scalar(tj_dt)
     raise LaunchError(

@@ -54,6 +54,10 @@ Semantics follow numpy unless noted:
   float32 and 4 for float64; comparing its result with a threshold can therefore differ from an exact
   sigmoid where the exact value lies within those few ulp of the threshold. Float to integer casts truncate
   toward zero; unsigned results saturate at the uint32/uint64 range (``-1.5`` to ``uint8`` gives 0).
+- ``float8_e4m3fn`` and ``float8_e5m2`` (8-bit floats) are loaded, stored, cast, moved (shapes, gather/scatter)
+  and multiplied (``mma``, float32 accumulator); arithmetic, comparisons, ``where`` and reductions on them are a
+  ``TileCompileError`` asking for a cast first. Casts to them are torch's: round to nearest-even from float32 (wider
+  inputs round to float32 first), past the largest finite value NaN (e4m3fn) or inf (e5m2), never saturating.
 - A run-time loop ``for i in range(lo, hi, step)`` counts up: a constant step must be positive (a
   ``TileCompileError`` otherwise), and a run-time step of 0 or below runs no iterations.
 - Arithmetic on compile-time values (Python numbers, ``tj.Constant`` parameters, tuples, strings) is
@@ -105,6 +109,8 @@ from tilejit.language.ir.types import (
     array_list,
     bfloat16,
     bool_,
+    float8_e4m3fn,
+    float8_e5m2,
     float16,
     float32,
     float64,
@@ -706,7 +712,8 @@ def _traceable(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
+_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64,
+           float8_e4m3fn, float8_e5m2)
 
 #: The tile language's names, listed here only: each is also ``tj.<name>`` (``tilejit.__getattr__`` reads this list),
 #: and each function is one the front end implements (``frontend.calls.BUILTINS``) unless ``calls.HOST_ONLY``.
@@ -723,7 +730,7 @@ __all__ = [
     "sum", "max", "min", "prod", "argmax", "argmin", "cumsum", "mma", "matmul", "static_print", "static_assert",
     "umulhi", "philox", "randint4x", "randint", "rand", "randn",
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
 ]
 
 #: Every function of the language that takes tiles may meet a traced value in Python (not ``cdiv``, which computes on

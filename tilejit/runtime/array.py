@@ -202,6 +202,16 @@ class DeviceArray:
 
     to_numpy = numpy
 
+    def view(self, dtype: Any) -> DeviceArray:
+        """The same memory as elements of ``dtype``, of the same size (numpy's ``view``): e.g. float8 data as its
+        uint8 bits, where numpy has no float8 dtype (without ml_dtypes)."""
+        name = dtype_name(dtype)
+        if ITEMSIZE[name] != self.itemsize:
+            raise TypeError(f"view: {name} elements are {ITEMSIZE[name]} bytes, {self._dtname} ones "
+                            f"{self.itemsize}; a view keeps the element size")
+        return DeviceArray(self.shape, name, device=self.device, strides=self.strides, ptr=self.ptr,
+                           base=self._base)
+
     def copy_to_host(self, *, stream: Any = None) -> Any:
         return self.numpy(stream=stream)
 

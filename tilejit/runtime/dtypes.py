@@ -13,21 +13,23 @@ from typing import Any
 
 NAMES: tuple[str, ...] = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
 )
 
 ITEMSIZE: dict[str, int] = {
     "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
     "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8,
+    "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
 
-#: ``struct`` format character of one scalar; bfloat16 travels as its 16 raw bits.
+#: ``struct`` format character of one scalar; bfloat16 travels as its 16 raw bits (the 8-bit floats are never
+#: scalar parameters).
 STRUCT_CHAR: dict[str, str] = {
     "bool": "?", "int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
     "int64": "q", "uint64": "Q", "float16": "e", "bfloat16": "H", "float32": "f", "float64": "d",
 }
 
-#: ``__cuda_array_interface__`` typestr (kind + itemsize) → name; bfloat16 has no typestr.
+#: ``__cuda_array_interface__`` typestr (kind + itemsize) → name; bfloat16 and the 8-bit floats have none.
 TYPESTR_TO_NAME: dict[str, str] = {
     "b1": "bool", "i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64",
     "u1": "uint8", "u2": "uint16", "u4": "uint32", "u8": "uint64",
@@ -37,11 +39,13 @@ NAME_TO_TYPESTR: dict[str, str] = {
     name: ("|" if ITEMSIZE[name] == 1 else "<") + ts for ts, name in TYPESTR_TO_NAME.items()
 }
 
-#: DLPack (type code, bits) → name. Codes: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool.
+#: DLPack (type code, bits) → name. Codes: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool, 10 float8_e4m3fn,
+#: 12 float8_e5m2 (DLPack 1.1).
 DLPACK_TO_NAME: dict[tuple[int, int], str] = {
     (0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
     (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
     (2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16", (6, 8): "bool",
+    (10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2",
 }
 NAME_TO_DLPACK: dict[str, tuple[int, int]] = {name: code for code, name in DLPACK_TO_NAME.items()}
 
@@ -50,7 +54,7 @@ _ALIASES: dict[str, str] = {
     "u1": "uint8", "u2": "uint16", "u4": "uint32", "u8": "uint64", "f2": "float16", "f4": "float32",
     "f8": "float64", "half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16",
     "f16": "float16", "f32": "float32", "f64": "float64", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "u16": "uint16", "u32": "uint32", "u64": "uint64", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
 }
 
 
@@ -86,17 +90,18 @@ def dtype_name(dtype: Any) -> str:
 
 
 def numpy_dtype(name: str) -> Any:
-    """The numpy dtype of a runtime dtype name; bfloat16 needs the ``ml_dtypes`` package."""
+    """The numpy dtype of a runtime dtype name; bfloat16 and the 8-bit floats need the ``ml_dtypes`` package."""
     import numpy as np
 
-    if name == "bfloat16":
+    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         try:
             import ml_dtypes
         except ImportError:
             raise TypeError(
-                "bfloat16 data has no numpy dtype without the ml_dtypes package: pip install ml_dtypes"
+                f"{name} data has no numpy dtype without the ml_dtypes package: pip install ml_dtypes"
+                + (" (or move its bits as uint8: a.view(np.uint8), tj array.view)" if name != "bfloat16" else "")
             ) from None
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 

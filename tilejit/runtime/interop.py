@@ -91,7 +91,7 @@ def torch_dtypes() -> dict[Any, str]:
     if not _TORCH_DTYPES:
         torch = sys.modules["torch"]
         names = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                 "float16", "bfloat16", "float32", "float64"]
+                 "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"]
         _TORCH_DTYPES.update({getattr(torch, n): n for n in names if hasattr(torch, n)})
     return _TORCH_DTYPES
 

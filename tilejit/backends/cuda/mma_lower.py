@@ -61,10 +61,11 @@ def _compute(lw: Lowering, p: MmaPlan, acc: str, a_smem: str, b_smem: str, pendi
             f"tj::TensorCore<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.lda}, {p.ldb}{trans}>"
             f"::run({acc}, {a_smem}, {b_smem});"
         )
-    elif p.path == "tf32":
+    elif p.path in ("tf32", "fp8"):
         assert p.grid is not None
+        name = "TensorCoreTF32<" if p.path == "tf32" else f"TensorCoreFP8<{t_in}, "
         lw.line(
-            f"tj::TensorCoreTF32<{p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.lda}, {p.ldb}>"
+            f"tj::{name}{p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.grid.wn}, {p.lda}, {p.ldb}>"
             f"::run({acc}, {a_smem}, {b_smem});"
         )
     else:

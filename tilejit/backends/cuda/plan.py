@@ -64,8 +64,8 @@ class Pipeline:
 @dataclass(frozen=True)
 class MmaPlan:
     """How one MmaOp runs: ``path`` is 'wgmma' (sm_90a, pipelined f16/bf16), 'tc' (m16n8k16
-    f16/bf16), 'tf32' (m16n8k8) or 'fma'. ``swa``/``swb`` (bytes) are nonzero when the op can run
-    as wgmma: the swizzle widths of its A and B stages. ``ta``/``tb``: the stage holds the operand
+    f16/bf16), 'tf32' (m16n8k8), 'fp8' (m16n8k32 e4m3/e5m2) or 'fma'. ``swa``/``swb`` (bytes) are nonzero
+    when the op can run as wgmma: the swizzle widths of its A and B stages. ``ta``/``tb``: the stage holds the operand
     transposed, as its load read it (A as (K, M) rows, B as (N, K) rows; pipelined loops only)."""
 
     path: str
@@ -96,6 +96,19 @@ class MmaPlan:
         if self.path == "wgmma":
             return -(-(self.a_elems + self.k * self.n) * self.in_dtype.itemsize // 1024) * 1024
         return (self.a_elems + (self.n if self.tb else self.k) * self.ldb) * self.in_dtype.itemsize
+
+
+def fp8_mma_plan(op: MmaOp, arch: int, grid: WarpGrid | None, lda: int, ldb: int) -> MmaPlan:
+    """The plan of an 8-bit float MmaOp: m16n8k32 tensor cores ('fp8': sm_89+, M and N split over the warps in
+    16s, K a multiple of 32), else the FMA loop; below sm_89 (no 8-bit float tensor cores) a located error."""
+    at, ct = op.a.type, op.acc.type
+    assert isinstance(at, TileType) and isinstance(ct, TileType)
+    if arch < 89:
+        raise located(op.loc, f"fp8 mma needs sm_89 or newer (the target is sm_{arch}): 8-bit float tensor cores "
+                              "start with Ada; cast the operands to float16 or bfloat16 for older GPUs")
+    (m, k), n = at.shape, ct.shape[1]
+    path = "fp8" if grid is not None and k % 32 == 0 else "fma"
+    return MmaPlan(path, m, n, k, grid if path == "fp8" else None, lda, ldb, at.dtype, ct.dtype)
 
 
 #: The most 32-bit words of one tile a thread may hold (an 8-byte element takes two). Tile code is unrolled
@@ -282,7 +295,7 @@ class Plan:
                 mma_results[op.result] = mma_layout(p.m, p.n, self.nt, p.grid)
         # tensor-core kernels: ask for two resident blocks (registers capped so that they fit)
         small_acc = all(p.m * p.n // self.nt <= 64 for p in self.mma.values())
-        tc = any(p.path in ("tc", "tf32") for p in self.mma.values())
+        tc = any(p.path in ("tc", "tf32", "fp8") for p in self.mma.values())
         self.min_blocks_arg = ", 2" if tc and small_acc and self.nt <= 256 else ""
         if num_threads is None and not mmas and not self._whole_row16 and self._long_16bit_rows(tiles):
             blocks = row_min_blocks(max(t.size for t in tiles), self.nt, self._loads16, self._row_registers)
@@ -511,6 +524,8 @@ class Plan:
         pad = max(1, 16 // item)
         lda, ldb = k + pad, n + pad
         grid = choose_warp_grid(m, n, self.nt)
+        if at.dtype.is_float8:
+            return fp8_mma_plan(op, self.arch, grid, lda, ldb)
         if self.arch >= 80 and grid is not None and ct.dtype == float32:
             if at.dtype in (float16, bfloat16) and k % 16 == 0:
                 # a wgmma-ready warp grid keeps the option of wgmma open (see _plan_pipeline)

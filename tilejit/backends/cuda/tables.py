@@ -14,12 +14,14 @@ from fractions import Fraction
 from typing import Any
 
 from tilejit.errors import CompileError
+from tilejit.language.ir.float8 import float8_bits
 from tilejit.language.ir.types import DType, bfloat16, float16, float32
 
 C_TYPES: dict[str, str] = {
     "bool": "bool", "int8": "tj::i8", "int16": "tj::i16", "int32": "tj::i32", "int64": "tj::i64",
     "uint8": "tj::u8", "uint16": "tj::u16", "uint32": "tj::u32", "uint64": "tj::u64",
     "float16": "tj::half", "bfloat16": "tj::bf16", "float32": "float", "float64": "double",
+    "float8_e4m3fn": "tj::e4m3", "float8_e5m2": "tj::e5m2",
 }
 
 
@@ -29,8 +31,8 @@ def ctype(dt: DType) -> str:
 
 
 def compute_dtype(dt: DType) -> DType:
-    """The dtype arithmetic on ``dt`` happens in: 16-bit floats compute in float32."""
-    return float32 if dt in (float16, bfloat16) else dt
+    """The dtype arithmetic on ``dt`` happens in: 16- and 8-bit floats compute in float32."""
+    return float32 if dt.is_float and dt.bits <= 16 else dt
 
 
 def _f32_bits(v: float) -> int:
@@ -105,6 +107,8 @@ def literal(value: Any, dt: DType) -> str:
         return f"tj::half::from_bits({bits:#06x})"
     if dt == bfloat16:
         return f"tj::bf16::from_bits({_bf16_bits(f):#06x})"
+    if dt.is_float8:
+        return f"{ctype(dt)}::from_bits({float8_bits(f, dt):#04x})"
     if math.isnan(f):
         return "tj::nan_f()" if dt == float32 else "tj::nan_d()"
     if dt == float32:

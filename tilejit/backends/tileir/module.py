@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tilejit.language.ir.core import UNKNOWN_LOC, Loc
+from tilejit.language.ir.float8 import float8_bits
+from tilejit.language.ir.types import DType, float8_e4m3fn, float8_e5m2
 
 #: Bytecode versions this writer can emit, oldest first (the spec's stability chapters 13.1-13.5).
 VERSIONS: tuple[tuple[int, int], ...] = ((13, 1), (13, 2), (13, 3), (13, 4), (13, 5))
@@ -23,6 +25,9 @@ SCALARS: dict[str, int] = {
     "i1": 0x00, "i8": 0x01, "i16": 0x02, "i32": 0x03, "i64": 0x04, "f16": 0x05, "bf16": 0x06,
     "f32": 0x07, "tf32": 0x08, "f64": 0x09, "f8E4M3FN": 0x0A, "f8E5M2": 0x0B,
 }
+
+#: The 8-bit float element types: text name -> tilejit dtype (constants are its bit patterns).
+FLOAT8: dict[str, DType] = {"f8E4M3FN": float8_e4m3fn, "f8E5M2": float8_e5m2}
 
 #: Padding values a partition view may name: text name -> bytecode byte.
 PADDINGS: dict[str, int] = {"zero": 0, "neg_zero": 1, "nan": 2, "pos_inf": 3, "neg_inf": 4}
@@ -331,6 +336,8 @@ def constant_bytes(value: object, elem: Scalar) -> bytes:
         v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
         return v.to_bytes(max(1, bits // 8), "little")
     f = float(value)  # type: ignore[arg-type]
+    if elem.name in FLOAT8:
+        return bytes([float8_bits(f, FLOAT8[elem.name])])
     if elem.name == "bf16":
         b32 = int.from_bytes(struct.pack("<f", _to_f32(f)), "little")
         if math.isnan(f):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from decimal import Decimal
 
 from tilejit.backends.tileir.module import (
+    FLOAT8,
     FuncType,
     PartitionView,
     Ptr,
@@ -29,6 +30,7 @@ from tilejit.backends.tileir.module import (
     Type,
     constant_bytes,
 )
+from tilejit.language.ir.float8 import float8_value
 
 
 def type_text(t: Type) -> str:
@@ -73,6 +75,8 @@ def number_text(data: bytes, elem: Scalar) -> str:
     bits = int.from_bytes(data, "little")
     if name == "bf16":
         value = struct.unpack("<f", (bits << 16).to_bytes(4, "little"))[0]
+    elif name in FLOAT8:
+        value = float8_value(bits, FLOAT8[name])
     else:
         value = struct.unpack({"f16": "<e", "f32": "<f", "f64": "<d"}[name], data)[0]
     if math.isfinite(value):
@@ -89,7 +93,7 @@ def number_text(data: bytes, elem: Scalar) -> str:
 
 
 #: LLVM APFloat's natural precision (significant decimal digits) of each float type: 2 + bits * 59 / 196.
-_NATURAL_DIGITS: dict[str, int] = {"f16": 5, "bf16": 4, "f32": 9, "f64": 17}
+_NATURAL_DIGITS: dict[str, int] = {"f16": 5, "bf16": 4, "f32": 9, "f64": 17, "f8E4M3FN": 4, "f8E5M2": 4}
 
 
 def _decimal_digits(value: float, precision: int) -> tuple[str, int]:

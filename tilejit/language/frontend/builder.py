@@ -59,6 +59,15 @@ def fast_math(fn: str, dtype: DType, rounding: str | None, ftz: bool) -> tuple[s
     return mode, ftz
 
 
+def no_float8(what: str, *values: object) -> None:
+    """A FrontendError when a tile among ``values`` holds 8-bit floats, which ``what`` (arithmetic, a comparison, a
+    reduction...) does not take: they are for storage, casts and ``tj.mma``, as 16-bit floats compute in float32."""
+    for v in values:
+        if isinstance(v, Tile) and v.dtype.is_float8:
+            raise FrontendError(f"{what} on {v.dtype.name} tiles is not supported: 8-bit floats are loaded, stored, "
+                                "cast and multiplied with tj.mma; convert first, e.g. x.astype(tj.float32)")
+
+
 def int_range(dtype: DType) -> tuple[int, int]:
     """The inclusive range of an integer (or bool) dtype."""
     if dtype.is_bool:
@@ -268,6 +277,7 @@ class Builder:
         """Truth value element-wise: ``x != 0`` for non-bool tiles."""
         if t.dtype.is_bool:
             return t
+        no_float8("a truth value", t)
         zero = self.constant(0, t.type)
         return self.tile(ops.CompareOp, t.type.with_dtype(bool_), fn="ne", x=t.value, y=zero.value)
 
@@ -335,6 +345,7 @@ class Builder:
         """``a fn b`` for tiles/numbers (at least one a tile) with promotion and broadcasting; ``rounding`` and
         ``ftz``: ``tj.truediv``'s fast-math options (``fast_math``)."""
         sym = symbol or fn
+        no_float8(f"operator {sym}" if symbol else f"tj.{fn}()", a, b)
         dtype = self.common_dtype([a, b])
         if fn in ("truediv", "atan2") and not dtype.is_float:
             dtype = float32
@@ -364,11 +375,13 @@ class Builder:
 
     def fma(self, a: object, b: object, c: object) -> Tile:
         """``a * b + c`` rounded once, promoted and broadcast (integers and bools compute in float32)."""
+        no_float8("tj.fma()", a, b, c)
         dtype = self.common_dtype([a, b, c])
         x, y, z = self.unify([a, b, c], dtype if dtype.is_float else float32)
         return self.tile(ops.FmaOp, x.type, x=x.value, y=y.value, z=z.value)
 
     def compare(self, fn: str, a: object, b: object) -> Tile:
+        no_float8("a comparison", a, b)
         if isinstance(a, Tile) and isinstance(b, Tile) and {a.dtype.kind, b.dtype.kind} == {"i", "u"} \
                 and uint64 in (a.dtype, b.dtype):
             return self._compare_signed_u64(fn, a, b)
@@ -395,6 +408,7 @@ class Builder:
         signbit give bools (of integers: False, or ``x < 0``); popc/clz count bits of 32- and 64-bit integers into
         int32. ``rounding``/``ftz``: fast-math options (``fast_math``)."""
         t = self.as_tile(a)
+        no_float8({"neg": "unary -", "invert": "operator ~"}.get(fn, f"tj.{fn}()"), t)
         if fn in ops.PREDICATE_FNS and not t.dtype.is_float:
             if fn == "signbit" and t.dtype.is_signed:
                 return self.compare("lt", t, 0)
@@ -426,6 +440,7 @@ class Builder:
         return self.tile(ops.UnaryOp, rt, fn=fn, x=t.value, rounding=mode, ftz=flush)
 
     def select(self, cond: object, x: object, y: object) -> Tile:
+        no_float8("tj.where()", x, y)
         c = self.as_tile(cond)
         c = self.to_bool(c)
         dtype = self.common_dtype([x, y])

@@ -27,6 +27,7 @@ from tilejit.language.frontend.builder import (
     default_dtype,
     int_range,
     is_pow2,
+    no_float8,
 )
 from tilejit.language.frontend.limits import check_iterable, check_math_call, range_len
 from tilejit.language.frontend.printing import device_print
@@ -52,6 +53,8 @@ from tilejit.language.ir.types import (
     TileType,
     bfloat16,
     bool_,
+    float8_e4m3fn,
+    float8_e5m2,
     float16,
     float32,
     float64,
@@ -933,6 +936,7 @@ def _reduce_impl(fn: str) -> Impl:
         if not isinstance(keepdims, bool):
             raise FrontendError(f"tj.{fn}() keepdims must be a compile-time True or False, got {describe(keepdims)}")
         t = as_tile(tr, x, fn, "x")
+        no_float8(f"tj.{fn}()", t)
         if fn in ("sum", "prod"):
             t = widen_for_sum(tr, t)
         ndim, shape = t.ndim, t.shape
@@ -965,6 +969,7 @@ def _argreduce_impl(fn: str) -> Impl:
         if not isinstance(keepdims, bool):
             raise FrontendError(f"tj.{fn}() keepdims must be a compile-time True or False, got {describe(keepdims)}")
         t = as_tile(tr, x, fn, "x")
+        no_float8(f"tj.{fn}()", t)
         ndim, shape = t.ndim, t.shape
         if axis is None:
             if ndim == 0:
@@ -990,6 +995,7 @@ builtin(tile.argmin)(_argreduce_impl("argmin"))
 @builtin(tile.cumsum)
 def _cumsum(tr: Translator, x: object, axis: object) -> object:
     t = as_tile(tr, x, "cumsum", "x")
+    no_float8("tj.cumsum()", t)
     if t.ndim == 0:
         raise FrontendError("tj.cumsum() needs a tile of rank >= 1, got a scalar")
     a = norm_axis(axis, t.ndim, "tj.cumsum() axis")
@@ -999,6 +1005,7 @@ def _cumsum(tr: Translator, x: object, axis: object) -> object:
 
 _MMA_ACC: dict[DType, DType] = {
     float16: float32, bfloat16: float32, float32: float32, float64: float64, int8: int32, uint8: int32,
+    float8_e4m3fn: float32, float8_e5m2: float32,
 }
 
 
@@ -1025,14 +1032,16 @@ def _mma(tr: Translator, a: object, b: object, acc: object, precision: object) -
     if k != k2:
         raise FrontendError(f"tj.mma(): inner dimensions differ: a is {ta.shape} (M, K) and b is {tb.shape} (K, N)")
     if ta.dtype != tb.dtype:
+        hint = "convert both to tj.float16, which holds either exactly" if ta.dtype.is_float8 and tb.dtype.is_float8 \
+            else "convert one with .astype"
         raise FrontendError(
-            f"tj.mma(): a and b must have the same dtype, got {ta.dtype.name} and {tb.dtype.name} (convert one "
-            "with .astype)"
+            f"tj.mma(): a and b must have the same dtype, got {ta.dtype.name} and {tb.dtype.name} ({hint})"
         )
     want = _MMA_ACC.get(ta.dtype)
     if want is None:
         raise FrontendError(
-            f"tj.mma() does not support {ta.dtype.name} inputs (float16, bfloat16, float32, float64, int8, uint8)"
+            f"tj.mma() does not support {ta.dtype.name} inputs (float16, bfloat16, float32, float64, int8, uint8, "
+            "float8_e4m3fn, float8_e5m2)"
         )
     if is_number(acc):
         tacc = tr.b.constant(convert_number(acc, want), TileType(want, (m, n)))
@@ -1056,7 +1065,7 @@ def matmul_values(tr: Translator, a: object, b: object, precision: object = "iee
     dtype = tr.b.common_dtype([ta, tb])
     if dtype not in _MMA_ACC:
         raise FrontendError(f"{fn} does not support {dtype.name} tiles (float16, bfloat16, float32, float64, int8, "
-                            "uint8)")
+                            "uint8, float8_e4m3fn, float8_e5m2)")
     tf32 = _tf32(fn, precision, dtype)
     ta, tb = tr.b.cast(ta, dtype), tr.b.cast(tb, dtype)
     (m, k), (k2, n) = ta.shape, tb.shape

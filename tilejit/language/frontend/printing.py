@@ -15,6 +15,7 @@ from tilejit.language.frontend.builder import broadcast_shapes
 from tilejit.language.frontend.source import FrontendError
 from tilejit.language.frontend.values import Array, ArrayDims, Tile, describe, is_const, shown
 from tilejit.language.ir import ops
+from tilejit.language.ir.types import float32
 
 if TYPE_CHECKING:
     from tilejit.language.frontend.handlers import Translator
@@ -56,14 +57,19 @@ def _str(v: object) -> str:
         return shown(v)
 
 
+def _printable(tr: Translator, t: Tile) -> Tile:
+    """``t``, with 8-bit floats as the float32 values they hold (printf has no 8-bit float)."""
+    return tr.b.cast(t, float32) if t.dtype.is_float8 else t
+
+
 def _item(tr: Translator, line: _Line, v: object) -> None:
     """Append one printed item to ``line``."""
     if isinstance(v, Tile):
-        line.value(v)
+        line.value(_printable(tr, v))
     elif isinstance(v, FString):
         for part in v.parts:
             if isinstance(part, Tile):
-                line.value(part)
+                line.value(_printable(tr, part))
             else:
                 line.text(part)
     elif isinstance(v, ArrayDims):

@@ -418,7 +418,7 @@ class ScanOp(Op):
 @dataclass(eq=False, kw_only=True)
 class MmaOp(Op):
     """``a @ b + acc`` with a: (M, K), b: (K, N), acc and result: (M, N). a and b share a dtype
-    (f16, bf16, f32, f64, or ints); acc is f32 for f16/bf16/f32 inputs. ``tf32`` allows the
+    (f16, bf16, f32, f64, the 8-bit floats, or ints); acc is f32 for float inputs but f64. ``tf32`` allows the
     tensor cores' tf32 mode for f32 inputs."""
 
     NAME: ClassVar[str] = "mma"

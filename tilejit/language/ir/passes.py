@@ -26,6 +26,7 @@ import numpy as np
 
 from tilejit.language.ir import ops
 from tilejit.language.ir.core import Block, Op, Value
+from tilejit.language.ir.float8 import round_float8
 from tilejit.language.ir.types import DType, TileType
 from tilejit.language.ir.verifier import verify
 
@@ -89,8 +90,10 @@ def _round_bf16(x: float) -> float:
 
 def round_to_dtype(value: float, dtype: DType) -> float:
     """``value`` rounded to the nearest element of the float ``dtype`` as numpy's astype does
-    (bfloat16 as the GPU converts it; out of range becomes inf)."""
+    (bfloat16 as the GPU converts it; out of range becomes inf; 8-bit floats as torch converts them)."""
     f = float(value)
+    if dtype.is_float8:
+        return round_float8(f, dtype)
     if dtype.bits == 64 or math.isnan(f) or math.isinf(f):
         return f
     if dtype.short == "bf16":

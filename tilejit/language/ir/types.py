@@ -57,6 +57,10 @@ class DType(Record):
         return self.kind in "if"
 
     @property
+    def is_float8(self) -> bool:
+        return self.kind == "f" and self.bits == 8
+
+    @property
     def is_bool(self) -> bool:
         return self.kind == "b"
 
@@ -93,11 +97,17 @@ float16 = DType("float16", "f", 16, "f16")
 bfloat16 = DType("bfloat16", "f", 16, "bf16")
 float32 = DType("float32", "f", 32, "f32")
 float64 = DType("float64", "f", 64, "f64")
+# 8-bit floats (torch's and ml_dtypes' names): storage, casts and mma only; arithmetic needs a cast first
+float8_e4m3fn = DType("float8_e4m3fn", "f", 8, "f8e4m3fn")
+float8_e5m2 = DType("float8_e5m2", "f", 8, "f8e5m2")
 
 ALL_DTYPES: tuple[DType, ...] = (
     bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64,
 )
-BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES} | {d.short: d for d in ALL_DTYPES}
+#: Not in ALL_DTYPES, the dtypes every operation takes: 8-bit floats are loaded, stored, cast and multiplied (mma).
+FLOAT8_DTYPES: tuple[DType, ...] = (float8_e4m3fn, float8_e5m2)
+BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES + FLOAT8_DTYPES} | {
+    d.short: d for d in ALL_DTYPES + FLOAT8_DTYPES}
 
 
 def _predefined(name: str) -> DType:
@@ -105,7 +115,8 @@ def _predefined(name: str) -> DType:
 
 
 def promote(a: DType, b: DType) -> DType:
-    """numpy's promotion of two array dtypes, with bfloat16 (bf16 with f16 gives f32, as in torch)."""
+    """numpy's promotion of two array dtypes, with bfloat16 (bf16 with f16 gives f32, as in torch) and the 8-bit
+    floats (a wider float wins; e4m3fn with e5m2 gives f16, as in Triton)."""
     if a == b:
         return a
     if a.is_bool:
@@ -115,6 +126,8 @@ def promote(a: DType, b: DType) -> DType:
     if a.is_float and b.is_float:
         if {a, b} == {float16, bfloat16}:
             return float32
+        if a.bits == b.bits == 8:
+            return float16
         return a if a.bits > b.bits else b
     if a.is_float or b.is_float:
         f, i = (a, b) if a.is_float else (b, a)

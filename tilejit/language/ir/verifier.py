@@ -26,7 +26,8 @@ _NO_RESULT = (ops.StoreOp, ops.ScatterOp, ops.FenceOp, ops.BarrierOp, ops.PrintO
 _FLOAT_ONLY_UNARY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "floor", "ceil", "erf",
                      "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "log1p", "expm1", "cbrt", "erfinv", "isnan",
                      "isinf", "signbit"}
-_MMA_ACC = {"f16": "f32", "bf16": "f32", "f32": "f32", "f64": "f64", "i8": "i32", "u8": "i32"}
+_MMA_ACC = {"f16": "f32", "bf16": "f32", "f32": "f32", "f64": "f64", "i8": "i32", "u8": "i32", "f8e4m3fn": "f32",
+            "f8e5m2": "f32"}
 _ATOMIC_KINDS = ("add", "max", "min", "xchg", "cas")
 
 

@@ -30,6 +30,7 @@ from tilejit.backends.tileir.module import (
     TValue,
     constant_bytes,
 )
+from tilejit.compiler.targets import parse_target
 from tilejit.errors import TileIRUnsupportedError
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import UNKNOWN_LOC, Loc, Op, Value
@@ -45,6 +46,7 @@ ELEMENTS: dict[str, str] = {
     "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
     "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
     "uint8": "i8", "uint16": "i16", "uint32": "i32", "uint64": "i64", "bool": "i1",
+    "float8_e4m3fn": "f8E4M3FN", "float8_e5m2": "f8E5M2",
 }
 #: Element types held in memory (and passed as parameters) as another: a bool is one byte, 0 or 1.
 STORED: dict[str, str] = {"i1": "i8"}
@@ -148,7 +150,13 @@ class Lowerer:
         """The Tile IR type of an IR tile (the front end keeps tile dimensions powers of two, as Tile IR needs)."""
         if not isinstance(t, TileType):
             raise unsupported(op, f"a value of type {t}")
+        self.check_float8(t.dtype, op.loc)
         return Tile(element(t.dtype, op), tuple(t.shape))
+
+    def check_float8(self, dtype: DType, loc: Loc) -> None:
+        """Refuses 8-bit floats for targets before sm_89 (tileiras 13.5 rejects f8E4M3FN and f8E5M2 there)."""
+        if dtype.is_float8 and self.target and parse_target(self.target).number < 89:
+            raise refusal(loc, f"Tile IR has {dtype.name} from sm_89 on, not for {self.target}")
 
     def result(self, op: Op, value: Value | None = None) -> TValue:
         """A new Tile IR value for ``value`` (default: ``op.result``), typed and named after it, recorded as
@@ -182,6 +190,7 @@ class Lowerer:
             elem = ELEMENTS.get(t.dtype.name) if isinstance(t, (ArrayType, ArrayListType, TileType)) else None
             if elem is None or (isinstance(t, TileType) and t.shape):
                 raise refusal(def_loc, f"the Tile IR backend cannot express parameter '{name}' of type {t} yet")
+            self.check_float8(t.dtype, def_loc)
             stored = STORED.get(elem, elem)
             if isinstance(t, ArrayType | ArrayListType):  # an array list: its table, a rank-2 int64 array
                 ndim = t.ndim if isinstance(t, ArrayType) else 2

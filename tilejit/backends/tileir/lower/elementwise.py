@@ -12,7 +12,7 @@ from tilejit.backends.tileir.lower.core import I32, Lowerer, rule, unsupported
 from tilejit.backends.tileir.module import Scalar, Tile, TOp, TValue, constant_bytes
 from tilejit.language.ir import ops as O
 from tilejit.language.ir.core import Op
-from tilejit.language.ir.types import DType, TileType
+from tilejit.language.ir.types import DType, TileType, float32
 
 _FLOAT_BIN: dict[str, str] = {"add": "addf", "sub": "subf", "mul": "mulf"}
 _INT_BIN: dict[str, str] = {"add": "addi", "sub": "subi", "mul": "muli"}
@@ -630,6 +630,21 @@ def cast(lo: Lowerer, op: O.CastOp) -> None:
     if lo.tile_type(src, op) == t:
         lo.vals[op.result] = x
         return
+    if s.is_float8:  # exact in f32, then as from f32
+        x, s = fconvert(lo, op, x, F32), float32
+    if d.is_float8:  # from f32 in integer ops (lower/float8.py), so as the CUDA backend rounds
+        from tilejit.backends.tileir.lower.float8 import to_float8
+
+        f32 = TileType(float32, dst.shape)
+        mid = x if s == float32 else _cast_value(lo, op, x, s, float32, lo.tile_type(f32, op))
+        set_result(lo, op, to_float8(lo, op, mid, d, t.elem))
+        return
+    set_result(lo, op, _cast_value(lo, op, x, s, d, t))
+
+
+def _cast_value(lo: Lowerer, op: O.CastOp, x: TValue, s: DType, d: DType, t: Tile) -> TValue:
+    """``x`` (of dtype ``s``) as dtype ``d`` (Tile IR type ``t``), by ``cast``'s rules."""
+    assert isinstance(t.elem, Scalar)
     if d.is_bool:
         r = cmp(lo, op, "ne", x, splat(lo, op, 0, x))
     elif s.is_bool and d.is_float:
@@ -649,7 +664,7 @@ def cast(lo: Lowerer, op: O.CastOp) -> None:
         r = new(lo, op, "exti", t, [x], signedness="signed" if s.is_signed else "unsigned")
     else:
         r = new(lo, op, "trunci", t, [x], overflow="none")
-    set_result(lo, op, r)
+    return r
 
 
 # ------------------------------------------------------------------ shape

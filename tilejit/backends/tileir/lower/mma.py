@@ -14,7 +14,7 @@ from tilejit.language.ir.types import TileType
 #: backend's pairs; mmaf also has f16 and f8 accumulators, which tilejit does not use).
 ACCUMULATORS: dict[str, str] = {
     "float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64",
-    "int8": "int32", "uint8": "int32",
+    "int8": "int32", "uint8": "int32", "float8_e4m3fn": "float32", "float8_e5m2": "float32",
 }
 
 #: The largest K for which a sum of K products of 8-bit inputs fits int32 (|int8 products| <= 2**14,

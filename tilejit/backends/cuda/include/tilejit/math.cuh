@@ -6,7 +6,7 @@
 
 namespace tj {
 
-// ---- conversions (static_cast semantics; to bool is != 0; 16-bit floats via float)
+// ---- conversions (static_cast semantics; to bool is != 0; 16- and 8-bit floats via float)
 template <class To, class From> struct Cvt {
   __device__ __forceinline__ static To f(From x) { return static_cast<To>(x); }
 };
@@ -55,6 +55,24 @@ template <> struct Cvt<half, double> {
 template <> struct Cvt<bool, bool> {
   __device__ __forceinline__ static bool f(bool x) { return x; }
 };
+// 8-bit floats convert through float both ways (to them: torch's rounding, types.cuh; double rounds to float
+// first, as torch's conversion does).
+#define TJ_FP8_CVT(F)                                                                              \
+  template <class To> struct Cvt<To, F> {                                                           \
+    __device__ __forceinline__ static To f(F x) { return Cvt<To, float>::f(static_cast<float>(x)); } \
+  };                                                                                                \
+  template <> struct Cvt<bool, F> {                                                                 \
+    __device__ __forceinline__ static bool f(F x) { return static_cast<float>(x) != 0.0f; }         \
+  };                                                                                                \
+  template <> struct Cvt<half, F> {                                                                 \
+    __device__ __forceinline__ static half f(F x) { return half(static_cast<float>(x)); }           \
+  };                                                                                                \
+  template <> struct Cvt<bf16, F> {                                                                 \
+    __device__ __forceinline__ static bf16 f(F x) { return bf16(static_cast<float>(x)); }           \
+  };
+TJ_FP8_CVT(e4m3)
+TJ_FP8_CVT(e5m2)
+#undef TJ_FP8_CVT
 // Float to integer truncates toward zero and saturates at the 32- or 64-bit range, and NaN gives 0
 // (tile.py's cast rule); 8- and 16-bit results keep the low bits of the 32-bit value. The intrinsics
 // saturate (a C++ cast of a value out of range is undefined behaviour), but only float -> int32 maps

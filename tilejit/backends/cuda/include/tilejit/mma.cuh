@@ -8,6 +8,7 @@
 //    fragment layout (tile.cuh), so a K loop never moves it. A cp.async stage of a transposed load
 //    holds A as K x (M+PA) (read with ldmatrix.trans) or B as N x (K+PB) (plain ldmatrix).
 //  * TensorCoreTF32 (sm_80+, f32 inputs with tf32 allowed): mma.sync.aligned.m16n8k8.tf32.
+//  * TensorCoreFP8 (sm_89+, e4m3 or e5m2 inputs): mma.sync.aligned.m16n8k32, fragments read with plain loads.
 //  * Wgmma (sm_90a, f16/bf16 inputs staged by a cp.async pipeline): each warpgroup issues
 //    wgmma.mma_async m64nNk16 on swizzled shared-memory stages (memory.cuh's stage_offset) read
 //    through matrix descriptors; A is K-major, B N-major (imm-trans-b), or for transposed loads A
@@ -200,6 +201,73 @@ struct TensorCoreTF32 {
                        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                        : "r"(af[mi][0]), "r"(af[mi][1]), "r"(af[mi][2]), "r"(af[mi][3]), "r"(bfr[ni][0]), "r"(bfr[ni][1]));
         }
+    }
+  }
+};
+
+// m16n8k32 with 8-bit float inputs (sm_89+): e4m3 or e5m2, f32 accumulators.
+template <class T> struct MmaFp8;
+#if __CUDA_ARCH__ >= 890
+#define TJ_MMA_FP8_ASM(P)                                                                                          \
+  asm("mma.sync.aligned.m16n8k32.row.col.f32." P "." P ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                            \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+#define TJ_MMA_FP8_ASM(P)
+#endif
+#define TJ_MMA_FP8(T, P)                                                                          \
+  template <> struct MmaFp8<T> {                                                                  \
+    __device__ __forceinline__ static void mma(float* d, const u32 (&a)[4], const u32 (&b)[2]) { \
+      TJ_MMA_FP8_ASM(P)                                                                           \
+    }                                                                                             \
+  };
+TJ_MMA_FP8(e4m3, "e4m3")
+TJ_MMA_FP8(e5m2, "e5m2")
+#undef TJ_MMA_FP8
+#undef TJ_MMA_FP8_ASM
+
+// TensorCore's warp tiling and accumulator fragments with 8-bit float operands (one byte each) and K steps of
+// 32. A register of A holds four consecutive k of one row (one 32-bit shared-memory read); one of B four
+// consecutive k of one column, gathered from four rows of the K x N stage.
+template <class T, int M, int N, int K, int WM, int WN, int LDA, int LDB>
+struct TensorCoreFP8 {
+  static constexpr int WTM = M / WM, WTN = N / WN, MT = WTM / 16, NTL = WTN / 8;
+  static_assert(sizeof(T) == 1 && K % 32 == 0 && LDA % 4 == 0, "not an fp8 mma tiling");
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ < 1204
+  static_assert(K < 0, "8-bit float mma.sync needs NVRTC 12.4 or newer (PTX ISA 8.4): set TILEJIT_NVRTC to one");
+#endif
+  template <class L>
+  __device__ __forceinline__ static void run(Tile<float, L>& acc, const T* As, const T* Bs) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int m0 = (warp % WM) * WTM, n0 = (warp / WM) * WTN;
+    const int g = lane >> 2, t = lane & 3;
+    const u8* a8 = reinterpret_cast<const u8*>(As);
+    const u8* b8 = reinterpret_cast<const u8*>(Bs);
+#pragma unroll
+    for (int kk = 0; kk < K / 32; ++kk) {
+      u32 af[MT][4];
+      u32 bfr[NTL][2];
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        const u8* p = a8 + (m0 + mi * 16 + g) * LDA + kk * 32 + t * 4;
+        af[mi][0] = *reinterpret_cast<const u32*>(p);
+        af[mi][1] = *reinterpret_cast<const u32*>(p + 8 * LDA);
+        af[mi][2] = *reinterpret_cast<const u32*>(p + 16);
+        af[mi][3] = *reinterpret_cast<const u32*>(p + 8 * LDA + 16);
+      }
+#pragma unroll
+      for (int ni = 0; ni < NTL; ++ni) {
+        const u8* p = b8 + (kk * 32 + t * 4) * LDB + n0 + ni * 8 + g;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const u8* q = p + h * 16 * LDB;
+          bfr[ni][h] = (u32)q[0] | (u32)q[LDB] << 8 | (u32)q[2 * LDB] << 16 | (u32)q[3 * LDB] << 24;
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NTL; ++ni) MmaFp8<T>::mma(&acc.v[(mi * NTL + ni) * 4], af[mi], bfr[ni]);
     }
   }
 };

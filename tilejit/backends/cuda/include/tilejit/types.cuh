@@ -1,7 +1,7 @@
 // tilejit device headers: scalar types and the kernel array ABI.
 //
 // Self-contained on purpose: NVRTC ships no standard headers (and 11.x has no built-in
-// <cuda_fp16.h>), so the fixed-width integers and the two 16-bit float types are defined here.
+// <cuda_fp16.h>), so the fixed-width integers and the 16- and 8-bit float types are defined here.
 // tj::half and tj::bf16 have the size, alignment and bit layout of __half / __nv_bfloat16.
 #pragma once
 
@@ -46,6 +46,39 @@ struct __align__(2) bf16 {
   __device__ static __forceinline__ bf16 from_bits(u16 b) { bf16 h; h.bits = b; return h; }
 };
 
+// 8-bit floats with torch's conversion from float: round to nearest-even, not saturating (past the largest
+// finite value after rounding: NaN for e4m3, which has no inf; inf for e5m2), NaN stays NaN (0x7f with
+// the sign). In integer ops, so every target converts alike (PTX's cvt to e4m3x2/e5m2x2 saturates).
+// MB: mantissa bits, BIAS: exponent bias, TOP: largest finite pattern, OVER: the pattern of an overflow.
+template <int MB, int BIAS, int TOP, int OVER>
+struct __align__(1) fp8 {
+  u8 bits;
+  fp8() = default;
+  __device__ __forceinline__ fp8(float f) {
+    const u32 u = __float_as_uint(f), a = u & 0x7fffffffu, s = (u >> 24) & 0x80u;
+    u32 r;
+    if (a > 0x7f800000u) r = 0x7fu;
+    else if (a < (u32)(128 - BIAS) << 23) {  // below the smallest normal: multiples of 2^(1 - BIAS - MB)
+      r = __float2uint_rn(__uint_as_float(a) * __uint_as_float((u32)(126 + BIAS + MB) << 23));
+    } else {  // round the 23 mantissa bits to MB, then rebias the exponent (a carry lands in it)
+      r = (a + (1u << (22 - MB)) - 1u + ((a >> (23 - MB)) & 1u)) >> (23 - MB);
+      r -= (u32)(127 - BIAS) << MB;
+      if (r > (u32)TOP) r = OVER;
+    }
+    bits = (u8)(r | s);
+  }
+  __device__ __forceinline__ operator float() const {
+    const u32 s = (u32)(bits & 0x80u) << 24, m = bits & 0x7fu;
+    if (OVER == 0x7f ? m == 0x7fu : m > (u32)OVER) return __uint_as_float(s | 0x7fc00000u);
+    if (m == (u32)OVER) return __uint_as_float(s | 0x7f800000u);
+    if (m < (1u << MB)) return __uint_as_float(s | __float_as_uint((float)m * __uint_as_float((u32)(128 - BIAS - MB) << 23)));
+    return __uint_as_float(s | ((m + ((u32)(127 - BIAS) << MB)) << (23 - MB)));
+  }
+  __device__ static __forceinline__ fp8 from_bits(u8 b) { fp8 h; h.bits = b; return h; }
+};
+typedef fp8<3, 7, 0x7e, 0x7f> e4m3;   // float8_e4m3fn
+typedef fp8<2, 15, 0x7b, 0x7c> e5m2;  // float8_e5m2
+
 // The kernel ABI of an array parameter: strides in elements, all fields 8 bytes.
 template <class T, int N>
 struct Array {
@@ -79,6 +112,8 @@ __device__ __forceinline__ Array<T, N> array_item(const Array<i64, 2>& table, i6
 template <class T> struct Compute { typedef T type; };
 template <> struct Compute<half> { typedef float type; };
 template <> struct Compute<bf16> { typedef float type; };
+template <> struct Compute<e4m3> { typedef float type; };
+template <> struct Compute<e5m2> { typedef float type; };
 
 __device__ __forceinline__ float inf_f() { return __int_as_float(0x7f800000); }
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fc00000); }
