@@ -44,15 +44,19 @@ def compile_only(args: argparse.Namespace, kernel: object, signature: tuple, con
     print(f"compiled {art.name} for {args.arch} ({art.backend}): {len(cubin)} bytes of CUBIN (no GPU needed)")
 
 
-#: The bytes of a row chunk that kernels of too-long rows work on (8192 float32 or 16384 16-bit elements: 32 a thread
-#: with the CUDA backend's 256 or 512 threads; 16 KB chunks were 2-20% slower on an H100, bench/RESULTS.md).
-CHUNK_BYTES = 32768
+#: The bytes of a row chunk that kernels of too-long rows work on, by backend: with backend="cuda" 32 KB (8192
+#: float32 or 16384 16-bit elements, 32 a thread of its 256 or 512 threads; 16 KB chunks were 2-20% slower on an H100),
+#: else 16 KB (Tile IR's 32 KB chunks of 16-bit layer norm rows ran at a third of the speed; see bench/RESULTS.md).
+CHUNK_BYTES = {"cuda": 32768}
+DEFAULT_CHUNK_BYTES = 16384
 
 
-def chunk_of(x: Any) -> int:
-    """The chunk, in elements, for rows of array ``x`` (tilejit or torch): ``CHUNK_BYTES`` of its dtype."""
+def chunk_of(x: Any, backend: str | None = None) -> int:
+    """The chunk, in elements, for rows of array ``x`` (tilejit or torch) on ``backend``: ``CHUNK_BYTES`` of its
+    dtype."""
     itemsize = getattr(x, "itemsize", None)
-    return CHUNK_BYTES // (itemsize if isinstance(itemsize, int) else x.element_size())
+    size = CHUNK_BYTES.get(backend or "", DEFAULT_CHUNK_BYTES)
+    return size // (itemsize if isinstance(itemsize, int) else x.element_size())
 
 
 def block_of(n: int) -> int:

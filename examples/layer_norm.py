@@ -180,7 +180,8 @@ def layer_norm_forward(x: Any, weight: Any, bias: Any, out: Any, mean: Any, rstd
     if block_of(n) <= WHOLE_ROW:
         on_backend(layer_norm_fwd, backend)[m](x, weight, bias, out, mean, rstd, eps, BLOCK=block_of(n))
     else:
-        on_backend(layer_norm_fwd_chunked, backend)[m](x, weight, bias, out, mean, rstd, eps, BLOCK=chunk_of(x))
+        chunked = on_backend(layer_norm_fwd_chunked, backend)
+        chunked[m](x, weight, bias, out, mean, rstd, eps, BLOCK=chunk_of(x, backend))
 
 
 class BackwardPlan(NamedTuple):

@@ -103,7 +103,7 @@ def rms_norm_forward(x: Any, weight: Any, out: Any, rstd: Any, eps: float, backe
     if block_of(n) <= WHOLE_ROW:
         on_backend(rms_norm, backend)[m](x, weight, out, rstd, eps, BLOCK=block_of(n))
     else:
-        on_backend(rms_norm_chunked, backend)[m](x, weight, out, rstd, eps, BLOCK=chunk_of(x))
+        on_backend(rms_norm_chunked, backend)[m](x, weight, out, rstd, eps, BLOCK=chunk_of(x, backend))
 
 
 def backward_scratch(m: int, n: int, plan: BackwardPlan, empty: Callable[[tuple[int, ...]], Any]) -> tuple[Any, ...]:

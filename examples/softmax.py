@@ -47,16 +47,16 @@ def softmax_chunked(x, out, BLOCK: tj.Constant[int]):
         tj.store(out, index=(row, c), tile=tj.exp(t - top) * scale)
 
 
-def row_plan(x: Any) -> tuple[Any, int]:
+def row_plan(x: Any, backend: str | None = None) -> tuple[Any, int]:
     """The kernel and BLOCK for the rows of ``x``: the whole row as one tile up to ``WHOLE_ROW``, else chunks."""
     block = block_of(x.shape[1])
-    return (softmax, block) if block <= WHOLE_ROW else (softmax_chunked, chunk_of(x))
+    return (softmax, block) if block <= WHOLE_ROW else (softmax_chunked, chunk_of(x, backend))
 
 
 def softmax_rows(x: Any, out: Any, backend: str | None = None) -> None:
     """``out`` = the softmax of each row of the 2-D array ``x`` (tilejit, torch, ... arrays), at any row length;
     ``backend``: build the kernels with this backend instead of the default."""
-    kernel, block = row_plan(x)
+    kernel, block = row_plan(x, backend)
     on_backend(kernel, backend)[x.shape[0]](x, out, BLOCK=block)
 
 

@@ -508,6 +508,7 @@ def test_row_registers_count_loads_and_carried_sums() -> None:
     ("layer_norm", "layer_norm", "bfloat16", {"BLOCK": 8192}, "(256)"),  # whole 16-bit rows: 8 warps from 2048
     ("layer_norm", "layer_norm_fwd", "float16", {"BLOCK": 8192}, "(256)"),
     ("layer_norm", "layer_norm_fwd", "bfloat16", {"BLOCK": 512}, "(64)"),
+    ("layer_norm", "layer_norm_fwd", "bfloat16", {"BLOCK": 16384}, "(512)"),  # three 16384-element loads
     ("softmax", "softmax", "float16", {"BLOCK": 1024}, "(128)"),
     ("layer_norm", "layer_norm_bwd", "bfloat16", {"ROWS": 1, "BLOCK": 8192}, "(512)"),
     ("layer_norm", "layer_norm_bwd", "float16", {"ROWS": 4, "BLOCK": 1024}, "(512, 2)"),

@@ -145,6 +145,7 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     assert sm.row_plan(rows(4, 32768, 2)) == (sm.softmax, 32768)
     assert sm.row_plan(rows(4, 32769, 4)) == (sm.softmax_chunked, 4096)
     assert sm.row_plan(rows(4, 65537, 2)) == (sm.softmax_chunked, 8192)
+    assert sm.row_plan(rows(4, 65537, 2), "cuda") == (sm.softmax_chunked, 16384)  # 32 KB chunks on CUDA
     assert ln.backward_plan(rows(262144, 256, 4), 132) == ln.BackwardPlan(256, 16, 264)
     assert ln.backward_plan(rows(10, 256, 4), 132) == ln.BackwardPlan(256, 16, 1)
     assert ln.backward_plan(rows(8192, 8192, 2), 132) == ln.BackwardPlan(8192, 1, 264)
