@@ -43,10 +43,13 @@ TILE_DISPATCH = '''\
 # The globals, bound by tilejit.api.kernel for this kernel:
 #     _tj_fast, _tj_specialize, _tj_slow, _tj_classify, _tj_own_of, _tj_for_thread, _tj_DeviceArray,
 #     _tj_ArrayView, _tj_VIEW, _tj_MISSING, _tj_NOKEEP, _tj_KEEP, _tj_KEEP_CONST, _tj_get_device,
-#     _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_state_reader
+#     _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_torch_view
 def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj_stream):
     _tj_last_x = _tj_last_n = _tj_NOKEEP
-    _tj_read_x = _tj_read_n = _tj_state_x = _tj_state_n = None
+    _tj_ptr_x = _tj_ptr_n = None
+    _tj_dtype_x = _tj_dtype_n = None
+    _tj_shape_x = _tj_shape_n = None
+    _tj_stride_x = _tj_stride_n = None
     _tj_no_state = True
     _tj_memo_device = _tj_NOKEEP
     _tj_memo_compiled = _tj_memo_views = _tj_memo_relaunch = None
@@ -61,16 +64,20 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
         immutable or reading the same) on the same device and stream relaunch what its private launcher holds;
         other calls classify each argument, find the specialization by the fast key and launch through it.
         """
-        nonlocal _tj_last_x, _tj_last_n, _tj_read_x, _tj_read_n, _tj_state_x, _tj_state_n, _tj_no_state
-        nonlocal _tj_memo_device, _tj_memo_compiled, _tj_memo_views, _tj_memo_relaunch, _tj_memo_handle
+        nonlocal _tj_last_x, _tj_last_n, _tj_ptr_x, _tj_ptr_n, _tj_dtype_x, _tj_dtype_n, _tj_shape_x, _tj_shape_n
+        nonlocal _tj_stride_x, _tj_stride_n, _tj_no_state, _tj_memo_device, _tj_memo_compiled, _tj_memo_views
+        nonlocal _tj_memo_relaunch, _tj_memo_handle
         _tj_thread = _tj_thread_id()
         if _tj_thread != _tj_owner:  # another thread: its own function, with its own cells and memo
             _tj_f = _tj_threads.get(_tj_thread)
             if _tj_f is None: _tj_f = _tj_for_thread(_tj_threads, _tj_thread, _tj_grid, _tj_stream)
             return _tj_f(x, n, *_tj_more)
         if (x is _tj_last_x and n is _tj_last_n and _tj_current_device[0] is _tj_memo_device and not _tj_more
-                and (_tj_no_state or (_tj_read_x is None or _tj_read_x(x) == _tj_state_x)
-                        and (_tj_read_n is None or _tj_read_n(n) == _tj_state_n))):
+                and (_tj_no_state
+                     or (_tj_ptr_x is None or x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x
+                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x and x.is_cuda)
+                     and (_tj_ptr_n is None or n.data_ptr() == _tj_ptr_n and n.dtype is _tj_dtype_n
+                             and n.shape == _tj_shape_n and n.stride() == _tj_stride_n and n.is_cuda))):
             # the last call again: relaunch what its private launcher's buffers hold, when on the same stream
             if _tj_memo_relaunch is not None:
                 if _tj_stream is None: _tj_h = _tj_current_stream_handle[0]
@@ -135,13 +142,17 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
         if _tj_o is None:  # the specialization's shared launcher (checked first, then generated)
             _tj_c.launcher(_tj_grid, _tj_views, _tj_stream)
             if _tj_foreign:  # remember torch tensors too, with what they read now
-                _tj_read_x = _tj_state_reader(x.__class__)
-                _tj_state_x = None if _tj_read_x is None else _tj_views[0][:4]
-                _tj_read_n = _tj_state_reader(n.__class__)
-                _tj_state_n = None if _tj_read_n is None else _tj_views[1][:4]
-                _tj_no_state = _tj_read_x is None and _tj_read_n is None
-                _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_read_x is not None else _tj_NOKEEP
-                _tj_last_n = n if n.__class__ in _tj_KEEP or _tj_read_n is not None else _tj_NOKEEP
+                if _tj_VIEW.get(x.__class__) is _tj_torch_view:
+                    _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]
+                    _tj_dtype_x = x.dtype
+                else: _tj_ptr_x = None
+                if _tj_VIEW.get(n.__class__) is _tj_torch_view:
+                    _tj_ptr_n, _tj_shape_n, _tj_stride_n = _tj_views[1][:3]
+                    _tj_dtype_n = n.dtype
+                else: _tj_ptr_n = None
+                _tj_no_state = _tj_ptr_x is None and _tj_ptr_n is None
+                _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_ptr_x is not None else _tj_NOKEEP
+                _tj_last_n = n if n.__class__ in _tj_KEEP or _tj_ptr_n is not None else _tj_NOKEEP
             else:
                 _tj_no_state = True
                 _tj_last_x = x if x.__class__ in _tj_KEEP else _tj_NOKEEP
@@ -159,13 +170,17 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
             _tj_memo_device = _tj_NOKEEP
             raise
         if _tj_foreign:  # remember torch tensors too, with what they read now
-            _tj_read_x = _tj_state_reader(x.__class__)
-            _tj_state_x = None if _tj_read_x is None else _tj_views[0][:4]
-            _tj_read_n = _tj_state_reader(n.__class__)
-            _tj_state_n = None if _tj_read_n is None else _tj_views[1][:4]
-            _tj_no_state = _tj_read_x is None and _tj_read_n is None
-            _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_read_x is not None else _tj_NOKEEP
-            _tj_last_n = n if n.__class__ in _tj_KEEP or _tj_read_n is not None else _tj_NOKEEP
+            if _tj_VIEW.get(x.__class__) is _tj_torch_view:
+                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]
+                _tj_dtype_x = x.dtype
+            else: _tj_ptr_x = None
+            if _tj_VIEW.get(n.__class__) is _tj_torch_view:
+                _tj_ptr_n, _tj_shape_n, _tj_stride_n = _tj_views[1][:3]
+                _tj_dtype_n = n.dtype
+            else: _tj_ptr_n = None
+            _tj_no_state = _tj_ptr_x is None and _tj_ptr_n is None
+            _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_ptr_x is not None else _tj_NOKEEP
+            _tj_last_n = n if n.__class__ in _tj_KEEP or _tj_ptr_n is not None else _tj_NOKEEP
         else:
             _tj_no_state = True
             _tj_last_x = x if x.__class__ in _tj_KEEP else _tj_NOKEEP
@@ -381,11 +396,15 @@ def test_a_raw_kernels_entry_is_this_text(driver: PyDriver) -> None:
 
 def test_the_lines_a_torch_tensor_takes() -> None:
     """In the dispatch: the other-library branch (the view through its type's converter), then it is remembered
-    with its state; in the launch functions, its attributes read inline."""
+    with its address, shape, strides and dtype, each read inline at the next call; in the launch functions, its
+    attributes read inline."""
     assert "        _tj_view_x = _tj_VIEW[_tj_cl](x); _tj_key_x = " in TILE_DISPATCH
-    assert "_tj_read_x = _tj_state_reader(x.__class__)\n" in TILE_DISPATCH
-    assert "_tj_state_x = None if _tj_read_x is None else _tj_views[0][:4]\n" in TILE_DISPATCH
-    assert "(_tj_read_x is None or _tj_read_x(x) == _tj_state_x)" in TILE_DISPATCH
+    assert ("if _tj_VIEW.get(x.__class__) is _tj_torch_view:\n"
+            "                    _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]\n"
+            "                    _tj_dtype_x = x.dtype\n") in TILE_DISPATCH
+    assert ("(_tj_ptr_x is None or x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
+            "                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x and x.is_cuda)"
+            ) in TILE_DISPATCH
     assert ("elif x.__class__ is Tensor and x.is_cuda:\n                    "
             "x_view = (x.data_ptr(), x.shape, x.stride(), torch_dtypes[x.dtype], x)\n") in TILE_LAUNCHER
     assert ("elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():\n"
