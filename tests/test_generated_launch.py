@@ -141,34 +141,17 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
         if _tj_o is None: _tj_o = _tj_own_of(_tj_c, _tj_owns, _tj_owner)
         if _tj_o is None:  # the specialization's shared launcher (checked first, then generated)
             _tj_c.launcher(_tj_grid, _tj_views, _tj_stream)
-            if _tj_foreign:  # remember torch tensors too, with what they read now
-                if _tj_VIEW.get(x.__class__) is _tj_torch_view:
-                    _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]
-                    _tj_dtype_x = x.dtype
-                else: _tj_ptr_x = None
-                if _tj_VIEW.get(n.__class__) is _tj_torch_view:
-                    _tj_ptr_n, _tj_shape_n, _tj_stride_n = _tj_views[1][:3]
-                    _tj_dtype_n = n.dtype
-                else: _tj_ptr_n = None
-                _tj_no_state = _tj_ptr_x is None and _tj_ptr_n is None
-                _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_ptr_x is not None else _tj_NOKEEP
-                _tj_last_n = n if n.__class__ in _tj_KEEP or _tj_ptr_n is not None else _tj_NOKEEP
-            else:
-                _tj_no_state = True
-                _tj_last_x = x if x.__class__ in _tj_KEEP else _tj_NOKEEP
-                _tj_last_n = n if n.__class__ in _tj_KEEP else _tj_NOKEEP
-            _tj_memo_compiled, _tj_memo_views = _tj_c, _tj_views
-            _tj_memo_relaunch, _tj_memo_handle = None, 0
-            _tj_memo_device = _tj_dev
-            return
-        if _tj_stream is None: _tj_h = _tj_current_stream_handle[0]
+            _tj_relaunch = None; _tj_h = 0  # nothing of it to relaunch
         else:
-            try: _tj_h = _tj_stream_handle(_tj_stream)
-            except (TypeError, ValueError): return _tj_c.launcher(_tj_grid, _tj_views, _tj_stream)  # it explains
-        try: _tj_o[0](_tj_grid, _tj_views, _tj_h)
-        except BaseException:
-            _tj_memo_device = _tj_NOKEEP
-            raise
+            if _tj_stream is None: _tj_h = _tj_current_stream_handle[0]
+            else:
+                try: _tj_h = _tj_stream_handle(_tj_stream)
+                except (TypeError, ValueError): return _tj_c.launcher(_tj_grid, _tj_views, _tj_stream)  # it explains
+            try: _tj_o[0](_tj_grid, _tj_views, _tj_h)
+            except BaseException:
+                _tj_memo_device = _tj_NOKEEP
+                raise
+            _tj_relaunch = _tj_o[1]
         if _tj_foreign:  # remember torch tensors too, with what they read now
             if _tj_VIEW.get(x.__class__) is _tj_torch_view:
                 _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]
@@ -186,7 +169,7 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
             _tj_last_x = x if x.__class__ in _tj_KEEP else _tj_NOKEEP
             _tj_last_n = n if n.__class__ in _tj_KEEP else _tj_NOKEEP
         _tj_memo_compiled, _tj_memo_views = _tj_c, _tj_views
-        _tj_memo_relaunch, _tj_memo_handle = _tj_o[1], _tj_h
+        _tj_memo_relaunch, _tj_memo_handle = _tj_relaunch, _tj_h
         _tj_memo_device = _tj_dev
 
     launch.__name__ = launch.__qualname__ = _tj_NAME
@@ -400,8 +383,8 @@ def test_the_lines_a_torch_tensor_takes() -> None:
     attributes read inline."""
     assert "        _tj_view_x = _tj_VIEW[_tj_cl](x); _tj_key_x = " in TILE_DISPATCH
     assert ("if _tj_VIEW.get(x.__class__) is _tj_torch_view:\n"
-            "                    _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]\n"
-            "                    _tj_dtype_x = x.dtype\n") in TILE_DISPATCH
+            "                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]\n"
+            "                _tj_dtype_x = x.dtype\n") in TILE_DISPATCH
     assert ("(_tj_ptr_x is None or x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
             "                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x and x.is_cuda)"
             ) in TILE_DISPATCH

@@ -634,18 +634,19 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
         f"if {p}o is None: {p}o = {p}own_of({p}c, {p}owns, {p}owner)",
         f"if {p}o is None:  # the specialization's shared launcher (checked first, then generated)",
         f"    {p}c.launcher({p}grid, {p}views, {p}stream)",
-        *("    " + line for line in remember("None", "0")),
-        "    return",
-        *handle_now,
-        f"    try: {p}h = {p}stream_handle({p}stream)",
-        f"    except (TypeError, ValueError): return {p}c.launcher({p}grid, {p}views, {p}stream)  # it explains",
+        f"    {p}relaunch = None; {p}h = 0  # nothing of it to relaunch",
+        "else:",
+        *("    " + line for line in handle_now),
+        f"        try: {p}h = {p}stream_handle({p}stream)",
+        f"        except (TypeError, ValueError): return {p}c.launcher({p}grid, {p}views, {p}stream)  # it explains",
         # A failed launch may leave the private launcher's buffers holding this call (its stream, when only
         # that differed from the memo's): the memo must not make a later call relaunch them.
-        f"try: {p}o[0]({p}grid, {p}views, {p}h)",
-        "except BaseException:",
-        f"    {p}memo_device = {p}NOKEEP",
-        "    raise",
-        *remember(f"{p}o[1]", f"{p}h"),
+        f"    try: {p}o[0]({p}grid, {p}views, {p}h)",
+        "    except BaseException:",
+        f"        {p}memo_device = {p}NOKEEP",
+        "        raise",
+        f"    {p}relaunch = {p}o[1]",
+        *remember(f"{p}relaunch", f"{p}h"),
     ]
     init = [f"{' = '.join(f'{p}last_{name}' for name in names)} = {p}NOKEEP"] if names else []
     if args:
