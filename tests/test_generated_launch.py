@@ -74,10 +74,10 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
             return _tj_f(x, n, *_tj_more)
         if (x is _tj_last_x and n is _tj_last_n and _tj_current_device[0] is _tj_memo_device and not _tj_more
                 and (_tj_no_state
-                     or (_tj_ptr_x is None or x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x
-                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x and x.is_cuda)
-                     and (_tj_ptr_n is None or n.data_ptr() == _tj_ptr_n and n.dtype is _tj_dtype_n
-                             and n.shape == _tj_shape_n and n.stride() == _tj_stride_n and n.is_cuda))):
+                     or (_tj_ptr_x is None or x.is_cuda and x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x
+                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x)
+                     and (_tj_ptr_n is None or n.is_cuda and n.data_ptr() == _tj_ptr_n and n.dtype is _tj_dtype_n
+                             and n.shape == _tj_shape_n and n.stride() == _tj_stride_n))):
             # the last call again: relaunch what its private launcher's buffers hold, when on the same stream
             if _tj_memo_relaunch is not None:
                 if _tj_stream is None: _tj_h = _tj_current_stream_handle[0]
@@ -385,9 +385,8 @@ def test_the_lines_a_torch_tensor_takes() -> None:
     assert ("if _tj_VIEW.get(x.__class__) is _tj_torch_view:\n"
             "                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]\n"
             "                _tj_dtype_x = x.dtype\n") in TILE_DISPATCH
-    assert ("(_tj_ptr_x is None or x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
-            "                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x and x.is_cuda)"
-            ) in TILE_DISPATCH
+    assert ("(_tj_ptr_x is None or x.is_cuda and x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
+            "                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x)") in TILE_DISPATCH
     assert ("elif x.__class__ is Tensor and x.is_cuda:\n                    "
             "x_view = (x.data_ptr(), x.shape, x.stride(), torch_dtypes[x.dtype], x)\n") in TILE_LAUNCHER
     assert ("elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():\n"

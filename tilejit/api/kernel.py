@@ -514,10 +514,10 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     # among them reading the same as then.
     identity = " and ".join([*(f"{name} is {p}last_{name}" for name in names),
                              f"{p}current_device[0] is {p}memo_device", f"not {p}more"])
-    # A torch tensor reads the same when its address, dtype (one object per dtype), shape and strides are those
-    # remembered and it is still on the GPU: each read inline (a torch attribute costs 30-150 ns, a call more).
-    states = [[f"({p}ptr_{a} is None or {a}.data_ptr() == {p}ptr_{a} and {a}.dtype is {p}dtype_{a}",
-               f"        and {a}.shape == {p}shape_{a} and {a}.stride() == {p}stride_{a} and {a}.is_cuda)"]
+    # A torch tensor reads the same when it is still on the GPU and its address, dtype (one object per dtype),
+    # shape and strides are those remembered: each read inline (a torch attribute costs 30-150 ns, a call more).
+    states = [[f"({p}ptr_{a} is None or {a}.is_cuda and {a}.data_ptr() == {p}ptr_{a} and {a}.dtype is {p}dtype_{a}",
+               f"        and {a}.shape == {p}shape_{a} and {a}.stride() == {p}stride_{a})"]
               for a in args]
     hit = [f"if {identity}:"] if not args else [
         f"if ({identity}",
