@@ -483,6 +483,26 @@ def test_a_torch_tensor_passed_again_relaunches_until_it_changes_in_place(driver
     assert driver.records[-1][5] == block_of(SCALE_PARAMS, [ArrayView(0x2000, (8,), (2,), "float32", None), 4])
 
 
+def test_a_torch_tensor_subclass_is_remembered_like_a_tensor(driver: PyDriver) -> None:
+    """A subclass of torch's tensor (``nn.Parameter``) is read through torch's converter, so the dispatch remembers
+    it with its state as it does a tensor, and follows it when it changes in place."""
+
+    class Parameter(fake_torch.Tensor):
+        __slots__ = ()
+
+    Parameter.__module__ = "torch.nn.parameter"
+    w = Parameter(0x1000, (16,), T.float32)
+    launch = scale[1]
+    for _ in range(CHECKED_LAUNCHES + 2):
+        launch(w, 3)
+    cells = dict(zip(launch.__code__.co_freevars, launch.__closure__))  # type: ignore[attr-defined]
+    assert cells["_tj_last_x"].cell_contents is w and cells["_tj_ptr_x"].cell_contents == 0x1000
+    w.move(0x3000)
+    launch(w, 3)
+    assert driver.records[-1][5] == block_of(SCALE_PARAMS, [ArrayView(0x3000, (16,), (1,), "float32", None), 3])
+    assert cells["_tj_ptr_x"].cell_contents == 0x3000
+
+
 def test_a_torch_tensor_of_an_unsupported_dtype_names_the_parameter(driver: PyDriver) -> None:
     launch = scale[1]
     with pytest.raises(LaunchError, match=r"parameter 'x'.*unsupported torch dtype torch.complex64"):
