@@ -83,9 +83,10 @@ def tile_kernel_torch(driver: Any, function: Any, backend: str) -> Callable[[], 
     return lambda: launch(t)
 
 
-def three_arrays(driver: Any, function: Any, backend: str) -> Callable[[], Any]:
-    """``copy3[1](a, b, c)`` with ``backend``'s launch key, alternating between two sets of arrays so that every
-    call classifies its arguments (no repeat of the last call): the Tile IR key adds ``launch_facts``."""
+def three_arrays(driver: Any, function: Any, backend: str, torch_like: bool = False) -> Callable[[], Any]:
+    """``copy3[1](a, b, c)`` with ``backend``'s launch key, alternating between two sets of arrays (torch-like
+    tensors with ``torch_like``) so that every call classifies its arguments (no repeat of the last call): the
+    Tile IR key adds ``launch_facts``."""
 
     @tj.kernel(backend=backend)
     def copy3(a, b, c):  # type: ignore[no-untyped-def]
@@ -96,9 +97,13 @@ def three_arrays(driver: Any, function: Any, backend: str) -> Callable[[], Any]:
     def build(arg_types: Any, hints: Any, consts: Any, device: Any) -> Any:
         return loaded(Launcher(function, params, 32, driver=driver), None, None)
 
+    def array(ptr: int) -> Any:
+        if torch_like:
+            return fake_torch.Tensor(ptr, (4096, 4096), sys.modules["torch"].bfloat16)
+        return ArrayView(ptr, (4096, 4096), (4096, 1), "bfloat16", None)
+
     copy3._build = build
-    sets = [[ArrayView(base + i * 0x100_0000, (4096, 4096), (4096, 1), "bfloat16", None) for i in range(3)]
-            for base in (0x1000_0000, 0x2000_0000)]
+    sets = [[array(base + i * 0x100_0000) for i in range(3)] for base in (0x1000_0000, 0x2000_0000)]
     launch = copy3[1]
     for _ in range(CHECKED_LAUNCHES + 2):
         launch(*sets[0])
@@ -144,6 +149,8 @@ def cases() -> dict[str, Callable[[], Any]]:
         "the same, backend='tileir'": tile_kernel_torch(driver, function, "tileir"),
         "tile kernel copy3[1](a, b, c), new arrays each call, backend='cuda'": three_arrays(driver, function, "cuda"),
         "the same, backend='tileir' (launch facts in the key)": three_arrays(driver, function, "tileir"),
+        "tile kernel copy3[1](a, b, c), new torch-like tensors each call, backend='cuda'":
+            three_arrays(driver, function, "cuda", torch_like=True),
     }
 
 

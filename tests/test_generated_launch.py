@@ -43,10 +43,13 @@ TILE_DISPATCH = '''\
 # The globals, bound by tilejit.api.kernel for this kernel:
 #     _tj_fast, _tj_specialize, _tj_slow, _tj_classify, _tj_own_of, _tj_for_thread, _tj_DeviceArray,
 #     _tj_ArrayView, _tj_VIEW, _tj_MISSING, _tj_NOKEEP, _tj_KEEP, _tj_KEEP_CONST, _tj_get_device,
-#     _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_state_reader
+#     _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_torch_view
 def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj_stream):
     _tj_last_x = _tj_last_n = _tj_NOKEEP
-    _tj_read_x = _tj_read_n = _tj_state_x = _tj_state_n = None
+    _tj_ptr_x = _tj_ptr_n = None
+    _tj_dtype_x = _tj_dtype_n = None
+    _tj_shape_x = _tj_shape_n = None
+    _tj_stride_x = _tj_stride_n = None
     _tj_no_state = True
     _tj_memo_device = _tj_NOKEEP
     _tj_memo_compiled = _tj_memo_views = _tj_memo_relaunch = None
@@ -61,8 +64,9 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
         immutable or reading the same) on the same device and stream relaunch what its private launcher holds;
         other calls classify each argument, find the specialization by the fast key and launch through it.
         """
-        nonlocal _tj_last_x, _tj_last_n, _tj_read_x, _tj_read_n, _tj_state_x, _tj_state_n, _tj_no_state
-        nonlocal _tj_memo_device, _tj_memo_compiled, _tj_memo_views, _tj_memo_relaunch, _tj_memo_handle
+        nonlocal _tj_last_x, _tj_last_n, _tj_ptr_x, _tj_ptr_n, _tj_dtype_x, _tj_dtype_n, _tj_shape_x, _tj_shape_n
+        nonlocal _tj_stride_x, _tj_stride_n, _tj_no_state, _tj_memo_device, _tj_memo_compiled, _tj_memo_views
+        nonlocal _tj_memo_relaunch, _tj_memo_handle
         _tj_thread = _tj_thread_id()
         if _tj_thread != _tj_owner:  # another thread: its own function, with its own cells and memo
             _tj_f = _tj_threads.get(_tj_thread)
@@ -70,8 +74,11 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
             return _tj_f(x, n, *_tj_more, num_warps=num_warps, num_stages=num_stages)
         if (x is _tj_last_x and n is _tj_last_n and _tj_current_device[0] is _tj_memo_device and not _tj_more
                 and num_warps is None and num_stages is None
-                and (_tj_no_state or (_tj_read_x is None or _tj_read_x(x) == _tj_state_x)
-                        and (_tj_read_n is None or _tj_read_n(n) == _tj_state_n))):
+                and (_tj_no_state
+                     or (_tj_ptr_x is None or x.is_cuda and x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x
+                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x)
+                     and (_tj_ptr_n is None or n.is_cuda and n.data_ptr() == _tj_ptr_n and n.dtype is _tj_dtype_n
+                             and n.shape == _tj_shape_n and n.stride() == _tj_stride_n))):
             # the last call again: relaunch what its private launcher's buffers hold, when on the same stream
             if _tj_memo_relaunch is not None:
                 if _tj_stream is None: _tj_h = _tj_current_stream_handle[0]
@@ -135,44 +142,35 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
         if _tj_o is None: _tj_o = _tj_own_of(_tj_c, _tj_owns, _tj_owner)
         if _tj_o is None:  # the specialization's shared launcher (checked first, then generated)
             _tj_c.launcher(_tj_grid, _tj_views, _tj_stream)
-            if _tj_foreign:  # remember torch tensors too, with what they read now
-                _tj_read_x = _tj_state_reader(x.__class__)
-                _tj_state_x = None if _tj_read_x is None else _tj_views[0][:4]
-                _tj_read_n = _tj_state_reader(n.__class__)
-                _tj_state_n = None if _tj_read_n is None else _tj_views[1][:4]
-                _tj_no_state = _tj_read_x is None and _tj_read_n is None
-                _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_read_x is not None else _tj_NOKEEP
-                _tj_last_n = n if n.__class__ in _tj_KEEP or _tj_read_n is not None else _tj_NOKEEP
-            else:
-                _tj_no_state = True
-                _tj_last_x = x if x.__class__ in _tj_KEEP else _tj_NOKEEP
-                _tj_last_n = n if n.__class__ in _tj_KEEP else _tj_NOKEEP
-            _tj_memo_compiled, _tj_memo_views = _tj_c, _tj_views
-            _tj_memo_relaunch, _tj_memo_handle = None, 0
-            _tj_memo_device = _tj_dev
-            return
-        if _tj_stream is None: _tj_h = _tj_current_stream_handle[0]
+            _tj_relaunch = None; _tj_h = 0  # nothing of it to relaunch
         else:
-            try: _tj_h = _tj_stream_handle(_tj_stream)
-            except (TypeError, ValueError): return _tj_c.launcher(_tj_grid, _tj_views, _tj_stream)  # it explains
-        try: _tj_o[0](_tj_grid, _tj_views, _tj_h)
-        except BaseException:
-            _tj_memo_device = _tj_NOKEEP
-            raise
+            if _tj_stream is None: _tj_h = _tj_current_stream_handle[0]
+            else:
+                try: _tj_h = _tj_stream_handle(_tj_stream)
+                except (TypeError, ValueError): return _tj_c.launcher(_tj_grid, _tj_views, _tj_stream)  # it explains
+            try: _tj_o[0](_tj_grid, _tj_views, _tj_h)
+            except BaseException:
+                _tj_memo_device = _tj_NOKEEP
+                raise
+            _tj_relaunch = _tj_o[1]
         if _tj_foreign:  # remember torch tensors too, with what they read now
-            _tj_read_x = _tj_state_reader(x.__class__)
-            _tj_state_x = None if _tj_read_x is None else _tj_views[0][:4]
-            _tj_read_n = _tj_state_reader(n.__class__)
-            _tj_state_n = None if _tj_read_n is None else _tj_views[1][:4]
-            _tj_no_state = _tj_read_x is None and _tj_read_n is None
-            _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_read_x is not None else _tj_NOKEEP
-            _tj_last_n = n if n.__class__ in _tj_KEEP or _tj_read_n is not None else _tj_NOKEEP
+            if _tj_VIEW.get(x.__class__) is _tj_torch_view:
+                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]
+                _tj_dtype_x = x.dtype
+            else: _tj_ptr_x = None
+            if _tj_VIEW.get(n.__class__) is _tj_torch_view:
+                _tj_ptr_n, _tj_shape_n, _tj_stride_n = _tj_views[1][:3]
+                _tj_dtype_n = n.dtype
+            else: _tj_ptr_n = None
+            _tj_no_state = _tj_ptr_x is None and _tj_ptr_n is None
+            _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_ptr_x is not None else _tj_NOKEEP
+            _tj_last_n = n if n.__class__ in _tj_KEEP or _tj_ptr_n is not None else _tj_NOKEEP
         else:
             _tj_no_state = True
             _tj_last_x = x if x.__class__ in _tj_KEEP else _tj_NOKEEP
             _tj_last_n = n if n.__class__ in _tj_KEEP else _tj_NOKEEP
         _tj_memo_compiled, _tj_memo_views = _tj_c, _tj_views
-        _tj_memo_relaunch, _tj_memo_handle = _tj_o[1], _tj_h
+        _tj_memo_relaunch, _tj_memo_handle = _tj_relaunch, _tj_h
         _tj_memo_device = _tj_dev
 
     launch.__name__ = launch.__qualname__ = _tj_NAME
@@ -382,11 +380,14 @@ def test_a_raw_kernels_entry_is_this_text(driver: PyDriver) -> None:
 
 def test_the_lines_a_torch_tensor_takes() -> None:
     """In the dispatch: the other-library branch (the view through its type's converter), then it is remembered
-    with its state; in the launch functions, its attributes read inline."""
+    with its address, shape, strides and dtype, each read inline at the next call; in the launch functions, its
+    attributes read inline."""
     assert "        _tj_view_x = _tj_VIEW[_tj_cl](x); _tj_key_x = " in TILE_DISPATCH
-    assert "_tj_read_x = _tj_state_reader(x.__class__)\n" in TILE_DISPATCH
-    assert "_tj_state_x = None if _tj_read_x is None else _tj_views[0][:4]\n" in TILE_DISPATCH
-    assert "(_tj_read_x is None or _tj_read_x(x) == _tj_state_x)" in TILE_DISPATCH
+    assert ("if _tj_VIEW.get(x.__class__) is _tj_torch_view:\n"
+            "                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]\n"
+            "                _tj_dtype_x = x.dtype\n") in TILE_DISPATCH
+    assert ("(_tj_ptr_x is None or x.is_cuda and x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
+            "                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x)") in TILE_DISPATCH
     assert ("elif x.__class__ is Tensor and x.is_cuda:\n                    "
             "x_view = (x.data_ptr(), x.shape, x.stride(), torch_dtypes[x.dtype], x)\n") in TILE_LAUNCHER
     assert ("elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():\n"
@@ -481,6 +482,26 @@ def test_a_torch_tensor_passed_again_relaunches_until_it_changes_in_place(driver
     t.retype(T.float32)
     launch(t, 4)
     assert driver.records[-1][5] == block_of(SCALE_PARAMS, [ArrayView(0x2000, (8,), (2,), "float32", None), 4])
+
+
+def test_a_torch_tensor_subclass_is_remembered_like_a_tensor(driver: PyDriver) -> None:
+    """A subclass of torch's tensor (``nn.Parameter``) is read through torch's converter, so the dispatch remembers
+    it with its state as it does a tensor, and follows it when it changes in place."""
+
+    class Parameter(fake_torch.Tensor):
+        __slots__ = ()
+
+    Parameter.__module__ = "torch.nn.parameter"
+    w = Parameter(0x1000, (16,), T.float32)
+    launch = scale[1]
+    for _ in range(CHECKED_LAUNCHES + 2):
+        launch(w, 3)
+    cells = dict(zip(launch.__code__.co_freevars, launch.__closure__))  # type: ignore[attr-defined]
+    assert cells["_tj_last_x"].cell_contents is w and cells["_tj_ptr_x"].cell_contents == 0x1000
+    w.move(0x3000)
+    launch(w, 3)
+    assert driver.records[-1][5] == block_of(SCALE_PARAMS, [ArrayView(0x3000, (16,), (1,), "float32", None), 3])
+    assert cells["_tj_ptr_x"].cell_contents == 0x3000
 
 
 def test_a_torch_tensor_of_an_unsupported_dtype_names_the_parameter(driver: PyDriver) -> None:

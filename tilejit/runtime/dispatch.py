@@ -5,8 +5,9 @@
   int32 or int64 by :func:`int_dtype` (the one rule, also as text: :func:`int_dtype_text`); floats, bools and
   numpy scalars go as they are. :func:`stream_lines` is the stream rule (``stream_handle``'s) inline in generated
   code.
-  :data:`IMMUTABLE_ARGS` are the argument types a launch may remember by identity; a torch tensor is remembered
-  with its state (:func:`tilejit.runtime.interop.state_reader`), which must read the same at the next launch.
+  :data:`IMMUTABLE_ARGS` are the argument types a launch may remember by identity; a torch tensor (one that
+  :func:`tilejit.runtime.interop.torch_view` reads) is remembered with its address, dtype, shape and strides, which
+  must read the same at the next launch.
 * **Checked, then generated.** :class:`FirstLaunches`: each thread's first :data:`CHECKED_LAUNCHES` launches of
   a kernel take the checked path (generating a launch function costs about a millisecond, a ``compile()``); then
   the thread gets a generated function of its own (its own buffers, its own current device and stream).

@@ -109,7 +109,10 @@ def torch_tensor_type() -> type:
     return cls if isinstance(cls, type) else _NoTensor
 
 
-def _torch_view(t: Any) -> ArrayView:
+def torch_view(t: Any) -> ArrayView:
+    """The view of a torch tensor (the converter :func:`as_view` keeps for torch's tensor types): a launch may
+    remember a tensor it read so, with its address, dtype, shape and strides, and repeat itself while they read the
+    same (torch tensors change in place: ``set_``, ``resize_``, ``transpose_``, ``.data =``)."""
     if not t.is_cuda:
         raise _host_error(t)
     name = _TORCH_DTYPES.get(t.dtype)
@@ -118,12 +121,6 @@ def _torch_view(t: Any) -> ArrayView:
         if name is None:
             raise TypeError(f"unsupported torch dtype {t.dtype}")
     return _new_view((t.data_ptr(), t.shape, t.stride(), name, t))  # type: ignore[no-any-return]
-
-
-def _torch_state(t: Any) -> Any:
-    """What ``as_view(t)[:4]`` is for a torch tensor ``t`` (address, shape, strides, dtype name), None on the host:
-    read at each launch that passes the tensor of the last one, which the launch may then repeat."""
-    return (t.data_ptr(), t.shape, t.stride(), _TORCH_DTYPES.get(t.dtype)) if t.is_cuda else None
 
 
 def _torch_pointer(t: Any) -> tuple[int, str]:
@@ -369,7 +366,7 @@ def _host_view(obj: Any) -> ArrayView:
 def _choose(cls: type, obj: Any) -> Callable[[Any], ArrayView]:
     module = cls.__module__.split(".")[0]
     if module == "torch" and hasattr(obj, "data_ptr"):
-        return _torch_view
+        return torch_view
     if module == "cupy" and hasattr(obj, "data") and hasattr(obj, "strides") and hasattr(obj, "dtype"):
         return _cupy_view
     if hasattr(obj, "__cuda_array_interface__"):
@@ -394,15 +391,6 @@ def _pointer_via_view(obj: Any) -> tuple[int, str]:
     return v.ptr, v.dtype
 
 
-def state_reader(cls: type) -> Callable[[Any], Any] | None:
-    """For a mutable array type whose arrays may change in place (torch tensors: ``set_``, ``resize_``,
-    ``transpose_``...), the function that reads what :func:`as_view` would see of one now, as ``view[:4]`` (address,
-    shape, strides, dtype name; anything else where ``as_view`` would refuse it): a launch that gets the array of the
-    last launch again may repeat that launch when this still reads the same. None for other types (immutable ones
-    are remembered by identity alone; other mutable ones are read afresh at every launch)."""
-    return _torch_state if _BY_TYPE.get(cls) is _torch_view else None
-
-
 def pointer_of(obj: Any) -> tuple[int, str]:
     """(address, dtype) of a device array: what a ``T*`` kernel parameter needs, read more cheaply
     than a full view where the library allows (torch)."""
@@ -410,7 +398,7 @@ def pointer_of(obj: Any) -> tuple[int, str]:
     conv = _POINTER_BY_TYPE.get(cls)
     if conv is None:
         as_view(obj)  # raises the right error for non-arrays before anything is cached
-        conv = _torch_pointer if _BY_TYPE.get(cls) is _torch_view else _pointer_via_view
+        conv = _torch_pointer if _BY_TYPE.get(cls) is torch_view else _pointer_via_view
         _POINTER_BY_TYPE[cls] = conv
     return conv(obj)
 
@@ -432,5 +420,5 @@ def as_view(obj: Any) -> ArrayView:
 __all__ = [
     "ArrayView", "DLPackOwner", "NotDeviceArrayError", "as_view", "byte_span", "c_strides", "is_contiguous",
     "not_contiguous_error", "parse_cuda_array_interface", "parse_dlpack_capsule", "pointer_of", "register_converter",
-    "state_reader", "torch_dtypes", "torch_tensor_type",
+    "torch_dtypes", "torch_tensor_type", "torch_view",
 ]
