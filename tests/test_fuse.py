@@ -735,3 +735,14 @@ def test_interpreted_outputs_next_to_an_empty_one(heap: ti.Heap) -> None:
     assert e.shape == (0, 5) and r.shape == (5,) and t.shape == ()
     np.testing.assert_array_equal(r, y + 1.5)
     assert float(t) == 3.0
+
+
+def test_interpreted_reduction_of_an_empty_array(heap: ti.Heap) -> None:
+    """A sum over zero elements is one block writing 0 (its mean: NaN), not a launch of zero blocks."""
+
+    @tj.fuse
+    def total(x):  # type: ignore[no-untyped-def]
+        return x.sum(), x.mean()
+
+    s, m = emulate(total, [heap.put(np.empty((0,), np.float32), "float32")], heap)
+    assert float(s) == 0.0 and np.isnan(m)

@@ -759,7 +759,8 @@ class Fused:
         tk, tr = _reduce_tile(nk, nr, max(n.operands[0].dtype.itemsize for n in reductions), columns)
         ktiles, rtiles = -(-nk // tk), -(-nr // tr)
         sms = device.multiprocessor_count
-        nsplit = min(rtiles, max(1, -(-4 * sms // ktiles)), _MAX_SPLIT) if ktiles < 2 * sms else 1
+        # (a reduction over zero elements still runs one block per kept tile: it writes the identity, or NaN)
+        nsplit = max(1, min(rtiles, max(1, -(-4 * sms // ktiles)), _MAX_SPLIT)) if ktiles < 2 * sms else 1
         n_in = len(used)
         inputs = tuple((used[k], tuple(d for d, st in enumerate(kspace.strides[k]) if st != 0),
                         tuple(d for d, st in enumerate(rspace.strides[k]) if st != 0),
