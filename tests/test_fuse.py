@@ -353,36 +353,40 @@ def test_kernels_are_made_per_layout_and_reused_for_every_size() -> None:
         f.specialize(view((n,)), view((n,)))
         f.specialize(view((3, n)), view((3, n)))  # merged to one axis: the same kernel
     assert len(f.kernels) == 1
-    for m, n in ((3, 4), (100, 7), (5, 5000)):
-        f.specialize(view((m, n)), view((n,)))  # y broadcast along rows
-    assert len(f.kernels) == 2
+    for m, n in ((3, 4), (5, 5000), (2, 1 << 12)):
+        f.specialize(view((m, n)), view((n,)))  # y broadcast along rows, rows of whole 16-byte vectors
+    assert len(f.kernels) == 2 and "tj.max_contiguous(tj.multiple_of(i1, 4), 4)" in f.kernels[1]
+    for m, n in ((100, 7), (3, 6)):
+        f.specialize(view((m, n)), view((n,)))  # ragged rows: element by element
+    assert len(f.kernels) == 3 and "max_contiguous" not in f.kernels[2]
     f.specialize(view((7, 3)), view((7, 1)))  # along columns: another pattern
     f.specialize(view((7, 3), strides=(1, 7)), view((7, 3)))  # a transposed view: strided
     f.specialize(view((4,), strides=(-1,), ptr=0x1000c), view((4,)))  # reversed: offsets from the lowest element
-    assert len(f.kernels) == 5
+    assert len(f.kernels) == 6
     f.specialize(view((7, 3)), view((7, 3)), out=view((7, 3), strides=(1, 7)))
-    assert len(f.kernels) == 6
+    assert len(f.kernels) == 7
     f.specialize(view((9, 5)), view((9, 1)))  # the column pattern again, other sizes
-    assert len(f.kernels) == 6
+    assert len(f.kernels) == 7
     big = f.specialize(view((1 << 20, 1 << 12)), view((1 << 12,)))  # 2**32 elements: 64-bit indices
-    assert len(f.kernels) == 7 and "tj.int64" in big.sources[0]
+    assert len(f.kernels) == 8 and "tj.int64" in big.sources[0] and "umulhi" not in big.sources[0]
 
 
 def test_golden_elementwise_kernel() -> None:
     """The kernel of ``gelu_mul`` with a bias along the rows, as generated (readable, commented with lines)."""
     src = gelu_mul.specialize(view((64, 1000)), view((64, 1000)), view((1000,))).sources[0]
     head, doc, body = src.split('"""')
-    assert head.endswith("\n@tj.kernel\ndef gelu_mul(x, y, bias, out, n1: tj.int32, bias_s1: tj.int32):\n    ")
+    assert head.endswith("\n@tj.kernel\ndef gelu_mul(x, y, bias, out, n1: tj.int32, n1_m: tj.uint32, "
+                         "n1_s: tj.uint32):\n    ")
     assert " ".join(doc.split()) == (f"tj.fuse of gelu_mul ({gelu_mul.func.__code__.co_filename}:"
                                      f"{gelu_mul.func.__code__.co_firstlineno}): elementwise over 2 merged axes, "
-                                     "tiles of 4096, 32-bit indices; x flat, y flat, bias gathered.")
+                                     "tiles of 4096, 32-bit indices; x flat, y flat, bias gathered in runs of 4.")
     line = gelu_mul.func.__code__.co_firstlineno
     want = """
         pid = tj.bid(0)
         e = pid * 4096 + tj.arange(4096)  # the flat (C order) index of each element of this tile
-        q1 = e // n1
+        q1 = (tj.umulhi(e.astype(tj.uint32), n1_m) >> n1_s).astype(tj.int32)  # e // n1
         i1 = e - q1 * n1
-        bias_off = i1 * bias_s1
+        bias_off = tj.max_contiguous(tj.multiple_of(i1, 4), 4)  # runs of 4 consecutive offsets
         x_v = tj.load(x, index=(pid,), shape=(4096,))
         y_v = tj.load(y, index=(pid,), shape=(4096,))
         bias_v = tj.gather(bias, bias_off)

@@ -246,6 +246,10 @@ class Interpreter:
             return self.read(g(op.array), [g(i) for i in op.indices], op.padding, dt)
         if isinstance(op, ops.CastOp):
             return hold(g(op.x), dt)
+        if isinstance(op, ops.AssumeOp):  # tj.multiple_of / tj.max_contiguous: checked, then the value itself
+            x = g(op.x)
+            _check_facts(x, op.div_by, op.contiguous)
+            return x
         if isinstance(op, ops.BroadcastOp):
             return np.broadcast_to(g(op.x), rt.shape).copy()
         if isinstance(op, ops.ReshapeOp):
@@ -292,8 +296,29 @@ def _unary(fn: str, x: np.ndarray, dt: DType) -> np.ndarray:
         return getattr(np, fn)(x)
 
 
+def _check_facts(x: np.ndarray, div_by: int, contiguous: int) -> None:
+    """A broken ``multiple_of`` / ``max_contiguous`` promise (undefined behaviour on a GPU) fails the test."""
+    a = np.asarray(x, dtype=np.int64)
+    if a.ndim == 0:
+        assert a % div_by == 0, f"multiple_of({div_by}) broken by {a}"
+        return
+    n = min(contiguous, a.shape[-1])
+    groups = a.reshape(a.shape[:-1] + (-1, n))
+    assert (groups[..., 0] % div_by == 0).all(), f"multiple_of({div_by}) broken"
+    assert (np.diff(groups, axis=-1) == 1).all(), f"max_contiguous({contiguous}) broken"
+
+
 def _binary(fn: str, x: np.ndarray, y: np.ndarray, dt: DType) -> np.ndarray:
     with np.errstate(all="ignore"):
+        if fn == "mulhi":  # the high half of the unsigned double-width product
+            bits = dt.bits
+            ux, uy = (np.asarray(v).astype(HOLD[f"uint{bits}"]) for v in (x, y))
+            if bits < 64:
+                return ((ux.astype(np.uint64) * uy.astype(np.uint64)) >> np.uint64(bits)).astype(HOLD[dt.name])
+            lo = np.uint64(0xFFFFFFFF)
+            a0, a1, b0, b1 = ux & lo, ux >> np.uint64(32), uy & lo, uy >> np.uint64(32)
+            mid = (a0 * b0 >> np.uint64(32)) + (a1 * b0 & lo) + a0 * b1
+            return (a1 * b1 + (a1 * b0 >> np.uint64(32)) + (mid >> np.uint64(32))).astype(HOLD[dt.name])
         if fn in ("floordiv", "mod") and np.asarray(x).dtype.kind in "iu":
             zero = y == 0
             safe = np.where(zero, 1, y).astype(np.asarray(y).dtype)
