@@ -659,6 +659,49 @@ def test_interpreted_strided_out_and_broadcast_outputs(heap: ti.Heap) -> None:
     assert np.isnan(whole1[:, 5:]).all() and np.isnan(whole2[::2]).all()  # nothing outside the views written
 
 
+def test_magic_numbers_divide_every_32_bit_index() -> None:
+    """``umulhi(n, m) >> s == n // d`` for the extremes and random dividends and divisors (the kernels' index
+    decomposition with 32-bit indices)."""
+    from tilejit.api.fuse_layout import magic
+
+    rng = np.random.default_rng(5)
+    divisors = [2, 3, 4, 5, 7, 1000, 4096, 4097, (1 << 30) + 1, (1 << 31) - 1, *rng.integers(2, 1 << 31, 2000)]
+    for d in map(int, divisors):
+        m, sh = magic(d)
+        assert 0 < m < 1 << 32 and sh >= 0
+        for n in (0, 1, d - 1, d, d + 1, (1 << 31) - 1, ((1 << 31) - 1) // d * d - 1, *rng.integers(0, 1 << 31, 8)):
+            if n >= 0:
+                assert ((int(n) * m) >> 32) >> sh == int(n) // d, (n, d)
+
+
+@pytest.mark.parametrize("xshape, yshape, dtype, runs", [
+    ((3, 5, 8), (5, 8), "float32", 4),  # a broadcast matrix: rows of 40 merged
+    ((3, 5, 8), (3, 1, 8), "float32", 4),  # broadcast along the middle axis: offsets q * 8 + i
+    ((6, 16), (16,), "bfloat16", 8),
+    ((4, 32), (32,), "int8", 16),
+    ((5, 6), (6,), "float32", 0),  # rows of 6: not whole vectors
+])
+def test_interpreted_gathers_in_runs(heap: ti.Heap, xshape: tuple[int, ...], yshape: tuple[int, ...], dtype: str,
+                                     runs: int) -> None:
+    """A broadcast operand whose rows are whole vectors is gathered with run promises (the interpreter checks them)
+    and sizes are divided by magic numbers; results are numpy's."""
+    @tj.fuse
+    def f(x, y):  # type: ignore[no-untyped-def]
+        return x * 3 + y
+
+    rng = np.random.default_rng(11)
+    x = rng.integers(-9, 9, xshape).astype(ti.HOLD[dtype])
+    y = rng.integers(-9, 9, yshape).astype(ti.HOLD[dtype])
+    got = emulate(f, [heap.put(x, dtype), heap.put(y, dtype)], heap)[0]
+    np.testing.assert_array_equal(got, (x * 3 + y).astype(ti.HOLD[dtype]))
+    src = f.kernels[-1]
+    code = [line.split("#")[0] for line in src.split('"""')[2].splitlines()]
+    assert "tj.umulhi(e.astype(tj.uint32)" in src and not any(" // " in c for c in code)
+    assert ("tj.max_contiguous(tj.multiple_of(" in src) == bool(runs)
+    if runs:
+        assert f"{runs}), {runs})  # runs of {runs} consecutive offsets" in src
+
+
 @pytest.mark.parametrize("block", range(4))
 def test_interpreted_random_fused_functions_match_numpy(block: int) -> None:
     """Random fused functions (``fuse_cases``), run by the interpreter through the call path, against numpy."""
