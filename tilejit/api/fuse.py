@@ -62,8 +62,8 @@ from tilejit.api.fuse_trace import (
 from tilejit.errors import LaunchError, TileCompileError
 from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType
 from tilejit.runtime.array import DeviceArray as _DA
-from tilejit.runtime.interop import _BY_TYPE as _CONVERTERS
-from tilejit.runtime.interop import ArrayView, _new_view
+from tilejit.runtime.interop import ArrayView, new_view
+from tilejit.runtime.interop import converters as _CONVERTERS
 
 _I32 = (-(1 << 31), (1 << 31) - 1)
 _I64 = (-(1 << 63), (1 << 63) - 1)
@@ -339,7 +339,7 @@ def kernel_args(launch: _Launch, views: Sequence[Any], nums: Sequence[Any], out_
         elif kind == "in" or kind == "out":
             v = views[f.at] if kind == "in" else out_views[f.at]
             d = f.data
-            kargs.append(v if d is None else _new_view((v[0] + d[0], d[1], d[2], v[3], v[4])))
+            kargs.append(v if d is None else new_view((v[0] + d[0], d[1], d[2], v[3], v[4])))
         elif kind == "scalar":
             kargs.append(nums[f.at])
         else:
