@@ -25,6 +25,7 @@ from tilejit.api.fuse_layout import access, aligned_strides, broadcast_shapes, c
 from tilejit.runtime.interop import ArrayView
 
 CPU_CASES = int(os.environ.get("TILEJIT_FUSE_CPU_CASES", "120"))
+BY_NAME_DT = {"float32": tj.float32, "float64": tj.float64, "bfloat16": tj.bfloat16}
 
 
 class StandInDevice:
@@ -700,6 +701,50 @@ def test_interpreted_gathers_in_runs(heap: ti.Heap, xshape: tuple[int, ...], ysh
     assert ("tj.max_contiguous(tj.multiple_of(" in src) == bool(runs)
     if runs:
         assert f"{runs}), {runs})  # runs of {runs} consecutive offsets" in src
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_interpreted_math_functions(heap: ti.Heap, dtype: str) -> None:
+    """The language's further math functions fuse (one kernel, several outputs) and compute numpy's values."""
+    @tj.fuse
+    def f(x, y, k):  # type: ignore[no-untyped-def]
+        a = tj.exp2(x) + tj.log2(y) + tj.log1p(y) + tj.expm1(x) + tj.rsqrt(y)
+        b = tj.sinh(x) * tj.cosh(x) + tj.asin(x * 0.5) + tj.acos(x * 0.5) + tj.atan(x) + tj.atan2(x, y)
+        c = tj.fma(x, y, 1.0) + tj.truediv(x, y)
+        return a, b, c, tj.isnan(tj.log(x)), tj.isinf(tj.exp(x * 1000.0)), tj.signbit(x - 0.25), \
+            tj.popc(k) + tj.clz(k)
+
+    @tj.fuse
+    def cube_root(x):  # type: ignore[no-untyped-def]
+        return tj.cbrt(x)  # the CUDA backend's alone (Tile IR has no cbrt)
+
+    rng = np.random.default_rng(8)
+    x = ti.hold(rng.uniform(-1, 1, (7, 33)), BY_NAME_DT[dtype])
+    x[0, :3] = 0.0
+    y = ti.hold(rng.uniform(0.5, 2, (33,)), BY_NAME_DT[dtype])
+    k = rng.integers(-(1 << 31), 1 << 31, (7, 33)).astype(np.int32)
+    k[0, :3] = (0, -1, 1)
+    vx = heap.put(x, dtype)
+    got = emulate(f, [vx, heap.put(y, dtype), heap.put(k, "int32")], heap)
+    assert len(f.kernels) == 1
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    want = [np.exp2(x64) + np.log2(y64) + np.log1p(y64) + np.expm1(x64) + 1 / np.sqrt(y64),
+            np.sinh(x64) * np.cosh(x64) + np.arcsin(x64 * 0.5) + np.arccos(x64 * 0.5) + np.arctan(x64)
+            + np.arctan2(x64, y64),
+            x64 * y64 + 1.0 + x64 / y64]
+    tol = {"float32": 1e-5, "float64": 1e-12, "bfloat16": 5e-2}[dtype]
+    for g, w in zip(got[:3], want):
+        np.testing.assert_allclose(g.astype(np.float64), w, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(got[3], x < 0)
+    limit = 709.78 if dtype == "float64" else 88.72  # bfloat16 computes in float32
+    np.testing.assert_array_equal(got[4], x64 * 1000.0 > limit)
+    assert got[4].any() and not got[4].all()
+    np.testing.assert_array_equal(got[5], ti.hold(x64 - 0.25, BY_NAME_DT[dtype]) < 0)
+    u = k.view(np.uint32)
+    clz = 32 - np.frompyfunc(int.bit_length, 1, 1)(u.astype(object)).astype(np.int32)
+    np.testing.assert_array_equal(got[6], np.bitwise_count(u).astype(np.int32) + clz)
+    root = emulate(cube_root, [vx], heap)[0]
+    np.testing.assert_allclose(root.astype(np.float64), np.cbrt(x64), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("block", range(4))

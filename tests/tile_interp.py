@@ -3,9 +3,9 @@ grid over a byte heap that stands in for device memory, with the language's arit
 tile.py``): 16-bit floats compute in float32 and round to their dtype, integers wrap, integer ``//`` and ``%`` by
 zero give 0, loads and gathers read ``padding`` outside the array, stores and scatters skip elements outside it.
 
-It knows the ops the fuse kernels use (constants, block ids, aranges, elementwise ops, casts, broadcasts, reshapes,
-reductions, loads, stores, gathers, scatters, ``for`` loops); any other op is an error. Float math functions are
-numpy's, which may differ from CUDA's in the last bits.
+It knows the ops the fuse kernels use (constants, block ids, aranges, elementwise ops and math but ``erfinv``,
+casts, broadcasts, reshapes, reductions, loads, stores, gathers, scatters, ``for`` loops); any other op is an error.
+Float math functions are numpy's, which may differ from CUDA's in the last bits.
 """
 
 from __future__ import annotations
@@ -256,6 +256,9 @@ class Interpreter:
             return np.reshape(g(op.x), rt.shape)
         if isinstance(op, ops.PermuteOp):
             return np.transpose(g(op.x), op.perm)
+        if isinstance(op, ops.FmaOp):  # rounded once: float32 products are exact in float64
+            x, y, z = (_compute(g(v), dt).astype(np.float64) for v in (op.x, op.y, op.z))
+            return hold(x * y + z, dt)
         if isinstance(op, ops.SelectOp):
             return np.where(g(op.cond), g(op.x), g(op.y)).astype(HOLD[dt.name])
         if isinstance(op, ops.CompareOp):
@@ -279,6 +282,10 @@ class Interpreter:
         raise AssertionError(f"the interpreter does not know {op.NAME}")
 
 
+#: The numpy function of each unary fn whose name differs.
+_NUMPY_NAMES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan"}
+
+
 def _unary(fn: str, x: np.ndarray, dt: DType) -> np.ndarray:
     with np.errstate(all="ignore"):
         if fn == "neg":
@@ -293,7 +300,13 @@ def _unary(fn: str, x: np.ndarray, dt: DType) -> np.ndarray:
             return np.asarray(_ERF(x), dtype=x.dtype)
         if fn == "rsqrt":
             return 1 / np.sqrt(x)
-        return getattr(np, fn)(x)
+        if fn in ("popc", "clz"):  # of the integer's bits (two's complement)
+            bits = x.dtype.itemsize * 8
+            u = x.view(f"uint{bits}")
+            if fn == "popc":
+                return np.bitwise_count(u).astype(np.int32)
+            return (bits - np.frompyfunc(int.bit_length, 1, 1)(u.astype(object))).astype(np.int32)
+        return getattr(np, _NUMPY_NAMES.get(fn, fn))(x)
 
 
 def _check_facts(x: np.ndarray, div_by: int, contiguous: int) -> None:
@@ -327,7 +340,7 @@ def _binary(fn: str, x: np.ndarray, y: np.ndarray, dt: DType) -> np.ndarray:
         table = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
                  "floordiv": np.floor_divide, "mod": np.mod, "pow": np.power, "maximum": np.maximum,
                  "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
-                 "lshift": np.left_shift, "rshift": np.right_shift}
+                 "lshift": np.left_shift, "rshift": np.right_shift, "atan2": np.arctan2}
         if dt.is_bool and fn in ("add", "mul"):
             return np.logical_or(x, y) if fn == "add" else np.logical_and(x, y)
         return table[fn](x, y)
