@@ -259,7 +259,9 @@ class Generator:
                 return Expr(f"({i.text}).astype(tj.float32)", i.value.astype(np.float64), i.shape, False, True, 0,
                             i.mag)
             return self.leaf()
-        kind = self.pick(["bin", "bin", "literal", "div", "minmax", "unary", "unary", "where", "cast", "floor"])
+        kind = self.pick(["bin", "bin", "literal", "div", "minmax", "unary", "unary", "math", "where", "cast", "floor"])
+        if kind == "math":
+            return self.math(self.float_expr(depth - 1))
         if kind == "literal":
             a = self.float_expr(depth - 1)
             text, c = self.literal()
@@ -389,7 +391,7 @@ class Generator:
             if self.chance(0.5):
                 v = np.bitwise_count(u).astype(np.int32)
                 return Expr(f"tj.popc(({a.text}).astype(tj.int32))", v, a.shape, True, True, 0, 32.0)
-            v = (32 - np.frompyfunc(int.bit_length, 1, 1)(u.astype(object))).astype(np.int32)
+            v = (32 - np.asarray(np.frompyfunc(int.bit_length, 1, 1)(u.astype(object)), np.int64)).astype(np.int32)
             return Expr(f"tj.clz(({a.text}).astype(tj.int32))", v, a.shape, True, True, 0, 32.0)
         op = self.pick(["+", "-", "*", "&", "|", "^", ">>", "//", "%"])
         weak = [x for x in self.args if x.kind == "weak" and x.dtype == "int"]
