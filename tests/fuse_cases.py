@@ -259,7 +259,9 @@ class Generator:
                 return Expr(f"({i.text}).astype(tj.float32)", i.value.astype(np.float64), i.shape, False, True, 0,
                             i.mag)
             return self.leaf()
-        kind = self.pick(["bin", "bin", "literal", "div", "minmax", "unary", "unary", "where", "cast", "floor"])
+        kind = self.pick(["bin", "bin", "literal", "div", "minmax", "unary", "unary", "math", "where", "cast", "floor"])
+        if kind == "math":
+            return self.math(self.float_expr(depth - 1))
         if kind == "literal":
             a = self.float_expr(depth - 1)
             text, c = self.literal()
@@ -284,8 +286,10 @@ class Generator:
         if kind == "unary":
             a = self.float_expr(depth - 1)
             fn = self.pick(["neg", "abs", "tanh", "sigmoid", "sin", "cos", "erf", "exp", "log", "sqrt", "square",
-                            "numpy"])
+                            "numpy", "math"])
             x = a.value
+            if fn == "math":
+                return self.math(a)
             table: dict[str, tuple[str, Any]] = {
                 "neg": (f"(-{a.text})", -x), "abs": (f"tj.abs({a.text})", np.abs(x)),
                 "tanh": (f"tj.tanh({a.text})", np.tanh(x)), "sigmoid": (f"tj.sigmoid({a.text})", 1 / (1 + np.exp(-x))),
@@ -315,8 +319,47 @@ class Generator:
         fn = self.pick(["floor", "ceil"])
         return self.combine(f"tj.{fn}({leaf.text})", getattr(np, fn)(leaf.value), [leaf], False)
 
+    def math(self, a: Expr) -> Expr:
+        """One of the language's further math functions of ``a`` (or with a second value), its operand kept where
+        the function is well conditioned (and finite: exp2 and expm1 of at most 2, logs of at least 0 or 1)."""
+        t, x = a.text, a.value
+        fn = self.pick(["exp2", "log2", "log1p", "expm1", "rsqrt", "sinh", "cosh", "asin", "acos", "atan", "atan2",
+                        "fma", "truediv"])  # not cbrt and erfinv: the Tile IR backend refuses them
+        if fn in ("atan2", "fma", "truediv"):
+            b = self.float_expr(0)
+            if fn == "atan2":  # away from the origin, where its angle is ill conditioned
+                return self.combine(f"tj.atan2({t}, tj.abs({b.text}) + 0.5)", np.arctan2(x, np.abs(b.value) + 0.5),
+                                    [a, b], True)
+            if fn == "truediv":
+                return self.combine(f"tj.truediv({t}, tj.abs({b.text}) + 0.5)", x / (np.abs(b.value) + 0.5),
+                                    [a, b], True)
+            c = self.float_expr(0)
+            return self.combine(f"tj.fma({t}, {b.text}, {c.text})", x * b.value + c.value, [a, b, c], True)
+        table: dict[str, tuple[str, Any]] = {
+            "exp2": (f"tj.exp2(tj.minimum({t}, 2.0))", np.exp2(np.minimum(x, 2.0))),
+            "log2": (f"tj.log2(tj.abs({t}) + 1.0)", np.log2(np.abs(x) + 1.0)),
+            "log1p": (f"tj.log1p(tj.abs({t}))", np.log1p(np.abs(x))),
+            "expm1": (f"tj.expm1(tj.minimum({t}, 2.0))", np.expm1(np.minimum(x, 2.0))),
+            "rsqrt": (f"tj.rsqrt(tj.abs({t}) + 0.5)", 1 / np.sqrt(np.abs(x) + 0.5)),
+            "sinh": (f"tj.sinh(tj.minimum(tj.maximum({t}, -2.0), 2.0))", np.sinh(np.clip(x, -2.0, 2.0))),
+            "cosh": (f"tj.cosh(tj.minimum(tj.maximum({t}, -2.0), 2.0))", np.cosh(np.clip(x, -2.0, 2.0))),
+            "asin": (f"tj.asin(tj.minimum(tj.maximum({t}, -0.75), 0.75))", np.arcsin(np.clip(x, -0.75, 0.75))),
+            "acos": (f"tj.acos(tj.minimum(tj.maximum({t}, -0.75), 0.75))", np.arccos(np.clip(x, -0.75, 0.75))),
+            "atan": (f"tj.atan({t})", np.arctan(x)),
+        }
+        text, v = table[fn]
+        return self.combine(text, v, [a], True)
+
     def condition(self) -> Expr:
         """A bool value from exact values only (arguments, integers), so that no rounding can flip it."""
+        if self.chance(0.15):  # predicates of exact values: NaN from log of a negative, -inf from log(0)...
+            a, _ = self.leaf_typed()
+            x = a.value
+            fn = self.pick(["isnan", "isinf", "signbit"])
+            text, v = {"isnan": (f"tj.isnan(tj.log({a.text}))", x < 0),
+                       "isinf": (f"tj.isinf(tj.log(tj.abs({a.text})))", x == 0),
+                       "signbit": (f"tj.signbit({a.text})", np.signbit(x))}[fn]
+            return Expr(text, np.asarray(v), a.shape, True, True, 0, 1.0)
         if self.int_arrays() and self.chance(0.4):
             i = self.int_expr(1)
             c = int(self.rng.integers(0, 6))
@@ -342,6 +385,14 @@ class Generator:
             arr = self.pick(self.int_arrays())
             v = np.asarray(arr.values)
             a = Expr(arr.name, v, v.shape, True, True, 0, float(np.max(np.abs(v), initial=0)))
+        if self.chance(0.1):  # bit counts of the 32-bit two's complement: int32 values
+            x32 = np.asarray(a.value).astype(np.int32)
+            u = x32.view(np.uint32)
+            if self.chance(0.5):
+                v = np.bitwise_count(u).astype(np.int32)
+                return Expr(f"tj.popc(({a.text}).astype(tj.int32))", v, a.shape, True, True, 0, 32.0)
+            v = (32 - np.asarray(np.frompyfunc(int.bit_length, 1, 1)(u.astype(object)), np.int64)).astype(np.int32)
+            return Expr(f"tj.clz(({a.text}).astype(tj.int32))", v, a.shape, True, True, 0, 32.0)
         op = self.pick(["+", "-", "*", "&", "|", "^", ">>", "//", "%"])
         weak = [x for x in self.args if x.kind == "weak" and x.dtype == "int"]
         if weak and op not in (">>",) and self.chance(0.3):

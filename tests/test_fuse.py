@@ -25,6 +25,7 @@ from tilejit.api.fuse_layout import access, aligned_strides, broadcast_shapes, c
 from tilejit.runtime.interop import ArrayView
 
 CPU_CASES = int(os.environ.get("TILEJIT_FUSE_CPU_CASES", "120"))
+BY_NAME_DT = {"float32": tj.float32, "float64": tj.float64, "bfloat16": tj.bfloat16}
 
 
 class StandInDevice:
@@ -353,36 +354,40 @@ def test_kernels_are_made_per_layout_and_reused_for_every_size() -> None:
         f.specialize(view((n,)), view((n,)))
         f.specialize(view((3, n)), view((3, n)))  # merged to one axis: the same kernel
     assert len(f.kernels) == 1
-    for m, n in ((3, 4), (100, 7), (5, 5000)):
-        f.specialize(view((m, n)), view((n,)))  # y broadcast along rows
-    assert len(f.kernels) == 2
+    for m, n in ((3, 4), (5, 5000), (2, 1 << 12)):
+        f.specialize(view((m, n)), view((n,)))  # y broadcast along rows, rows of whole 16-byte vectors
+    assert len(f.kernels) == 2 and "tj.max_contiguous(tj.multiple_of(i1, 4), 4)" in f.kernels[1]
+    for m, n in ((100, 7), (3, 6)):
+        f.specialize(view((m, n)), view((n,)))  # ragged rows: element by element
+    assert len(f.kernels) == 3 and "max_contiguous" not in f.kernels[2]
     f.specialize(view((7, 3)), view((7, 1)))  # along columns: another pattern
     f.specialize(view((7, 3), strides=(1, 7)), view((7, 3)))  # a transposed view: strided
     f.specialize(view((4,), strides=(-1,), ptr=0x1000c), view((4,)))  # reversed: offsets from the lowest element
-    assert len(f.kernels) == 5
+    assert len(f.kernels) == 6
     f.specialize(view((7, 3)), view((7, 3)), out=view((7, 3), strides=(1, 7)))
-    assert len(f.kernels) == 6
+    assert len(f.kernels) == 7
     f.specialize(view((9, 5)), view((9, 1)))  # the column pattern again, other sizes
-    assert len(f.kernels) == 6
+    assert len(f.kernels) == 7
     big = f.specialize(view((1 << 20, 1 << 12)), view((1 << 12,)))  # 2**32 elements: 64-bit indices
-    assert len(f.kernels) == 7 and "tj.int64" in big.sources[0]
+    assert len(f.kernels) == 8 and "tj.int64" in big.sources[0] and "umulhi" not in big.sources[0]
 
 
 def test_golden_elementwise_kernel() -> None:
     """The kernel of ``gelu_mul`` with a bias along the rows, as generated (readable, commented with lines)."""
     src = gelu_mul.specialize(view((64, 1000)), view((64, 1000)), view((1000,))).sources[0]
     head, doc, body = src.split('"""')
-    assert head.endswith("\n@tj.kernel\ndef gelu_mul(x, y, bias, out, n1: tj.int32, bias_s1: tj.int32):\n    ")
+    assert head.endswith("\n@tj.kernel\ndef gelu_mul(x, y, bias, out, n1: tj.int32, n1_m: tj.uint32, "
+                         "n1_s: tj.uint32):\n    ")
     assert " ".join(doc.split()) == (f"tj.fuse of gelu_mul ({gelu_mul.func.__code__.co_filename}:"
                                      f"{gelu_mul.func.__code__.co_firstlineno}): elementwise over 2 merged axes, "
-                                     "tiles of 4096, 32-bit indices; x flat, y flat, bias gathered.")
+                                     "tiles of 4096, 32-bit indices; x flat, y flat, bias gathered in runs of 4.")
     line = gelu_mul.func.__code__.co_firstlineno
     want = """
         pid = tj.bid(0)
         e = pid * 4096 + tj.arange(4096)  # the flat (C order) index of each element of this tile
-        q1 = e // n1
+        q1 = (tj.umulhi(e.astype(tj.uint32), n1_m) >> n1_s).astype(tj.int32)  # e // n1
         i1 = e - q1 * n1
-        bias_off = i1 * bias_s1
+        bias_off = tj.max_contiguous(tj.multiple_of(i1, 4), 4)  # runs of 4 consecutive offsets
         x_v = tj.load(x, index=(pid,), shape=(4096,))
         y_v = tj.load(y, index=(pid,), shape=(4096,))
         bias_v = tj.gather(bias, bias_off)
@@ -653,6 +658,93 @@ def test_interpreted_strided_out_and_broadcast_outputs(heap: ti.Heap) -> None:
     np.testing.assert_array_equal(r2, y + 1)
     whole1, whole2 = heap.read(o1), heap.read(o2)
     assert np.isnan(whole1[:, 5:]).all() and np.isnan(whole2[::2]).all()  # nothing outside the views written
+
+
+def test_magic_numbers_divide_every_32_bit_index() -> None:
+    """``umulhi(n, m) >> s == n // d`` for the extremes and random dividends and divisors (the kernels' index
+    decomposition with 32-bit indices)."""
+    from tilejit.api.fuse_layout import magic
+
+    rng = np.random.default_rng(5)
+    divisors = [2, 3, 4, 5, 7, 1000, 4096, 4097, (1 << 30) + 1, (1 << 31) - 1, *rng.integers(2, 1 << 31, 2000)]
+    for d in map(int, divisors):
+        m, sh = magic(d)
+        assert 0 < m < 1 << 32 and sh >= 0
+        for n in (0, 1, d - 1, d, d + 1, (1 << 31) - 1, ((1 << 31) - 1) // d * d - 1, *rng.integers(0, 1 << 31, 8)):
+            if n >= 0:
+                assert ((int(n) * m) >> 32) >> sh == int(n) // d, (n, d)
+
+
+@pytest.mark.parametrize("xshape, yshape, dtype, runs", [
+    ((3, 5, 8), (5, 8), "float32", 4),  # a broadcast matrix: rows of 40 merged
+    ((3, 5, 8), (3, 1, 8), "float32", 4),  # broadcast along the middle axis: offsets q * 8 + i
+    ((6, 16), (16,), "bfloat16", 8),
+    ((4, 32), (32,), "int8", 16),
+    ((5, 6), (6,), "float32", 0),  # rows of 6: not whole vectors
+])
+def test_interpreted_gathers_in_runs(heap: ti.Heap, xshape: tuple[int, ...], yshape: tuple[int, ...], dtype: str,
+                                     runs: int) -> None:
+    """A broadcast operand whose rows are whole vectors is gathered with run promises (the interpreter checks them)
+    and sizes are divided by magic numbers; results are numpy's."""
+    @tj.fuse
+    def f(x, y):  # type: ignore[no-untyped-def]
+        return x * 3 + y
+
+    rng = np.random.default_rng(11)
+    x = rng.integers(-9, 9, xshape).astype(ti.HOLD[dtype])
+    y = rng.integers(-9, 9, yshape).astype(ti.HOLD[dtype])
+    got = emulate(f, [heap.put(x, dtype), heap.put(y, dtype)], heap)[0]
+    np.testing.assert_array_equal(got, (x * 3 + y).astype(ti.HOLD[dtype]))
+    src = f.kernels[-1]
+    code = [line.split("#")[0] for line in src.split('"""')[2].splitlines()]
+    assert "tj.umulhi(e.astype(tj.uint32)" in src and not any(" // " in c for c in code)
+    assert ("tj.max_contiguous(tj.multiple_of(" in src) == bool(runs)
+    if runs:
+        assert f"{runs}), {runs})  # runs of {runs} consecutive offsets" in src
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_interpreted_math_functions(heap: ti.Heap, dtype: str) -> None:
+    """The language's further math functions fuse (one kernel, several outputs) and compute numpy's values."""
+    @tj.fuse
+    def f(x, y, k):  # type: ignore[no-untyped-def]
+        a = tj.exp2(x) + tj.log2(y) + tj.log1p(y) + tj.expm1(x) + tj.rsqrt(y)
+        b = tj.sinh(x) * tj.cosh(x) + tj.asin(x * 0.5) + tj.acos(x * 0.5) + tj.atan(x) + tj.atan2(x, y)
+        c = tj.fma(x, y, 1.0) + tj.truediv(x, y)
+        return a, b, c, tj.isnan(tj.log(x)), tj.isinf(tj.exp(x * 1000.0)), tj.signbit(x - 0.25), \
+            tj.popc(k) + tj.clz(k)
+
+    @tj.fuse
+    def cube_root(x):  # type: ignore[no-untyped-def]
+        return tj.cbrt(x)  # the CUDA backend's alone (Tile IR has no cbrt)
+
+    rng = np.random.default_rng(8)
+    x = ti.hold(rng.uniform(-1, 1, (7, 33)), BY_NAME_DT[dtype])
+    x[0, :3] = 0.0
+    y = ti.hold(rng.uniform(0.5, 2, (33,)), BY_NAME_DT[dtype])
+    k = rng.integers(-(1 << 31), 1 << 31, (7, 33)).astype(np.int32)
+    k[0, :3] = (0, -1, 1)
+    vx = heap.put(x, dtype)
+    got = emulate(f, [vx, heap.put(y, dtype), heap.put(k, "int32")], heap)
+    assert len(f.kernels) == 1
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    want = [np.exp2(x64) + np.log2(y64) + np.log1p(y64) + np.expm1(x64) + 1 / np.sqrt(y64),
+            np.sinh(x64) * np.cosh(x64) + np.arcsin(x64 * 0.5) + np.arccos(x64 * 0.5) + np.arctan(x64)
+            + np.arctan2(x64, y64),
+            x64 * y64 + 1.0 + x64 / y64]
+    tol = {"float32": 1e-5, "float64": 1e-12, "bfloat16": 5e-2}[dtype]
+    for g, w in zip(got[:3], want):
+        np.testing.assert_allclose(g.astype(np.float64), w, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(got[3], x < 0)
+    limit = 709.78 if dtype == "float64" else 88.72  # bfloat16 computes in float32
+    np.testing.assert_array_equal(got[4], x64 * 1000.0 > limit)
+    assert got[4].any() and not got[4].all()
+    np.testing.assert_array_equal(got[5], ti.hold(x64 - 0.25, BY_NAME_DT[dtype]) < 0)
+    u = k.view(np.uint32)
+    clz = 32 - np.frompyfunc(int.bit_length, 1, 1)(u.astype(object)).astype(np.int32)
+    np.testing.assert_array_equal(got[6], np.bitwise_count(u).astype(np.int32) + clz)
+    root = emulate(cube_root, [vx], heap)[0]
+    np.testing.assert_allclose(root.astype(np.float64), np.cbrt(x64), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("block", range(4))

@@ -318,3 +318,76 @@ def test_a_new_process_takes_the_kernel_from_the_disk_cache(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr
         counts.append(sorted(p.name for p in cache.rglob("*") if p.is_file()))
     assert counts[0] and counts[1] == counts[0]
+
+
+# --------------------------------------------------------------------------------------------- broadcast runs, math
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("xshape, yshape, dtype, offset", [
+    ((5, 4096), (4096,), "float32", 0),  # a broadcast row of whole vectors: gathered in runs
+    ((3, 5, 8), (3, 1, 8), "float32", 0),  # broadcast along the middle axis: offsets q * 8 + i in runs
+    ((33, 1000), (1000,), "bfloat16", 0),
+    ((7, 64), (64,), "int8", 0),
+    ((9, 4100), (4100,), "float32", 1),  # rows of whole vectors, the row misaligned: element by element
+    ((1000, 777), (777,), "float32", 0),  # ragged rows: no runs
+    ((2, 3, 5, 7), (5, 1), "float64", 0),  # three merged axes: two magic divisions per element
+])
+def test_broadcast_rows_against_numpy(xshape: tuple[int, ...], yshape: tuple[int, ...], dtype: str,
+                                      offset: int) -> None:
+    @tj.fuse
+    def f(x, y):  # type: ignore[no-untyped-def]
+        return x * 3 - y
+
+    rng = np.random.default_rng()
+    ints = dtype == "int8"
+    x = rng.integers(-9, 9, xshape) if ints else fc.rounded(rng.uniform(-1, 1, xshape), dtype)
+    y = rng.integers(-9, 9, yshape) if ints else fc.rounded(rng.uniform(-1, 1, yshape), dtype)
+    c_order = lambda shape: _strides(np.empty(shape, np.uint8))  # in elements
+    ybuf = tj.asarray(_raw(np.concatenate([np.zeros(offset, y.dtype), np.ravel(y)]), dtype))
+    xv = _typed(tj.asarray(_raw(x, dtype)), dtype, xshape, c_order(xshape))
+    yv = _typed(ybuf, dtype, yshape, c_order(yshape), offset)  # offset 1: not 16-byte aligned
+    _, out = poisoned_out(xshape, dtype, False)
+    f(xv, yv, out=out)
+    want = (x * 3 - y).astype(np.int8) if ints else x * 3 - y
+    tol = 0.0 if ints else fc.FLOAT_EPS[dtype] * 8
+    np.testing.assert_allclose(host(out, dtype), want, rtol=0, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_math_functions_against_numpy(dtype: str) -> None:
+    @tj.fuse
+    def f(x, y, k):  # type: ignore[no-untyped-def]
+        a = tj.exp2(x) + tj.log2(y) + tj.log1p(y) + tj.expm1(x) + tj.rsqrt(y)
+        b = tj.sinh(x) * tj.cosh(x) + tj.asin(x * 0.5) + tj.acos(x * 0.5) + tj.atan(x) + tj.atan2(x, y)
+        c = tj.fma(x, y, 1.0) + tj.truediv(x, y)
+        return a, b, c, tj.isnan(tj.log(x)), tj.signbit(x - 0.25), tj.popc(k) + tj.clz(k)
+
+    @tj.fuse(backend="cuda")  # Tile IR has no cube root
+    def cube_root(x):  # type: ignore[no-untyped-def]
+        return tj.cbrt(x)
+
+    rng = np.random.default_rng()
+    shape = (37, 1029)
+    x = fc.rounded(rng.uniform(-1, 1, shape), dtype)
+    y = fc.rounded(rng.uniform(0.5, 2, shape[-1:]), dtype)
+    k = rng.integers(-(1 << 31), 1 << 31, shape).astype(np.int32)
+    k[0, :3] = (0, -1, 1)
+    xv = _typed(tj.asarray(_raw(x, dtype)), dtype, shape, (shape[1], 1))
+    yv = _typed(tj.asarray(_raw(y, dtype)), dtype, y.shape, (1,))
+    outs = [poisoned_out(shape, d, False)[1] for d in (dtype, dtype, dtype, "bool", "bool", "int32", dtype)]
+    f(xv, yv, tj.asarray(k), out=tuple(outs[:6]))
+    cube_root(xv, out=outs[6])
+    want = [np.exp2(x) + np.log2(y) + np.log1p(y) + np.expm1(x) + 1 / np.sqrt(y),
+            np.sinh(x) * np.cosh(x) + np.arcsin(x * 0.5) + np.arccos(x * 0.5) + np.arctan(x) + np.arctan2(x, y),
+            x * y + 1.0 + x / y]
+    tol = {"float32": 2e-5, "float64": 1e-12, "bfloat16": 6e-2}[dtype]
+    for o, w in zip(outs[:3], want):
+        np.testing.assert_allclose(host(o, dtype), w, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(host(outs[3], "bool"), x < 0)
+    np.testing.assert_array_equal(host(outs[4], "bool"), fc.rounded(x - 0.25, dtype) < 0)
+    u = k.view(np.uint32)
+    clz = 32 - np.frompyfunc(int.bit_length, 1, 1)(u.astype(object)).astype(np.int32)
+    np.testing.assert_array_equal(host(outs[5], "int32"), np.bitwise_count(u).astype(np.int32) + clz)
+    np.testing.assert_allclose(host(outs[6], dtype), np.cbrt(x), rtol=tol, atol=tol)

@@ -250,3 +250,22 @@ def test_dlpack_view_owner_knows_the_device() -> None:
     p.managed.dl_tensor.device.device_id = 1
     v = as_view(p)
     assert isinstance(v.owner, interop.DLPackOwner) and v.owner.device_id == 1
+
+
+def test_converters_is_a_live_read_only_view_and_new_view_makes_views() -> None:
+    """The public names tj.fuse reads the dispatch through: ``converters`` follows ``register_converter`` and
+    refuses writes; ``new_view`` builds an ArrayView from a 5-tuple."""
+    class Fake:
+        pass
+
+    convert = lambda obj: interop.ArrayView(16, (2,), (1,), "float32", obj)
+    assert Fake not in interop.converters
+    interop.register_converter(Fake, convert)
+    try:
+        assert interop.converters.get(Fake) is convert
+        with pytest.raises(TypeError):
+            interop.converters[Fake] = convert  # type: ignore[index]
+    finally:
+        del interop._BY_TYPE[Fake]
+    v = interop.new_view((32, (3, 4), (4, 1), "int8", None))
+    assert type(v) is interop.ArrayView and v.ptr == 32 and v.shape == (3, 4) and v.dtype == "int8"

@@ -3,9 +3,9 @@ grid over a byte heap that stands in for device memory, with the language's arit
 tile.py``): 16-bit floats compute in float32 and round to their dtype, integers wrap, integer ``//`` and ``%`` by
 zero give 0, loads and gathers read ``padding`` outside the array, stores and scatters skip elements outside it.
 
-It knows the ops the fuse kernels use (constants, block ids, aranges, elementwise ops, casts, broadcasts, reshapes,
-reductions, loads, stores, gathers, scatters, ``for`` loops); any other op is an error. Float math functions are
-numpy's, which may differ from CUDA's in the last bits.
+It knows the ops the fuse kernels use (constants, block ids, aranges, elementwise ops and math but ``erfinv``,
+casts, broadcasts, reshapes, reductions, loads, stores, gathers, scatters, ``for`` loops); any other op is an error.
+Float math functions are numpy's, which may differ from CUDA's in the last bits.
 """
 
 from __future__ import annotations
@@ -246,12 +246,19 @@ class Interpreter:
             return self.read(g(op.array), [g(i) for i in op.indices], op.padding, dt)
         if isinstance(op, ops.CastOp):
             return hold(g(op.x), dt)
+        if isinstance(op, ops.AssumeOp):  # tj.multiple_of / tj.max_contiguous: checked, then the value itself
+            x = g(op.x)
+            _check_facts(x, op.div_by, op.contiguous)
+            return x
         if isinstance(op, ops.BroadcastOp):
             return np.broadcast_to(g(op.x), rt.shape).copy()
         if isinstance(op, ops.ReshapeOp):
             return np.reshape(g(op.x), rt.shape)
         if isinstance(op, ops.PermuteOp):
             return np.transpose(g(op.x), op.perm)
+        if isinstance(op, ops.FmaOp):  # rounded once: float32 products are exact in float64
+            x, y, z = (_compute(g(v), dt).astype(np.float64) for v in (op.x, op.y, op.z))
+            return hold(x * y + z, dt)
         if isinstance(op, ops.SelectOp):
             return np.where(g(op.cond), g(op.x), g(op.y)).astype(HOLD[dt.name])
         if isinstance(op, ops.CompareOp):
@@ -275,6 +282,10 @@ class Interpreter:
         raise AssertionError(f"the interpreter does not know {op.NAME}")
 
 
+#: The numpy function of each unary fn whose name differs.
+_NUMPY_NAMES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan"}
+
+
 def _unary(fn: str, x: np.ndarray, dt: DType) -> np.ndarray:
     with np.errstate(all="ignore"):
         if fn == "neg":
@@ -289,11 +300,38 @@ def _unary(fn: str, x: np.ndarray, dt: DType) -> np.ndarray:
             return np.asarray(_ERF(x), dtype=x.dtype)
         if fn == "rsqrt":
             return 1 / np.sqrt(x)
-        return getattr(np, fn)(x)
+        if fn in ("popc", "clz"):  # of the integer's bits (two's complement)
+            bits = x.dtype.itemsize * 8
+            u = x.view(f"uint{bits}")
+            if fn == "popc":
+                return np.bitwise_count(u).astype(np.int32)
+            return (bits - np.frompyfunc(int.bit_length, 1, 1)(u.astype(object))).astype(np.int32)
+        return getattr(np, _NUMPY_NAMES.get(fn, fn))(x)
+
+
+def _check_facts(x: np.ndarray, div_by: int, contiguous: int) -> None:
+    """A broken ``multiple_of`` / ``max_contiguous`` promise (undefined behaviour on a GPU) fails the test."""
+    a = np.asarray(x, dtype=np.int64)
+    if a.ndim == 0:
+        assert a % div_by == 0, f"multiple_of({div_by}) broken by {a}"
+        return
+    n = min(contiguous, a.shape[-1])
+    groups = a.reshape(a.shape[:-1] + (-1, n))
+    assert (groups[..., 0] % div_by == 0).all(), f"multiple_of({div_by}) broken"
+    assert (np.diff(groups, axis=-1) == 1).all(), f"max_contiguous({contiguous}) broken"
 
 
 def _binary(fn: str, x: np.ndarray, y: np.ndarray, dt: DType) -> np.ndarray:
     with np.errstate(all="ignore"):
+        if fn == "mulhi":  # the high half of the unsigned double-width product
+            bits = dt.bits
+            ux, uy = (np.asarray(v).astype(HOLD[f"uint{bits}"]) for v in (x, y))
+            if bits < 64:
+                return ((ux.astype(np.uint64) * uy.astype(np.uint64)) >> np.uint64(bits)).astype(HOLD[dt.name])
+            lo = np.uint64(0xFFFFFFFF)
+            a0, a1, b0, b1 = ux & lo, ux >> np.uint64(32), uy & lo, uy >> np.uint64(32)
+            mid = (a0 * b0 >> np.uint64(32)) + (a1 * b0 & lo) + a0 * b1
+            return (a1 * b1 + (a1 * b0 >> np.uint64(32)) + (mid >> np.uint64(32))).astype(HOLD[dt.name])
         if fn in ("floordiv", "mod") and np.asarray(x).dtype.kind in "iu":
             zero = y == 0
             safe = np.where(zero, 1, y).astype(np.asarray(y).dtype)
@@ -302,7 +340,7 @@ def _binary(fn: str, x: np.ndarray, y: np.ndarray, dt: DType) -> np.ndarray:
         table = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
                  "floordiv": np.floor_divide, "mod": np.mod, "pow": np.power, "maximum": np.maximum,
                  "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
-                 "lshift": np.left_shift, "rshift": np.right_shift}
+                 "lshift": np.left_shift, "rshift": np.right_shift, "atan2": np.arctan2}
         if dt.is_bool and fn in ("add", "mul"):
             return np.logical_or(x, y) if fn == "add" else np.logical_and(x, y)
         return table[fn](x, y)

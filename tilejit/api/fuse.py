@@ -31,6 +31,7 @@ from tilejit.api.fuse_layout import (
     broadcast_shapes,
     c_strides,
     coalesce,
+    magic,
     needs_int64,
     reduction_order,
     span,
@@ -61,8 +62,8 @@ from tilejit.api.fuse_trace import (
 from tilejit.errors import LaunchError, TileCompileError
 from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType
 from tilejit.runtime.array import DeviceArray as _DA
-from tilejit.runtime.interop import _BY_TYPE as _CONVERTERS
-from tilejit.runtime.interop import ArrayView, _new_view
+from tilejit.runtime.interop import ArrayView, new_view
+from tilejit.runtime.interop import converters as _CONVERTERS
 
 _I32 = (-(1 << 31), (1 << 31) - 1)
 _I64 = (-(1 << 63), (1 << 63) - 1)
@@ -71,6 +72,7 @@ _MEMO_LIMIT = 4096
 #: accesses in flight per array, which streams at full bandwidth on an H100 (the vector add of bench_tile.py).
 _THREAD_BYTES = 64
 _THREADS = 256
+_LONG_OPS, _LONG_TILE = 8, 4096
 #: Tiles of a reduction: (outputs, reduced elements) per block by the reduced extent's class, for 4-byte values.
 _REDUCE_TILES = ((4, (1024, 4)), (32, (128, 32)), (256, (16, 256)))
 _COMBINE_TILE = (32, 128)  # (partials, outputs) of the kernel finishing a split reduction
@@ -278,10 +280,13 @@ class _Recipe:
         self.overlaps: list[tuple[int, int, int, int, int, int, bool]] = []
 
 
-def _tile_for(dtypes: Sequence[DType]) -> int:
-    """Elements per block of an elementwise kernel: ``_THREAD_BYTES`` of its widest array per thread."""
+def _tile_for(dtypes: Sequence[DType], ops: int) -> int:
+    """Elements per block of an elementwise kernel: ``_THREAD_BYTES`` of its widest array per thread; at most
+    ``_LONG_TILE`` for a computation of more than ``_LONG_OPS`` operations (the CUDA backend runs 8192 16-bit
+    elements as 512 threads of 16, which spill at 16 operations: ptxas -v, sm_90a)."""
     widest = max((d.itemsize for d in dtypes), default=4)
-    return _THREADS * max(1, _THREAD_BYTES // widest)
+    tile = _THREADS * max(1, _THREAD_BYTES // widest)
+    return min(tile, _LONG_TILE) if ops > _LONG_OPS else tile
 
 
 def _reduce_tile(nk: int, nr: int, itemsize: int, columns: bool) -> tuple[int, int]:
@@ -336,7 +341,7 @@ def kernel_args(launch: _Launch, views: Sequence[Any], nums: Sequence[Any], out_
         elif kind == "in" or kind == "out":
             v = views[f.at] if kind == "in" else out_views[f.at]
             d = f.data
-            kargs.append(v if d is None else _new_view((v[0] + d[0], d[1], d[2], v[3], v[4])))
+            kargs.append(v if d is None else new_view((v[0] + d[0], d[1], d[2], v[3], v[4])))
         elif kind == "scalar":
             kargs.append(nums[f.at])
         else:
@@ -681,14 +686,15 @@ class Fused:
         space = coalesce(full, [aligned_strides(s, st, full) for s, st in own])
         if not space.shape:  # one element: every array is flat, as in any contiguous call
             space = Space((1,), tuple((1,) for _ in own))
-        accs = [access(space.shape, st) for st in space.strides]
         dtypes = [graph.specs[i].dtype for i in used] + [o.dtype for o in graph.outputs]  # type: ignore[union-attr]
-        tile = _tile_for(dtypes)
-        spans = [_extent(*o) for o, a in zip(own, accs) if not a.flat]
+        tile = _tile_for(dtypes, sum(n.kind == "op" for n in graph.needed()))
         n_in = len(used)
         items = [BY_NAME[values[i].view[3]].itemsize for i in used]  # type: ignore[index]
         items += [d.itemsize for d in dtypes[n_in:]] if out_views is None else \
             [BY_NAME[ov[3]].itemsize for ov in out_views]
+        # inputs may come in runs a vector gather reads (outputs: scattered element by element)
+        accs = [access(space.shape, st, items[k] if k < n_in else 0) for k, st in enumerate(space.strides)]
+        spans = [_extent(*o) for o, a in zip(own, accs) if not a.flat]
         plan = MapPlan(len(space.shape), tuple(zip(used, accs[:n_in])), tuple(accs[n_in:]),
                        needs_int64(count, tile, spans), tile)
         prog = self._program(graph, plan, map_source)
@@ -703,6 +709,8 @@ class Fused:
                 fills.append(_Fill("scalar", slot.at))
             elif kind == "size":
                 fills.append(_Fill("num", 0, space.shape[slot.at]))
+            elif kind in ("size_magic", "size_shift"):
+                fills.append(_Fill("num", 0, magic(space.shape[slot.at])[kind == "size_shift"]))
             elif kind == "stride":
                 fills.append(_Fill("num", 0, space.strides[operand[slot.array]][slot.at]))
             elif kind == "base":
@@ -792,6 +800,9 @@ class Fused:
                     out.append(_Fill(kind, slot.at))
                 elif kind in numbers:
                     out.append(_Fill("num", 0, numbers[kind][slot.at if kind in ("ksize", "rsize") else 0]))
+                elif kind[1:] in ("size_magic", "size_shift"):
+                    size = numbers[kind[:5]][slot.at]
+                    out.append(_Fill("num", 0, magic(size)[kind.endswith("shift")]))
                 elif kind in ("kstride", "stride", "rstride"):
                     sp = rspace if kind == "rstride" else kspace
                     out.append(_Fill("num", 0, sp.strides[operand[slot.array]][slot.at]))
@@ -893,8 +904,8 @@ class Specialization:
                 f"{self.grids}, outputs {self.out_shapes}>")
 
     def compile(self, target: Any = None, backend: str | None = None) -> list[Any]:
-        """Each kernel compiled for ``target`` (an :class:`~tilejit.api.compile.Artifact` each); flat arrays are
-        promised contiguous and aligned, as a launch with aligned arrays finds them."""
+        """Each kernel compiled for ``target`` (an :class:`~tilejit.api.compile.Artifact` each); flat arrays (and
+        gathered ones read in runs) are promised contiguous and aligned, as a launch with aligned arrays finds them."""
         from tilejit.api.compile import compile as compile_kernel
 
         arts = []
@@ -904,7 +915,8 @@ class Specialization:
             types: list[Any] = []
             for pname, slot in prog.source.params:
                 if slot.kind in ("in", "out", "work"):
-                    flat = slot.kind == "work" or (slot.access is not None and slot.access.flat)
+                    flat = slot.kind == "work" or (slot.access is not None and (slot.access.flat or
+                                                                              bool(slot.access.runs)))
                     types.append(ArrayType(_param_dtype(self._graph, slot, self._recipe),
                                            2 if slot.kind == "work" else 1, flat))
                 else:

@@ -76,19 +76,42 @@ def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 class Access(NamedTuple):
     """How a kernel reaches one array: ``flat`` (every element, in the iteration's C order) or through offsets
-    along ``axes`` (the merged axes it varies along), from its lowest address when ``negative`` (some stride < 0).
-    Part of the kernel's key."""
+    along ``axes`` (the merged axes it varies along), from its lowest address when ``negative`` (some stride < 0);
+    ``runs``: the offsets of each aligned group of that many consecutive elements count up by one from a multiple
+    of it (so a gather may read the group as one 16-byte vector), 0 when not. Part of the kernel's key."""
 
     flat: bool
     axes: tuple[int, ...] = ()
     negative: bool = False
+    runs: int = 0
 
 
-def access(space_shape: tuple[int, ...], strides: tuple[int, ...]) -> Access:
-    """How a kernel iterating ``space_shape`` in C order reaches an array with these strides over it."""
+def access(space_shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int = 0) -> Access:
+    """How a kernel iterating ``space_shape`` in C order reaches an array with these strides over it (of elements
+    of ``itemsize`` bytes: 0 to never promise runs)."""
     if space_shape and strides == c_strides(space_shape):
         return Access(True)
-    return Access(False, tuple(d for d, s in enumerate(strides) if s != 0), any(s < 0 for s in strides))
+    negative = any(s < 0 for s in strides)
+    return Access(False, tuple(d for d, s in enumerate(strides) if s != 0), negative,
+                  0 if negative else _runs(space_shape, strides, itemsize))
+
+
+def _runs(space_shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> int:
+    """The elements of a 16-byte vector when the offsets of an array come in runs of them: unit stride along the
+    innermost axis, whose extent and the array's other strides are multiples of the vector (a broadcast row)."""
+    vec = 16 // itemsize if 0 < itemsize <= 8 else 0
+    if vec < 2 or not strides or strides[-1] != 1 or space_shape[-1] % vec:
+        return 0
+    return vec if all(s % vec == 0 for s in strides[:-1]) else 0
+
+
+def magic(d: int) -> tuple[int, int]:
+    """(multiplier, shift) that divide by ``d`` (2 <= d < 2**31) with a multiply: ``n // d == umulhi(n, m) >> s``
+    for every 0 <= n < 2**31 (``m = ceil(2**p / d)``, ``p = 31 + ceil(log2 d)``: ``n * (m * d - 2**p) < 2**p``
+    keeps the error below ``1/d``)."""
+    assert 2 <= d < 1 << 31, d
+    log = (d - 1).bit_length()
+    return -(-(1 << (31 + log)) // d), log - 1
 
 
 def span(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
@@ -112,5 +135,5 @@ def reduction_order(rank: int, axes: tuple[int, ...] | None) -> tuple[list[int],
     return [d for d in range(rank) if d not in red], red
 
 
-__all__ = ["Access", "Space", "access", "aligned_strides", "broadcast_shapes", "c_strides", "coalesce",
+__all__ = ["Access", "Space", "access", "aligned_strides", "broadcast_shapes", "c_strides", "coalesce", "magic",
            "needs_int64", "reduction_order", "span"]

@@ -100,6 +100,7 @@ class _Writer:
         self.body: list[tuple[str, Node | None]] = []
         self.taken: set[str] = {"tj"}
         self.arg_names: dict[int, str] = {}
+        self.magic: dict[str, tuple[str, str]] = {}  # a size parameter's magic-number parameters
         for i, name in enumerate(graph.names):
             self.arg_names[i] = self.fresh(name)
 
@@ -200,7 +201,9 @@ def _compute(w: _Writer, names: dict[int, str], nodes: Sequence[Node], indent: i
 def _decompose(w: _Writer, flat: str, sizes: Sequence[str], needed: set[int], prefix: str,
                indent: int = 1) -> dict[int, str]:
     """Statements giving the index along each ``needed`` axis of the flat (C order) index ``flat`` over axes of
-    run-time ``sizes`` (the outermost size is never needed); returns axis -> its index's name."""
+    run-time ``sizes`` (the outermost size is never needed); returns axis -> its index's name. With 32-bit indices
+    a size's division is a multiply by its magic numbers (``_size_params``): a few instructions, not a division
+    routine, for each element."""
     out: dict[int, str] = {}
     if not needed:
         return out
@@ -210,7 +213,12 @@ def _decompose(w: _Writer, flat: str, sizes: Sequence[str], needed: set[int], pr
             out[0] = q
             break
         qn = w.fresh(f"{prefix}q{d}")
-        w.line(f"{qn} = {q} // {sizes[d]}", indent=indent)
+        magic = w.magic.get(sizes[d])
+        if magic is None:
+            w.line(f"{qn} = {q} // {sizes[d]}", indent=indent)
+        else:
+            w.line(f"{qn} = (tj.umulhi({q}.astype(tj.uint32), {magic[0]}) >> {magic[1]}).astype(tj.int32)  "
+                   f"# {q} // {sizes[d]}", indent=indent)
         if d in needed:
             out[d] = w.fresh(f"{prefix}i{d}")
             w.line(f"{out[d]} = {q} - {qn} * {sizes[d]}", indent=indent)
@@ -220,9 +228,15 @@ def _decompose(w: _Writer, flat: str, sizes: Sequence[str], needed: set[int], pr
 
 def _size_params(w: _Writer, rank: int, axes: set[int], prefix: str, slot: str, idx: str) -> list[str]:
     """The run-time sizes ``_decompose`` reads to find the indices along ``axes``: those of the axes from the
-    outermost of them inwards (never axis 0's); "" for the others."""
+    outermost of them inwards (never axis 0's); "" for the others. With 32-bit indices each comes with its magic
+    numbers (slots ``<slot>_magic``, ``<slot>_shift``: ``fuse_layout.magic``)."""
     lo = max(min(axes), 1) if axes else rank
-    return [w.param(w.fresh(f"{prefix}{d}"), Slot(slot, d), idx) if d >= lo else "" for d in range(rank)]
+    sizes = [w.param(w.fresh(f"{prefix}{d}"), Slot(slot, d), idx) if d >= lo else "" for d in range(rank)]
+    if idx == "tj.int32":
+        for d in range(lo, rank):
+            w.magic[sizes[d]] = (w.param(w.fresh(f"{sizes[d]}_m"), Slot(f"{slot}_magic", d), "tj.uint32"),
+                                 w.param(w.fresh(f"{sizes[d]}_s"), Slot(f"{slot}_shift", d), "tj.uint32"))
+    return sizes
 
 
 def _offset(terms: Sequence[tuple[str, str]], base: str | None) -> str:
@@ -246,7 +260,8 @@ def map_source(graph: Graph, plan: MapPlan) -> Source:
     gathered += [(out_names[k], a) for k, a in enumerate(plan.outputs) if not a.flat]
     axes = {d for _, a in gathered for d in a.axes}
     sizes = _size_params(w, plan.rank, axes, "n", "size", idx)
-    strides = {name: [(d, w.param(w.fresh(f"{name}_s{d}"), Slot("stride", d, name), idx)) for d in a.axes]
+    strides = {name: [(d, "1" if a.runs and d == plan.rank - 1 else
+                       w.param(w.fresh(f"{name}_s{d}"), Slot("stride", d, name), idx)) for d in a.axes]
                for name, a in gathered}
     bases = {name: w.param(w.fresh(f"{name}_base"), Slot("base", 0, name), idx) for name, a in gathered if a.negative}
     scattered = any(not a.flat for a in plan.outputs)
@@ -261,9 +276,15 @@ def map_source(graph: Graph, plan: MapPlan) -> Source:
     if gathered:
         e = _flat_index(w, "e", pid, tile, plan.index64, "the flat (C order) index of each element of this tile")
         index = _decompose(w, e, sizes, axes, "")
-        for name, _ in gathered:
+        for name, a in gathered:
             offs[name] = w.fresh(f"{name}_off")
-            w.line(f"{offs[name]} = {_offset([(index[d], st) for d, st in strides[name]], bases.get(name))}")
+            terms = [(index[d], st) for d, st in strides[name]]
+            if a.runs:  # unit innermost stride: the innermost index alone, in runs a vector gather reads
+                off = _offset(terms[:-1], None) + " + " if len(terms) > 1 else ""
+                w.line(f"{offs[name]} = tj.max_contiguous(tj.multiple_of({off}{terms[-1][0]}, {a.runs}), "
+                       f"{a.runs})  # runs of {a.runs} consecutive offsets")
+            else:
+                w.line(f"{offs[name]} = {_offset(terms, bases.get(name))}")
     for i, a in plan.inputs:
         name = w.arg_names[i]
         v = names[graph_param_node(graph, i).index] = w.fresh(f"{name}_v")
@@ -290,7 +311,8 @@ def map_source(graph: Graph, plan: MapPlan) -> Source:
             w.line(f"tj.store({out_names[k]}, index=({pid},), tile={value})")
         else:
             w.line(f"tj.scatter({out_names[k]}, tj.where({inside}, {offs[out_names[k]]}, -1), {value})")
-    layout = ", ".join(f"{w.arg_names[i]} {'flat' if a.flat else 'gathered'}" for i, a in plan.inputs)
+    layout = ", ".join(f"{w.arg_names[i]} {'flat' if a.flat else 'gathered'}"
+                       f"{f' in runs of {a.runs}' if a.runs else ''}" for i, a in plan.inputs)
     axes_text = "1 axis" if plan.rank <= 1 else f"{plan.rank} merged axes"
     return w.source(f"{_describe_call(graph)}: elementwise over {axes_text}, tiles of {tile}, "
                     f"{'64' if plan.index64 else '32'}-bit indices{'; ' + layout if layout else ''}.")

@@ -33,10 +33,13 @@ from tilejit.language.ir.types import BY_NAME, DType, TileType, bool_, float64, 
 #: ``tj.*`` functions a fused function may call on traced values, and the reductions it may end with.
 ELEMENTWISE = frozenset({
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "abs", "floor", "ceil", "erf", "sigmoid",
-    "maximum", "minimum", "pow", "where", "astype",
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "log1p", "expm1", "cbrt", "erfinv", "fma", "truediv",
+    "isnan", "isinf", "signbit", "popc", "clz", "maximum", "minimum", "pow", "where", "astype",
 })
 REDUCTIONS = frozenset({"sum", "max", "min", "prod", "mean"})
-_FLOAT_MATH = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid"})
+_FLOAT_MATH = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid",
+                         "asin", "acos", "atan", "atan2", "sinh", "cosh", "log1p", "expm1", "cbrt", "erfinv",
+                         "truediv"})
 
 # ------------------------------------------------------------------------------------------ argument kinds
 

@@ -13,6 +13,7 @@ import functools
 import operator
 import sys
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from tilejit.errors import NotDeviceArrayError
@@ -24,9 +25,9 @@ ArrayView = NamedTuple(  # noqa: UP014
     [("ptr", int), ("shape", tuple[int, ...]), ("strides", tuple[int, ...]), ("dtype", str), ("owner", object)],
 )
 ArrayView.__doc__ = "Where an array's elements are: strides are in ELEMENTS; ``owner`` keeps the memory alive."
-# ``ArrayView((ptr, shape, strides, dtype, owner))`` without the namedtuple's Python-level ``__new__``
-# (a launch with a torch tensor makes one per argument).
-_new_view = functools.partial(tuple.__new__, ArrayView)
+#: ``new_view((ptr, shape, strides, dtype, owner))``: an ArrayView without the namedtuple's Python-level ``__new__``
+#: (a launch with a torch tensor makes one per argument; tj.fuse one per reshaped argument).
+new_view: Callable[[tuple[Any, ...]], ArrayView] = functools.partial(tuple.__new__, ArrayView)
 
 
 def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -120,7 +121,7 @@ def torch_view(t: Any) -> ArrayView:
         name = torch_dtypes().get(t.dtype)  # the table, filled on first use
         if name is None:
             raise TypeError(f"unsupported torch dtype {t.dtype}")
-    return _new_view((t.data_ptr(), t.shape, t.stride(), name, t))  # type: ignore[no-any-return]
+    return new_view((t.data_ptr(), t.shape, t.stride(), name, t))  # type: ignore[no-any-return]
 
 
 def _torch_pointer(t: Any) -> tuple[int, str]:
@@ -352,6 +353,9 @@ def _identity(v: ArrayView) -> ArrayView:
 
 
 _BY_TYPE: dict[type, Callable[[Any], ArrayView]] = {ArrayView: _identity}
+#: The converter :func:`as_view` has chosen for each array type met so far (exact type), read-only and live: a
+#: caller on a hot path may look a type up (``converters.get(cls)``) before it calls ``as_view``.
+converters: Mapping[type, Callable[[Any], ArrayView]] = MappingProxyType(_BY_TYPE)
 
 
 def register_converter(cls: type, converter: Callable[[Any], ArrayView]) -> None:
@@ -418,7 +422,7 @@ def as_view(obj: Any) -> ArrayView:
 
 
 __all__ = [
-    "ArrayView", "DLPackOwner", "NotDeviceArrayError", "as_view", "byte_span", "c_strides", "is_contiguous",
-    "not_contiguous_error", "parse_cuda_array_interface", "parse_dlpack_capsule", "pointer_of", "register_converter",
-    "torch_dtypes", "torch_tensor_type", "torch_view",
+    "ArrayView", "DLPackOwner", "NotDeviceArrayError", "as_view", "byte_span", "c_strides", "converters",
+    "is_contiguous", "new_view", "not_contiguous_error", "parse_cuda_array_interface", "parse_dlpack_capsule",
+    "pointer_of", "register_converter", "torch_dtypes", "torch_tensor_type", "torch_view",
 ]
