@@ -212,6 +212,37 @@ def test_torch_tensors_in_and_out() -> None:
 
 
 @pytest.mark.gpu
+def test_repeated_torch_calls_follow_tensors_changed_in_place() -> None:
+    """A call repeating the last one's torch tensors relaunches its kernels only while each tensor still reads the
+    same (address, shape, strides, dtype): after ``set_`` (new storage) and ``transpose_`` (new strides) the new
+    values are computed, and new contents are always read."""
+    torch = pytest.importorskip("torch")
+
+    @tj.fuse
+    def axpy(a, x, y):  # type: ignore[no-untyped-def]
+        return a * x + y
+
+    x, y = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
+    out = torch.full((64, 64), float("nan"), device="cuda")
+
+    def check() -> None:
+        out.fill_(float("nan"))
+        assert axpy(2.0, x, y, out=out) is out
+        torch.testing.assert_close(out, 2.0 * x + y)
+
+    check()
+    check()  # the same tensors: relaunched
+    x.add_(1.0)  # new contents, same address
+    check()
+    x.set_(torch.randn(64, 64, device="cuda"))  # new storage
+    check()
+    x.transpose_(0, 1)  # new strides
+    check()
+    y.set_(torch.randn(64, 64, device="cuda", dtype=torch.float64)[:, :].float())
+    check()
+
+
+@pytest.mark.gpu
 def test_in_place_update_and_overlap_refused() -> None:
     @tj.fuse
     def axpy(a, x, y):  # type: ignore[no-untyped-def]

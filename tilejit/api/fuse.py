@@ -62,7 +62,7 @@ from tilejit.api.fuse_trace import (
 from tilejit.errors import LaunchError, TileCompileError
 from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType
 from tilejit.runtime.array import DeviceArray as _DA
-from tilejit.runtime.interop import ArrayView, new_view
+from tilejit.runtime.interop import ArrayView, new_view, torch_tensor_type
 from tilejit.runtime.interop import converters as _CONVERTERS
 
 _I32 = (-(1 << 31), (1 << 31) - 1)
@@ -367,14 +367,31 @@ def _overlaps(values: Sequence[_Arg], out_views: Sequence[ArrayView],
 
 
 class _Local(threading.local):
-    """A fused function's state in each thread: its last call (``memo``: remembered when every argument is immutable
-    and ``out=`` was given) and the thread's current-device cell (``runtime.device``)."""
+    """A fused function's state in each thread: its last call (``memo``: remembered when ``out=`` was given and
+    every argument is immutable or a torch tensor, whose state it keeps) and the thread's current-device cell."""
 
     def __init__(self) -> None:
         from tilejit.runtime.device import thread_state
 
         self.memo: Any = None
         self.cell = thread_state().device
+
+
+def _states(items: Sequence[Any]) -> tuple[Any, ...] | None:
+    """What a repeated call checks of its arguments and outputs before it relaunches the kernels of the last one:
+    for each torch tensor its address, shape, strides, dtype and whether it is on the GPU (what its view was made
+    of), None for an immutable one; None in all when another kind of argument is met (no relaunch)."""
+    tensor = torch_tensor_type()
+    out: list[Any] = []
+    for a in items:
+        if a.__class__ in _IMMUTABLE:
+            out.append(None)
+        elif isinstance(a, tensor):
+            t: Any = a
+            out.append((t.data_ptr(), t.shape, t.stride(), t.dtype, t.is_cuda))
+        else:
+            return None
+    return tuple(out)
 
 
 def _several(out: Any) -> bool:
@@ -458,8 +475,9 @@ class Fused:
         local = self._local
         memo = local.memo
         if memo is not None and out is memo[0] and stream is memo[1] and memo[2][0] is memo[3] and \
-                all(map(operator.is_, args, memo[4])):
-            for fn, kargs in memo[5]:  # the same immutable arguments again: the same kernel arguments
+                all(map(operator.is_, args, memo[4])) and \
+                (memo[6] is None or _states((*args, *(out if memo[7] else (out,)))) == memo[6]):
+            for fn, kargs in memo[5]:  # the same arguments, reading the same as then: the same kernel arguments
                 fn(*kargs)
             return out
         local.memo = None
@@ -481,8 +499,10 @@ class Fused:
         done = [(launch(kargs, stream), kargs) for launch in recipe.launches
                 for kargs in (kernel_args(launch, views, nums, out_views, works),)]
         if out is not None:
-            if kept and not works:
-                local.memo = (out, stream, local.cell, local.cell[0], args, done)
+            if not works:
+                states = None if kept else _states((*args, *(out if _several(out) else (out,))))
+                if kept or states is not None:
+                    local.memo = (out, stream, local.cell, local.cell[0], args, done, states, _several(out))
             return out
         outs = [m[0] for m in made]
         return outs[0] if recipe.single else tuple(outs)
