@@ -385,7 +385,7 @@ class Lowering:
         for d in reversed(range(dt_.ndim)):
             base = sum(log2(x) for x in st.shape[d + 1:])
             bitmap += [(base + k if st.shape[d] != 1 else -1) for k in range(log2(dt_.shape[d]))]
-        self._remap(op, op.x, bitmap)
+        self._remap(op, op.x, bitmap, local_ok=True)
 
     # ------------------------------------------------------------------ slicing and joining (through the scratch area)
 
@@ -632,12 +632,13 @@ def cat_map(src: tuple[int, ...], axis: int) -> list[int]:
 def is_local(src: Layout, dst: Layout, bitmap: list[int], offset: int) -> bool:
     """Whether each thread of ``dst`` holds in ``src`` every element it reads through ``bitmap`` and ``offset``, in a
     register its own register index alone decides (layout.cuh's remap_local): each thread bit of ``dst`` maps to the
-    same thread bit of ``src`` (both replicas, or both a flat bit that ``bitmap`` takes one to the other), and
-    ``offset`` sets no thread bit of ``src``. ``bitmap`` is one-to-one (an extract's)."""
+    same thread bit of ``src`` (a flat bit that ``bitmap`` takes one to the other), or to a replica bit of ``src``
+    where it is a replica itself or ``bitmap`` drops its flat bit (a broadcast dim), and ``offset`` sets no thread bit
+    of ``src``. ``bitmap`` is an extract's (one-to-one) or a broadcast's (-1: a dropped bit)."""
     if src.nt != dst.nt:
         return False
     for d, s in zip(dst.tbits, src.tbits):
-        if (d < 0) != (s < 0) or (d >= 0 and bitmap[d] != s):
+        if (bitmap[d] if d >= 0 else -1) != s:
             return False
     return not any(offset >> s & 1 for s in src.tbits if s >= 0)
 

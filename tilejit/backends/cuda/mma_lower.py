@@ -34,6 +34,9 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
     if staged is not None:  # operands already in shared memory (cp.async pipeline)
         _compute(lw, p, acc, staged[0], staged[1], 1 if staged[2] else 0)
         return
+    if p.ra:
+        _lower_register_a(lw, op, p, acc)
+        return
     a_layout, b_layout = _operand_layout(lw, op.a), _operand_layout(lw, op.b)
     a_name, b_name = lw.tile(op.a, a_layout), lw.tile(op.b, b_layout)
     lw.need_smem(p.smem_bytes)
@@ -46,6 +49,26 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
     lw.line(f"tj::to_smem<{p.n}, {p.ldb}, {b_layout.vec}>(tj_Bs, {b_name});")
     lw.line("__syncthreads();")
     _compute(lw, p, acc, "tj_As", "tj_Bs")
+    lw.depth -= 1
+    lw.line("}")
+
+
+def _lower_register_a(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
+    """``acc += a @ b`` with ``a`` in registers in its planned fragment layout (converted once if it lives
+    elsewhere) and only ``b`` staged in shared memory."""
+    assert p.grid is not None and p.grid.wn == 1
+    a_name = lw.tile(op.a, lw.plan.layout_of(op.a))
+    b_layout = _operand_layout(lw, op.b)
+    b_name = lw.tile(op.b, b_layout)
+    t_in = tables.ctype(p.in_dtype)
+    lw.need_smem(p.k * p.ldb * p.in_dtype.itemsize)
+    lw.line("{")
+    lw.depth += 1
+    lw.line(f"{t_in}* tj_Bs = reinterpret_cast<{t_in}*>(tj_smem);")
+    lw.line("__syncthreads();")
+    lw.line(f"tj::to_smem<{p.n}, {p.ldb}, {b_layout.vec}>(tj_Bs, {b_name});")
+    lw.line("__syncthreads();")
+    lw.line(f"tj::TensorCoreRA<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.ldb}>::run({acc}, {a_name}, tj_Bs);")
     lw.depth -= 1
     lw.line("}")
 

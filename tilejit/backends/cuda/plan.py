@@ -19,7 +19,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tilejit.backends.cuda.layouts import Layout, WarpGrid, assign_mma_layouts, blocked, choose_warp_grid, mma_layout
+from tilejit.backends.cuda.layouts import (
+    Layout,
+    WarpGrid,
+    assign_mma_layouts,
+    blocked,
+    choose_warp_grid,
+    flows_from,
+    mma_layout,
+)
 from tilejit.backends.cuda.tables import compute_dtype
 from tilejit.errors import CompileError, TileCompileError
 from tilejit.language.ir.core import Loc, Op, Value
@@ -65,7 +73,8 @@ class MmaPlan:
     """How one MmaOp runs: ``path`` is 'wgmma' (sm_90a, pipelined f16/bf16), 'tc' (m16n8k16
     f16/bf16), 'tf32' (m16n8k8) or 'fma'. ``swa``/``swb`` (bytes) are nonzero when the op can run
     as wgmma: the swizzle widths of its A and B stages. ``ta``/``tb``: the stage holds the operand
-    transposed, as its load read it (A as (K, M) rows, B as (N, K) rows; pipelined loops only)."""
+    transposed, as its load read it (A as (K, M) rows, B as (N, K) rows; pipelined loops only). ``ra``: A comes
+    from registers (another mma's result made elementwise, or a tile loaded before the loop), only B is staged."""
 
     path: str
     m: int
@@ -80,6 +89,7 @@ class MmaPlan:
     swb: int = 0
     ta: bool = False
     tb: bool = False
+    ra: bool = False  # 'tc': A is taken from registers in the m16n8 fragment layout of (M, K) (warps own rows)
 
     @property
     def a_elems(self) -> int:
@@ -272,11 +282,18 @@ class Plan:
         self.nt = self._block_size(num_threads, tiles, mmas)
         self.mma: dict[int, MmaPlan] = {}
         mma_results: dict[Value, Layout] = {}
+        self._row_owned, a_in_registers = self._register_chains(mmas)
         for op in mmas:
             p = self._plan_mma(op)
+            if id(op) in a_in_registers and p.path == "tc" and p.grid is not None and p.grid.wn == 1:
+                p = replace(p, ra=True)
             self.mma[id(op)] = p
             if p.grid is not None:
                 mma_results[op.result] = mma_layout(p.m, p.n, self.nt, p.grid)
+        for op in mmas:  # A fragments: the (M, K) C-fragment layout of the same warps (set after every result's)
+            p = self.mma[id(op)]
+            if p.ra and p.grid is not None and op.a not in mma_results:
+                mma_results[op.a] = mma_layout(p.m, p.k, self.nt, p.grid)
         # tensor-core kernels: ask for two resident blocks (registers capped so that they fit)
         small_acc = all(p.m * p.n // self.nt <= 64 for p in self.mma.values())
         tc = any(p.path in ("tc", "tf32") for p in self.mma.values())
@@ -481,6 +498,37 @@ class Plan:
             nt *= 2
         return nt
 
+    def _register_chains(self, mmas: list[MmaOp]) -> tuple[set[int], set[int]]:
+        """FlashAttention-2's register chains on sm_80+: the ids of the mmas whose warps must own whole rows of the
+        accumulator (a row reduction of what it flows into, or an mma's A operand made from it, stays in a warp's
+        registers and shuffles), and of those that take their A operand from registers (made from another mma's
+        result, or loaded before the loop the mma runs in: no shared memory per iteration)."""
+        if self.arch < 80:
+            return set(), set()
+        walk = list(self.fn.body.walk())
+        row_reduced = {op.x for op in walk if isinstance(op, ReduceOp) and isinstance(op.x.type, TileType)
+                       and op.x.type.ndim == 2 and op.axis == 1}
+        rows: set[int] = set()
+        regs: set[int] = set()
+        for x in mmas:
+            flow = flows_from(self.fn, x.result)
+            if flow & row_reduced:
+                rows.add(id(x))
+            for y in mmas:
+                if y.a in flow:
+                    rows |= {id(x), id(y)}
+                    regs.add(id(y))
+        loops = [op for op in walk if isinstance(op, ForOp | LoopOp)]
+        defined = {r: op for op in walk for r in op.results}
+        for y in mmas:
+            inner = [lp for lp in loops if any(o is y for o in lp.body.walk())]
+            if id(y) in rows and inner:
+                loop = inner[-1]  # walk order: parents first, so the last is the innermost
+                d = defined.get(y.a)
+                if d is not None and not any(o is d for o in loop.body.walk()):
+                    regs.add(id(y))
+        return rows, regs
+
     def _plan_mma(self, op: MmaOp) -> MmaPlan:
         at, bt, ct = op.a.type, op.b.type, op.acc.type
         if not (isinstance(at, TileType) and isinstance(bt, TileType) and isinstance(ct, TileType)):
@@ -499,10 +547,16 @@ class Plan:
         pad = max(1, 16 // item)
         lda, ldb = k + pad, n + pad
         grid = choose_warp_grid(m, n, self.nt)
+        warps = self.nt // 32
+        rows = id(op) in self._row_owned and m % (16 * warps) == 0 and n % 16 == 0
+        if rows:  # each warp owns whole rows (16 * MT of them, all N columns)
+            grid = WarpGrid(warps, 1)
         if self.arch >= 80 and grid is not None and ct.dtype == float32:
             if at.dtype in (float16, bfloat16) and k % 16 == 0:
                 # a wgmma-ready warp grid keeps the option of wgmma open (see _plan_pipeline)
                 wg = wgmma_tiling(m, n, k, self.nt, item) if self.wgmma else None
+                if wg is not None and rows and wg[0] != grid:
+                    wg = None
                 if wg is not None:
                     return MmaPlan("tc", m, n, k, wg[0], lda, ldb, at.dtype, ct.dtype, wg[1], wg[2])
                 return MmaPlan("tc", m, n, k, grid, lda, ldb, at.dtype, ct.dtype)
