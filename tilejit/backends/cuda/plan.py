@@ -296,6 +296,8 @@ class Plan:
                 mma_results[op.a] = mma_layout(p.m, p.k, self.nt, p.grid)
         # tensor-core kernels: ask for two resident blocks (registers capped so that they fit)
         small_acc = all(p.m * p.n // self.nt <= 64 for p in self.mma.values())
+        if any(p.ra for p in self.mma.values()):  # a register chain holds every accumulator and A operand at once
+            small_acc = sum(p.m * (p.n + (p.k // 2 if p.ra else 0)) for p in self.mma.values()) // self.nt <= 64
         tc = any(p.path in ("tc", "tf32") for p in self.mma.values())
         self.min_blocks_arg = ", 2" if tc and small_acc and self.nt <= 256 else ""
         if num_threads is None and not mmas and self._long_16bit_rows(tiles):
