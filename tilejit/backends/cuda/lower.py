@@ -140,6 +140,8 @@ class Lowering:
 
     def block(self, block: Block) -> None:
         for op in block.ops:
+            if id(op) in self.plan.elided:  # a view that a staged mma operand's buffer serves
+                continue
             outer, self.current = self.current, op
             try:
                 self.op(op)

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.layouts import Layout
-from tilejit.backends.cuda.plan import MmaPlan
+from tilejit.backends.cuda.plan import MmaPlan, StagedOperand
 from tilejit.backends.cuda.values import CV
 from tilejit.language.ir.core import Value
-from tilejit.language.ir.ops import ForOp, MmaOp
+from tilejit.language.ir.ops import ForOp, LoadOp, MmaOp
 from tilejit.language.ir.types import ArrayType, DType, TileType
 
 if TYPE_CHECKING:
@@ -34,43 +34,63 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
     if staged is not None:  # operands already in shared memory (cp.async pipeline)
         _compute(lw, p, acc, staged[0], staged[1], 1 if staged[2] else 0)
         return
+    _lower_unpipelined(lw, op, p, acc)
+
+
+def _lower_unpipelined(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
+    """``acc += a @ b`` outside a K pipeline: A from registers (``p.ra``, in its planned fragment layout) or written
+    to the scratch area, B from its staged buffer (cp.async, ``StagedOperand``) or written after A."""
+    t_in, item = tables.ctype(p.in_dtype), p.in_dtype.itemsize
+    st = lw.plan.staged.get(id(op))
+    writes: list[str] = []
+    a_name = lw.tile(op.a, lw.plan.layout_of(op.a) if p.ra else _operand_layout(lw, op.a))
+    if not p.ra:
+        writes.append(f"tj::to_smem<{p.k}, {p.lda}, {_operand_layout(lw, op.a).vec}>(tj_As, {a_name});")
+    if st is None:
+        b_layout = _operand_layout(lw, op.b)
+        b_name = lw.tile(op.b, b_layout)
+        writes.append(f"tj::to_smem<{p.n}, {p.ldb}, {b_layout.vec}>(tj_Bs, {b_name});")
+    a_elems = 0 if p.ra else p.a_elems
+    lw.need_smem((a_elems + (0 if st is not None else p.k * p.ldb)) * item)
+    lw.line("{")
+    lw.depth += 1
+    if not p.ra:
+        lw.line(f"{t_in}* tj_As = reinterpret_cast<{t_in}*>(tj_smem);")
+    b_at = staged_buffer(st, t_in) if st is not None else f"reinterpret_cast<{t_in}*>(tj_smem) + {a_elems}"
+    lw.line(f"{t_in}* tj_Bs = {b_at};")
+    if writes:
+        lw.line("__syncthreads();")
+        for w in writes:
+            lw.line(w)
+    if st is not None:
+        lw.line(f"tj::cp_async_wait<{st.wait}>();")
+    lw.line("__syncthreads();")
     if p.ra:
-        _lower_register_a(lw, op, p, acc)
-        return
-    a_layout, b_layout = _operand_layout(lw, op.a), _operand_layout(lw, op.b)
-    a_name, b_name = lw.tile(op.a, a_layout), lw.tile(op.b, b_layout)
-    lw.need_smem(p.smem_bytes)
-    lw.line("{")
-    lw.depth += 1
-    lw.line(f"{t_in}* tj_As = reinterpret_cast<{t_in}*>(tj_smem);")
-    lw.line(f"{t_in}* tj_Bs = tj_As + {p.a_elems};")
-    lw.line("__syncthreads();")
-    lw.line(f"tj::to_smem<{p.k}, {p.lda}, {a_layout.vec}>(tj_As, {a_name});")
-    lw.line(f"tj::to_smem<{p.n}, {p.ldb}, {b_layout.vec}>(tj_Bs, {b_name});")
-    lw.line("__syncthreads();")
-    _compute(lw, p, acc, "tj_As", "tj_Bs")
+        assert p.grid is not None and p.grid.wn == 1
+        lw.line(f"tj::TensorCoreRA<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.ldb}, {str(p.tb).lower()}>"
+                f"::run({acc}, {a_name}, tj_Bs);")
+    else:
+        _compute(lw, p, acc, "tj_As", "tj_Bs")
     lw.depth -= 1
     lw.line("}")
 
 
-def _lower_register_a(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
-    """``acc += a @ b`` with ``a`` in registers in its planned fragment layout (converted once if it lives
-    elsewhere) and only ``b`` staged in shared memory."""
-    assert p.grid is not None and p.grid.wn == 1
-    a_name = lw.tile(op.a, lw.plan.layout_of(op.a))
-    b_layout = _operand_layout(lw, op.b)
-    b_name = lw.tile(op.b, b_layout)
-    t_in = tables.ctype(p.in_dtype)
-    lw.need_smem(p.k * p.ldb * p.in_dtype.itemsize)
-    lw.line("{")
-    lw.depth += 1
-    lw.line(f"{t_in}* tj_Bs = reinterpret_cast<{t_in}*>(tj_smem);")
-    lw.line("__syncthreads();")
-    lw.line(f"tj::to_smem<{p.n}, {p.ldb}, {b_layout.vec}>(tj_Bs, {b_name});")
-    lw.line("__syncthreads();")
-    lw.line(f"tj::TensorCoreRA<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.ldb}>::run({acc}, {a_name}, tj_Bs);")
-    lw.depth -= 1
-    lw.line("}")
+def staged_buffer(st: StagedOperand, t_in: str) -> str:
+    """The C++ pointer to a staged B operand's buffer (the staging area follows the scratch area: ``tj_stage``)."""
+    return f"reinterpret_cast<{t_in}*>(tj_smem + tj_stage + {st.offset})"
+
+
+def issue_staged(lw: Lowering, op: LoadOp, st: StagedOperand) -> None:
+    """Start the cp.async copy of a staged B operand where the program loads it, after a barrier (shared with the
+    copy just started, if any) so that no warp still reads the buffer's previous contents."""
+    t, at = op.result.type, op.array.type
+    assert isinstance(t, TileType) and isinstance(at, ArrayType)
+    if not lw.lines or lw.lines[-1].strip() != "tj::cp_async_commit();":
+        lw.line("__syncthreads();")
+    t_in = tables.ctype(at.dtype)
+    lw.line(f"tj::cp_async_tile<{t.shape[-2]}, {t.shape[-1]}, {st.ld}, {lw.plan.nt}, 0>"
+            f"({staged_buffer(st, t_in)}, {lw.vals[op.array].text}, {lw._origins(op.index, t.shape)});")
+    lw.line("tj::cp_async_commit();")
 
 
 def _compute(lw: Lowering, p: MmaPlan, acc: str, a_smem: str, b_smem: str, pending: int = 0) -> None:

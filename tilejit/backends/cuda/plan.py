@@ -30,7 +30,7 @@ from tilejit.backends.cuda.layouts import (
 )
 from tilejit.backends.cuda.tables import compute_dtype
 from tilejit.errors import CompileError, TileCompileError
-from tilejit.language.ir.core import Loc, Op, Value
+from tilejit.language.ir.core import Block, Loc, Op, Value
 from tilejit.language.ir.ops import (
     ArgReduceOp,
     AtomicOp,
@@ -66,6 +66,20 @@ class Pipeline:
     stage_bytes: int
     overlap: bool = False  # wgmma: one mma batch stays in flight across iterations (prefetch stages - 2)
     views: tuple[Op, ...] = ()  # transposes/reshapes between a load and the mma: the stage serves them
+
+
+@dataclass(frozen=True)
+class StagedOperand:
+    """The B operand of a tensor-core mma outside a K pipeline, copied with cp.async from its load (where the program
+    loads it) into its own shared-memory buffer, as stored (ldmatrix reads it transposed or not), and waited for at
+    the mma: no registers, no reshape/transpose through the scratch area, the copy overlapping the work between."""
+
+    load: LoadOp
+    views: tuple[Op, ...]  # the reshape/transpose between the load and the mma: the buffer serves them
+    offset: int  # bytes into the staging area (after the scratch area)
+    rows: int  # buffer rows (B's K, or its N when transposed) of ``ld`` elements
+    ld: int
+    wait: int = 0  # cp.async groups the mma may leave in flight (staged loads issued after this one before the mma)
 
 
 @dataclass(frozen=True)
@@ -315,6 +329,11 @@ class Plan:
                 if pipe is not None:
                     self.pipelines[id(op)] = pipe
                     self.deferred |= {id(pipe.load_a), id(pipe.load_b)}
+        self.staged: dict[int, StagedOperand] = {}  # mma id → its B operand's buffer
+        self.staged_loads: dict[int, StagedOperand] = {}  # load id → the same
+        self.elided: set[int] = set()  # ids of the views that staged buffers serve (no code)
+        self.stage_bytes = 0
+        self._plan_staged(fn.body)
         self._check_registers()
 
     def _check_registers(self) -> None:
@@ -395,6 +414,36 @@ class Plan:
         self.mma[id(mma)] = p
         return Pipeline(mma, loads[0], loads[1], stages, stage, views=tuple(views))
 
+    def _plan_staged(self, block: Block) -> None:
+        """Stage the B operands of the 16-bit tensor-core mmas of ``block`` (and nested blocks) that are loads of
+        read-only, unit-stride, 16-byte-aligned arrays (``StagedOperand``), sm_80+."""
+        if self.arch < 80:
+            return
+        found: list[tuple[MmaOp, StagedOperand]] = []
+        for op in block.ops:
+            for r in op.regions():
+                self._plan_staged(r)
+            p = self.mma.get(id(op)) if isinstance(op, MmaOp) else None
+            if p is None or p.path != "tc" or p.grid is None or any(pp.mma is op for pp in self.pipelines.values()):
+                continue
+            assert isinstance(op, MmaOp)
+            got = self._streamed_operand(op.b, block.ops, None)
+            if got is None:
+                continue
+            load, views, tb = got
+            ldb = (p.k if tb else p.n) + max(1, 16 // p.in_dtype.itemsize)
+            rows = p.n if tb else p.k
+            self.mma[id(op)] = replace(p, tb=tb, ldb=ldb)
+            staged = StagedOperand(load, tuple(views), self.stage_bytes, rows, ldb)
+            self.stage_bytes += -(-rows * ldb * p.in_dtype.itemsize // 128) * 128
+            found.append((op, staged))
+        position = {id(op): k for k, op in enumerate(block.ops)}
+        for op, st in found:
+            later = sum(1 for _, o in found if position[id(st.load)] < position[id(o.load)] < position[id(op)])
+            st = replace(st, wait=later)
+            self.staged[id(op)] = self.staged_loads[id(st.load)] = st
+            self.elided |= {id(v) for v in st.views}
+
     def _stages(self, chosen: int, stage_bytes: int, limit: int) -> int:
         """The stages of a pipeline: the plan's ``chosen``, or the user's ``num_stages`` capped at what fits in
         ``limit`` bytes of shared memory (below 2: no pipeline), logged at debug level when capped."""
@@ -411,9 +460,10 @@ class Plan:
                           "memory", self.fn.name, wanted, fits, fits, stage_bytes, limit)
         return min(wanted, fits)
 
-    def _streamed_operand(self, v: Value, top: list[Op], loop: ForOp) -> tuple[LoadOp, list[Op], bool] | None:
+    def _streamed_operand(self, v: Value, top: list[Op], loop: ForOp | None) -> tuple[LoadOp, list[Op], bool] | None:
         """The load a cp.async stage can hold for mma operand ``v``, the transpose/reshape ops between
-        (each in the loop body and used only on the way to the mma) and whether ``v`` is transposed."""
+        (each in ``top``, the mma's block, and used only on the way to the mma) and whether ``v`` is transposed;
+        with a ``loop``, the load's indices must be affine in its variable (to be fetched iterations ahead)."""
         views: list[Op] = []
         transposed = False
         while True:
@@ -444,7 +494,7 @@ class Plan:
         rows_ok = (t.shape[-1] * at.dtype.itemsize) % 16 == 0
         if load.array not in self.read_only or not self._vector_ok(load.array) or not rows_ok:
             return None
-        if not all(self._affine_in(ix, loop) for ix in load.index):
+        if loop is not None and not all(self._affine_in(ix, loop) for ix in load.index):
             return None
         return load, views, transposed
 
