@@ -258,9 +258,9 @@ def flows_from(fn: Function, start: Value) -> set[Value]:
                 for b in (op.then_body, op.else_body):
                     if b.ops and b.ops[-1].NAME == "yield":
                         links += list(zip(b.ops[-1].operands(), op.results))
-            for a, b in links:
-                if a in seen and b not in seen:
-                    seen.add(b)
+            for src, dst in links:
+                if src in seen and dst not in seen:
+                    seen.add(dst)
                     changed = True
     return seen
 

@@ -30,7 +30,6 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
     else:
         acc = lw.define_tile(op.result, out_layout)
         lw._assign(acc, op.acc, op.result)
-    t_in = tables.ctype(p.in_dtype)
     if staged is not None:  # operands already in shared memory (cp.async pipeline)
         _compute(lw, p, acc, staged[0], staged[1], 1 if staged[2] else 0)
         return
