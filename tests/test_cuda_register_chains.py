@@ -158,11 +158,63 @@ def test_attention_forward_keeps_p_and_the_softmax_in_registers(target: str, dty
     assert body.count("tj::reduce_local<tj::MaxOp, 0, 6,") == 1 and body.count("tj::reduce_local<tj::SumOp, 0, 6,") == 1
     assert f"tj::TensorCoreRA<{ctype}, 128, 64, {head_dim}, 8, {head_dim + 8}, true>::run(" in body  # Q @ K^T
     assert f"tj::TensorCoreRA<{ctype}, 128, {head_dim}, 64, 8, {head_dim + 8}, false>::run(" in body  # P @ V
-    assert body.count("tj::cp_async_tile<64, " + str(head_dim)) == 2 and "tj::cp_async_wait<1>();" in body
+    # the next key block's K and V are copied while this one is used (two buffers each): K waits with the three
+    # later copies in flight, V with the next block's two
+    assert body.count("tj::cp_async_tile<64, " + str(head_dim)) == 2 and body.count("if (w") == 2
+    assert "tj::cp_async_wait<3>();" in body and "tj::cp_async_wait<2>();" in body
     assert body.count("__syncthreads();") == 3  # before the copies, after each wait
     loops = src.count("#pragma unroll 1")
-    assert loops == (2 if causal else 1)
+    assert loops == (2 if causal else 1) and src.count(" ^= 1) {") == loops
     assert src.count("tj::TensorCoreRA<") == 2 * loops and "tj::TensorCore<" not in src
+
+
+@tj.kernel
+def key_loop(q, k, out, n_blocks, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int],
+             STOP_EARLY: tj.Constant[bool]):
+    """out = the row sums of q @ k[2j+1 block]^T over j < n_blocks (odd key blocks: an index computed in the body);
+    STOP_EARLY: a break in the loop."""
+    pid = tj.bid(0)
+    qt = tj.load(q, index=(pid, 0), shape=(BM, BK))
+    acc = tj.zeros((BM, 1), tj.float32)
+    for j in range(n_blocks):
+        kt = tj.load(k, index=(2 * j + 1, 0), shape=(BN, BK))
+        s = tj.mma(qt, tj.transpose(kt), tj.zeros((BM, BN), tj.float32))
+        acc = acc + tj.sum(s, axis=1, keepdims=True)
+        if STOP_EARLY and j == 3:
+            break
+    tj.store(out, index=(pid, 0), tile=acc)
+
+
+KEY_LOOP = {"BM": 128, "BN": 64, "BK": 64}
+
+
+def _key_loop(target: str, stop_early: bool) -> str:
+    sig = (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1], tj.int32)
+    return tj.compile(key_loop, sig, constants={**KEY_LOOP, "STOP_EARLY": stop_early}, target=target,
+                      backend="cuda").cuda_source()
+
+
+def test_prefetched_copies_recompute_the_next_iterations_index() -> None:
+    """The copy issued for iteration j + 1 evaluates 2 * (j + 1) + 1, not this iteration's 2 * j + 1; a loop with a
+    break stages its operand without prefetching (an iteration that exits early would leave a copy behind)."""
+    src = _key_loop("sm_80", False)
+    copies = [line for line in src.splitlines() if "tj::cp_async_tile<" in line]
+    assert len(copies) == 2 and "tj::wmul<tj::i32>((2), ((tj::i32)(0)))" in copies[0]  # the first, before the loop
+    assert re.search(r"\^ 1\) \* 9216\).*tj::wmul<tj::i32>\(\(2\), \(\(tj::i32\)\(w\d+ \+ 1\)\)\)", copies[1]), copies
+    assert "^= 1) {" in src and "tj::cp_async_wait<1>();" in src
+    stop = _key_loop("sm_80", True)
+    assert "^= 1" not in stop and "tj::cp_async_wait<0>();" in stop and "tj::cp_async_tile<64, 64, 72" in stop
+
+
+def test_staged_buffers_shrink_to_fit_the_targets_shared_memory() -> None:
+    """d128 attention on sm_86 (99 KiB a block): the 64 KiB epilogue scratch and four prefetched buffers do not fit,
+    so K and V get one buffer each; on sm_80 (163 KiB) they are prefetched."""
+    sig, consts = A.signatures(tj.float16)["attn_fwd"], A.constants("attn_fwd", 128, False)
+    for target, prefetched in (("sm_86", False), ("sm_80", True)):
+        ck = tj.compile(A.KERNELS["attn_fwd"], sig, constants=consts, target=target, backend="cuda").cuda_kernel()
+        assert ("^= 1" in ck.source) == prefetched and "tj::TensorCoreRA<" in ck.source
+        assert ck.source.count("tj::cp_async_tile<64, 128, 136") == (4 if prefetched else 2)  # K and V
+        assert ck.shared_bytes <= (99 if target == "sm_86" else 163) * 1024
 
 
 def _ptxas(kernel: Any, signature: tuple[Any, ...], constants: dict[str, Any], target: str) -> tuple[str, str]:

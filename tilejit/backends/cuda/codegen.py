@@ -122,14 +122,16 @@ def generate(
     nvrtc_version: tuple[int, int] | None = None,
     occupancy: int | None = None,
     num_stages: int | None = None,
+    staging: int = 2,
 ) -> CudaKernel:
     """Generate the CUDA C++ kernel for ``fn`` on ``target`` (a ``Target``, e.g. parse_target("sm_90"));
     ``nvrtc_version``: of the NVRTC that will compile it (default: the one loaded by default); ``occupancy``:
     the user's blocks per SM, ``__launch_bounds__``'s second argument (default: the plan's choice); ``num_stages``:
-    the user's cp.async pipeline depth (default: the plan's choice; 1: no pipeline)."""
+    the user's cp.async pipeline depth (default: the plan's choice; 1: no pipeline); ``staging``: mma operands
+    staged in their own buffers and prefetched (2), staged (1) or neither (0), lowered while they do not fit."""
     number, suffix = _arch(target)
     plan = Plan(fn, number, num_threads, dict(hints or {}), wgmma=number == 90 and suffix == "a",
-                num_stages=num_stages)
+                num_stages=num_stages, staging=staging)
     if occupancy is not None:
         plan.min_blocks_arg = f", {occupancy}"
     lw = Lowering(plan, plan.hints)
@@ -164,6 +166,9 @@ def generate(
         lw.lines.insert(2, f"  constexpr int tj_stage = {stage};")
         shared = stage + plan.stage_bytes
     limit = max_shared_bytes(plan.arch)
+    if shared > limit and plan.stage_bytes:  # staged mma operands with fewer buffers
+        return generate(fn, target=target, num_threads=num_threads, hints=hints, nvrtc_version=nvrtc_version,
+                        occupancy=occupancy, num_stages=num_stages, staging=staging - 1)
     if shared > limit:
         raise _smem_error(lw.smem_op, fn, shared, plan.arch, limit)
     name = kernel_symbol(fn.name)

@@ -39,6 +39,9 @@ class Lowering:
         self.loop_vars: list[tuple[list[str], list[Value]]] = []
         self.if_vars: list[tuple[list[str], list[Value]]] = []
         self.staged: dict[int, tuple[str, str, bool]] = {}  # mma → (A stage, B stage, overlapped)
+        # a loop prefetching staged mma operands → (buffer parity variable, the loop, next iteration's variable, the
+        # test that there is one)
+        self.parity: dict[int, tuple[str, O.ForOp, str, str]] = {}
         self.decls: list[str] = []  # file-scope C++ the kernel needs (e.g. wgmma specializations)
         self.constants: dict[Value, object] = {}  # values of ConstantOp results
         self.facts: dict[Value, tuple[int, int]] = {}  # (div_by, contiguous) of AssumeOp results
@@ -543,10 +546,6 @@ class Lowering:
         ivn = self.fresh("v")
         self.vals[iv] = CV("scalar", ivn, ivt.dtype)
         self._bind_vars(carried, names)
-        if op.unroll > 1:
-            self.line(f"#pragma unroll {op.unroll}")
-        else:
-            self.line("#pragma unroll 1")
         ct = tables.ctype(ivt.dtype)
         lo, hi, step = self.scalar(op.lower), self.scalar(op.upper), self.scalar(op.step)
         wn = self.fresh("w")
@@ -554,7 +553,16 @@ class Lowering:
         # range stops); a run-time step <= 0 runs no iterations instead of never ending.
         known = self.constants.get(op.step)
         positive = "" if isinstance(known, int) and known > 0 else f" && ({step}) > 0"
-        self.line(f"for (tj::i64 {wn} = {lo}; {wn} < {hi}{positive}; {wn} += {step}) {{")
+        bump = ""
+        if id(op) in self.plan.prefetched:  # staged mma operands: the first iteration's copies, then one ahead
+            from tilejit.backends.cuda.mma_lower import prefetch_prologue
+
+            bump = ", " + prefetch_prologue(self, op, wn, lo, hi, step, positive)
+        if op.unroll > 1:
+            self.line(f"#pragma unroll {op.unroll}")
+        else:
+            self.line("#pragma unroll 1")
+        self.line(f"for (tj::i64 {wn} = {lo}; {wn} < {hi}{positive}; {wn} += {step}{bump}) {{")
         self.line(f"  const {ct} {ivn} = ({ct}){wn};")
         self.loop_vars.append((names, carried))
         self.nested(op.body)

@@ -50,7 +50,7 @@ def op_LoadOp(lw: Lowering, op: O.LoadOp) -> None:
     if staged is not None:  # copied into an mma's B buffer with cp.async
         from tilejit.backends.cuda.mma_lower import issue_staged
 
-        issue_staged(lw, op, staged)
+        issue_staged(lw, staged)
         return
     name, at = lw._array(op.array)
     t = op.result.type

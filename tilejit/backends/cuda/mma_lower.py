@@ -10,7 +10,7 @@ from tilejit.backends.cuda.layouts import Layout
 from tilejit.backends.cuda.plan import MmaPlan, StagedOperand
 from tilejit.backends.cuda.values import CV
 from tilejit.language.ir.core import Value
-from tilejit.language.ir.ops import ForOp, LoadOp, MmaOp
+from tilejit.language.ir.ops import ForOp, MmaOp
 from tilejit.language.ir.types import ArrayType, DType, TileType
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def _lower_unpipelined(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
     lw.depth += 1
     if not p.ra:
         lw.line(f"{t_in}* tj_As = reinterpret_cast<{t_in}*>(tj_smem);")
-    b_at = staged_buffer(st, t_in) if st is not None else f"reinterpret_cast<{t_in}*>(tj_smem) + {a_elems}"
+    b_at = staged_buffer(lw, st, t_in) if st is not None else f"reinterpret_cast<{t_in}*>(tj_smem) + {a_elems}"
     lw.line(f"{t_in}* tj_Bs = {b_at};")
     if writes:
         lw.line("__syncthreads();")
@@ -74,22 +74,80 @@ def _lower_unpipelined(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
     lw.line("}")
 
 
-def staged_buffer(st: StagedOperand, t_in: str) -> str:
-    """The C++ pointer to a staged B operand's buffer (the staging area follows the scratch area: ``tj_stage``)."""
-    return f"reinterpret_cast<{t_in}*>(tj_smem + tj_stage + {st.offset})"
+def staged_buffer(lw: Lowering, st: StagedOperand, t_in: str, ahead: bool = False) -> str:
+    """The C++ pointer to a staged B operand's buffer (the staging area follows the scratch area: ``tj_stage``); of a
+    prefetched one, the buffer of this iteration (of the next with ``ahead``)."""
+    off = str(st.offset)
+    if st.size:
+        parity = lw.parity[st.loop][0]
+        off = f"{st.offset} + ({parity}{' ^ 1' if ahead else ''}) * {st.size}"
+    return f"reinterpret_cast<{t_in}*>(tj_smem + tj_stage + {off})"
 
 
-def issue_staged(lw: Lowering, op: LoadOp, st: StagedOperand) -> None:
-    """Start the cp.async copy of a staged B operand where the program loads it, after a barrier (shared with the
-    copy just started, if any) so that no warp still reads the buffer's previous contents."""
-    t, at = op.result.type, op.array.type
-    assert isinstance(t, TileType) and isinstance(at, ArrayType)
+def _index_at(lw: Lowering, v: Value, loop: ForOp, iv: str) -> str:
+    """Scalar ``v`` (affine in ``loop``'s variable, ``Plan._affine_in``) at the iteration whose variable is ``iv``:
+    the ops inside the loop recomputed, not read from this iteration's variables."""
+    if v is loop.body.args[0]:
+        return iv
+    op = lw.plan.defs.get(v)
+    if op is None or not lw.plan._inside(op, loop):
+        return lw.scalar(v)
+    return "(" + lw.render(op, lambda x: _index_at(lw, x, loop, iv)) + ")"
+
+
+def _copy(lw: Lowering, st: StagedOperand, dst: str, at_iv: tuple[ForOp, str] | None = None) -> None:
+    """The cp.async statement of a staged load into ``dst`` (``at_iv``: its loop's iteration with that variable)."""
+    op = st.load
+    t = op.result.type
+    assert isinstance(t, TileType)
+    ixs = [_index_at(lw, ix, *at_iv) if at_iv else lw.scalar(ix) for ix in op.index]
+    org = ", ".join(f"(tj::i64){ix} * {s}" for ix, s in zip(ixs, t.shape))
+    lw.line(f"tj::cp_async_tile<{t.shape[-2]}, {t.shape[-1]}, {st.ld}, {lw.plan.nt}, 0>"
+            f"({dst}, {lw.vals[op.array].text}, {org});")
+
+
+def _in_dtype(st: StagedOperand) -> str:
+    at = st.load.array.type
+    assert isinstance(at, ArrayType)
+    return tables.ctype(at.dtype)
+
+
+def issue_staged(lw: Lowering, st: StagedOperand) -> None:
+    """Start the cp.async copy of a staged B operand where the program loads it (of a prefetched one: the next
+    iteration's, if any, into the other buffer), after a barrier (shared with the copy just started, if any) so that
+    no warp still reads the buffer's previous contents."""
     if not lw.lines or lw.lines[-1].strip() != "tj::cp_async_commit();":
         lw.line("__syncthreads();")
-    t_in = tables.ctype(at.dtype)
-    lw.line(f"tj::cp_async_tile<{t.shape[-2]}, {t.shape[-1]}, {st.ld}, {lw.plan.nt}, 0>"
-            f"({staged_buffer(st, t_in)}, {lw.vals[op.array].text}, {lw._origins(op.index, t.shape)});")
+    if st.size:
+        _, loop, nxt, has_next = lw.parity[st.loop]
+        lw.line(f"if ({has_next}) {{")
+        lw.depth += 1
+        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st), ahead=True), (loop, nxt))
+        lw.depth -= 1
+        lw.line("}")
+    else:
+        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st)))
     lw.line("tj::cp_async_commit();")
+
+
+def prefetch_prologue(lw: Lowering, loop: ForOp, wn: str, lo: str, hi: str, step: str, positive: str) -> str:
+    """Before a loop that prefetches staged operands: declare the buffer parity and copy the first iteration's
+    operands into buffers 0; returns the ``for`` statement's extra increment (the parity flips each iteration)."""
+    parity = lw.fresh("p")
+    ivt = loop.body.args[0].type
+    assert isinstance(ivt, TileType)
+    ct = tables.ctype(ivt.dtype)
+    lw.line(f"int {parity} = 0;")
+    lw.parity[id(loop)] = (parity, loop, f"(({ct})({wn} + {step}))", f"{wn} + {step} < {hi}")
+    lw.line("__syncthreads();")
+    lw.line(f"if ({lo} < {hi}{positive}) {{")
+    lw.depth += 1
+    for st in lw.plan.prefetched[id(loop)]:
+        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st)), (loop, f"(({ct})({lo}))"))
+        lw.line("tj::cp_async_commit();")
+    lw.depth -= 1
+    lw.line("}")
+    return f"{parity} ^= 1"
 
 
 def _compute(lw: Lowering, p: MmaPlan, acc: str, a_smem: str, b_smem: str, pending: int = 0) -> None:

@@ -79,7 +79,9 @@ class StagedOperand:
     offset: int  # bytes into the staging area (after the scratch area)
     rows: int  # buffer rows (B's K, or its N when transposed) of ``ld`` elements
     ld: int
-    wait: int = 0  # cp.async groups the mma may leave in flight (staged loads issued after this one before the mma)
+    wait: int = 0  # cp.async groups the mma may leave in flight (copies issued after this one, still pending)
+    size: int = 0  # prefetched an iteration ahead: the bytes of each of its two buffers (0: one buffer)
+    loop: int = 0  # prefetched: the id of the loop whose body loads it
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,7 @@ class Plan:
 
     def __init__(
         self, fn: Function, arch: int, num_threads: int | None, hints: Mapping[str, Any], wgmma: bool = False,
-        num_stages: int | None = None,
+        num_stages: int | None = None, staging: int = 2,
     ) -> None:
         self.fn = fn
         self.arch = arch
@@ -332,8 +334,11 @@ class Plan:
         self.staged: dict[int, StagedOperand] = {}  # mma id → its B operand's buffer
         self.staged_loads: dict[int, StagedOperand] = {}  # load id → the same
         self.elided: set[int] = set()  # ids of the views that staged buffers serve (no code)
+        self.prefetched: dict[int, list[StagedOperand]] = {}  # loop id → its staged loads fetched an iteration ahead
         self.stage_bytes = 0
-        self._plan_staged(fn.body)
+        self._staging = staging  # 2: staged and prefetched, 1: staged, 0: neither (their buffers did not fit)
+        if staging:
+            self._plan_staged(fn.body)
         self._check_registers()
 
     def _check_registers(self) -> None:
@@ -414,35 +419,52 @@ class Plan:
         self.mma[id(mma)] = p
         return Pipeline(mma, loads[0], loads[1], stages, stage, views=tuple(views))
 
-    def _plan_staged(self, block: Block) -> None:
-        """Stage the B operands of the 16-bit tensor-core mmas of ``block`` (and nested blocks) that are loads of
-        read-only, unit-stride, 16-byte-aligned arrays (``StagedOperand``), sm_80+."""
+    def _plan_staged(self, block: Block, base: int = 0, loop: ForOp | None = None) -> None:
+        """Stage the B operands of the 16-bit tensor-core mmas of ``block`` (``loop``'s body, if any) and its nested
+        blocks that are loads of read-only, unit-stride, 16-byte-aligned arrays (``StagedOperand``), sm_80+. The
+        buffers of ``block`` start ``base`` bytes into the staging area, those of nested blocks after them (blocks
+        one after the other share theirs). In a loop whose staged loads are all affine in its variable, each has
+        two buffers and is fetched an iteration ahead."""
         if self.arch < 80:
             return
-        found: list[tuple[MmaOp, StagedOperand]] = []
+        found: list[tuple[MmaOp, StagedOperand, MmaPlan]] = []
         for op in block.ops:
-            for r in op.regions():
-                self._plan_staged(r)
             p = self.mma.get(id(op)) if isinstance(op, MmaOp) else None
             if p is None or p.path != "tc" or p.grid is None or any(pp.mma is op for pp in self.pipelines.values()):
                 continue
             assert isinstance(op, MmaOp)
             got = self._streamed_operand(op.b, block.ops, None)
-            if got is None:
-                continue
-            load, views, tb = got
-            ldb = (p.k if tb else p.n) + max(1, 16 // p.in_dtype.itemsize)
-            rows = p.n if tb else p.k
-            self.mma[id(op)] = replace(p, tb=tb, ldb=ldb)
-            staged = StagedOperand(load, tuple(views), self.stage_bytes, rows, ldb)
-            self.stage_bytes += -(-rows * ldb * p.in_dtype.itemsize // 128) * 128
-            found.append((op, staged))
+            if got is not None:
+                load, views, tb = got
+                ldb = (p.k if tb else p.n) + max(1, 16 // p.in_dtype.itemsize)
+                p = replace(p, tb=tb, ldb=ldb)
+                found.append((op, StagedOperand(load, tuple(views), 0, p.n if tb else p.k, ldb), p))
+        exits = [] if loop is None else [o for o in loop.body.walk() if o.NAME in ("continue", "break")]
+        # every iteration must issue the next one's copies: no exit but the body's own last continue
+        ahead = self._staging > 1 and loop is not None and id(loop) not in self.pipelines and bool(found) \
+            and exits == loop.body.ops[-1:] \
+            and all(self._affine_in(ix, loop) for _, st, _ in found for ix in st.load.index)
         position = {id(op): k for k, op in enumerate(block.ops)}
-        for op, st in found:
-            later = sum(1 for _, o in found if position[id(st.load)] < position[id(o.load)] < position[id(op)])
-            st = replace(st, wait=later)
+        end = base
+        staged: list[StagedOperand] = []
+        for op, st, p in found:
+            after = sum(1 for _, o, _ in found if position[id(st.load)] < position[id(o.load)] < position[id(op)])
+            if ahead:  # the next iteration's copies are issued where the loads are: those before the mma are pending
+                after = sum(1 for _, o, _ in found if position[id(o.load)] > position[id(st.load)])
+                after += sum(1 for _, o, _ in found if position[id(o.load)] < position[id(op)])
+            size = -(-st.rows * st.ld * p.in_dtype.itemsize // 128) * 128
+            st = replace(st, offset=end, wait=after, size=size if ahead else 0, loop=id(loop) if ahead else 0)
+            end += size * (2 if ahead else 1)
+            self.mma[id(op)] = p
             self.staged[id(op)] = self.staged_loads[id(st.load)] = st
             self.elided |= {id(v) for v in st.views}
+            staged.append(st)
+        if ahead and loop is not None:
+            self.prefetched[id(loop)] = staged
+        self.stage_bytes = max(self.stage_bytes, end)
+        for op in block.ops:
+            for r in op.regions():
+                self._plan_staged(r, end, op if isinstance(op, ForOp) else None)
 
     def _stages(self, chosen: int, stage_bytes: int, limit: int) -> int:
         """The stages of a pipeline: the plan's ``chosen``, or the user's ``num_stages`` capped at what fits in
