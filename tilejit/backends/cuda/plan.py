@@ -10,6 +10,9 @@ K loops of the form ``for k: acc = mma(load(a, k), load(b, k), acc)`` over read-
 16-byte-aligned arrays become cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma
 on swizzled stages. An operand may be a transposed load (16-bit: staged as stored, read with
 ldmatrix(.trans) or wgmma's imm-trans) or a (1, R, C) load of a 3-D array reshaped to (R, C).
+Other tensor-core mmas (sm_80+) form FlashAttention-2 register chains: one whose result is row-reduced or
+feeds another's A operand gets warps owning whole rows; an A operand made from an mma's result, or loaded
+before the loop, stays in registers; a B operand loaded beside the mma is staged (``StagedOperand``).
 """
 
 from __future__ import annotations
