@@ -4,7 +4,9 @@ A layout maps the bits of a tile's row-major flat index to register-index bits a
 bits (tile.cuh explains the scheme and the C++ side). Every N-d tile gets the *blocked* layout of
 its shape, except values that flow into or out of a tensor-core ``MmaOp``: those keep the mma
 accumulator fragment layout, through loop-carried values, ifs and elementwise ops, so that a K loop
-never moves the accumulator between threads.
+never moves the accumulator between threads. A reduction of such a value along an axis that no warp
+splits, and a value broadcast into one, take the fragment layout's *slice* (the axis dropped, its
+lanes replicas): an online softmax's row max and sum, and ``qk - m[:, None]``, stay in registers.
 """
 
 from __future__ import annotations
@@ -13,15 +15,20 @@ from dataclasses import dataclass
 
 from tilejit.language.ir.core import Block, Value
 from tilejit.language.ir.ops import (
+    ArangeOp,
     BinaryOp,
+    BroadcastOp,
     CastOp,
     CompareOp,
+    ConstantOp,
     FmaOp,
     ForOp,
     Function,
     IfOp,
     LoopOp,
     MmaOp,
+    ReduceOp,
+    ReshapeOp,
     SelectOp,
     UnaryOp,
 )
@@ -38,7 +45,7 @@ class Layout:
     (-1: a replica bit). ``vec``: how many consecutive register slots hold consecutive elements
     of one row (the width of one vector access)."""
 
-    kind: str  # "blocked" or "mma"
+    kind: str  # "blocked", "mma" or "slice" (an mma layout with an axis dropped)
     nt: int
     ibits: tuple[int, ...]
     tbits: tuple[int, ...]
@@ -107,6 +114,19 @@ def mma_layout(m: int, n: int, nt: int, grid: WarpGrid) -> Layout:
     return Layout("mma", nt, tuple(ibits), tuple(tbits), 2)
 
 
+def slice_layout(layout: Layout, lo: int, hi: int) -> Layout:
+    """``layout`` with flat-index bits [lo, hi) (one axis) dropped: the register bits on them go, the thread bits
+    on them become replicas, the bits above move down. Each thread of the slice holds the elements whose other
+    bits it held (a row reduction's result where the row's lanes combined by shuffles)."""
+
+    def moved(b: int) -> int:
+        return b if b < lo else b - (hi - lo)
+
+    ibits = tuple(moved(b) for b in layout.ibits if not lo <= b < hi)
+    tbits = tuple(-1 if b < 0 or lo <= b < hi else moved(b) for b in layout.tbits)
+    return Layout("slice", layout.nt, ibits, tbits, 1)
+
+
 def choose_warp_grid(m: int, n: int, nt: int) -> WarpGrid | None:
     """The most square split of the block's warps over (M, N) with m16 x n16 warp tiles, if any."""
     warps = nt // 32
@@ -129,11 +149,35 @@ def _walk_blocks(block: Block) -> list[Block]:
     return out
 
 
+#: Elementwise ops: a result and its operands of the same shape share a layout.
+ELEMENTWISE = (UnaryOp, BinaryOp, FmaOp, CompareOp, SelectOp, CastOp)
+#: Ops whose results cost nothing to compute in any layout (no memory, no communication): an elementwise op that
+#: feeds an mma-layout value takes that layout from its consumer, down to its broadcasts and aranges.
+_LOCAL_PRODUCERS = (*ELEMENTWISE, BroadcastOp, ReshapeOp, ArangeOp, ConstantOp)
+
+
+def axis_bits(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
+    """The flat-index bits [lo, hi) of ``axis`` of a row-major tile of ``shape`` (powers of two)."""
+    lo = sum(log2(s) for s in shape[axis + 1:])
+    return lo, lo + log2(shape[axis])
+
+
+def broadcast_slice(layout: Layout, src: tuple[int, ...], dst: tuple[int, ...]) -> Layout:
+    """The layout of a tile of shape ``src`` whose broadcast to ``dst`` (in ``layout``) needs no communication."""
+    for d in reversed(range(len(dst))):
+        if src[d] == 1 and dst[d] != 1:
+            layout = slice_layout(layout, *axis_bits(dst, d))
+    return layout
+
+
 def assign_mma_layouts(fn: Function, mma_results: dict[Value, Layout]) -> dict[Value, Layout]:
-    """Spread the accumulator layouts of tensor-core MmaOps to every value that must share them:
-    the acc operand chain, loop-carried values, if results and elementwise ops (fixed point)."""
+    """Spread the accumulator layouts of tensor-core MmaOps (and mma operands planned in registers) to every value
+    that must share them: the acc operand chain, loop-carried values, if results and elementwise ops, the slices of
+    reductions along an axis no warp splits (and their keepdims reshapes), and, back from a consumer, the
+    elementwise ops and broadcasts that feed it (fixed point)."""
     lay: dict[Value, Layout] = dict(mma_results)
     ops = list(fn.body.walk())
+    defs = {r: op for op in ops for r in op.results}
     changed = True
 
     def put(v: Value, layout: Layout) -> None:
@@ -142,17 +186,34 @@ def assign_mma_layouts(fn: Function, mma_results: dict[Value, Layout]) -> dict[V
             lay[v] = layout
             changed = True
 
+    def same_shape(a: Value, b: Value) -> bool:
+        return isinstance(a.type, TileType) and isinstance(b.type, TileType) and a.type.shape == b.type.shape
+
     while changed:
         changed = False
         for op in ops:
             if isinstance(op, MmaOp) and op.result in lay:
                 put(op.acc, lay[op.result])
-            elif isinstance(op, UnaryOp | BinaryOp | FmaOp | CompareOp | SelectOp | CastOp):
+            elif isinstance(op, ELEMENTWISE):
                 for v in op.operands():
-                    rt = op.result.type
-                    same = isinstance(v.type, TileType) and isinstance(rt, TileType) and v.type.shape == rt.shape
-                    if v in lay and same:
+                    if v in lay and same_shape(v, op.result):
                         put(op.result, lay[v])
+                if op.result in lay:  # back to operands computed in registers from nothing but broadcasts
+                    for v in op.operands():
+                        if same_shape(v, op.result) and isinstance(defs.get(v), _LOCAL_PRODUCERS):
+                            put(v, lay[op.result])
+            elif isinstance(op, ReduceOp) and op.x in lay and isinstance(op.x.type, TileType):
+                lo, hi = axis_bits(op.x.type.shape, op.axis)
+                if lay[op.x].kind != "blocked" and lay[op.x].warp_axis_groups(lo, hi) == 1:
+                    put(op.result, slice_layout(lay[op.x], lo, hi))
+            elif isinstance(op, ReshapeOp):  # same flat order: a slice (keepdims, expand_dims) keeps its layout
+                for a, b in ((op.x, op.result), (op.result, op.x)):
+                    if a in lay and lay[a].kind == "slice":
+                        put(b, lay[a])
+            elif isinstance(op, BroadcastOp) and op.result in lay:
+                st, rt = op.x.type, op.result.type
+                if isinstance(st, TileType) and isinstance(rt, TileType) and st.ndim == rt.ndim and st.size > 1:
+                    put(op.x, broadcast_slice(lay[op.result], st.shape, rt.shape))
             elif isinstance(op, ForOp | LoopOp):
                 args = op.body.args[1:] if isinstance(op, ForOp) else op.body.args
                 exits = [t for b in _walk_blocks(op.body) for t in b.ops if t.NAME in ("continue", "break")]
@@ -169,6 +230,39 @@ def assign_mma_layouts(fn: Function, mma_results: dict[Value, Layout]) -> dict[V
                     if found is not None:
                         put(res, found)
     return lay
+
+
+def flows_from(fn: Function, start: Value) -> set[Value]:
+    """``start`` and the values computed from it elementwise (same shape), through loop carries and if results:
+    those that share its layout when it is an mma's accumulator."""
+    ops = list(fn.body.walk())
+    seen = {start}
+    changed = True
+    while changed:
+        changed = False
+        for op in ops:
+            links: list[tuple[Value, Value]] = []
+            if isinstance(op, ELEMENTWISE):
+                rt = op.result.type
+                links = [(v, op.result) for v in op.operands()
+                         if isinstance(v.type, TileType) and isinstance(rt, TileType) and v.type.shape == rt.shape]
+            elif isinstance(op, MmaOp):
+                links = [(op.acc, op.result)]
+            elif isinstance(op, ForOp | LoopOp):
+                args = op.body.args[1:] if isinstance(op, ForOp) else op.body.args
+                exits = [t for b in _walk_blocks(op.body) for t in b.ops if t.NAME in ("continue", "break")]
+                for k, (arg, res) in enumerate(zip(args, op.results)):
+                    group = [op.init[k]] + [t.operands()[k] for t in exits if _innermost(op, t)]
+                    links += [(g, arg) for g in group] + [(g, res) for g in group]
+            elif isinstance(op, IfOp):
+                for b in (op.then_body, op.else_body):
+                    if b.ops and b.ops[-1].NAME == "yield":
+                        links += list(zip(b.ops[-1].operands(), op.results))
+            for src, dst in links:
+                if src in seen and dst not in seen:
+                    seen.add(dst)
+                    changed = True
+    return seen
 
 
 def _innermost(loop: ForOp | LoopOp, term: object) -> bool:

@@ -39,6 +39,9 @@ class Lowering:
         self.loop_vars: list[tuple[list[str], list[Value]]] = []
         self.if_vars: list[tuple[list[str], list[Value]]] = []
         self.staged: dict[int, tuple[str, str, bool]] = {}  # mma → (A stage, B stage, overlapped)
+        # a loop prefetching staged mma operands → (buffer parity variable, the loop, next iteration's variable, the
+        # test that there is one)
+        self.parity: dict[int, tuple[str, O.ForOp, str, str]] = {}
         self.decls: list[str] = []  # file-scope C++ the kernel needs (e.g. wgmma specializations)
         self.constants: dict[Value, object] = {}  # values of ConstantOp results
         self.facts: dict[Value, tuple[int, int]] = {}  # (div_by, contiguous) of AssumeOp results
@@ -140,6 +143,8 @@ class Lowering:
 
     def block(self, block: Block) -> None:
         for op in block.ops:
+            if id(op) in self.plan.elided:  # a view that a staged mma operand's buffer serves
+                continue
             outer, self.current = self.current, op
             try:
                 self.op(op)
@@ -397,7 +402,7 @@ class Lowering:
         for d in reversed(range(dt_.ndim)):
             base = sum(log2(x) for x in st.shape[d + 1:])
             bitmap += [(base + k if st.shape[d] != 1 else -1) for k in range(log2(dt_.shape[d]))]
-        self._remap(op, op.x, bitmap)
+        self._remap(op, op.x, bitmap, local_ok=True)
 
     # ------------------------------------------------------------------ slicing and joining (through the scratch area)
 
@@ -553,10 +558,6 @@ class Lowering:
         ivn = self.fresh("v")
         self.vals[iv] = CV("scalar", ivn, ivt.dtype)
         self._bind_vars(carried, names)
-        if op.unroll > 1:
-            self.line(f"#pragma unroll {op.unroll}")
-        else:
-            self.line("#pragma unroll 1")
         ct = tables.ctype(ivt.dtype)
         lo, hi, step = self.scalar(op.lower), self.scalar(op.upper), self.scalar(op.step)
         wn = self.fresh("w")
@@ -564,7 +565,16 @@ class Lowering:
         # range stops); a run-time step <= 0 runs no iterations instead of never ending.
         known = self.constants.get(op.step)
         positive = "" if isinstance(known, int) and known > 0 else f" && ({step}) > 0"
-        self.line(f"for (tj::i64 {wn} = {lo}; {wn} < {hi}{positive}; {wn} += {step}) {{")
+        bump = ""
+        if id(op) in self.plan.prefetched:  # staged mma operands: the first iteration's copies, then one ahead
+            from tilejit.backends.cuda.mma_lower import prefetch_prologue
+
+            bump = ", " + prefetch_prologue(self, op, wn, lo, hi, step, positive)
+        if op.unroll > 1:
+            self.line(f"#pragma unroll {op.unroll}")
+        else:
+            self.line("#pragma unroll 1")
+        self.line(f"for (tj::i64 {wn} = {lo}; {wn} < {hi}{positive}; {wn} += {step}{bump}) {{")
         self.line(f"  const {ct} {ivn} = ({ct}){wn};")
         self.loop_vars.append((names, carried))
         self.nested(op.body)
@@ -644,12 +654,13 @@ def cat_map(src: tuple[int, ...], axis: int) -> list[int]:
 def is_local(src: Layout, dst: Layout, bitmap: list[int], offset: int) -> bool:
     """Whether each thread of ``dst`` holds in ``src`` every element it reads through ``bitmap`` and ``offset``, in a
     register its own register index alone decides (layout.cuh's remap_local): each thread bit of ``dst`` maps to the
-    same thread bit of ``src`` (both replicas, or both a flat bit that ``bitmap`` takes one to the other), and
-    ``offset`` sets no thread bit of ``src``. ``bitmap`` is one-to-one (an extract's)."""
+    same thread bit of ``src`` (a flat bit that ``bitmap`` takes one to the other), or to a replica bit of ``src``
+    where it is a replica itself or ``bitmap`` drops its flat bit (a broadcast dim), and ``offset`` sets no thread bit
+    of ``src``. ``bitmap`` is an extract's (one-to-one) or a broadcast's (-1: a dropped bit)."""
     if src.nt != dst.nt:
         return False
     for d, s in zip(dst.tbits, src.tbits):
-        if (d < 0) != (s < 0) or (d >= 0 and bitmap[d] != s):
+        if (bitmap[d] if d >= 0 else -1) != s:
             return False
     return not any(offset >> s & 1 for s in src.tbits if s >= 0)
 

@@ -46,6 +46,12 @@ def _shape_t(shape: tuple[int, ...]) -> str:
 def op_LoadOp(lw: Lowering, op: O.LoadOp) -> None:
     if id(op) in lw.plan.deferred:  # streamed into shared memory by a cp.async pipeline
         return
+    staged = lw.plan.staged_loads.get(id(op))
+    if staged is not None:  # copied into an mma's B buffer with cp.async
+        from tilejit.backends.cuda.mma_lower import issue_staged
+
+        issue_staged(lw, staged)
+        return
     name, at = lw._array(op.array)
     t = op.result.type
     assert isinstance(t, TileType)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.layouts import Layout
-from tilejit.backends.cuda.plan import MmaPlan
+from tilejit.backends.cuda.plan import MmaPlan, StagedOperand
 from tilejit.backends.cuda.values import CV
 from tilejit.language.ir.core import Value
 from tilejit.language.ir.ops import ForOp, MmaOp
@@ -30,24 +30,124 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
     else:
         acc = lw.define_tile(op.result, out_layout)
         lw._assign(acc, op.acc, op.result)
-    t_in = tables.ctype(p.in_dtype)
     if staged is not None:  # operands already in shared memory (cp.async pipeline)
         _compute(lw, p, acc, staged[0], staged[1], 1 if staged[2] else 0)
         return
-    a_layout, b_layout = _operand_layout(lw, op.a), _operand_layout(lw, op.b)
-    a_name, b_name = lw.tile(op.a, a_layout), lw.tile(op.b, b_layout)
-    lw.need_smem(p.smem_bytes)
+    _lower_unpipelined(lw, op, p, acc)
+
+
+def _lower_unpipelined(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
+    """``acc += a @ b`` outside a K pipeline: A from registers (``p.ra``, in its planned fragment layout) or written
+    to the scratch area, B from its staged buffer (cp.async, ``StagedOperand``) or written after A."""
+    t_in, item = tables.ctype(p.in_dtype), p.in_dtype.itemsize
+    st = lw.plan.staged.get(id(op))
+    writes: list[str] = []
+    a_name = lw.tile(op.a, lw.plan.layout_of(op.a) if p.ra else _operand_layout(lw, op.a))
+    if not p.ra:
+        writes.append(f"tj::to_smem<{p.k}, {p.lda}, {_operand_layout(lw, op.a).vec}>(tj_As, {a_name});")
+    if st is None:
+        b_layout = _operand_layout(lw, op.b)
+        b_name = lw.tile(op.b, b_layout)
+        writes.append(f"tj::to_smem<{p.n}, {p.ldb}, {b_layout.vec}>(tj_Bs, {b_name});")
+    a_elems = 0 if p.ra else p.a_elems
+    lw.need_smem((a_elems + (0 if st is not None else p.k * p.ldb)) * item)
     lw.line("{")
     lw.depth += 1
-    lw.line(f"{t_in}* tj_As = reinterpret_cast<{t_in}*>(tj_smem);")
-    lw.line(f"{t_in}* tj_Bs = tj_As + {p.a_elems};")
+    if not p.ra:
+        lw.line(f"{t_in}* tj_As = reinterpret_cast<{t_in}*>(tj_smem);")
+    b_at = staged_buffer(lw, st, t_in) if st is not None else f"reinterpret_cast<{t_in}*>(tj_smem) + {a_elems}"
+    lw.line(f"{t_in}* tj_Bs = {b_at};")
+    if writes:
+        lw.line("__syncthreads();")
+        for w in writes:
+            lw.line(w)
+    if st is not None:
+        lw.line(f"tj::cp_async_wait<{st.wait}>();")
     lw.line("__syncthreads();")
-    lw.line(f"tj::to_smem<{p.k}, {p.lda}, {a_layout.vec}>(tj_As, {a_name});")
-    lw.line(f"tj::to_smem<{p.n}, {p.ldb}, {b_layout.vec}>(tj_Bs, {b_name});")
-    lw.line("__syncthreads();")
-    _compute(lw, p, acc, "tj_As", "tj_Bs")
+    if p.ra:
+        assert p.grid is not None and p.grid.wn == 1
+        lw.line(f"tj::TensorCoreRA<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.ldb}, {str(p.tb).lower()}>"
+                f"::run({acc}, {a_name}, tj_Bs);")
+    else:
+        _compute(lw, p, acc, "tj_As", "tj_Bs")
     lw.depth -= 1
     lw.line("}")
+
+
+def staged_buffer(lw: Lowering, st: StagedOperand, t_in: str, ahead: bool = False) -> str:
+    """The C++ pointer to a staged B operand's buffer (the staging area follows the scratch area: ``tj_stage``); of a
+    prefetched one, the buffer of this iteration (of the next with ``ahead``)."""
+    off = str(st.offset)
+    if st.size:
+        parity = lw.parity[st.loop][0]
+        off = f"{st.offset} + ({parity}{' ^ 1' if ahead else ''}) * {st.size}"
+    return f"reinterpret_cast<{t_in}*>(tj_smem + tj_stage + {off})"
+
+
+def _index_at(lw: Lowering, v: Value, loop: ForOp, iv: str) -> str:
+    """Scalar ``v`` (affine in ``loop``'s variable, ``Plan._affine_in``) at the iteration whose variable is ``iv``:
+    the ops inside the loop recomputed, not read from this iteration's variables."""
+    if v is loop.body.args[0]:
+        return iv
+    op = lw.plan.defs.get(v)
+    if op is None or not lw.plan._inside(op, loop):
+        return lw.scalar(v)
+    return "(" + lw.render(op, lambda x: _index_at(lw, x, loop, iv)) + ")"
+
+
+def _copy(lw: Lowering, st: StagedOperand, dst: str, at_iv: tuple[ForOp, str] | None = None) -> None:
+    """The cp.async statement of a staged load into ``dst`` (``at_iv``: its loop's iteration with that variable)."""
+    op = st.load
+    t = op.result.type
+    assert isinstance(t, TileType)
+    ixs = [_index_at(lw, ix, *at_iv) if at_iv else lw.scalar(ix) for ix in op.index]
+    org = ", ".join(f"(tj::i64){ix} * {s}" for ix, s in zip(ixs, t.shape))
+    lw.line(f"tj::cp_async_tile<{t.shape[-2]}, {t.shape[-1]}, {st.ld}, {lw.plan.nt}, 0>"
+            f"({dst}, {lw.vals[op.array].text}, {org});")
+
+
+def _in_dtype(st: StagedOperand) -> str:
+    at = st.load.array.type
+    assert isinstance(at, ArrayType)
+    return tables.ctype(at.dtype)
+
+
+def issue_staged(lw: Lowering, st: StagedOperand) -> None:
+    """Start the cp.async copy of a staged B operand where the program loads it (of a prefetched one: the next
+    iteration's, if any, into the other buffer), after a barrier (shared with the copy just started, if any) so that
+    no warp still reads the buffer's previous contents."""
+    if not lw.lines or lw.lines[-1].strip() != "tj::cp_async_commit();":
+        lw.line("__syncthreads();")
+    if st.size:
+        _, loop, nxt, has_next = lw.parity[st.loop]
+        lw.line(f"if ({has_next}) {{")
+        lw.depth += 1
+        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st), ahead=True), (loop, nxt))
+        lw.depth -= 1
+        lw.line("}")
+    else:
+        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st)))
+    lw.line("tj::cp_async_commit();")
+
+
+def prefetch_prologue(lw: Lowering, loop: ForOp, wn: str, lo: str, hi: str, step: str, positive: str) -> str:
+    """Before a loop that prefetches staged operands: declare the buffer parity and copy the first iteration's
+    operands into buffers 0; returns the ``for`` statement's extra increment (the parity flips each iteration)."""
+    parity = lw.fresh("p")
+    ivt = loop.body.args[0].type
+    assert isinstance(ivt, TileType)
+    ct = tables.ctype(ivt.dtype)
+    lw.line(f"int {parity} = 0;")
+    lw.parity[id(loop)] = (parity, loop, f"(({ct})({wn} + {step}))", f"{wn} + {step} < {hi}")
+    lw.line("__syncthreads();")
+    lw.line(f"if ({lo} < {hi}{positive}) {{")
+    lw.depth += 1
+    for st in lw.plan.prefetched[id(loop)]:
+        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st)), (loop, f"(({ct})({lo}))"))
+        lw.line("tj::cp_async_commit();")
+    lw.depth -= 1
+    lw.line("}")
+    return f"{parity} ^= 1"
 
 
 def _compute(lw: Lowering, p: MmaPlan, acc: str, a_smem: str, b_smem: str, pending: int = 0) -> None:

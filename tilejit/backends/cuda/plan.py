@@ -11,6 +11,9 @@ K loops of the form ``for k: acc = mma(load(a, k), load(b, k), acc)`` over read-
 16-byte-aligned arrays become cp.async pipelines (sm_80+); on sm_90a their 16-bit mma runs as wgmma
 on swizzled stages. An operand may be a transposed load (16-bit: staged as stored, read with
 ldmatrix(.trans) or wgmma's imm-trans) or a (1, R, C) load of a 3-D array reshaped to (R, C).
+Other tensor-core mmas (sm_80+) form FlashAttention-2 register chains: one whose result is row-reduced or
+feeds another's A operand gets warps owning whole rows; an A operand made from an mma's result, or loaded
+before the loop, stays in registers; a B operand loaded beside the mma is staged (``StagedOperand``).
 """
 
 from __future__ import annotations
@@ -20,10 +23,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tilejit.backends.cuda.layouts import Layout, WarpGrid, assign_mma_layouts, blocked, choose_warp_grid, mma_layout
+from tilejit.backends.cuda.layouts import (
+    Layout,
+    WarpGrid,
+    assign_mma_layouts,
+    blocked,
+    choose_warp_grid,
+    flows_from,
+    mma_layout,
+)
 from tilejit.backends.cuda.tables import compute_dtype
 from tilejit.errors import CompileError, TileCompileError
-from tilejit.language.ir.core import Loc, Op, Value
+from tilejit.language.ir.core import Block, Loc, Op, Value
 from tilejit.language.ir.ops import (
     ArgReduceOp,
     AtomicOp,
@@ -62,11 +73,28 @@ class Pipeline:
 
 
 @dataclass(frozen=True)
+class StagedOperand:
+    """The B operand of a tensor-core mma outside a K pipeline, copied with cp.async from its load (where the program
+    loads it) into its own shared-memory buffer, as stored (ldmatrix reads it transposed or not), and waited for at
+    the mma: no registers, no reshape/transpose through the scratch area, the copy overlapping the work between."""
+
+    load: LoadOp
+    views: tuple[Op, ...]  # the reshape/transpose between the load and the mma: the buffer serves them
+    offset: int  # bytes into the staging area (after the scratch area)
+    rows: int  # buffer rows (B's K, or its N when transposed) of ``ld`` elements
+    ld: int
+    wait: int = 0  # cp.async groups the mma may leave in flight (copies issued after this one, still pending)
+    size: int = 0  # prefetched an iteration ahead: the bytes of each of its two buffers (0: one buffer)
+    loop: int = 0  # prefetched: the id of the loop whose body loads it
+
+
+@dataclass(frozen=True)
 class MmaPlan:
     """How one MmaOp runs: ``path`` is 'wgmma' (sm_90a, pipelined f16/bf16), 'tc' (m16n8k16
     f16/bf16), 'tf32' (m16n8k8), 'fp8' (m16n8k32 e4m3/e5m2) or 'fma'. ``swa``/``swb`` (bytes) are nonzero
     when the op can run as wgmma: the swizzle widths of its A and B stages. ``ta``/``tb``: the stage holds the operand
-    transposed, as its load read it (A as (K, M) rows, B as (N, K) rows; pipelined loops only)."""
+    transposed, as its load read it (A as (K, M) rows, B as (N, K) rows; pipelined loops only). ``ra``: A comes
+    from registers (another mma's result made elementwise, or a tile loaded before the loop), only B is staged."""
 
     path: str
     m: int
@@ -81,6 +109,7 @@ class MmaPlan:
     swb: int = 0
     ta: bool = False
     tb: bool = False
+    ra: bool = False  # 'tc': A is taken from registers in the m16n8 fragment layout of (M, K) (warps own rows)
 
     @property
     def a_elems(self) -> int:
@@ -237,7 +266,7 @@ class Plan:
 
     def __init__(
         self, fn: Function, arch: int, num_threads: int | None, hints: Mapping[str, Any], wgmma: bool = False,
-        num_stages: int | None = None,
+        num_stages: int | None = None, staging: int = 2,
     ) -> None:
         self.fn = fn
         self.arch = arch
@@ -291,13 +320,22 @@ class Plan:
         self.nt = self._block_size(num_threads, tiles, mmas)
         self.mma: dict[int, MmaPlan] = {}
         mma_results: dict[Value, Layout] = {}
+        self._row_owned, a_in_registers = self._register_chains(mmas)
         for op in mmas:
             p = self._plan_mma(op)
+            if id(op) in a_in_registers and p.path == "tc" and p.grid is not None and p.grid.wn == 1:
+                p = replace(p, ra=True)
             self.mma[id(op)] = p
             if p.grid is not None:
                 mma_results[op.result] = mma_layout(p.m, p.n, self.nt, p.grid)
+        for op in mmas:  # A fragments: the (M, K) C-fragment layout of the same warps (set after every result's)
+            p = self.mma[id(op)]
+            if p.ra and p.grid is not None and op.a not in mma_results:
+                mma_results[op.a] = mma_layout(p.m, p.k, self.nt, p.grid)
         # tensor-core kernels: ask for two resident blocks (registers capped so that they fit)
         small_acc = all(p.m * p.n // self.nt <= 64 for p in self.mma.values())
+        if any(p.ra for p in self.mma.values()):  # a register chain holds every accumulator and A operand at once
+            small_acc = sum(p.m * (p.n + (p.k // 2 if p.ra else 0)) for p in self.mma.values()) // self.nt <= 64
         tc = any(p.path in ("tc", "tf32", "fp8") for p in self.mma.values())
         self.min_blocks_arg = ", 2" if tc and small_acc and self.nt <= 256 else ""
         if num_threads is None and not mmas and not self._whole_row16 and self._long_16bit_rows(tiles):
@@ -315,6 +353,14 @@ class Plan:
                 if pipe is not None:
                     self.pipelines[id(op)] = pipe
                     self.deferred |= {id(pipe.load_a), id(pipe.load_b)}
+        self.staged: dict[int, StagedOperand] = {}  # mma id → its B operand's buffer
+        self.staged_loads: dict[int, StagedOperand] = {}  # load id → the same
+        self.elided: set[int] = set()  # ids of the views that staged buffers serve (no code)
+        self.prefetched: dict[int, list[StagedOperand]] = {}  # loop id → its staged loads fetched an iteration ahead
+        self.stage_bytes = 0
+        self._staging = staging  # 2: staged and prefetched, 1: staged, 0: neither (their buffers did not fit)
+        if staging:
+            self._plan_staged(fn.body)
         self._check_registers()
 
     def _check_registers(self) -> None:
@@ -395,6 +441,53 @@ class Plan:
         self.mma[id(mma)] = p
         return Pipeline(mma, loads[0], loads[1], stages, stage, views=tuple(views))
 
+    def _plan_staged(self, block: Block, base: int = 0, loop: ForOp | None = None) -> None:
+        """Stage the B operands of the 16-bit tensor-core mmas of ``block`` (``loop``'s body, if any) and its nested
+        blocks that are loads of read-only, unit-stride, 16-byte-aligned arrays (``StagedOperand``), sm_80+. The
+        buffers of ``block`` start ``base`` bytes into the staging area, those of nested blocks after them (blocks
+        one after the other share theirs). In a loop whose staged loads are all affine in its variable, each has
+        two buffers and is fetched an iteration ahead."""
+        if self.arch < 80:
+            return
+        found: list[tuple[MmaOp, StagedOperand, MmaPlan]] = []
+        for op in block.ops:
+            p = self.mma.get(id(op)) if isinstance(op, MmaOp) else None
+            if p is None or p.path != "tc" or p.grid is None or any(pp.mma is op for pp in self.pipelines.values()):
+                continue
+            assert isinstance(op, MmaOp)
+            got = self._streamed_operand(op.b, block.ops, None)
+            if got is not None:
+                load, views, tb = got
+                ldb = (p.k if tb else p.n) + max(1, 16 // p.in_dtype.itemsize)
+                p = replace(p, tb=tb, ldb=ldb)
+                found.append((op, StagedOperand(load, tuple(views), 0, p.n if tb else p.k, ldb), p))
+        exits = [] if loop is None else [o for o in loop.body.walk() if o.NAME in ("continue", "break")]
+        # every iteration must issue the next one's copies: no exit but the body's own last continue
+        ahead = self._staging > 1 and loop is not None and id(loop) not in self.pipelines and bool(found) \
+            and exits == loop.body.ops[-1:] \
+            and all(self._affine_in(ix, loop) for _, st, _ in found for ix in st.load.index)
+        position = {id(op): k for k, op in enumerate(block.ops)}
+        end = base
+        staged: list[StagedOperand] = []
+        for op, st, p in found:
+            after = sum(1 for _, o, _ in found if position[id(st.load)] < position[id(o.load)] < position[id(op)])
+            if ahead:  # the next iteration's copies are issued where the loads are: those before the mma are pending
+                after = sum(1 for _, o, _ in found if position[id(o.load)] > position[id(st.load)])
+                after += sum(1 for _, o, _ in found if position[id(o.load)] < position[id(op)])
+            size = -(-st.rows * st.ld * p.in_dtype.itemsize // 128) * 128
+            st = replace(st, offset=end, wait=after, size=size if ahead else 0, loop=id(loop) if ahead else 0)
+            end += size * (2 if ahead else 1)
+            self.mma[id(op)] = p
+            self.staged[id(op)] = self.staged_loads[id(st.load)] = st
+            self.elided |= {id(v) for v in st.views}
+            staged.append(st)
+        if ahead and loop is not None:
+            self.prefetched[id(loop)] = staged
+        self.stage_bytes = max(self.stage_bytes, end)
+        for op in block.ops:
+            for r in op.regions():
+                self._plan_staged(r, end, op if isinstance(op, ForOp) else None)
+
     def _stages(self, chosen: int, stage_bytes: int, limit: int) -> int:
         """The stages of a pipeline: the plan's ``chosen``, or the user's ``num_stages`` capped at what fits in
         ``limit`` bytes of shared memory (below 2: no pipeline), logged at debug level when capped."""
@@ -411,9 +504,10 @@ class Plan:
                           "memory", self.fn.name, wanted, fits, fits, stage_bytes, limit)
         return min(wanted, fits)
 
-    def _streamed_operand(self, v: Value, top: list[Op], loop: ForOp) -> tuple[LoadOp, list[Op], bool] | None:
+    def _streamed_operand(self, v: Value, top: list[Op], loop: ForOp | None) -> tuple[LoadOp, list[Op], bool] | None:
         """The load a cp.async stage can hold for mma operand ``v``, the transpose/reshape ops between
-        (each in the loop body and used only on the way to the mma) and whether ``v`` is transposed."""
+        (each in ``top``, the mma's block, and used only on the way to the mma) and whether ``v`` is transposed;
+        with a ``loop``, the load's indices must be affine in its variable (to be fetched iterations ahead)."""
         views: list[Op] = []
         transposed = False
         while True:
@@ -444,7 +538,7 @@ class Plan:
         rows_ok = (t.shape[-1] * at.dtype.itemsize) % 16 == 0
         if load.array not in self.read_only or not self._vector_ok(load.array) or not rows_ok:
             return None
-        if not all(self._affine_in(ix, loop) for ix in load.index):
+        if loop is not None and not all(self._affine_in(ix, loop) for ix in load.index):
             return None
         return load, views, transposed
 
@@ -509,6 +603,37 @@ class Plan:
             nt *= 2
         return nt
 
+    def _register_chains(self, mmas: list[MmaOp]) -> tuple[set[int], set[int]]:
+        """FlashAttention-2's register chains on sm_80+: the ids of the mmas whose warps must own whole rows of the
+        accumulator (a row reduction of what it flows into, or an mma's A operand made from it, stays in a warp's
+        registers and shuffles), and of those that take their A operand from registers (made from another mma's
+        result, or loaded before the loop the mma runs in: no shared memory per iteration)."""
+        if self.arch < 80:
+            return set(), set()
+        walk = list(self.fn.body.walk())
+        row_reduced = {op.x for op in walk if isinstance(op, ReduceOp) and isinstance(op.x.type, TileType)
+                       and op.x.type.ndim == 2 and op.axis == 1}
+        rows: set[int] = set()
+        regs: set[int] = set()
+        for x in mmas:
+            flow = flows_from(self.fn, x.result)
+            if flow & row_reduced:
+                rows.add(id(x))
+            for y in mmas:
+                if y.a in flow:
+                    rows |= {id(x), id(y)}
+                    regs.add(id(y))
+        loops = [op for op in walk if isinstance(op, ForOp | LoopOp)]
+        defined = {r: op for op in walk for r in op.results}
+        for y in mmas:
+            inner = [lp for lp in loops if any(o is y for o in lp.body.walk())]
+            if id(y) in rows and inner:
+                loop = inner[-1]  # walk order: parents first, so the last is the innermost
+                d = defined.get(y.a)
+                if d is not None and not any(o is d for o in loop.body.walk()):
+                    regs.add(id(y))
+        return rows, regs
+
     def _plan_mma(self, op: MmaOp) -> MmaPlan:
         at, bt, ct = op.a.type, op.b.type, op.acc.type
         if not (isinstance(at, TileType) and isinstance(bt, TileType) and isinstance(ct, TileType)):
@@ -529,10 +654,16 @@ class Plan:
         grid = choose_warp_grid(m, n, self.nt)
         if at.dtype.is_float8:
             return fp8_mma_plan(op, self.arch, grid, lda, ldb)
+        warps = self.nt // 32
+        rows = id(op) in self._row_owned and m % (16 * warps) == 0 and n % 16 == 0
+        if rows:  # each warp owns whole rows (16 * MT of them, all N columns)
+            grid = WarpGrid(warps, 1)
         if self.arch >= 80 and grid is not None and ct.dtype == float32:
             if at.dtype in (float16, bfloat16) and k % 16 == 0:
                 # a wgmma-ready warp grid keeps the option of wgmma open (see _plan_pipeline)
                 wg = wgmma_tiling(m, n, k, self.nt, item) if self.wgmma else None
+                if wg is not None and rows and wg[0] != grid:
+                    wg = None
                 if wg is not None:
                     return MmaPlan("tc", m, n, k, wg[0], lda, ldb, at.dtype, ct.dtype, wg[1], wg[2])
                 return MmaPlan("tc", m, n, k, grid, lda, ldb, at.dtype, ct.dtype)

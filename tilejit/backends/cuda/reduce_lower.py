@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tilejit.backends.cuda import tables
-from tilejit.backends.cuda.layouts import Layout, log2
+from tilejit.backends.cuda.layouts import Layout, log2, slice_layout
 from tilejit.backends.cuda.values import CV
 from tilejit.errors import CompileError
 from tilejit.language.ir import ops as O
@@ -70,6 +70,10 @@ def _reduce(lw: Lowering, op: O.ReduceOp | O.ArgReduceOp, opname: str, acc: DTyp
         out = lw.fresh("t")
         lw.line(f"{lw.tile_t(acc, lo_layout)} {out};")
         item = acc.itemsize
+    if lx.warp_axis_groups(lo, hi) == 1 and lo_layout == slice_layout(lx, lo, hi):  # in registers and shuffles
+        lw.line(f"tj::reduce_local<{opname}, {lo}, {hi}, {lw.lname(lo_layout)}>({out}, {src});")
+        lw._finish(op.result, acc, out, lo_layout, ".i" if pair else "")
+        return
     if not (lo_layout.is_single and lx.warp_axis_groups(lo, hi) == 1):
         lw.need_smem(lx.warp_axis_groups(lo, hi) * lo_layout.size * item)
     lw.line(f"tj::reduce<{opname}, {lo}, {hi}, {lw.lname(lo_layout)}>({out}, {src}, tj_smem);")

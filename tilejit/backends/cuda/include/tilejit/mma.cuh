@@ -115,6 +115,9 @@ struct TensorCore {
       if (TA) ldsm_x4_t(af[mi], a_base + (u32)((kk * 16 * LDA + mi * 16) * 2));
       else ldsm_x4(af[mi], a_base + (u32)((mi * 16 * LDA + kk * 16) * 2));
     }
+    b_frags(bfr, b_base, kk);
+  }
+  __device__ __forceinline__ static void b_frags(u32 (&bfr)[NTL][2], u32 b_base, int kk) {
 #pragma unroll
     for (int nj = 0; nj < NTL / 2; ++nj) {
       u32 r[4];
@@ -134,6 +137,12 @@ struct TensorCore {
     }
   }
 
+  // This lane's ldmatrix address of B's first k-step for the warp's columns n0.. (see run).
+  __device__ __forceinline__ static u32 b_addr(const T* Bs, int n0) {
+    const int lane = threadIdx.x & 31, q = (lane >> 3) & 1, h = lane >> 4, r8 = lane & 7;
+    return TB ? smem_addr(Bs + (n0 + h * 8 + r8) * LDB + q * 8) : smem_addr(Bs + (lane & 15) * LDB + n0 + h * 8);
+  }
+
   // The k-steps are software-pipelined: fragments of step kk+1 load while step kk multiplies.
   template <class L>
   __device__ __forceinline__ static void run(Tile<float, L>& acc, const T* As, const T* Bs) {
@@ -144,8 +153,7 @@ struct TensorCore {
     const int q = (lane >> 3) & 1, h = lane >> 4, r8 = lane & 7;
     const u32 a_base = TA ? smem_addr(As + (h * 8 + r8) * LDA + m0 + q * 8)
                           : smem_addr(As + (m0 + (lane & 15)) * LDA + (lane >> 4) * 8);
-    const u32 b_base = TB ? smem_addr(Bs + (n0 + h * 8 + r8) * LDB + q * 8)
-                          : smem_addr(Bs + (lane & 15) * LDB + n0 + (lane >> 4) * 8);
+    const u32 b_base = b_addr(Bs, n0);
     u32 af[2][MT][4];
     u32 bfr[2][NTL][2];
     frags(af[0], bfr[0], a_base, b_base, 0);
@@ -156,6 +164,45 @@ struct TensorCore {
       for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
         for (int ni = 0; ni < NTL; ++ni) MmaName<T>::mma(&acc.v[(mi * NTL + ni) * 4], af[kk & 1][mi], bfr[kk & 1][ni]);
+    }
+  }
+};
+
+// Two 16-bit elements as one 32-bit register (the first in the low half), as mma.sync's fragments hold them.
+template <class T>
+__device__ __forceinline__ u32 pack_b16(T lo, T hi) {
+  return (u32)lo.bits | ((u32)hi.bits << 16);
+}
+
+// acc += A @ B with A in registers: the (M, K) tile in the m16n8 C-fragment layout of WM x 1 warps (layouts.py's
+// mma_layout(M, K, NT, WarpGrid(WM, 1)), e.g. another mma's f32 result converted elementwise), B in shared memory
+// as for run. Its n8 tiles 2kk and 2kk + 1 of row block mi are exactly the A fragment of k-step kk
+// (a0..a3: rows g, g + 8 of columns 2t, 2t + 1; a4..a7: the same 8 columns on), so no data moves.
+template <class T, int M, int N, int K, int WM, int LDB, bool TB = false>
+struct TensorCoreRA {
+  static constexpr int MT = M / WM / 16, NTL = N / 8, KT = K / 8;
+  typedef TensorCore<T, M, N, K, WM, 1, K + 8, LDB, false, TB> Base;
+
+  template <class L, class LA>
+  __device__ __forceinline__ static void run(Tile<float, L>& acc, const Tile<T, LA>& a, const T* Bs) {
+    static_assert(LA::E == MT * KT * 4 && L::E == MT * NTL * 4, "A is not in the fragment layout of these warps");
+    const u32 b_base = Base::b_addr(Bs, 0);
+    u32 af[MT][4];
+    u32 bfr[2][NTL][2];
+    Base::b_frags(bfr[0], b_base, 0);
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+      if (kk + 1 < K / 16) Base::b_frags(bfr[(kk + 1) & 1], b_base, kk + 1);
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        const int e = (mi * KT + 2 * kk) * 4;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) af[mi][w] = pack_b16(a.v[e + 2 * w], a.v[e + 2 * w + 1]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NTL; ++ni) MmaName<T>::mma(&acc.v[(mi * NTL + ni) * 4], af[mi], bfr[kk & 1][ni]);
     }
   }
 };

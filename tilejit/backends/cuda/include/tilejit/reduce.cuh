@@ -95,6 +95,32 @@ struct LayoutBits<Layout<NT, IB, TB>> {
   typedef TB T;
 };
 
+// Combine the axis [LO, HI) within each warp: its register bits, then its lane bits by shuffles (every lane of the
+// axis ends with the combined value in the registers whose axis bits are 0).
+template <class Op, int LO, int HI, class L, class A>
+__device__ __forceinline__ void combine_in_warp(Tile<A, L>& in) {
+  typedef typename LayoutBits<L>::I IB;
+  typedef typename LayoutBits<L>::T TB;
+  constexpr int IM = imask_axis<IB, LO, HI>();
+  constexpr int LM = tmask_axis<TB, LO, HI>(0, 5);
+#pragma unroll
+  for (int k = 0; k < IB::n; ++k) {
+    if (IM & (1 << k)) {
+      TJ_EACH(i, L) {
+        if ((i & (IM & ((2 << k) - 1))) == 0) in.v[i] = Op::apply(in.v[i], in.v[i | (1 << k)]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    if (LM & (1 << k)) {
+      TJ_EACH(i, L) {
+        if ((i & IM) == 0) in.v[i] = Op::apply(in.v[i], shfl_xor(in.v[i], 1 << k));
+      }
+    }
+  }
+}
+
 // Combine v[] over the axis; on return out holds the result in layout Lo. `scratch` needs
 // (number of warp groups on the axis) * Lo size * sizeof(A) bytes when a warp bit is on the axis,
 // Lo size * sizeof(A) otherwise (none when the result has one element).
@@ -106,24 +132,7 @@ __device__ __forceinline__ void reduce(Tile<A, Lo>& out, Tile<A, L>& in, void* s
   constexpr int LM = tmask_axis<TB, LO, HI>(0, 5);
   constexpr int WM = tmask_axis<TB, LO, HI>(5, 31);
   const int tid = threadIdx.x;
-  // 1. registers
-#pragma unroll
-  for (int k = 0; k < IB::n; ++k) {
-    if (IM & (1 << k)) {
-      TJ_EACH(i, L) {
-        if ((i & (IM & ((2 << k) - 1))) == 0) in.v[i] = Op::apply(in.v[i], in.v[i | (1 << k)]);
-      }
-    }
-  }
-  // 2. lanes
-#pragma unroll
-  for (int k = 0; k < 5; ++k) {
-    if (LM & (1 << k)) {
-      TJ_EACH(i, L) {
-        if ((i & IM) == 0) in.v[i] = Op::apply(in.v[i], shfl_xor(in.v[i], 1 << k));
-      }
-    }
-  }
+  combine_in_warp<Op, LO, HI>(in);  // 1. registers, 2. lanes
   constexpr bool one = Lo::E == 1 && Lo::replica_mask() == (1 << LayoutBits<Lo>::T::n) - 1;
   if (one && WM == 0) {
     out.v[0] = in.v[0];
@@ -154,6 +163,19 @@ __device__ __forceinline__ void reduce(Tile<A, Lo>& out, Tile<A, L>& in, void* s
 #pragma unroll
     for (int w = 1; w < NS; ++w) r = Op::apply(r, s[w * SO + o]);
     out.v[j] = r;
+  }
+}
+
+// The reduction when no warp bit is on the axis and Lo is L with the axis dropped (lanes on it replicas, the slice
+// layout of layouts.py): registers, then shuffles, which leave every lane of the axis the whole result; each output
+// register reads the input register of its first element on the axis. No shared memory, no barrier.
+template <class Op, int LO, int HI, class Lo, class L, class A>
+__device__ __forceinline__ void reduce_local(Tile<A, Lo>& out, Tile<A, L>& in) {
+  static_assert(tmask_axis<typename LayoutBits<L>::T, LO, HI>(5, 31) == 0, "a warp bit on the axis needs shared memory");
+  combine_in_warp<Op, LO, HI>(in);
+  TJ_EACH(j, Lo) {
+    const int o = Lo::iflat(j);
+    out.v[j] = in.v[L::reg((o & ((1 << LO) - 1)) | ((o >> LO) << HI))];
   }
 }
 
