@@ -273,6 +273,11 @@ def test_strided_b_operands_are_not_staged_and_old_targets_keep_the_scratch_path
 # --------------------------------------------------------------------------- on a GPU
 
 
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("contiguous", [True, False])
 @pytest.mark.parametrize("dtype", list(DTYPES))
