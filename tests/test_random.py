@@ -71,12 +71,11 @@ def philox_ref(counter: list[Any], key: tuple[int, int], width: int, rounds: int
 
 
 def randint4x_ref(seed: int, offsets: np.ndarray) -> list[np.ndarray]:
-    """Triton's ``tl.randint4x``: the seed as uint64 keys Philox-4x32 (its low and high words) for 32-bit offsets and
-    Philox-4x64 (the seed and 0) for 64-bit ones; the counter is ``(offsets' bits, 0, 0, 0)``."""
-    width = offsets.dtype.itemsize * 8
+    """Triton 3's ``tl.randint4x``: Philox-4x32 keyed by the seed as uint64 (its low and high words), the counter
+    ``(offsets' low word, their high word (0 for 32-bit offsets), 0, 0)``; uint32 results."""
     s = seed % (1 << 64)
-    key = (s & M32, s >> 32) if width == 32 else (s, 0)
-    return philox_ref([offsets.view(UNSIGNED[width]), 0, 0, 0], key, width)
+    bits = offsets.view(UNSIGNED[offsets.dtype.itemsize * 8]).astype(np.uint64)
+    return philox_ref([bits & np.uint64(M32), bits >> np.uint64(32), 0, 0], (s & M32, s >> 32), 32)
 
 
 def f32_of_int(v: int) -> float:
@@ -222,7 +221,7 @@ FOLD_CASES = [
 def test_constant_seeds_and_offsets_fold_to_the_reference_bits(seed: int, dtype: str, offsets: tuple[int, ...]) -> None:
     """The front end's Philox rounds (key schedule, seed split, counter bits, both widths), folded by the IR passes
     with numpy's integer semantics, are the reference's to the bit."""
-    out = getattr(tj, unsigned(dtype))[:]
+    out = tj.uint32[:]
     art = tj.compile(folded_bits, (out,) * 4, constants={"SEED": seed, "OFFS": offsets, "DT": getattr(tj, dtype)},
                      target="sm_90")
     got = stored_constants(art.ir())
@@ -232,7 +231,7 @@ def test_constant_seeds_and_offsets_fold_to_the_reference_bits(seed: int, dtype:
 
 @pytest.mark.parametrize(("seed", "dtype", "offsets"), FOLD_CASES)
 def test_rand_and_randn_of_constants_fold_to_the_reference(seed: int, dtype: str, offsets: tuple[int, ...]) -> None:
-    sig = (getattr(tj, unsigned(dtype))[:], tj.float32[:], tj.float32[:])
+    sig = (tj.uint32[:], tj.float32[:], tj.float32[:])
     art = tj.compile(folded_floats, sig, constants={"SEED": seed, "OFFS": offsets, "DT": getattr(tj, dtype)},
                      target="sm_90")
     got = stored_constants(art.ir())
@@ -301,7 +300,7 @@ def rand_arange(bits, u, g, seed, base, TILE: tj.Constant[int]):
 
 def tiles_sig(dtype: str, seed: Any = tj.int32) -> tuple[Any, ...]:
     """``rand_tiles``' parameter types for offsets of ``dtype``."""
-    bits = getattr(tj, unsigned(dtype))[:]
+    bits = tj.uint32[:]
     return (getattr(tj, dtype)[:], bits, bits, bits, bits, tj.float32[:], tj.float32[:], seed)
 
 
@@ -310,12 +309,12 @@ def binaries(fn: ops.Function, name: str) -> list[ops.BinaryOp]:
     return [op for op in fn.body.walk() if isinstance(op, ops.BinaryOp) and op.fn == name]
 
 
-@pytest.mark.parametrize(("dtype", "word"), [("int32", "u32"), ("uint32", "u32"), ("int64", "u64"),
-                                             ("uint64", "u64")])
+@pytest.mark.parametrize(("dtype", "word"), [("int32", "u32"), ("uint32", "u32"), ("int64", "u32"),
+                                             ("uint64", "u32")])
 def test_the_ir_is_unsigned_integer_arithmetic_of_the_offsets_width(dtype: str, word: str) -> None:
-    """Ten rounds of mulhi/mul/xor on unsigned words of the offsets' width (shared by the three calls), no op of
-    its own: the rounds' first mulhi multiplies a zero counter word and folds away, as does the last round's unused
-    one (randint4x stores all four words)."""
+    """Ten rounds of mulhi/mul/xor on unsigned 32-bit words (64-bit offsets: their two words; shared by the three
+    calls), no op of its own: the rounds' first mulhi multiplies a zero counter word and folds away, as does the
+    last round's unused one (randint4x stores all four words)."""
     fn = tj.compile(rand_tiles, tiles_sig(dtype), constants={"TILE": 128}, target="sm_90").ir()
     mulhi = binaries(fn, "mulhi")
     assert {str(op.result.type) for op in mulhi} == {f"tile<128x{word}>"}
@@ -348,11 +347,11 @@ def test_a_constant_seed_folds_the_key_schedule() -> None:
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 @pytest.mark.parametrize("target", ["sm_80", "sm_90"])
 def test_cuda_cpp_uses_unsigned_helpers_and_compiles(dtype: str, target: str) -> None:
-    """The words are tj::u32/u64 (no signed overflow in C++): products through tj::mulhi (__umulhi, __umul64hi)
-    and tj::wmul of unsigned; NVRTC makes PTX with mul.hi and a CUBIN."""
+    """The words are tj::u32 for 32- and 64-bit offsets alike (no signed overflow in C++): products through
+    tj::mulhi (__umulhi) and tj::wmul of unsigned; NVRTC makes PTX with mul.hi and a CUBIN."""
     art = tj.compile(rand_tiles, tiles_sig(dtype), constants={"TILE": 256}, target=target, backend="cuda")
     src = art.cuda_source()
-    word = "u32" if dtype == "int32" else "u64"
+    word = "u32"
     assert src.count("tj::mulhi(") == 19 and f"tj::wmul<tj::{word}>(" in src
     assert "tj::wmul<tj::i32>" not in src and "tj::wmul<tj::i64>" not in src
     assert f"mul.hi.{word}" in art.ptx()
@@ -373,8 +372,7 @@ def test_tile_ir_uses_mulhii_and_tileiras_compiles(dtype: str, tileir_env: Any) 
     for target in ("sm_80", "sm_90"):
         art = tj.compile(rand_tiles, tiles_sig(dtype), constants={"TILE": 256}, target=target, backend="tileir")
         text = art.tileir_text()
-        word = "i32" if dtype == "int32" else "i64"
-        assert len(re.findall(rf"= mulhii %\S+, %\S+ : tile<256x{word}>", text)) == 19
+        assert len(re.findall(r"= mulhii %\S+, %\S+ : tile<256xi32>", text)) == 19  # 64-bit offsets too
         assert art.cubin()[:4] == b"\x7fELF", target
 
 

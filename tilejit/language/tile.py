@@ -69,7 +69,8 @@ Semantics follow numpy unless noted:
   2**19 translation steps per kernel (AST nodes, each unrolled iteration and inlined helper call
   counted again).
 - ``rand``, ``randn``, ``randint``, ``randint4x`` and ``philox`` give the bits Triton's ``tl.*`` of the same
-  names give for the same seed and offsets (Philox-4x32-10, or Philox-4x64-10 for 64-bit offsets): a seed is an
+  names give for the same seed and offsets (Triton 3: Philox-4x32-10, 64-bit offsets as two counter words; ``philox``
+  of 64-bit counters is Philox-4x64-10): a seed is an
   integer scalar (an ``int`` parameter or constant, taken as uint64 as Triton does: a negative int32 seed
   sign-extends), offsets an integer tile or scalar of 32 or 64 bits. ``randn`` is Triton's Box-Muller (its cosine
   branch) with CUDA's ``log``/``sqrt``/``cos``, so it matches a float32 numpy Box-Muller to a few ulp, not bits.
@@ -658,9 +659,9 @@ def philox(seed: Any, c0: Any, c1: Any, c2: Any, c3: Any, n_rounds: int = 10) ->
 
 
 def randint4x(seed: Any, offsets: Any, n_rounds: int = 10) -> tuple[Tile, Tile, Tile, Tile]:
-    """Four tiles of random uint32 bits for ``offsets`` (an int32/uint32 tile or scalar; int64/uint64 give uint64
-    from Philox-4x64) and an integer scalar ``seed``: ``philox(seed, offsets, 0, 0, 0)``, as Triton's
-    ``tl.randint4x``."""
+    """Four tiles of random uint32 bits for ``offsets`` (an integer tile or scalar of 32 or 64 bits) and an integer
+    scalar ``seed``: ``philox(seed, lo, hi, 0, 0)`` of the offsets' low and high 32-bit words (hi = 0 for 32-bit
+    offsets), as Triton 3's ``tl.randint4x``."""
     _outside("randint4x")
 
 
@@ -671,8 +672,7 @@ def randint(seed: Any, offsets: Any, n_rounds: int = 10) -> Tile:
 
 def rand(seed: Any, offsets: Any, n_rounds: int = 10) -> Tile:
     """float32 uniform in [0, 1) from ``randint(seed, offsets)``, as Triton's ``tl.rand``: its bits as a signed
-    integer ``x``, ``x if x >= 0 else -x - 1`` converted to float32, times a float32 scale just below ``2**-31``
-    (``2**-63`` for 64-bit offsets)."""
+    integer ``x``, ``x if x >= 0 else -x - 1`` converted to float32, times a float32 scale just below ``2**-31``."""
     _outside("rand")
 
 

@@ -4,9 +4,10 @@
 
 Philox-4xW (Salmon, Moraes, Dror and Shaw, SC11; Random123): W-bit counters ``c0..c3`` and a key ``(k0, k1)``; each
 round replaces the counter with ``(hi(B * c2) ^ c1 ^ k0, lo(B * c2), hi(A * c0) ^ c3 ^ k1, lo(A * c0))`` and then
-adds the Weyl constants to the key. W is 32 for 32-bit counters (the key: the seed's uint64 value split into its
-low and high words) and 64 for 64-bit ones (the key: the seed and 0), as in Triton. The rounds are written with
-element-wise IR ops (``mulhi``, ``mul``, ``xor``, ``add`` on unsigned integers, which wrap), so both backends
+adds the Weyl constants to the key. W is 32 for 32-bit counters (the key: the seed's uint64 value split into its low
+and high words) and 64 for 64-bit ones (the key: the seed and 0), as in Triton; ``randint4x`` and what is built on
+it always count in 32 bits (64-bit offsets: their two words as c0 and c1), as Triton 3 does. The rounds are written
+with element-wise IR ops (``mulhi``, ``mul``, ``xor``, ``add`` on unsigned integers, which wrap), so both backends
 compile them as any other integer arithmetic; the key stays a scalar and is folded when the seed is a constant.
 """
 
@@ -125,11 +126,14 @@ def _philox(tr: Translator, fn: str, seed: object, counters: list[Tile], width: 
 
 
 def _randint4x(tr: Translator, fn: str, seed: object, offsets: object, n_rounds: object) -> list[Tile]:
-    """``philox(seed, offsets, 0, 0, 0)``."""
+    """``philox(seed, lo(offsets), hi(offsets), 0, 0)`` with 32-bit counters, as Triton 3's ``randint4x``: 64-bit
+    offsets give their low and high words (32-bit ones: themselves and 0), and the results are uint32."""
     n = _rounds(fn, n_rounds)
     (c0,), width = _counters(tr, fn, {"offsets": offsets}, "offsets")
-    zero = tr.b.constant(0, c0.type)
-    return _philox(tr, fn, seed, [c0, zero, zero, zero], width, n)
+    lo = tr.b.cast(c0, uint32)
+    zero = tr.b.constant(0, lo.type)
+    hi = tr.b.cast(tr.b.binary("rshift", c0, 32), uint32) if width == 64 else zero
+    return _philox(tr, fn, seed, [lo, hi, zero, zero], 32, n)
 
 
 def _uniform(tr: Translator, x: Tile) -> Tile:
