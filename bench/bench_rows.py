@@ -426,12 +426,13 @@ def ptxas_specs(dtype: str, lengths: Sequence[int]) -> list[tuple[str, Any, tupl
     import layer_norm as ln
     import rms_norm as rn
     import softmax as sm
-    from _common import CHUNK_BYTES, block_of
+    from _common import CHUNK_BYTES, DEFAULT_CHUNK_BYTES, block_of
 
     import tilejit as tj
 
     dt, f32 = getattr(tj, dtype), tj.float32
-    chunk = {"BLOCK": CHUNK_BYTES // dt.itemsize}
+    chunk = {"BLOCK": CHUNK_BYTES["cuda"] // dt.itemsize}  # the forward chunks of the CUDA backend
+    chunk_bwd = {"BLOCK": DEFAULT_CHUNK_BYTES // dt.itemsize}  # the backward plans' chunks (every backend)
     x, v, p, s = dt[:, ::1], dt[::1], f32[:, ::1], f32[::1]
     fwd_ln, fwd_rms = (x, v, v, x, s, s, f32), (x, v, x, s, f32)
     specs: list[tuple[str, Any, tuple[Any, ...], dict[str, int], bool]] = []
@@ -449,11 +450,11 @@ def ptxas_specs(dtype: str, lengths: Sequence[int]) -> list[tuple[str, Any, tupl
     specs += [
         ("softmax_chunked", sm.softmax_chunked, (x, x), chunk, True),
         ("layer_norm_fwd_chunked", ln.layer_norm_fwd_chunked, fwd_ln, chunk, True),
-        ("layer_norm_bwd_sums", ln.layer_norm_bwd_sums, (x, x, v, s, s, s, s), chunk, True),
-        ("layer_norm_bwd_chunked", ln.layer_norm_bwd_chunked, (x, x, v, s, s, s, s, x, p, p), chunk, True),
+        ("layer_norm_bwd_sums", ln.layer_norm_bwd_sums, (x, x, v, s, s, s, s), chunk_bwd, True),
+        ("layer_norm_bwd_chunked", ln.layer_norm_bwd_chunked, (x, x, v, s, s, s, s, x, p, p), chunk_bwd, True),
         ("rms_norm_chunked", rn.rms_norm_chunked, fwd_rms, chunk, True),
-        ("rms_norm_bwd_sums", rn.rms_norm_bwd_sums, (x, x, v, s, s), chunk, True),
-        ("rms_norm_bwd_chunked", rn.rms_norm_bwd_chunked, (x, x, v, s, s, x, p), chunk, True),
+        ("rms_norm_bwd_sums", rn.rms_norm_bwd_sums, (x, x, v, s, s), chunk_bwd, True),
+        ("rms_norm_bwd_chunked", rn.rms_norm_bwd_chunked, (x, x, v, s, s, x, p), chunk_bwd, True),
         ("sum_partials", ln.sum_partials, (p, v), dict(zip(("BG", "BN"), ln.SUM_TILE)), True),
     ]
     return specs

@@ -447,10 +447,12 @@ class Plan:
         buffers of ``block`` start ``base`` bytes into the staging area, those of nested blocks after them (blocks
         one after the other share theirs). In a loop whose staged loads are all affine in its variable, each has
         two buffers and is fetched an iteration ahead."""
-        if self.arch < 80:
+        if self.arch < 80 or self.num_stages == 1:  # num_stages=1: no cp.async at all, as for K pipelines
             return
+        # an atomic, fence or barrier among the ops: a copy in flight could cross it (loads stay in program order)
+        synced = any(isinstance(op, AtomicOp | FenceOp | BarrierOp) for op in block.walk())
         found: list[tuple[MmaOp, StagedOperand, MmaPlan]] = []
-        for op in block.ops:
+        for op in [] if synced else block.ops:
             p = self.mma.get(id(op)) if isinstance(op, MmaOp) else None
             if p is None or p.path != "tc" or p.grid is None or any(pp.mma is op for pp in self.pipelines.values()):
                 continue
