@@ -212,15 +212,11 @@ def test_layouts_cover_every_element_once() -> None:
     for lay in cases:
         seen: dict[int, int] = {}
         for t in range(lay.nt):
-            if any(t >> k & 1 for k, b in enumerate(lay.tbits) if b < 0):
+            if lay.flat(t, 0) is None:
                 continue  # a replica
             for i in range(lay.elems):
-                f = 0
-                for k, b in enumerate(lay.ibits):
-                    f |= (i >> k & 1) << b
-                for k, b in enumerate(lay.tbits):
-                    if b >= 0:
-                        f |= (t >> k & 1) << b
+                f = lay.flat(t, i)
+                assert f is not None
                 seen[f] = seen.get(f, 0) + 1
         assert sorted(seen) == list(range(lay.size)) and set(seen.values()) == {1}, lay
 

@@ -16,7 +16,7 @@ import pytest
 from _kernels import np_dtype, poison
 
 import tilejit as tj
-from tilejit.backends.cuda.layouts import Layout, WarpGrid, flows_from, mma_layout, slice_layout
+from tilejit.backends.cuda.layouts import WarpGrid, flows_from, mma_layout, slice_layout
 from tilejit.backends.cuda.lower import is_local
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -49,19 +49,6 @@ def chain_signature(dt: Any, contiguous: bool = True) -> tuple[Any, ...]:
     return (a2, a2, a2, a2, tj.float32[::1])
 
 
-def _flat(lay: Layout, t: int, i: int) -> int | None:
-    """The flat index register ``i`` of thread ``t`` holds (None: ``t`` is a replica)."""
-    if any(t >> k & 1 for k, b in enumerate(lay.tbits) if b < 0):
-        return None
-    f = 0
-    for k, b in enumerate(lay.ibits):
-        f |= (i >> k & 1) << b
-    for k, b in enumerate(lay.tbits):
-        if b >= 0:
-            f |= (t >> k & 1) << b
-    return f
-
-
 # --------------------------------------------------------------------------- layouts
 
 
@@ -71,11 +58,11 @@ def test_a_row_slice_holds_each_row_once_where_its_quad_holds_the_row() -> None:
     full = mma_layout(128, 64, 256, WarpGrid(8, 1))
     row = slice_layout(full, 0, 6)
     assert row.kind == "slice" and row.size == 128 and row.tbits[:2] == (-1, -1)
-    owned = sorted(f for t in range(256) for i in range(row.elems) if (f := _flat(row, t, i)) is not None)
+    owned = sorted(f for t in range(256) for i in range(row.elems) if (f := row.flat(t, i)) is not None)
     assert owned == list(range(128))
     for t in range(256):
-        full_rows = {(_flat(full, t, i) or 0) >> 6 for i in range(full.elems)}
-        row_rows = {_flat(row, t & ~3, i) for i in range(row.elems)}  # the quad's owner lane
+        full_rows = {(full.flat(t, i) or 0) >> 6 for i in range(full.elems)}
+        row_rows = {row.flat(t & ~3, i) for i in range(row.elems)}  # the quad's owner lane
         assert full_rows == row_rows, t
 
 
@@ -110,7 +97,7 @@ def test_an_mma_result_is_an_a_fragment_in_registers() -> None:
                 for kk in range(k // 16):
                     base = (mi * kt + 2 * kk) * 4
                     for j in range(8):
-                        r, c = divmod(_flat(lay, warp * 32 + lane, base + j) or 0, k)
+                        r, c = divmod(lay.flat(warp * 32 + lane, base + j) or 0, k)
                         want_r = warp * (m // wm) + mi * 16 + g + 8 * (j // 2 % 2)
                         want_c = kk * 16 + 2 * t + j % 2 + 8 * (j // 4)
                         assert (r, c) == (want_r, want_c), (warp, lane, mi, kk, j)

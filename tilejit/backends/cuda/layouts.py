@@ -64,6 +64,19 @@ class Layout:
         """One element, held by every thread."""
         return self.size == 1
 
+    def flat(self, thread: int, reg: int) -> int | None:
+        """The tile's flat index that register ``reg`` of ``thread`` holds (None: ``thread`` is a replica), as
+        ``tj::Layout::flat`` computes it on the device."""
+        if any(thread >> k & 1 for k, b in enumerate(self.tbits) if b < 0):
+            return None
+        f = 0
+        for k, b in enumerate(self.ibits):
+            f |= (reg >> k & 1) << b
+        for k, b in enumerate(self.tbits):
+            if b >= 0:
+                f |= (thread >> k & 1) << b
+        return f
+
     def cxx(self) -> str:
         ib = ", ".join(map(str, self.ibits))
         tb = ", ".join(map(str, self.tbits))

@@ -283,6 +283,7 @@ class Plan:
         loads: list[tuple[int, int]] = []  # (elements, bytes per element in memory) of each tile load
         carried: list[TileType] = []  # tiles a loop carries from one iteration to the next
         reduces = False
+        loops = False  # the kernel has a for or while loop
         for op in fn.body.walk():
             if isinstance(op, StoreOp | ScatterOp | AtomicOp):
                 written.add(op.array)
@@ -294,6 +295,7 @@ class Plan:
             if isinstance(op, LoadOp) and isinstance(op.result.type, TileType) and isinstance(op.array.type, ArrayType):
                 loads.append((op.result.type.size, op.array.type.dtype.itemsize))
             if isinstance(op, ForOp | LoopOp):
+                loops = True
                 carried += [a.type for a in op.body.args if isinstance(a.type, TileType) and not a.type.is_scalar]
             reduces = reduces or isinstance(op, ReduceOp)
             if isinstance(op, MmaOp):
@@ -314,8 +316,7 @@ class Plan:
         self._one_row = reduces and largest is not None and bool(largest.shape) and largest.size == largest.shape[-1]
         # (not a 16384-element row with three such loads, layer norm's x, weight and bias: 0.74x Triton at 256
         # threads against 0.81x with 512)
-        self._whole_row16 = self._one_row and not carried and not any(
-            isinstance(op, ForOp | LoopOp) for op in fn.body.walk()) and self._largest_16bit(tiles) and not (
+        self._whole_row16 = self._one_row and not loops and self._largest_16bit(tiles) and not (
             largest is not None and largest.size >= 16384 and loads16 >= 3)
         self.nt = self._block_size(num_threads, tiles, mmas)
         self.mma: dict[int, MmaPlan] = {}
