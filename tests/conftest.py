@@ -40,11 +40,12 @@ _TEST_CACHE: str | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Every test (and every process a test starts) caches in a temporary folder, never the user's cache;
-    tests that need a cache of their own set TILEJIT_CACHE_DIR themselves."""
+    """Every test (and every process a test starts) caches in a temporary folder, never the user's cache (Triton's
+    too); tests that need a cache of their own set TILEJIT_CACHE_DIR themselves."""
     global _TEST_CACHE
     _TEST_CACHE = tempfile.mkdtemp(prefix="tilejit-test-cache-")
     os.environ["TILEJIT_CACHE_DIR"] = _TEST_CACHE
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(_TEST_CACHE, "triton")  # the peer a GPU test compares with
     # Chosen once, before pytest-xdist starts its workers (which inherit it), so every process seeds alike.
     os.environ.setdefault(SEED_VARIABLE, str(secrets.randbits(32)))
     if not hasattr(config, "workerinput"):  # the controller (or the only process): one folder for every worker
