@@ -440,16 +440,18 @@ def ptxas_specs(dtype: str, lengths: Sequence[int]) -> list[tuple[str, Any, tupl
         rows = max(1, ln.STEP_ELEMENTS // block)
         bwd = {"ROWS": rows, "BLOCK": block}
         specs += [
-            ("softmax", sm.softmax, (x, x), {"BLOCK": block}, block <= sm.WHOLE_ROW),
+            ("softmax", sm.softmax, (x, x), {"ROWS": 1, "BLOCK": block}, block <= sm.WHOLE_ROW),
             ("layer_norm", ln.layer_norm, (x, v, v, x, f32), {"BLOCK": block}, block <= ln.WHOLE_ROW),
-            ("layer_norm_fwd", ln.layer_norm_fwd, fwd_ln, {"BLOCK": block}, block <= ln.WHOLE_ROW),
+            ("layer_norm_fwd", ln.layer_norm_fwd, fwd_ln, {"ROWS": 1, "BLOCK": block}, block <= ln.WHOLE_ROW),
             ("layer_norm_bwd", ln.layer_norm_bwd, (x, x, v, s, s, x, p, p), bwd, block <= ln.WHOLE_ROW_BWD),
-            ("rms_norm", rn.rms_norm, fwd_rms, {"BLOCK": block}, block <= ln.WHOLE_ROW),
+            ("rms_norm", rn.rms_norm, fwd_rms, {"ROWS": 1, "BLOCK": block}, block <= ln.WHOLE_ROW),
             ("rms_norm_bwd", rn.rms_norm_bwd, (x, x, v, s, x, p), bwd, block <= ln.WHOLE_ROW_BWD),
         ]
     specs += [
         ("softmax_chunked", sm.softmax_chunked, (x, x), chunk, True),
         ("layer_norm_fwd_chunked", ln.layer_norm_fwd_chunked, fwd_ln, chunk, True),
+        *(("layer_norm_fwd_chunked", ln.layer_norm_fwd_chunked, fwd_ln, {"BLOCK": c, "num_warps": 8}, True)
+          for c in ln.CUDA_CHUNKS),  # forward_plan's chunks of long 16-bit rows
         ("layer_norm_bwd_sums", ln.layer_norm_bwd_sums, (x, x, v, s, s, s, s), chunk_bwd, True),
         ("layer_norm_bwd_chunked", ln.layer_norm_bwd_chunked, (x, x, v, s, s, s, s, x, p, p), chunk_bwd, True),
         ("rms_norm_chunked", rn.rms_norm_chunked, fwd_rms, chunk, True),
@@ -470,7 +472,9 @@ def ptxas_info(kernel: Any, signature: tuple[Any, ...], constants: dict[str, int
 
     target = BACKEND.launch_targets(parse_target(arch))[0]
     try:
-        ck = tj.compile(kernel, signature, constants=constants, target=target, backend="cuda").cuda_kernel()
+        consts = {k: v for k, v in constants.items() if k != "num_warps"}  # num_warps: a launch option
+        ck = tj.compile(kernel, signature, constants=consts, target=target, backend="cuda",
+                        num_warps=constants.get("num_warps")).cuda_kernel()
     except tj.TileCompileError as exc:
         return {"status": f"refused: {first_line(exc)}"}
     log = compile_cuda(ck.source, name=f"{ck.name}.cu", headers=ck.headers, target=target, output="cubin",

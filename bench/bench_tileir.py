@@ -352,7 +352,8 @@ def compile_specs(tiles: Sequence[tuple[int, int, int]]) -> list[tuple[str, str,
     specs = [("vector_add f32", "vector_add", "float32", {"TILE": VADD_TILE})]
     for name in ("softmax", "layer_norm"):
         for dt in ("float32", "bfloat16"):
-            specs.append((f"{name} {short_dtype(dt)} BLOCK=8192", name, dt, {"BLOCK": 8192}))
+            consts = {"ROWS": 1, "BLOCK": 8192} if name == "softmax" else {"BLOCK": 8192}
+            specs.append((f"{name} {short_dtype(dt)} BLOCK=8192", name, dt, consts))
     for bm, bn, bk in tiles:
         specs.append((f"matmul bf16 {bm}x{bn}x{bk}", "matmul", "bfloat16", {"BM": bm, "BN": bn, "BK": bk}))
     return specs
@@ -576,6 +577,7 @@ class Runner:
     def softmax(self, lengths: Sequence[int]) -> None:
         """Fused row softmax at each row length, float32 and bfloat16."""
         from _tileir_peers import triton_softmax_warps
+        from softmax import row_plan
 
         torch = self.torch
         for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
@@ -589,7 +591,8 @@ class Runner:
                 shape = f"{m}x{n}"
                 for be in BACKENDS:
                     k = self.tj("softmax", be)
-                    fn = (lambda k=k: k[m](x, out, BLOCK=n))
+                    _, grid, consts = row_plan(x, be)  # the example's rows a block for this backend
+                    fn = (lambda k=k, grid=grid, consts=consts: k[grid](x, out, **consts))
                     self.run(group, shape, f"tilejit {be}", "GB/s", work,
                              self.on(be, fn), out, want, tol)
                 self.run(group, shape, "torch", "GB/s", work, lambda: torch.softmax(x, dim=1), out, want, tol)

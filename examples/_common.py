@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 from collections.abc import Callable
@@ -51,12 +52,39 @@ CHUNK_BYTES = {"cuda": 32768}
 DEFAULT_CHUNK_BYTES = 16384
 
 
+def itemsize_of(x: Any) -> int:
+    """Bytes per element of array ``x`` (tilejit arrays and numpy say ``itemsize``, torch ``element_size()``)."""
+    itemsize = getattr(x, "itemsize", None)
+    return itemsize if isinstance(itemsize, int) else int(x.element_size())
+
+
 def chunk_of(x: Any, backend: str | None = None) -> int:
     """The chunk, in elements, for rows of array ``x`` (tilejit or torch) on ``backend``: ``CHUNK_BYTES`` of its
     dtype."""
-    itemsize = getattr(x, "itemsize", None)
-    size = CHUNK_BYTES.get(backend or "", DEFAULT_CHUNK_BYTES)
-    return size // (itemsize if isinstance(itemsize, int) else x.element_size())
+    return CHUNK_BYTES.get(backend or "", DEFAULT_CHUNK_BYTES) // itemsize_of(x)
+
+
+@functools.lru_cache(maxsize=None)
+def backend_of(backend: str | None) -> str:
+    """The backend the examples' kernels build with: ``backend`` when it names one, else the one "auto" (or
+    ``TILEJIT_BACKEND``) picks for this process's GPU, so that host code can pick tile shapes for it."""
+    if backend in ("cuda", "tileir"):
+        return backend
+    return tj.backend_for(backend)
+
+
+#: The most rows a block of a row kernel takes at once on Tile IR (``rows_per_block``).
+MAX_ROWS = 16
+
+
+def rows_per_block(block: int, backend: str | None, elements: int) -> int:
+    """Rows of ``block`` elements a block of a row kernel takes as one (ROWS, BLOCK) tile: 1 on the CUDA backend
+    (its plan already packs short rows' threads); on Tile IR as many as make about ``elements`` elements, at most
+    ``MAX_ROWS``: tileiras gives a block of one short row too little to do (rows of 256 bf16 elements ran at
+    0.4-0.6x of Triton one per block and 1.3-1.6x eight to sixteen per block; bench/RESULTS.md, session 18)."""
+    if backend_of(backend) != "tileir":
+        return 1
+    return max(1, min(MAX_ROWS, elements // block))
 
 
 def block_of(n: int) -> int:

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
-from _common import block_of, check, chunk_of, compile_only, on_backend, parse_args, should_run
+from _common import (backend_of, block_of, check, chunk_of, compile_only, itemsize_of, on_backend, parse_args,
+                     rows_per_block, should_run)
 
 import tilejit as tj
 
@@ -30,6 +31,13 @@ import tilejit as tj
 #: spill up to here (the backward holds x, dy, w and the dw and db sums at once).
 WHOLE_ROW = 16384
 WHOLE_ROW_BWD = 8192
+#: The CUDA backend's forward: the longest rows held whole when a whole-row tile would be costly (``forward_plan``),
+#: and the chunks it takes instead.
+CUDA_WHOLE_ROW = 8192
+CUDA_CHUNKS = (8192, 4096)
+#: Bytes of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``_common.rows_per_block``; bench/RESULTS.md,
+#: session 18).
+ROW_TILE_BYTES = 32768
 #: Elements a backward block takes per step (``ROWS`` = this / BLOCK rows), and its blocks per SM: as many groups
 #: (partial rows of dw and db) as that makes, so that the partial sums stay a few percent of the traffic.
 STEP_ELEMENTS = 4096
@@ -65,18 +73,18 @@ def _store_normalized(x, weight, bias, out, row, c, mu, r, BLOCK):
 
 
 @tj.kernel
-def layer_norm_fwd(x, weight, bias, out, mean, rstd, eps: float, BLOCK: tj.Constant[int]):
-    row = tj.bid(0)
+def layer_norm_fwd(x, weight, bias, out, mean, rstd, eps: float, ROWS: tj.Constant[int], BLOCK: tj.Constant[int]):
+    i = tj.bid(0)
     n = x.shape[1].astype(tj.float32)
-    t = tj.load(x, index=(row, 0), shape=(1, BLOCK)).astype(tj.float32)
-    mu = tj.sum(t, axis=1) / n
+    t = tj.load(x, index=(i, 0), shape=(ROWS, BLOCK)).astype(tj.float32)
+    mu = tj.sum(t, axis=1, keepdims=True) / n
     d = tj.where(tj.arange(BLOCK) < x.shape[1], t - mu, 0.0)
-    r = tj.rsqrt(tj.sum(d * d, axis=1) / n + eps)
+    r = tj.rsqrt(tj.sum(d * d, axis=1, keepdims=True) / n + eps)
     w = tj.load(weight, index=(0,), shape=(BLOCK,)).astype(tj.float32)
     b = tj.load(bias, index=(0,), shape=(BLOCK,)).astype(tj.float32)
-    tj.store(out, index=(row, 0), tile=d * r * w + b)
-    tj.store(mean, index=(row,), tile=mu)
-    tj.store(rstd, index=(row,), tile=r)
+    tj.store(out, index=(i, 0), tile=d * r * w + b)
+    tj.store(mean, index=(i,), tile=tj.reshape(mu, (ROWS,)))
+    tj.store(rstd, index=(i,), tile=tj.reshape(r, (ROWS,)))
 
 
 @tj.kernel
@@ -176,12 +184,26 @@ def layer_norm_forward(x: Any, weight: Any, bias: Any, out: Any, mean: Any, rstd
                        backend: str | None = None) -> None:
     """``out`` = layer norm of each row of ``x``, with its float32 ``mean`` and ``rstd`` (1/std), any row length;
     ``backend``: build the kernels with this backend instead of the default."""
+    kernel, grid, options = forward_plan(x, backend)
+    on_backend(kernel, backend)[grid](x, weight, bias, out, mean, rstd, eps, **options)
+
+
+def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
+    """The forward kernel, its grid and its constants (and launch options) for the rows of ``x``: whole rows as one
+    tile up to ``WHOLE_ROW`` elements (``rows_per_block`` of them a block), else a block per row in chunks. On the
+    CUDA backend, rows of more than ``CUDA_WHOLE_ROW`` 16-bit elements, or that a power-of-two tile would pad by a
+    quarter or more, go in chunks of 8192 or 4096 elements (the one that pads least) with 8 warps: 0.99-1.32x of
+    Triton at 12288 and 16384 elements, against 0.56-1.01x as whole rows (bench/RESULTS.md, session 18)."""
     m, n = x.shape
-    if block_of(n) <= WHOLE_ROW:
-        on_backend(layer_norm_fwd, backend)[m](x, weight, bias, out, mean, rstd, eps, BLOCK=block_of(n))
-    else:
-        chunked = on_backend(layer_norm_fwd_chunked, backend)
-        chunked[m](x, weight, bias, out, mean, rstd, eps, BLOCK=chunk_of(x, backend))
+    block = block_of(n)
+    big = block > CUDA_WHOLE_ROW and (itemsize_of(x) == 2 or 4 * (block - n) >= n)
+    if backend_of(backend) == "cuda" and block <= WHOLE_ROW and big:
+        chunk = min(CUDA_CHUNKS, key=lambda c: -(-n // c) * c)
+        return layer_norm_fwd_chunked, m, {"BLOCK": chunk, "num_warps": 8}
+    if block > WHOLE_ROW:
+        return layer_norm_fwd_chunked, m, {"BLOCK": chunk_of(x, backend)}
+    rows = rows_per_block(block, backend, ROW_TILE_BYTES // itemsize_of(x))
+    return layer_norm_fwd, -(-m // rows), {"ROWS": rows, "BLOCK": block}
 
 
 class BackwardPlan(NamedTuple):
@@ -260,14 +282,14 @@ def torch_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, dy: np.ndarray,
 
 def main() -> None:
     args = parse_args(__doc__)
-    m, n, eps = 512, 1000, 1e-5
+    m, n, eps = 520, 1000, 1e-5
     block = block_of(n)
     f32 = tj.float32
     if not should_run(args):
         fwd = (f32[:, :], f32[:], f32[:], f32[:, :], f32[:], f32[:], f32)
         grad = (f32[:, :], f32[:, :], f32[:], f32[:], f32[:])
         compile_only(args, layer_norm, fwd[:4] + fwd[6:], {"BLOCK": block})
-        compile_only(args, layer_norm_fwd, fwd, {"BLOCK": block})
+        compile_only(args, layer_norm_fwd, fwd, {"ROWS": 1, "BLOCK": block})
         compile_only(args, layer_norm_fwd_chunked, fwd, {"BLOCK": 256})
         compile_only(args, layer_norm_bwd, (*grad, f32[:, :], f32[:, :], f32[:, :]), {"ROWS": 4, "BLOCK": block})
         compile_only(args, layer_norm_bwd_sums, (*grad, f32[:], f32[:]), {"BLOCK": 256})
@@ -296,10 +318,13 @@ def main() -> None:
         check(name, dout.numpy(), want, 1e-5)
     print(f"layer_norm_tuned chose {layer_norm_tuned.best_config}")
     mean, rstd = nan(m), nan(m)
-    for name, kernel, b_ in (("layer_norm_fwd", layer_norm_fwd, block),
-                             ("layer_norm_fwd_chunked", layer_norm_fwd_chunked, 256)):  # 4 chunks, one ragged
+    for name, kernel, grid, constants in (
+        ("layer_norm_fwd", layer_norm_fwd, m, {"ROWS": 1, "BLOCK": block}),
+        ("layer_norm_fwd, 16 rows a block", layer_norm_fwd, -(-m // 16), {"ROWS": 16, "BLOCK": block}),
+        ("layer_norm_fwd_chunked", layer_norm_fwd_chunked, m, {"BLOCK": 256}),  # 4 chunks, one ragged
+    ):
         dout, mean, rstd = nan(m, n), nan(m), nan(m)
-        kernel[m](dx, dw, db, dout, mean, rstd, eps, BLOCK=b_)
+        kernel[grid](dx, dw, db, dout, mean, rstd, eps, **constants)
         check(name, dout.numpy(), want, 1e-5)
         check(f"{name} mean", mean.numpy(), want_mu, 1e-6)
         check(f"{name} rstd", rstd.numpy(), want_rstd, 1e-5)

@@ -1,6 +1,6 @@
 """RMS norm over the last axis (x / sqrt(mean(x**2) + eps) * weight), forward and backward, statistics in float32.
 
-Forward: ``rms_norm``, one block per row, the whole row one tile, writing each row's 1/rms (``rstd``) for the
+Forward: ``rms_norm``, whole rows as tiles (a block per ``ROWS`` rows: ``_common.rows_per_block``), writing each row's 1/rms (``rstd``) for the
 backward pass. Backward (``rms_norm_backward``): dx, and dw through per-group partial sums, as layer_norm.py's
 backward does (``rms_norm_bwd``, then layer_norm.py's ``sum_partials``): dx = rstd * (w * dy - x * rstd**2 *
 mean(w * dy * x)), dw = the sum over rows of dy * x * rstd.
@@ -17,20 +17,21 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _common import block_of, check, chunk_of, compile_only, on_backend, parse_args, should_run
-from layer_norm import SUM_TILE, WHOLE_ROW, BackwardPlan, backward_plan, sum_columns, sum_partials
+from _common import (block_of, check, chunk_of, compile_only, itemsize_of, on_backend, parse_args, rows_per_block,
+                     should_run)
+from layer_norm import ROW_TILE_BYTES, SUM_TILE, WHOLE_ROW, BackwardPlan, backward_plan, sum_columns, sum_partials
 
 import tilejit as tj
 
 
 @tj.kernel
-def rms_norm(x, weight, out, rstd, eps: float, BLOCK: tj.Constant[int]):
-    row = tj.bid(0)
-    t = tj.load(x, index=(row, 0), shape=(1, BLOCK)).astype(tj.float32)
-    r = tj.rsqrt(tj.sum(t * t, axis=1) / x.shape[1].astype(tj.float32) + eps)
+def rms_norm(x, weight, out, rstd, eps: float, ROWS: tj.Constant[int], BLOCK: tj.Constant[int]):
+    i = tj.bid(0)
+    t = tj.load(x, index=(i, 0), shape=(ROWS, BLOCK)).astype(tj.float32)
+    r = tj.rsqrt(tj.sum(t * t, axis=1, keepdims=True) / x.shape[1].astype(tj.float32) + eps)
     w = tj.load(weight, index=(0,), shape=(BLOCK,)).astype(tj.float32)
-    tj.store(out, index=(row, 0), tile=t * r * w)
-    tj.store(rstd, index=(row,), tile=r)
+    tj.store(out, index=(i, 0), tile=t * r * w)
+    tj.store(rstd, index=(i,), tile=tj.reshape(r, (ROWS,)))
 
 
 @tj.kernel
@@ -100,8 +101,10 @@ def rms_norm_forward(x: Any, weight: Any, out: Any, rstd: Any, eps: float, backe
     """``out`` = RMS norm of each row of ``x``, with its float32 ``rstd`` (1/rms), at any row length; ``backend``:
     build the kernels with this backend instead of the default."""
     m, n = x.shape
-    if block_of(n) <= WHOLE_ROW:
-        on_backend(rms_norm, backend)[m](x, weight, out, rstd, eps, BLOCK=block_of(n))
+    block = block_of(n)
+    if block <= WHOLE_ROW:
+        rows = rows_per_block(block, backend, ROW_TILE_BYTES // itemsize_of(x))
+        on_backend(rms_norm, backend)[-(-m // rows)](x, weight, out, rstd, eps, ROWS=rows, BLOCK=block)
     else:
         on_backend(rms_norm_chunked, backend)[m](x, weight, out, rstd, eps, BLOCK=chunk_of(x, backend))
 
@@ -151,13 +154,13 @@ def torch_reference(x: np.ndarray, w: np.ndarray, dy: np.ndarray, eps: float) ->
 
 def main() -> None:
     args = parse_args(__doc__)
-    m, n, eps = 512, 1000, 1e-5
+    m, n, eps = 520, 1000, 1e-5
     block = block_of(n)
     f32 = tj.float32
     if not should_run(args):
         fwd = (f32[:, :], f32[:], f32[:, :], f32[:], f32)
         grad = (f32[:, :], f32[:, :], f32[:], f32[:])
-        compile_only(args, rms_norm, fwd, {"BLOCK": block})
+        compile_only(args, rms_norm, fwd, {"ROWS": 1, "BLOCK": block})
         compile_only(args, rms_norm_chunked, fwd, {"BLOCK": 256})
         compile_only(args, rms_norm_bwd, (*grad, f32[:, :], f32[:, :]), {"ROWS": 4, "BLOCK": block})
         compile_only(args, rms_norm_bwd_sums, (*grad, f32[:]), {"BLOCK": 256})
@@ -179,9 +182,13 @@ def main() -> None:
         return tj.asarray(np.full(shape, np.nan, np.float32))
 
     rstd = nan(m)
-    for name, kernel, b in (("rms_norm", rms_norm, block), ("rms_norm_chunked", rms_norm_chunked, 256)):
+    for name, kernel, grid, constants in (
+        ("rms_norm", rms_norm, m, {"ROWS": 1, "BLOCK": block}),
+        ("rms_norm, 16 rows a block", rms_norm, -(-m // 16), {"ROWS": 16, "BLOCK": block}),
+        ("rms_norm_chunked", rms_norm_chunked, m, {"BLOCK": 256}),
+    ):
         dout, rstd = nan(m, n), nan(m)
-        kernel[m](dx, dw, dout, rstd, eps, BLOCK=b)
+        kernel[grid](dx, dw, dout, rstd, eps, **constants)
         check(name, dout.numpy(), want, 1e-5)
         check(f"{name} rstd", rstd.numpy(), want_rstd, 1e-5)
     sms = tj.get_device().multiprocessor_count

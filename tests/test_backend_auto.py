@@ -139,6 +139,8 @@ def test_auto_picks_tile_ir_where_a_toolchain_compiles_for_the_target(tileiras: 
                              "kernel's block size itself")
     assert not wants_launch_facts(None, num_threads=256)
     assert tj.compile(tj.kernel(_add.func, num_threads=256), SIG, constants=TILE, target=arch).backend == "cuda"
+    assert tj.backend_for(target=arch) == tj.backend_for("auto", arch) == "tileir"
+    assert tj.backend_for("cuda", arch) == "cuda"
 
 
 @pytest.mark.parametrize("arch", ["sm_70", "sm_75"])
@@ -148,6 +150,10 @@ def test_auto_picks_cuda_for_a_target_tile_ir_lacks_and_says_why(tileiras: Any, 
     assert why.startswith(f"auto picks it since Tile IR cannot be used: Tile IR does not support {arch} (it needs "
                           f"sm_80 or newer); tileiras {tileiras.tileiras_version} compiles for sm_80, ")
     assert tj.compile(_add, SIG, constants=TILE, target=arch).backend == "cuda"
+    assert tj.backend_for("auto", arch) == "cuda"
+    with pytest.raises(TargetError, match=rf"^backend='tileir': tileir backend not available here: Tile IR does not "
+                                          rf"support {arch}"):
+        tj.backend_for("tileir", arch)
 
 
 def test_auto_picks_cuda_without_a_toolchain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -502,17 +502,17 @@ def test_row_registers_count_loads_and_carried_sums() -> None:
 
 @pytest.mark.parametrize(("module", "kernel", "dtype", "consts", "bounds"), [
     ("layer_norm", "layer_norm", "bfloat16", {"BLOCK": 8192}, "(256)"),  # whole 16-bit rows: 8 warps from 2048
-    ("layer_norm", "layer_norm_fwd", "float16", {"BLOCK": 8192}, "(256)"),
-    ("layer_norm", "layer_norm_fwd", "bfloat16", {"BLOCK": 512}, "(64)"),
-    ("layer_norm", "layer_norm_fwd", "bfloat16", {"BLOCK": 16384}, "(512)"),  # three 16384-element loads
-    ("softmax", "softmax", "float16", {"BLOCK": 1024}, "(128)"),
+    ("layer_norm", "layer_norm_fwd", "float16", {"ROWS": 1, "BLOCK": 8192}, "(256)"),
+    ("layer_norm", "layer_norm_fwd", "bfloat16", {"ROWS": 1, "BLOCK": 512}, "(64)"),
+    ("layer_norm", "layer_norm_fwd", "bfloat16", {"ROWS": 1, "BLOCK": 16384}, "(512)"),  # three 16384-element loads
+    ("softmax", "softmax", "float16", {"ROWS": 1, "BLOCK": 1024}, "(128)"),
     ("layer_norm", "layer_norm_bwd", "bfloat16", {"ROWS": 1, "BLOCK": 8192}, "(512)"),
     ("layer_norm", "layer_norm_bwd", "float16", {"ROWS": 4, "BLOCK": 1024}, "(512, 2)"),
     ("rms_norm", "rms_norm_bwd", "bfloat16", {"ROWS": 4, "BLOCK": 1024}, "(512, 2)"),  # (512, 3) spilled 12 B
     ("layer_norm", "layer_norm_bwd", "float32", {"ROWS": 1, "BLOCK": 8192}, "(256)"),
-    ("softmax", "softmax", "float32", {"BLOCK": 32768}, "(256)"),  # fits: 254 registers
-    ("softmax", "softmax", "float32", {"BLOCK": 65536}, "(1024)"),  # cannot fit: the example chunks such rows
-    ("layer_norm", "layer_norm_fwd", "float32", {"BLOCK": 65536}, "(1024)"),  # was refused: int64 mask at 256
+    ("softmax", "softmax", "float32", {"ROWS": 1, "BLOCK": 32768}, "(256)"),  # fits: 254 registers
+    ("softmax", "softmax", "float32", {"ROWS": 1, "BLOCK": 65536}, "(1024)"),  # cannot fit: the example chunks them
+    ("layer_norm", "layer_norm_fwd", "float32", {"ROWS": 1, "BLOCK": 65536}, "(1024)"),  # was refused: int64 mask at 256
 ])
 def test_example_row_kernels_plans(module: str, kernel: str, dtype: str, consts: dict[str, int], bounds: str) -> None:
     """The plans the examples' row kernels get (ptxas -v for sm_90a: no spill where the examples hold rows whole,

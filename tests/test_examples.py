@@ -129,8 +129,9 @@ def test_row_example_references_match_finite_differences() -> None:
 
 
 def test_row_examples_choose_whole_rows_or_chunks() -> None:
-    """The host functions' choice (issue 19): the whole row as one tile up to each kernel's limit, 16 KB chunks
-    beyond (4096 float32 or 8192 16-bit elements), no length refused; backward groups fill two blocks per SM."""
+    """The host functions' choice (issues 17 and 19): the whole row as one tile up to each kernel's limit, several
+    short rows a block on Tile IR, chunks beyond (16 KB, or 32 KB on CUDA), no length refused; backward groups fill
+    two blocks per SM."""
     from types import SimpleNamespace
 
     sys.path.insert(0, str(EXAMPLES))
@@ -141,11 +142,28 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     def rows(m: int, n: int, itemsize: int) -> Any:
         return SimpleNamespace(shape=(m, n), itemsize=itemsize)
 
-    assert sm.row_plan(rows(4, 3000, 4)) == (sm.softmax, 4096)
-    assert sm.row_plan(rows(4, 32768, 2)) == (sm.softmax, 32768)
-    assert sm.row_plan(rows(4, 32769, 4)) == (sm.softmax_chunked, 4096)
-    assert sm.row_plan(rows(4, 65537, 2)) == (sm.softmax_chunked, 8192)
-    assert sm.row_plan(rows(4, 65537, 2), "cuda") == (sm.softmax_chunked, 16384)  # 32 KB chunks on CUDA
+    for be in ("cuda", "tileir"):
+        assert sm.row_plan(rows(4, 3000, 4), be) == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 4096})
+        assert sm.row_plan(rows(4, 32768, 2), be) == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 32768})
+    assert sm.row_plan(rows(4, 32769, 4), "tileir") == (sm.softmax_chunked, 4, {"BLOCK": 4096})
+    assert sm.row_plan(rows(4, 65537, 2), "tileir") == (sm.softmax_chunked, 4, {"BLOCK": 8192})
+    assert sm.row_plan(rows(4, 65537, 2), "cuda") == (sm.softmax_chunked, 4, {"BLOCK": 16384})  # 32 KB on CUDA
+    # Short rows: several a block on Tile IR (a 2048-element tile for softmax, 32 KB for the norms), one on CUDA.
+    assert sm.row_plan(rows(1001, 256, 2), "tileir") == (sm.softmax, 126, {"ROWS": 8, "BLOCK": 256})
+    assert sm.row_plan(rows(1001, 100, 4), "tileir") == (sm.softmax, 63, {"ROWS": 16, "BLOCK": 128})
+    assert sm.row_plan(rows(1001, 256, 2), "cuda") == (sm.softmax, 1001, {"ROWS": 1, "BLOCK": 256})
+    assert ln.forward_plan(rows(1000, 512, 2), "tileir") == (ln.layer_norm_fwd, 63, {"ROWS": 16, "BLOCK": 512})
+    assert ln.forward_plan(rows(1000, 2048, 4), "tileir") == (ln.layer_norm_fwd, 250, {"ROWS": 4, "BLOCK": 2048})
+    assert ln.forward_plan(rows(1000, 512, 2), "cuda") == (ln.layer_norm_fwd, 1000, {"ROWS": 1, "BLOCK": 512})
+    # The CUDA backend's long forward rows: chunks that pad least, with 8 warps, for 16-bit rows over 8192 elements
+    # and rows a power-of-two tile pads by a quarter or more.
+    chunked = ln.layer_norm_fwd_chunked
+    assert ln.forward_plan(rows(8, 12288, 2), "cuda") == (chunked, 8, {"BLOCK": 4096, "num_warps": 8})
+    assert ln.forward_plan(rows(8, 16384, 2), "cuda") == (chunked, 8, {"BLOCK": 8192, "num_warps": 8})
+    assert ln.forward_plan(rows(8, 12288, 4), "cuda") == (chunked, 8, {"BLOCK": 4096, "num_warps": 8})
+    assert ln.forward_plan(rows(8, 16384, 4), "cuda") == (ln.layer_norm_fwd, 8, {"ROWS": 1, "BLOCK": 16384})
+    assert ln.forward_plan(rows(8, 12288, 2), "tileir") == (ln.layer_norm_fwd, 8, {"ROWS": 1, "BLOCK": 16384})
+    assert ln.forward_plan(rows(8, 20000, 4), "cuda") == (chunked, 8, {"BLOCK": 8192})
     assert ln.backward_plan(rows(262144, 256, 4), 132) == ln.BackwardPlan(256, 16, 264)
     assert ln.backward_plan(rows(10, 256, 4), 132) == ln.BackwardPlan(256, 16, 1)
     assert ln.backward_plan(rows(8192, 8192, 2), 132) == ln.BackwardPlan(8192, 1, 264)

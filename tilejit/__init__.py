@@ -36,6 +36,7 @@ _LAZY: dict[str, str] = {
     "Config": "tilejit.api.autotune",
     "compile": "tilejit.api.compile",
     "Artifact": "tilejit.api.compile",
+    "backend_for": "tilejit.api.compile",
     "fuse": "tilejit.api.fuse",
     "Fused": "tilejit.api.fuse",
     "RawKernel": "tilejit.api.raw",
