@@ -64,7 +64,7 @@ def chunk_of(x: Any, backend: str | None = None) -> int:
     return CHUNK_BYTES.get(backend or "", DEFAULT_CHUNK_BYTES) // itemsize_of(x)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def backend_of(backend: str | None) -> str:
     """The backend the examples' kernels build with: ``backend`` when it names one, else the one "auto" (or
     ``TILEJIT_BACKEND``) picks for this process's GPU, so that host code can pick tile shapes for it."""

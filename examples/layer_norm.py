@@ -22,8 +22,18 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
-from _common import (backend_of, block_of, check, chunk_of, compile_only, itemsize_of, on_backend, parse_args,
-                     rows_per_block, should_run)
+from _common import (
+    backend_of,
+    block_of,
+    check,
+    chunk_of,
+    compile_only,
+    itemsize_of,
+    on_backend,
+    parse_args,
+    rows_per_block,
+    should_run,
+)
 
 import tilejit as tj
 

@@ -1,8 +1,8 @@
 """RMS norm over the last axis (x / sqrt(mean(x**2) + eps) * weight), forward and backward, statistics in float32.
 
-Forward: ``rms_norm``, whole rows as tiles (a block per ``ROWS`` rows: ``_common.rows_per_block``), writing each row's 1/rms (``rstd``) for the
-backward pass. Backward (``rms_norm_backward``): dx, and dw through per-group partial sums, as layer_norm.py's
-backward does (``rms_norm_bwd``, then layer_norm.py's ``sum_partials``): dx = rstd * (w * dy - x * rstd**2 *
+Forward: ``rms_norm``, whole rows as tiles (a block per ``ROWS`` rows: ``_common.rows_per_block``), writing each
+row's 1/rms (``rstd``) for the backward pass. Backward (``rms_norm_backward``): dx, and dw through per-group
+partial sums, as layer_norm.py's backward does (``rms_norm_bwd``, then layer_norm.py's ``sum_partials``): dx = rstd * (w * dy - x * rstd**2 *
 mean(w * dy * x)), dw = the sum over rows of dy * x * rstd.
 
 Rows longer than layer_norm.py's ``WHOLE_ROW`` / ``WHOLE_ROW_BWD`` go in chunks (``_common.CHUNK_BYTES``),
@@ -17,8 +17,17 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _common import (block_of, check, chunk_of, compile_only, itemsize_of, on_backend, parse_args, rows_per_block,
-                     should_run)
+from _common import (
+    block_of,
+    check,
+    chunk_of,
+    compile_only,
+    itemsize_of,
+    on_backend,
+    parse_args,
+    rows_per_block,
+    should_run,
+)
 from layer_norm import ROW_TILE_BYTES, SUM_TILE, WHOLE_ROW, BackwardPlan, backward_plan, sum_columns, sum_partials
 
 import tilejit as tj

@@ -512,7 +512,7 @@ def test_row_registers_count_loads_and_carried_sums() -> None:
     ("layer_norm", "layer_norm_bwd", "float32", {"ROWS": 1, "BLOCK": 8192}, "(256)"),
     ("softmax", "softmax", "float32", {"ROWS": 1, "BLOCK": 32768}, "(256)"),  # fits: 254 registers
     ("softmax", "softmax", "float32", {"ROWS": 1, "BLOCK": 65536}, "(1024)"),  # cannot fit: the example chunks them
-    ("layer_norm", "layer_norm_fwd", "float32", {"ROWS": 1, "BLOCK": 65536}, "(1024)"),  # was refused: int64 mask at 256
+    ("layer_norm", "layer_norm_fwd", "float32", {"ROWS": 1, "BLOCK": 65536}, "(1024)"),  # was refused at 256
 ])
 def test_example_row_kernels_plans(module: str, kernel: str, dtype: str, consts: dict[str, int], bounds: str) -> None:
     """The plans the examples' row kernels get (ptxas -v for sm_90a: no spill where the examples hold rows whole,
