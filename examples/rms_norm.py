@@ -2,8 +2,8 @@
 
 Forward: ``rms_norm``, whole rows as tiles (a block per ``ROWS`` rows: ``_common.rows_per_block``), writing each
 row's 1/rms (``rstd``) for the backward pass. Backward (``rms_norm_backward``): dx, and dw through per-group
-partial sums, as layer_norm.py's backward does (``rms_norm_bwd``, then layer_norm.py's ``sum_partials``): dx = rstd * (w * dy - x * rstd**2 *
-mean(w * dy * x)), dw = the sum over rows of dy * x * rstd.
+partial sums, as layer_norm.py's backward does (``rms_norm_bwd``, then layer_norm.py's ``sum_partials``):
+dx = rstd * (w * dy - x * rstd**2 * mean(w * dy * x)), dw = the sum over rows of dy * x * rstd.
 
 Rows longer than layer_norm.py's ``WHOLE_ROW`` / ``WHOLE_ROW_BWD`` go in chunks (``_common.CHUNK_BYTES``),
 re-reading the row: ``rms_norm_chunked`` adds up the squares chunk by chunk and then scales; ``rms_norm_bwd_sums``
