@@ -43,7 +43,7 @@ TILE_DISPATCH = '''\
 # The globals, bound by tilejit.api.kernel for this kernel:
 #     _tj_fast, _tj_specialize, _tj_slow, _tj_classify, _tj_own_of, _tj_for_thread, _tj_DeviceArray,
 #     _tj_ArrayView, _tj_VIEW, _tj_MISSING, _tj_NOKEEP, _tj_KEEP, _tj_KEEP_CONST, _tj_get_device,
-#     _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_torch_view
+#     _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_torch_view, _tj_torch_dtype_of
 def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj_stream):
     _tj_last_x = _tj_last_n = _tj_NOKEEP
     _tj_ptr_x = _tj_ptr_n = None
@@ -155,12 +155,12 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
             _tj_relaunch = _tj_o[1]
         if _tj_foreign:  # remember torch tensors too, with what they read now
             if _tj_VIEW.get(x.__class__) is _tj_torch_view:
-                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]
-                _tj_dtype_x = x.dtype
+                _tj_ptr_x, _tj_shape_x, _tj_stride_x, _tj_dtname, _tj_rest = _tj_views[0]
+                _tj_dtype_x = _tj_torch_dtype_of[_tj_dtname]  # the tensor's dtype (not read again)
             else: _tj_ptr_x = None
             if _tj_VIEW.get(n.__class__) is _tj_torch_view:
-                _tj_ptr_n, _tj_shape_n, _tj_stride_n = _tj_views[1][:3]
-                _tj_dtype_n = n.dtype
+                _tj_ptr_n, _tj_shape_n, _tj_stride_n, _tj_dtname, _tj_rest = _tj_views[1]
+                _tj_dtype_n = _tj_torch_dtype_of[_tj_dtname]  # the tensor's dtype (not read again)
             else: _tj_ptr_n = None
             _tj_no_state = _tj_ptr_x is None and _tj_ptr_n is None
             _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_ptr_x is not None else _tj_NOKEEP
@@ -181,8 +181,8 @@ TILE_LAUNCHER = '''\
 # The globals, bound by tilejit.runtime.fastlaunch:
 #     pack_params, pack_config, call_driver, function_handle, thread_id, Stream, stream_handle, grid3,
 #     Mismatch, NOT_PACKED, IMMUTABLE, DeviceArray, ArrayView, as_view, pointer_of, Tensor, torch_dtypes,
-#     NO_TENSOR, explain, failed, other_thread, n_check, params, config, relaunch, owner,
-#     current_stream_handle, kernel_params, extra
+#     explain, failed, other_thread, n_check, params, config, relaunch, owner, current_stream_handle,
+#     kernel_params, extra
 def make():
     x_last = n_last = NOT_PACKED
     last_grid, last_stream_handle = None, -1
@@ -239,13 +239,14 @@ RAW_ENTRY = '''\
 # The globals, bound by tilejit.runtime.fastlaunch:
 #     pack_params, pack_config, call_driver, function_handle, thread_id, Stream, stream_handle, grid3,
 #     Mismatch, NOT_PACKED, IMMUTABLE, DeviceArray, ArrayView, as_view, pointer_of, Tensor, torch_dtypes,
-#     NO_TENSOR, explain, failed, other_thread, n_check, params, config, relaunch, owner,
-#     current_stream_handle, kernel_params, extra, expected_block, expected_shared, expected_device,
-#     fallback, current_device
+#     explain, failed, other_thread, n_check, params, config, relaunch, owner, current_stream_handle,
+#     kernel_params, extra, expected_block, expected_shared, expected_device, fallback, current_device
 def make():
     x_last = out_last = n_last = NOT_PACKED
     last_grid, last_stream_handle = None, -1
-    x_torch = out_torch = NO_TENSOR
+    x_tensor = out_tensor = NOT_PACKED  # the torch tensor packed last
+    x_tensor_ptr = out_tensor_ptr = 0  # its address and torch dtype then
+    x_tensor_dtype = out_tensor_dtype = None
 
     def launch(grid, block, args, stream=None, shared_mem=0):
         """Launch kernel 'vadd': x (float32*), out (float32*), n (int32).
@@ -257,7 +258,8 @@ def make():
         Arguments identical to the last call's and immutable are not packed again, a grid and stream equal to
         the last call's not configured again. An argument it does not take gets the checked path's error.
         """
-        nonlocal x_last, out_last, n_last, last_grid, last_stream_handle, x_torch, out_torch
+        nonlocal x_last, out_last, n_last, last_grid, last_stream_handle, x_tensor, x_tensor_ptr, x_tensor_dtype
+        nonlocal out_tensor, out_tensor_ptr, out_tensor_dtype
         if ((block is not expected_block
                     and (block.__class__ is not expected_block.__class__ or block != expected_block))
                 or (shared_mem is not expected_shared
@@ -267,36 +269,40 @@ def make():
         try:
             if args.__class__ is not tuple and args.__class__ is not list: raise Mismatch()
             x, out, n = args
-            if not (x is x_last and out is out_last and n is n_last):
-                if not (
-                        (x is x_last or x is x_torch[0] and x.data_ptr() == x_torch[1]
-                            and x.dtype is x_torch[2] and x.is_contiguous() and x.is_cuda)
-                        and (out is out_last or out is out_torch[0] and out.data_ptr() == out_torch[1]
-                            and out.dtype is out_torch[2] and out.is_contiguous() and out.is_cuda)
-                        and n is n_last):
-                    x_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole
-                    x_torch = NO_TENSOR
-                    out_torch = NO_TENSOR
-                    if x.__class__ is DeviceArray and x._contiguous:
-                        x_ptr = x.ptr; x_dtype = x._dtname
-                    elif x.__class__ is int: x_ptr = x; x_dtype = None
-                    elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():
-                        x_ptr = x.data_ptr(); x_dtype = torch_dtypes[x.dtype]
-                    else: x_ptr, x_dtype = pointer_of(x)
-                    if x_dtype != 'float32' and x_dtype is not None: raise Mismatch()
-                    if out.__class__ is DeviceArray and out._contiguous:
-                        out_ptr = out.ptr; out_dtype = out._dtname
-                    elif out.__class__ is int: out_ptr = out; out_dtype = None
-                    elif out.__class__ is Tensor and out.is_cuda and out.is_contiguous():
-                        out_ptr = out.data_ptr(); out_dtype = torch_dtypes[out.dtype]
-                    else: out_ptr, out_dtype = pointer_of(out)
-                    if out_dtype != 'float32' and out_dtype is not None: raise Mismatch()
-                    pack_params(params, 0, x_ptr, out_ptr, (n if n.__class__ is int else n_check(n)))
-                    x_last = x if x.__class__ in IMMUTABLE else NOT_PACKED
-                    out_last = out if out.__class__ in IMMUTABLE else NOT_PACKED
-                    n_last = n if n.__class__ in IMMUTABLE else NOT_PACKED
-                    if x.__class__ is Tensor and x_ptr: x_torch = (x, x_ptr, x.dtype)
-                    if out.__class__ is Tensor and out_ptr: out_torch = (out, out_ptr, out.dtype)
+            if not (
+                    (x is x_last
+                        or x is x_tensor and x.data_ptr() == x_tensor_ptr and x.dtype is x_tensor_dtype
+                            and x.is_contiguous() and x.is_cuda)
+                    and (out is out_last
+                        or out is out_tensor and out.data_ptr() == out_tensor_ptr and out.dtype is out_tensor_dtype
+                            and out.is_contiguous() and out.is_cuda)
+                    and n is n_last):
+                x_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole
+                x_tensor = out_tensor = NOT_PACKED
+                if x.__class__ is DeviceArray and x._contiguous:
+                    x_ptr = x.ptr; x_dtype = x._dtname
+                elif x.__class__ is int: x_ptr = x; x_dtype = None
+                elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():
+                    x_ptr = x.data_ptr()
+                    x_torch_dtype = x.dtype; x_dtype = torch_dtypes[x_torch_dtype]
+                else: x_ptr, x_dtype = pointer_of(x)
+                if x_dtype != 'float32' and x_dtype is not None: raise Mismatch()
+                if out.__class__ is DeviceArray and out._contiguous:
+                    out_ptr = out.ptr; out_dtype = out._dtname
+                elif out.__class__ is int: out_ptr = out; out_dtype = None
+                elif out.__class__ is Tensor and out.is_cuda and out.is_contiguous():
+                    out_ptr = out.data_ptr()
+                    out_torch_dtype = out.dtype; out_dtype = torch_dtypes[out_torch_dtype]
+                else: out_ptr, out_dtype = pointer_of(out)
+                if out_dtype != 'float32' and out_dtype is not None: raise Mismatch()
+                pack_params(params, 0, x_ptr, out_ptr, (n if n.__class__ is int else n_check(n)))
+                x_last = x if x.__class__ in IMMUTABLE else NOT_PACKED
+                out_last = out if out.__class__ in IMMUTABLE else NOT_PACKED
+                n_last = n if n.__class__ in IMMUTABLE else NOT_PACKED
+                if x.__class__ is Tensor and x_ptr:
+                    x_tensor, x_tensor_ptr, x_tensor_dtype = x, x_ptr, x_torch_dtype
+                if out.__class__ is Tensor and out_ptr:
+                    out_tensor, out_tensor_ptr, out_tensor_dtype = out, out_ptr, out_torch_dtype
             if stream is None: handle = current_stream_handle[0]
             elif stream.__class__ is int and 0 <= stream < 18446744073709551616: handle = stream
             elif stream.__class__ is Stream and not stream._closed: handle = stream.handle
@@ -380,20 +386,24 @@ def test_a_raw_kernels_entry_is_this_text(driver: PyDriver) -> None:
 
 def test_the_lines_a_torch_tensor_takes() -> None:
     """In the dispatch: the other-library branch (the view through its type's converter), then it is remembered
-    with its address, shape, strides and dtype, each read inline at the next call; in the launch functions, its
-    attributes read inline."""
+    with its address, shape, strides and dtype (the dtype from the view's dtype name, not read again), each read
+    inline at the next call; in the launch functions, its attributes read inline, each once."""
     assert "        _tj_view_x = _tj_VIEW[_tj_cl](x); _tj_key_x = " in TILE_DISPATCH
     assert ("if _tj_VIEW.get(x.__class__) is _tj_torch_view:\n"
-            "                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]\n"
-            "                _tj_dtype_x = x.dtype\n") in TILE_DISPATCH
+            "                _tj_ptr_x, _tj_shape_x, _tj_stride_x, _tj_dtname, _tj_rest = _tj_views[0]\n"
+            "                _tj_dtype_x = _tj_torch_dtype_of[_tj_dtname]") in TILE_DISPATCH
     assert ("(_tj_ptr_x is None or x.is_cuda and x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
             "                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x)") in TILE_DISPATCH
     assert ("elif x.__class__ is Tensor and x.is_cuda:\n                    "
             "x_view = (x.data_ptr(), x.shape, x.stride(), torch_dtypes[x.dtype], x)\n") in TILE_LAUNCHER
     assert ("elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():\n"
-            "                        x_ptr = x.data_ptr(); x_dtype = torch_dtypes[x.dtype]\n") in RAW_ENTRY
-    assert ("(x is x_last or x is x_torch[0] and x.data_ptr() == x_torch[1]\n                            "
-            "and x.dtype is x_torch[2] and x.is_contiguous() and x.is_cuda)\n") in RAW_ENTRY
+            "                    x_ptr = x.data_ptr()\n"
+            "                    x_torch_dtype = x.dtype; x_dtype = torch_dtypes[x_torch_dtype]\n") in RAW_ENTRY
+    assert ("(x is x_last\n"
+            "                        or x is x_tensor and x.data_ptr() == x_tensor_ptr and x.dtype is x_tensor_dtype\n"
+            "                            and x.is_contiguous() and x.is_cuda)\n") in RAW_ENTRY
+    assert ("if x.__class__ is Tensor and x_ptr:\n"
+            "                    x_tensor, x_tensor_ptr, x_tensor_dtype = x, x_ptr, x_torch_dtype\n") in RAW_ENTRY
 
 
 def test_generated_code_is_logged_at_debug_level_when_first_compiled(driver: PyDriver,
