@@ -12,6 +12,7 @@ import logging
 import struct
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -512,6 +513,82 @@ def test_a_torch_tensor_subclass_is_remembered_like_a_tensor(driver: PyDriver) -
     launch(w, 3)
     assert driver.records[-1][5] == block_of(SCALE_PARAMS, [ArrayView(0x3000, (16,), (1,), "float32", None), 3])
     assert cells["_tj_ptr_x"].cell_contents == 0x3000
+
+
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every read of a stand-in tensor's methods and properties from now on (``is_cuda`` is a plain slot: not
+    counted), by name."""
+    reads: Counter[str] = Counter()
+    for name in ("data_ptr", "stride", "is_contiguous"):
+        method = getattr(fake_torch.Tensor, name)
+        monkeypatch.setattr(fake_torch.Tensor, name,
+                            lambda self, _name=name, _method=method: (reads.update([_name]), _method(self))[1])
+    for name in ("shape", "dtype", "device"):
+        getter = fake_torch.Tensor.__dict__[name].fget
+        monkeypatch.setattr(fake_torch.Tensor, name,
+                            property(lambda self, _name=name, _get=getter: (reads.update([_name]), _get(self))[1]))
+    return reads
+
+
+def test_each_launch_reads_each_fact_of_a_torch_tensor_once(driver: PyDriver, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """What a launch past the checked ones reads of a torch tensor: the same tensor again, the tile dispatch its
+    address, dtype, shape and strides (to relaunch the remembered call) and a RawKernel entry its address, dtype
+    and contiguity; a new tensor the same facts, none twice (the dtype remembered is the one read)."""
+    t = tensor(0x1000)
+    launch = scale[1]
+    for _ in range(CHECKED_LAUNCHES + 2):
+        launch(t, 3)
+    reads = counted_reads(monkeypatch)
+    launch(t, 3)
+    assert reads == {"data_ptr": 1, "dtype": 1, "shape": 1, "stride": 1}
+    reads.clear()
+    launch(tensor(0x2000), 3)
+    assert reads == {"data_ptr": 1, "dtype": 1, "shape": 1, "stride": 1}
+    cells = dict(zip(launch.__code__.co_freevars, launch.__closure__))  # type: ignore[attr-defined]
+    assert cells["_tj_dtype_x"].cell_contents is T.float32 and cells["_tj_ptr_x"].cell_contents == 0x2000
+
+    kernel = vadd(driver)
+    x, out = tensor(0x1000), tensor(0x2000)
+    for _ in range(CHECKED_LAUNCHES + 2):
+        kernel(2, 256, (x, out, 5))
+    reads.clear()
+    kernel(2, 256, (x, out, 5))
+    assert reads == {"data_ptr": 2, "dtype": 2, "is_contiguous": 2}
+    reads.clear()
+    kernel(2, 256, (tensor(0x3000), out, 6))
+    assert reads == {"data_ptr": 2, "dtype": 2, "is_contiguous": 2}
+    assert driver.records[-1][5] == struct.pack("=QQi", 0x3000, 0x2000, 6)
+
+
+TOUCH2_PARAMS = [("x", ParamKind.array("float32", 2))]
+
+
+@tj.kernel
+def touch2(x):
+    tj.store(x, index=(0, 0), tile=tj.load(x, index=(0, 0), shape=(4, 4)))
+
+
+def test_a_torch_tensor_transposed_or_resized_in_place_is_launched_as_it_is_then(driver: PyDriver) -> None:
+    """``t.transpose_(0, 1)`` of a square tensor keeps its address, shape and dtype and swaps its strides; a resize
+    (or ``as_strided_``) in place keeps address and dtype: the launch after each, past the checked launches (where
+    the same tensor again relaunches the remembered call), carries what the tensor holds then."""
+    touch2._build = lambda *a: loaded(  # type: ignore[method-assign]
+        Launcher(SimpleNamespace(name="touch2", handle=5), TOUCH2_PARAMS, block=128, driver=driver.ns), None, None)
+    try:
+        t = fake_torch.Tensor(0x1000, (4, 4), T.float32)
+        launch = touch2[1]
+        for shape, strides in [((4, 4), (4, 1))] * (CHECKED_LAUNCHES + 2) + [
+                ((4, 4), (1, 4)), ((4, 4), (1, 4)), ((4, 4), (4, 1)), ((2, 8), (8, 1)), ((2, 8), (8, 1)),
+                ((8, 2), (1, 8))]:
+            t.restride(shape, strides)
+            launch(t)
+            want = ArrayView(0x1000, shape, strides, "float32", None)
+            assert driver.records[-1][5] == block_of(TOUCH2_PARAMS, [want]), (shape, strides)
+    finally:
+        del touch2._build
+        for memo in (touch2._specs, touch2._fast, touch2._bound):
+            memo.clear()
 
 
 def test_a_torch_tensor_of_an_unsupported_dtype_names_the_parameter(driver: PyDriver) -> None:
