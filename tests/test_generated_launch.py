@@ -156,12 +156,12 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
             _tj_relaunch = _tj_o[1]
         if _tj_foreign:  # remember torch tensors too, with what they read now
             if _tj_VIEW.get(x.__class__) is _tj_torch_view:
-                _tj_ptr_x, _tj_shape_x, _tj_stride_x, _tj_dtname, _tj_rest = _tj_views[0]
-                _tj_dtype_x = _tj_torch_dtype_of[_tj_dtname]  # the tensor's dtype (not read again)
+                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]
+                _tj_dtype_x = _tj_torch_dtype_of[_tj_views[0][3]]  # its dtype, not read again
             else: _tj_ptr_x = None
             if _tj_VIEW.get(n.__class__) is _tj_torch_view:
-                _tj_ptr_n, _tj_shape_n, _tj_stride_n, _tj_dtname, _tj_rest = _tj_views[1]
-                _tj_dtype_n = _tj_torch_dtype_of[_tj_dtname]  # the tensor's dtype (not read again)
+                _tj_ptr_n, _tj_shape_n, _tj_stride_n = _tj_views[1][:3]
+                _tj_dtype_n = _tj_torch_dtype_of[_tj_views[1][3]]  # its dtype, not read again
             else: _tj_ptr_n = None
             _tj_no_state = _tj_ptr_x is None and _tj_ptr_n is None
             _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_ptr_x is not None else _tj_NOKEEP
@@ -391,8 +391,8 @@ def test_the_lines_a_torch_tensor_takes() -> None:
     inline at the next call; in the launch functions, its attributes read inline, each once."""
     assert "        _tj_view_x = _tj_VIEW[_tj_cl](x); _tj_key_x = " in TILE_DISPATCH
     assert ("if _tj_VIEW.get(x.__class__) is _tj_torch_view:\n"
-            "                _tj_ptr_x, _tj_shape_x, _tj_stride_x, _tj_dtname, _tj_rest = _tj_views[0]\n"
-            "                _tj_dtype_x = _tj_torch_dtype_of[_tj_dtname]") in TILE_DISPATCH
+            "                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]\n"
+            "                _tj_dtype_x = _tj_torch_dtype_of[_tj_views[0][3]]") in TILE_DISPATCH
     assert ("(_tj_ptr_x is None or x.is_cuda and x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
             "                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x)") in TILE_DISPATCH
     assert ("elif x.__class__ is Tensor and x.is_cuda:\n                    "

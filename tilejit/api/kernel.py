@@ -578,8 +578,8 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
             out += [f"if {p}foreign:  # remember torch tensors too, with what they read now"]
             for i, a in enumerate(args):
                 out += [f"    if {p}VIEW.get({a}.__class__) is {p}torch_view:",
-                        f"        {p}ptr_{a}, {p}shape_{a}, {p}stride_{a}, {p}dtname, {p}rest = {p}views[{i}]",
-                        f"        {p}dtype_{a} = {p}torch_dtype_of[{p}dtname]  # the tensor's dtype (not read again)",
+                        f"        {p}ptr_{a}, {p}shape_{a}, {p}stride_{a} = {p}views[{i}][:3]",
+                        f"        {p}dtype_{a} = {p}torch_dtype_of[{p}views[{i}][3]]  # its dtype, not read again",
                         f"    else: {p}ptr_{a} = None"]
             out += [f"    {p}no_state = {' and '.join(f'{p}ptr_{a} is None' for a in args)}"]
             out += [f"    {p}last_{a} = {a} if {a}.__class__ in {p}KEEP or {p}ptr_{a} is not None else {p}NOKEEP"
