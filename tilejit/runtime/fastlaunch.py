@@ -208,16 +208,17 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         for a in pointers:
             rewrite += [f"if {a}.__class__ is Tensor and {a}_ptr:",
                         f"    {a}_tensor, {a}_tensor_ptr, {a}_tensor_dtype = {a}, {a}_ptr, {a}_torch_dtype"]
-        test = ["if not ("]
-        for i, a in enumerate(names):
-            lead = "        " if i == 0 else "        and "
-            test += [f"{lead}({a} is {a}_last",
-                     f"            or {a} is {a}_tensor and {a}.data_ptr() == {a}_tensor_ptr "
-                     f"and {a}.dtype is {a}_tensor_dtype",
-                     f"                and {a}.is_contiguous() and {a}.is_cuda)",
-                     ] if a in pointers else [f"{lead}{a} is {a}_last"]
-        test[-1] += "):"
-        if not pointers:
+        if pointers:
+            test = ["if not ("]
+            for i, a in enumerate(names):
+                lead = "        " if i == 0 else "        and "
+                test += [f"{lead}({a} is {a}_last",
+                         f"            or {a} is {a}_tensor and {a}.data_ptr() == {a}_tensor_ptr "
+                         f"and {a}.dtype is {a}_tensor_dtype",
+                         f"                and {a}.is_contiguous() and {a}.is_cuda)",
+                         ] if a in pointers else [f"{lead}{a} is {a}_last"]
+            test[-1] += "):"
+        else:
             test = [f"if not ({' and '.join(f'{a} is {a}_last' for a in names)}):"]
         lines += [*test, *("    " + line for line in rewrite)]
     lines += stream_lines("stream", "handle")
