@@ -225,6 +225,29 @@ def print_paired(per_case: dict[str, list[float]], peer: str) -> None:
             print(f"| {name} | {med:.3f}x | {low:.3f}-{high:.3f} | {faster:.0%} |")
 
 
+#: What the generated launch functions read of a torch tensor argument (runtime/fastlaunch.py, api/kernel.py): a
+#: launch with the same tensor again reads is_cuda, data_ptr(), dtype, shape and stride() (tile kernel) or
+#: data_ptr(), dtype, is_contiguous() and is_cuda (RawKernel pointer).
+TORCH_READS = ("t.is_cuda", "t.data_ptr()", "t.dtype", "t.shape", "t.stride()", "t.is_contiguous()")
+
+
+def print_torch_reads(number: int = 200_000) -> None:
+    """Nanoseconds per read of a CUDA tensor's attributes that the launch paths make (best of 5, less the cost of
+    reading the variable), for telling a torch-argument launch's gap to the tilejit-array one apart."""
+    try:
+        import torch
+    except ImportError:
+        return
+    import timeit
+
+    env = {"t": torch.zeros(16, device="cuda")}
+    floor = min(timeit.repeat("t", globals=env, number=number, repeat=5))
+    print("\nReads of a CUDA torch tensor, ns each:\n\n| read | ns |\n| --- | ---: |")
+    for read in TORCH_READS:
+        best = min(timeit.repeat(read, globals=env, number=number, repeat=5))
+        print(f"| `{read}` | {(best - floor) / number * 1e9:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500, help="launches per repeat")
@@ -295,6 +318,7 @@ def main() -> None:
         print_paired(per_case, best_peer)
     for name, why in skipped.items():
         print(f"skipped {name}: {why}")
+    print_torch_reads()
 
     out_dir = os.environ.get("OUT")
     if out_dir:

@@ -12,6 +12,7 @@ import logging
 import struct
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -43,7 +44,7 @@ TILE_DISPATCH = '''\
 # The globals, bound by tilejit.api.kernel for this kernel:
 #     _tj_fast, _tj_specialize, _tj_slow, _tj_classify, _tj_own_of, _tj_for_thread, _tj_DeviceArray,
 #     _tj_ArrayView, _tj_VIEW, _tj_MISSING, _tj_NOKEEP, _tj_KEEP, _tj_KEEP_CONST, _tj_get_device,
-#     _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_torch_view
+#     _tj_thread_id, _tj_stream_handle, _tj_NAME, _tj_facts, _tj_torch_view, _tj_torch_dtype_of
 def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj_stream):
     _tj_last_x = _tj_last_n = _tj_NOKEEP
     _tj_ptr_x = _tj_ptr_n = None
@@ -156,11 +157,11 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
         if _tj_foreign:  # remember torch tensors too, with what they read now
             if _tj_VIEW.get(x.__class__) is _tj_torch_view:
                 _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]
-                _tj_dtype_x = x.dtype
+                _tj_dtype_x = _tj_torch_dtype_of[_tj_views[0][3]]  # its dtype, not read again
             else: _tj_ptr_x = None
             if _tj_VIEW.get(n.__class__) is _tj_torch_view:
                 _tj_ptr_n, _tj_shape_n, _tj_stride_n = _tj_views[1][:3]
-                _tj_dtype_n = n.dtype
+                _tj_dtype_n = _tj_torch_dtype_of[_tj_views[1][3]]  # its dtype, not read again
             else: _tj_ptr_n = None
             _tj_no_state = _tj_ptr_x is None and _tj_ptr_n is None
             _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_ptr_x is not None else _tj_NOKEEP
@@ -181,8 +182,8 @@ TILE_LAUNCHER = '''\
 # The globals, bound by tilejit.runtime.fastlaunch:
 #     pack_params, pack_config, call_driver, function_handle, thread_id, Stream, stream_handle, grid3,
 #     Mismatch, NOT_PACKED, IMMUTABLE, DeviceArray, ArrayView, as_view, pointer_of, Tensor, torch_dtypes,
-#     NO_TENSOR, explain, failed, other_thread, n_check, params, config, relaunch, owner,
-#     current_stream_handle, kernel_params, extra
+#     explain, failed, other_thread, n_check, params, config, relaunch, owner, current_stream_handle,
+#     kernel_params, extra
 def make():
     x_last = n_last = NOT_PACKED
     last_grid, last_stream_handle = None, -1
@@ -239,13 +240,14 @@ RAW_ENTRY = '''\
 # The globals, bound by tilejit.runtime.fastlaunch:
 #     pack_params, pack_config, call_driver, function_handle, thread_id, Stream, stream_handle, grid3,
 #     Mismatch, NOT_PACKED, IMMUTABLE, DeviceArray, ArrayView, as_view, pointer_of, Tensor, torch_dtypes,
-#     NO_TENSOR, explain, failed, other_thread, n_check, params, config, relaunch, owner,
-#     current_stream_handle, kernel_params, extra, expected_block, expected_shared, expected_device,
-#     fallback, current_device
+#     explain, failed, other_thread, n_check, params, config, relaunch, owner, current_stream_handle,
+#     kernel_params, extra, expected_block, expected_shared, expected_device, fallback, current_device
 def make():
     x_last = out_last = n_last = NOT_PACKED
     last_grid, last_stream_handle = None, -1
-    x_torch = out_torch = NO_TENSOR
+    x_tensor = out_tensor = NOT_PACKED  # the torch tensor packed last
+    x_tensor_ptr = out_tensor_ptr = 0  # its address and torch dtype then
+    x_tensor_dtype = out_tensor_dtype = None
 
     def launch(grid, block, args, stream=None, shared_mem=0):
         """Launch kernel 'vadd': x (float32*), out (float32*), n (int32).
@@ -257,7 +259,8 @@ def make():
         Arguments identical to the last call's and immutable are not packed again, a grid and stream equal to
         the last call's not configured again. An argument it does not take gets the checked path's error.
         """
-        nonlocal x_last, out_last, n_last, last_grid, last_stream_handle, x_torch, out_torch
+        nonlocal x_last, out_last, n_last, last_grid, last_stream_handle, x_tensor, x_tensor_ptr, x_tensor_dtype
+        nonlocal out_tensor, out_tensor_ptr, out_tensor_dtype
         if ((block is not expected_block
                     and (block.__class__ is not expected_block.__class__ or block != expected_block))
                 or (shared_mem is not expected_shared
@@ -267,36 +270,40 @@ def make():
         try:
             if args.__class__ is not tuple and args.__class__ is not list: raise Mismatch()
             x, out, n = args
-            if not (x is x_last and out is out_last and n is n_last):
-                if not (
-                        (x is x_last or x is x_torch[0] and x.data_ptr() == x_torch[1]
-                            and x.dtype is x_torch[2] and x.is_contiguous() and x.is_cuda)
-                        and (out is out_last or out is out_torch[0] and out.data_ptr() == out_torch[1]
-                            and out.dtype is out_torch[2] and out.is_contiguous() and out.is_cuda)
-                        and n is n_last):
-                    x_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole
-                    x_torch = NO_TENSOR
-                    out_torch = NO_TENSOR
-                    if x.__class__ is DeviceArray and x._contiguous:
-                        x_ptr = x.ptr; x_dtype = x._dtname
-                    elif x.__class__ is int: x_ptr = x; x_dtype = None
-                    elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():
-                        x_ptr = x.data_ptr(); x_dtype = torch_dtypes[x.dtype]
-                    else: x_ptr, x_dtype = pointer_of(x)
-                    if x_dtype != 'float32' and x_dtype is not None: raise Mismatch()
-                    if out.__class__ is DeviceArray and out._contiguous:
-                        out_ptr = out.ptr; out_dtype = out._dtname
-                    elif out.__class__ is int: out_ptr = out; out_dtype = None
-                    elif out.__class__ is Tensor and out.is_cuda and out.is_contiguous():
-                        out_ptr = out.data_ptr(); out_dtype = torch_dtypes[out.dtype]
-                    else: out_ptr, out_dtype = pointer_of(out)
-                    if out_dtype != 'float32' and out_dtype is not None: raise Mismatch()
-                    pack_params(params, 0, x_ptr, out_ptr, (n if n.__class__ is int else n_check(n)))
-                    x_last = x if x.__class__ in IMMUTABLE else NOT_PACKED
-                    out_last = out if out.__class__ in IMMUTABLE else NOT_PACKED
-                    n_last = n if n.__class__ in IMMUTABLE else NOT_PACKED
-                    if x.__class__ is Tensor and x_ptr: x_torch = (x, x_ptr, x.dtype)
-                    if out.__class__ is Tensor and out_ptr: out_torch = (out, out_ptr, out.dtype)
+            if not (
+                    (x is x_last
+                        or x is x_tensor and x.data_ptr() == x_tensor_ptr and x.dtype is x_tensor_dtype
+                            and x.is_contiguous() and x.is_cuda)
+                    and (out is out_last
+                        or out is out_tensor and out.data_ptr() == out_tensor_ptr and out.dtype is out_tensor_dtype
+                            and out.is_contiguous() and out.is_cuda)
+                    and n is n_last):
+                x_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole
+                x_tensor = out_tensor = NOT_PACKED
+                if x.__class__ is DeviceArray and x._contiguous:
+                    x_ptr = x.ptr; x_dtype = x._dtname
+                elif x.__class__ is int: x_ptr = x; x_dtype = None
+                elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():
+                    x_ptr = x.data_ptr()
+                    x_torch_dtype = x.dtype; x_dtype = torch_dtypes[x_torch_dtype]
+                else: x_ptr, x_dtype = pointer_of(x)
+                if x_dtype != 'float32' and x_dtype is not None: raise Mismatch()
+                if out.__class__ is DeviceArray and out._contiguous:
+                    out_ptr = out.ptr; out_dtype = out._dtname
+                elif out.__class__ is int: out_ptr = out; out_dtype = None
+                elif out.__class__ is Tensor and out.is_cuda and out.is_contiguous():
+                    out_ptr = out.data_ptr()
+                    out_torch_dtype = out.dtype; out_dtype = torch_dtypes[out_torch_dtype]
+                else: out_ptr, out_dtype = pointer_of(out)
+                if out_dtype != 'float32' and out_dtype is not None: raise Mismatch()
+                pack_params(params, 0, x_ptr, out_ptr, (n if n.__class__ is int else n_check(n)))
+                x_last = x if x.__class__ in IMMUTABLE else NOT_PACKED
+                out_last = out if out.__class__ in IMMUTABLE else NOT_PACKED
+                n_last = n if n.__class__ in IMMUTABLE else NOT_PACKED
+                if x.__class__ is Tensor and x_ptr:
+                    x_tensor, x_tensor_ptr, x_tensor_dtype = x, x_ptr, x_torch_dtype
+                if out.__class__ is Tensor and out_ptr:
+                    out_tensor, out_tensor_ptr, out_tensor_dtype = out, out_ptr, out_torch_dtype
             if stream is None: handle = current_stream_handle[0]
             elif stream.__class__ is int and 0 <= stream < 18446744073709551616: handle = stream
             elif stream.__class__ is Stream and not stream._closed: handle = stream.handle
@@ -380,20 +387,24 @@ def test_a_raw_kernels_entry_is_this_text(driver: PyDriver) -> None:
 
 def test_the_lines_a_torch_tensor_takes() -> None:
     """In the dispatch: the other-library branch (the view through its type's converter), then it is remembered
-    with its address, shape, strides and dtype, each read inline at the next call; in the launch functions, its
-    attributes read inline."""
+    with its address, shape, strides and dtype (the dtype from the view's dtype name, not read again), each read
+    inline at the next call; in the launch functions, its attributes read inline, each once."""
     assert "        _tj_view_x = _tj_VIEW[_tj_cl](x); _tj_key_x = " in TILE_DISPATCH
     assert ("if _tj_VIEW.get(x.__class__) is _tj_torch_view:\n"
             "                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]\n"
-            "                _tj_dtype_x = x.dtype\n") in TILE_DISPATCH
+            "                _tj_dtype_x = _tj_torch_dtype_of[_tj_views[0][3]]") in TILE_DISPATCH
     assert ("(_tj_ptr_x is None or x.is_cuda and x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
             "                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x)") in TILE_DISPATCH
     assert ("elif x.__class__ is Tensor and x.is_cuda:\n                    "
             "x_view = (x.data_ptr(), x.shape, x.stride(), torch_dtypes[x.dtype], x)\n") in TILE_LAUNCHER
     assert ("elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():\n"
-            "                        x_ptr = x.data_ptr(); x_dtype = torch_dtypes[x.dtype]\n") in RAW_ENTRY
-    assert ("(x is x_last or x is x_torch[0] and x.data_ptr() == x_torch[1]\n                            "
-            "and x.dtype is x_torch[2] and x.is_contiguous() and x.is_cuda)\n") in RAW_ENTRY
+            "                    x_ptr = x.data_ptr()\n"
+            "                    x_torch_dtype = x.dtype; x_dtype = torch_dtypes[x_torch_dtype]\n") in RAW_ENTRY
+    assert ("(x is x_last\n"
+            "                        or x is x_tensor and x.data_ptr() == x_tensor_ptr and x.dtype is x_tensor_dtype\n"
+            "                            and x.is_contiguous() and x.is_cuda)\n") in RAW_ENTRY
+    assert ("if x.__class__ is Tensor and x_ptr:\n"
+            "                    x_tensor, x_tensor_ptr, x_tensor_dtype = x, x_ptr, x_torch_dtype\n") in RAW_ENTRY
 
 
 def test_generated_code_is_logged_at_debug_level_when_first_compiled(driver: PyDriver,
@@ -502,6 +513,82 @@ def test_a_torch_tensor_subclass_is_remembered_like_a_tensor(driver: PyDriver) -
     launch(w, 3)
     assert driver.records[-1][5] == block_of(SCALE_PARAMS, [ArrayView(0x3000, (16,), (1,), "float32", None), 3])
     assert cells["_tj_ptr_x"].cell_contents == 0x3000
+
+
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every read of a stand-in tensor's methods and properties from now on (``is_cuda`` is a plain slot: not
+    counted), by name."""
+    reads: Counter[str] = Counter()
+    for name in ("data_ptr", "stride", "is_contiguous"):
+        method = getattr(fake_torch.Tensor, name)
+        monkeypatch.setattr(fake_torch.Tensor, name,
+                            lambda self, _name=name, _method=method: (reads.update([_name]), _method(self))[1])
+    for name in ("shape", "dtype", "device"):
+        getter = fake_torch.Tensor.__dict__[name].fget
+        monkeypatch.setattr(fake_torch.Tensor, name,
+                            property(lambda self, _name=name, _get=getter: (reads.update([_name]), _get(self))[1]))
+    return reads
+
+
+def test_each_launch_reads_each_fact_of_a_torch_tensor_once(driver: PyDriver, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """What a launch past the checked ones reads of a torch tensor: the same tensor again, the tile dispatch its
+    address, dtype, shape and strides (to relaunch the remembered call) and a RawKernel entry its address, dtype
+    and contiguity; a new tensor the same facts, none twice (the dtype remembered is the one read)."""
+    t = tensor(0x1000)
+    launch = scale[1]
+    for _ in range(CHECKED_LAUNCHES + 2):
+        launch(t, 3)
+    reads = counted_reads(monkeypatch)
+    launch(t, 3)
+    assert reads == {"data_ptr": 1, "dtype": 1, "shape": 1, "stride": 1}
+    reads.clear()
+    launch(tensor(0x2000), 3)
+    assert reads == {"data_ptr": 1, "dtype": 1, "shape": 1, "stride": 1}
+    cells = dict(zip(launch.__code__.co_freevars, launch.__closure__))  # type: ignore[attr-defined]
+    assert cells["_tj_dtype_x"].cell_contents is T.float32 and cells["_tj_ptr_x"].cell_contents == 0x2000
+
+    kernel = vadd(driver)
+    x, out = tensor(0x1000), tensor(0x2000)
+    for _ in range(CHECKED_LAUNCHES + 2):
+        kernel(2, 256, (x, out, 5))
+    reads.clear()
+    kernel(2, 256, (x, out, 5))
+    assert reads == {"data_ptr": 2, "dtype": 2, "is_contiguous": 2}
+    reads.clear()
+    kernel(2, 256, (tensor(0x3000), out, 6))
+    assert reads == {"data_ptr": 2, "dtype": 2, "is_contiguous": 2}
+    assert driver.records[-1][5] == struct.pack("=QQi", 0x3000, 0x2000, 6)
+
+
+TOUCH2_PARAMS = [("x", ParamKind.array("float32", 2))]
+
+
+@tj.kernel
+def touch2(x):
+    tj.store(x, index=(0, 0), tile=tj.load(x, index=(0, 0), shape=(4, 4)))
+
+
+def test_a_torch_tensor_transposed_or_resized_in_place_is_launched_as_it_is_then(driver: PyDriver) -> None:
+    """``t.transpose_(0, 1)`` of a square tensor keeps its address, shape and dtype and swaps its strides; a resize
+    (or ``as_strided_``) in place keeps address and dtype: the launch after each, past the checked launches (where
+    the same tensor again relaunches the remembered call), carries what the tensor holds then."""
+    touch2._build = lambda *a: loaded(  # type: ignore[method-assign]
+        Launcher(SimpleNamespace(name="touch2", handle=5), TOUCH2_PARAMS, block=128, driver=driver.ns), None, None)
+    try:
+        t = fake_torch.Tensor(0x1000, (4, 4), T.float32)
+        launch = touch2[1]
+        for shape, strides in [((4, 4), (4, 1))] * (CHECKED_LAUNCHES + 2) + [
+                ((4, 4), (1, 4)), ((4, 4), (1, 4)), ((4, 4), (4, 1)), ((2, 8), (8, 1)), ((2, 8), (8, 1)),
+                ((8, 2), (1, 8))]:
+            t.restride(shape, strides)
+            launch(t)
+            want = ArrayView(0x1000, shape, strides, "float32", None)
+            assert driver.records[-1][5] == block_of(TOUCH2_PARAMS, [want]), (shape, strides)
+    finally:
+        del touch2._build
+        for memo in (touch2._specs, touch2._fast, touch2._bound):
+            memo.clear()
 
 
 def test_a_torch_tensor_of_an_unsupported_dtype_names_the_parameter(driver: PyDriver) -> None:

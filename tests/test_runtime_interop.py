@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import sys
 from typing import Any
 
 import numpy as np
@@ -269,3 +270,18 @@ def test_converters_is_a_live_read_only_view_and_new_view_makes_views() -> None:
         del interop._BY_TYPE[Fake]
     v = interop.new_view((32, (3, 4), (4, 1), "int8", None))
     assert type(v) is interop.ArrayView and v.ptr == 32 and v.shape == (3, 4) and v.dtype == "int8"
+
+
+def test_torch_dtype_of_is_the_inverse_of_torch_dtypes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launch code remembers a torch tensor's dtype from its view's dtype name: each name gives back the very
+    torch dtype object the tensor had, and whoever sees one table filled sees both."""
+    import fake_torch
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch.TORCH)
+    inverse = interop.torch_dtype_of()
+    table = interop.torch_dtypes()
+    assert interop.torch_dtype_of() is inverse and table and len(inverse) == len(table)
+    for dtype, name in table.items():
+        assert inverse[name] is dtype and getattr(fake_torch.TORCH, name) is dtype
+    t = fake_torch.Tensor(0x1000, (4,), fake_torch.TORCH.bfloat16)
+    assert inverse[interop.torch_view(t).dtype] is t.dtype

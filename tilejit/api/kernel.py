@@ -469,7 +469,7 @@ _TENSOR_STATE = ("ptr", "dtype", "shape", "stride")
 #: The names a generated dispatch source reads, each with its prefix: globals, the same for every ``kernel[grid]``...
 _KERNEL_ENV = ("fast", "specialize", "slow", "classify", "own_of", "for_thread", "DeviceArray", "ArrayView", "VIEW",
                "MISSING", "NOKEEP", "KEEP", "KEEP_CONST", "get_device", "thread_id", "stream_handle", "NAME", "facts",
-               "torch_view")
+               "torch_view", "torch_dtype_of")
 #: ... and the parameters of its ``make``, those of one (its thread's id, current device and stream handle cells,
 #: grid and stream).
 _FUNCTION_ENV = ("owner", "current_device", "current_stream_handle", "grid", "stream")
@@ -579,7 +579,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
             for i, a in enumerate(args):
                 out += [f"    if {p}VIEW.get({a}.__class__) is {p}torch_view:",
                         f"        {p}ptr_{a}, {p}shape_{a}, {p}stride_{a} = {p}views[{i}][:3]",
-                        f"        {p}dtype_{a} = {a}.dtype",
+                        f"        {p}dtype_{a} = {p}torch_dtype_of[{p}views[{i}][3]]  # its dtype, not read again",
                         f"    else: {p}ptr_{a} = None"]
             out += [f"    {p}no_state = {' and '.join(f'{p}ptr_{a} is None' for a in args)}"]
             out += [f"    {p}last_{a} = {a} if {a}.__class__ in {p}KEEP or {p}ptr_{a} is not None else {p}NOKEEP"
@@ -770,7 +770,7 @@ class Kernel:
             from tilejit.runtime.array import DeviceArray
             from tilejit.runtime.device import get_device
             from tilejit.runtime.dispatch import IMMUTABLE_ARGS, classify, function_maker
-            from tilejit.runtime.interop import torch_view
+            from tilejit.runtime.interop import torch_dtype_of, torch_view
             from tilejit.runtime.stream import stream_handle
 
             src = _dispatch_source(self._args, self._constants, list(self._annotated), self._keys_facts(),
@@ -782,7 +782,7 @@ class Kernel:
                 "VIEW": _VIEW_BY_TYPE, "MISSING": _MISSING, "NOKEEP": _NOKEEP, "KEEP": IMMUTABLE_ARGS,
                 "KEEP_CONST": _KEEP_CONST, "get_device": get_device, "thread_id": threading.get_ident,
                 "stream_handle": stream_handle, "NAME": self.__name__, "facts": launch_facts,
-                "torch_view": torch_view,
+                "torch_view": torch_view, "torch_dtype_of": torch_dtype_of(),
             }
             make = self._make = function_maker(src, f"<tilejit dispatch {self.__name__}>", cached_compile,
                                                {p + name: env[name] for name in _KERNEL_ENV})

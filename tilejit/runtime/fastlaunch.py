@@ -40,7 +40,6 @@ class _NotPacked:
 
 
 _NOT_PACKED = _NotPacked()
-_NO_TENSOR = (_NOT_PACKED, 0, None)  # a pointer parameter's remembered (torch tensor, address, dtype): none
 
 
 class _Mismatch(Exception):
@@ -68,11 +67,11 @@ _FIXED_NAMES = frozenset({
     "last_grid", "last_stream_handle", "_",
     "pack_params", "params", "pack_config", "config", "relaunch", "call_driver", "function_handle", "kernel_params",
     "extra", "thread_id", "owner", "current_stream_handle", "Stream", "stream_handle", "grid3", "Mismatch",
-    "NOT_PACKED", "NO_TENSOR", "IMMUTABLE", "DeviceArray", "ArrayView", "as_view", "pointer_of", "Tensor",
+    "NOT_PACKED", "IMMUTABLE", "DeviceArray", "ArrayView", "as_view", "pointer_of", "Tensor",
     "torch_dtypes", "other_thread", "explain", "failed", "expected_block", "expected_shared", "expected_device",
     "current_device", "fallback",
 }) | PYTHON_NAMES
-_SUFFIXES = ("_view", "_ptr", "_dtype", "_last", "_check", "_torch")
+_SUFFIXES = ("_view", "_ptr", "_dtype", "_last", "_check", "_torch_dtype", "_tensor", "_tensor_ptr", "_tensor_dtype")
 
 
 def _docstring(launcher: Launcher, raw: bool) -> list[str]:
@@ -136,7 +135,8 @@ def _argument_lines(launcher: Launcher, names: list[str]) -> tuple[list[str], li
                 f"    {name}_ptr = {name}.ptr; {name}_dtype = {name}._dtname",
                 f"elif {name}.__class__ is int: {name}_ptr = {name}; {name}_dtype = None",
                 f"elif {name}.__class__ is Tensor and {name}.is_cuda and {name}.is_contiguous():",
-                f"    {name}_ptr = {name}.data_ptr(); {name}_dtype = torch_dtypes[{name}.dtype]",
+                f"    {name}_ptr = {name}.data_ptr()",
+                f"    {name}_torch_dtype = {name}.dtype; {name}_dtype = torch_dtypes[{name}_torch_dtype]",
                 f"else: {name}_ptr, {name}_dtype = pointer_of({name})",
             ]
             if kind.dtype is not None:
@@ -171,7 +171,7 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         "function_handle": launcher.handle, "thread_id": threading.get_ident, "Stream": Stream,
         "stream_handle": stream_handle, "grid3": grid3, "Mismatch": _Mismatch, "NOT_PACKED": _NOT_PACKED,
         "IMMUTABLE": IMMUTABLE_ARGS, "DeviceArray": DeviceArray, "ArrayView": ArrayView, "as_view": as_view,
-        "pointer_of": pointer_of, "Tensor": torch_tensor_type(), "torch_dtypes": {}, "NO_TENSOR": _NO_TENSOR,
+        "pointer_of": pointer_of, "Tensor": torch_tensor_type(), "torch_dtypes": {},
         "explain": launcher.explain,
         "failed": launcher.failed, "other_thread": launcher.launch_any_thread,
     }
@@ -189,34 +189,38 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         (", ".join(names) + (", = args" if n == 1 else " = args")) if n else "if args: raise Mismatch()",
     ]
     convert, values = _argument_lines(launcher, names)
-    # Torch tensors for pointer parameters are remembered apart (``x_torch``, with the address and dtype they had):
-    # the same tensor again is taken as packed while it still has them, is contiguous and on the device. Only a
-    # call that is not the last one again by identity looks (so launches without tensors do no more work).
+    # A torch tensor for a pointer parameter is remembered apart (``x_tensor``, with the address and torch dtype it
+    # had, ``x_tensor_ptr`` and ``x_tensor_dtype``): the same tensor again is taken as packed while it still has
+    # them, is contiguous and on the device (four reads of the tensor, none repeated).
     pointers = [a for a, (_, kind) in zip(names, launcher.params) if kind.kind == "pointer"]
-    again = [f"{a} is {a}_last" for a in names]
     if n:
         # Arguments identical (``is``) to the last call's, and immutable, are in the parameter block already.
         # What is remembered is forgotten before the block is rewritten, so a failed pack leaves no stale match.
         rewrite = [
             f"{names[0]}_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole",
-            *(f"{a}_torch = NO_TENSOR" for a in pointers),
+            *([f"{' = '.join(f'{a}_tensor' for a in pointers)} = NOT_PACKED"] if pointers else []),
             *convert,
             f"pack_params(params, 0, {', '.join(values)})",
             *(f"{a}_last = {a} if {a}.__class__ in IMMUTABLE else NOT_PACKED" for a in names),
         ]
+        # A tensor of exactly torch's class got here through the inline branch (anything else it would be refused),
+        # which read its torch dtype into ``x_torch_dtype``.
         for a in pointers:
-            rewrite.append(f"if {a}.__class__ is Tensor and {a}_ptr: {a}_torch = ({a}, {a}_ptr, {a}.dtype)")
+            rewrite += [f"if {a}.__class__ is Tensor and {a}_ptr:",
+                        f"    {a}_tensor, {a}_tensor_ptr, {a}_tensor_dtype = {a}, {a}_ptr, {a}_torch_dtype"]
         if pointers:
-            # (tensor, address, dtype) of each; NO_TENSOR = (NOT_PACKED, 0, None) where the argument is none
             test = ["if not ("]
             for i, a in enumerate(names):
                 lead = "        " if i == 0 else "        and "
-                test += [f"{lead}({a} is {a}_last or {a} is {a}_torch[0] and {a}.data_ptr() == {a}_torch[1]",
-                         f"            and {a}.dtype is {a}_torch[2] and {a}.is_contiguous() and {a}.is_cuda)"
+                test += [f"{lead}({a} is {a}_last",
+                         f"            or {a} is {a}_tensor and {a}.data_ptr() == {a}_tensor_ptr "
+                         f"and {a}.dtype is {a}_tensor_dtype",
+                         f"                and {a}.is_contiguous() and {a}.is_cuda)",
                          ] if a in pointers else [f"{lead}{a} is {a}_last"]
             test[-1] += "):"
-            rewrite = [*test, *("    " + line for line in rewrite)]
-        lines += [f"if not ({' and '.join(again)}):", *("    " + line for line in rewrite)]
+        else:
+            test = [f"if not ({' and '.join(f'{a} is {a}_last' for a in names)}):"]
+        lines += [*test, *("    " + line for line in rewrite)]
     lines += stream_lines("stream", "handle")
     bx, by, bz = launcher.block
     shared = launcher.shared_bytes
@@ -239,7 +243,7 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         call = (f"status = call_driver(function_handle, gx, gy, gz, {bx}, {by}, {bz}, {shared}, handle, "
                 "kernel_params or None, extra or None)")
     memo = [f"{a}_last" for a in names] + (["last_grid", "last_stream_handle"] if launcher.uses_ex else [])
-    memo += [f"{a}_torch" for a in pointers]
+    memo += [f"{a}_{what}" for a in pointers for what in ("tensor", "tensor_ptr", "tensor_dtype")]
     nonlocal_line = ["    " + line for line in nonlocal_lines(memo)]
     if raw is None:
         head = [
@@ -270,7 +274,9 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         "def make():",
         *([f"    {' = '.join(memo[:n])} = NOT_PACKED"] if n else []),
         *(["    last_grid, last_stream_handle = None, -1"] if launcher.uses_ex else []),
-        *([f"    {' = '.join(f'{a}_torch' for a in pointers)} = NO_TENSOR"] if pointers else []),
+        *([f"    {' = '.join(f'{a}_tensor' for a in pointers)} = NOT_PACKED  # the torch tensor packed last",
+           f"    {' = '.join(f'{a}_tensor_ptr' for a in pointers)} = 0  # its address and torch dtype then",
+           f"    {' = '.join(f'{a}_tensor_dtype' for a in pointers)} = None"] if pointers else []),
         "",
         *("    " + line for line in head),
         "        try:",

@@ -84,6 +84,7 @@ def _host_error(obj: Any) -> NotDeviceArrayError:
 
 
 _TORCH_DTYPES: dict[Any, str] = {}
+_TORCH_DTYPE_OF: dict[str, Any] = {}
 
 
 def torch_dtypes() -> dict[Any, str]:
@@ -93,8 +94,16 @@ def torch_dtypes() -> dict[Any, str]:
         torch = sys.modules["torch"]
         names = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                  "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"]
-        _TORCH_DTYPES.update({getattr(torch, n): n for n in names if hasattr(torch, n)})
+        table = {getattr(torch, n): n for n in names if hasattr(torch, n)}
+        _TORCH_DTYPE_OF.update({n: d for d, n in table.items()})  # first: whoever sees one table sees both
+        _TORCH_DTYPES.update(table)
     return _TORCH_DTYPES
+
+
+def torch_dtype_of() -> dict[str, Any]:
+    """tilejit dtype name -> torch dtype, the inverse of :func:`torch_dtypes` (one torch dtype per name): empty
+    until torch's table is made (by the first torch tensor read), then kept, so launch code may hold it."""
+    return _TORCH_DTYPE_OF
 
 
 class _NoTensor:
@@ -424,5 +433,5 @@ def as_view(obj: Any) -> ArrayView:
 __all__ = [
     "ArrayView", "DLPackOwner", "NotDeviceArrayError", "as_view", "byte_span", "c_strides", "converters",
     "is_contiguous", "new_view", "not_contiguous_error", "parse_cuda_array_interface", "parse_dlpack_capsule",
-    "pointer_of", "register_converter", "torch_dtypes", "torch_tensor_type", "torch_view",
+    "pointer_of", "register_converter", "torch_dtype_of", "torch_dtypes", "torch_tensor_type", "torch_view",
 ]
