@@ -11,7 +11,10 @@ output written once), against the device's copy bandwidth (``torch.Tensor.copy_`
 - ``--launch``: per-call time (microseconds, wall clock over many calls with one sync) of a small call: the fused
   function with ``out=`` against a hand-written tile kernel, torch eager and torch.compile;
 - ``--first-call``: the first call in a fresh process with an empty cache (tilejit: ``TILEJIT_CACHE_DIR``;
-  torch.compile: ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``), medians of ``--runs`` processes.
+  torch.compile: ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``), medians of ``--runs`` processes after one
+  uncounted process (file pages warm), tilejit's bytecode written first as an install writes it; and where
+  tilejit's first call spends its time (imports, driver and device, NVRTC's load and compile, module load, GPU
+  wait, the rest) in one more process. ``--first-call-cpu`` times those parts with no GPU (a stand-in device).
 
 A contender that is missing or fails is reported and skipped. Prints markdown tables; writes the data to
 ``bench/data/bench_fuse.json`` and a plot to ``bench/plots/bench_fuse.png`` (matplotlib), or under ``$OUT``.
@@ -19,6 +22,7 @@ A contender that is missing or fails is reported and skipped. Prints markdown ta
     python bench/bench_fuse.py [--quick] [--sizes 24,26,28] [--chains 2,4,8,16] [--dtypes float32,bfloat16]
                                [--no-launch] [--no-first-call] [--runs 3] [--time-limit 220]
     python bench/bench_fuse.py --plot-from bench/data/bench_fuse.json   # no GPU: tables and plot of a saved run
+    python bench/bench_fuse.py --first-call-cpu [--runs 5]              # no GPU: the parts of tilejit's first call
 
 The whole run takes about 6 minutes on an H100 (``--time-limit`` caps the bandwidth part), ``--quick`` under 2.
 """
@@ -284,28 +288,152 @@ def f(x, y):
 g = torch.compile(f)
 t = time.perf_counter(); r = g(x, y); torch.cuda.synchronize(); print(time.perf_counter() - t)
 """
+#: The first call of FIRST_TJ with its parts timed (one more process, not counted in the first call's time): the
+#: modules it imports, the driver's load and the current device (``device``), NVRTC's load and compile, the driver's
+#: module load, the wait for the GPU, and the rest (tracing, planning, the front end, passes, code generation, the
+#: disk cache, the launch). With ``cpu`` no GPU is needed: tilejit views of no memory on a stand-in sm_90 device,
+#: the driver, its module load and launch left out.
+FIRST_PARTS = r"""
+import builtins, json, sys, time
+sys.path.insert(0, {root!r})
+CPU = {cpu!r}
+if not CPU:
+    import torch
+import tilejit as tj
+from tilejit.compiler import nvrtc as nv
+from tilejit.runtime import module as mod
+spent = dict(imports=0.0, device=0.0, nvrtc_load=0.0, nvrtc_compile=0.0, module_load=0.0, gpu_wait=0.0)
+depth = [0]
+wrapped = []
+real_import = builtins.__import__
 
 
-def first_call(runs: int) -> list[dict[str, Any]]:
-    """Seconds of the first call of a chain of 8 in a fresh process with an empty cache, per contender."""
+def timed_import(name, *args, **kwargs):
+    if depth[0] or name in sys.modules:
+        return real_import(name, *args, **kwargs)
+    depth[0] += 1
+    t = time.perf_counter()
+    try:
+        return real_import(name, *args, **kwargs)
+    finally:
+        spent["imports"] += time.perf_counter() - t
+        depth[0] -= 1
+
+
+def timed(part, fn):
+    def run(*args, **kwargs):
+        depth[0] += 1  # imports inside it count for it
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[part] += time.perf_counter() - t
+            depth[0] -= 1
+    return run
+
+
+def nvrtc():
+    lib = timed("nvrtc_load", default_nvrtc)()
+    if not wrapped:  # the compile itself: NVRTC's one call
+        wrapped.append(lib.nvrtcCompileProgram)
+        lib.nvrtcCompileProgram = timed("nvrtc_compile", lib.nvrtcCompileProgram)
+    return lib
+
+
+load = mod.Module.load.__func__
+default_nvrtc = nv._default_nvrtc
+nv._default_nvrtc = nvrtc
+if CPU:
+    import ctypes
+    from types import SimpleNamespace
+    from tilejit.runtime import device as device_state
+    from tilejit.runtime.interop import ArrayView
+
+    class StandInDevice(device_state.Device):
+        ordinal = 0
+        arch = "sm_90"
+        multiprocessor_count = 132
+
+    class StandInModule:
+        def get_function(self, name):
+            return SimpleNamespace(name=name, handle=0xF00D, module=self)
+
+    driver = SimpleNamespace(cuLaunchKernelEx=ctypes.CDLL(None).geteuid, check=None)
+    device_state.thread_state().device[0] = object.__new__(StandInDevice)
+    device_state.initialized_driver = lambda: driver
+    load = lambda cls, image, kind=None, device=None: StandInModule()
+    x, y, o = (ArrayView(p, (1 << 20,), (1,), "float32", None) for p in (0x7000_0000, 0x7100_0000, 0x7200_0000))
+else:
+    from tilejit.runtime import device as device_state
+    device_state._device_of_this_thread = timed("device", device_state._device_of_this_thread)
+    x = torch.rand(1 << 20, device="cuda"); y = torch.rand(1 << 20, device="cuda"); torch.cuda.synchronize()
+mod.Module.load = classmethod(timed("module_load", load))
+@tj.fuse
+def f(x, y):
+{body}
+builtins.__import__ = timed_import
+t = time.perf_counter()
+r = f(x, y, out=o) if CPU else f(x, y)  # (the stand-in driver has no memory for a new output)
+if not CPU:
+    w = time.perf_counter(); torch.cuda.synchronize(); spent["gpu_wait"] += time.perf_counter() - w
+total = time.perf_counter() - t
+builtins.__import__ = real_import
+spent["rest"] = total - sum(spent.values())
+print(json.dumps(dict(total=total, **spent)))
+"""
+PARTS = ("imports", "device", "nvrtc_load", "nvrtc_compile", "module_load", "gpu_wait", "rest")
+
+
+def _bytecode() -> bool:
+    """Write tilejit's bytecode (``__pycache__``), as installing a package does, so that no first-call process
+    compiles tilejit's sources (with ``PYTHONDONTWRITEBYTECODE`` none would write it; torch's is installed)."""
+    import compileall
+
+    return bool(compileall.compile_dir(str(ROOT / "tilejit"), quiet=1))
+
+
+def _child(script: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TILEJIT_CACHE_DIR": str(cache / "tj"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "ind"),
+           "TRITON_CACHE_DIR": str(cache / "triton")}
+    return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+
+
+def first_call(runs: int, cpu: bool = False) -> list[dict[str, Any]]:
+    """Seconds of the first call of a chain of 8 in a fresh process with an empty cache, per contender (median of
+    ``runs`` processes, after one not counted that warms the files' pages), and tilejit's parts in one more; with
+    ``cpu`` only tilejit's parts, on a stand-in device."""
     out = []
     folder = Path(tempfile.mkdtemp(prefix="bench-fuse-first-"))
-    for impl, template, body_lib in (("tilejit fuse", FIRST_TJ, "tj"), ("torch.compile", FIRST_TORCH, "torch")):
+    if not _bytecode():
+        FAILED["tilejit bytecode"] = "compileall failed: first calls may compile tilejit's sources"
+    body = textwrap.indent(chain_body(8, "tj"), "    ")
+    parts_script = folder / "first_parts.py"
+    parts_script.write_text(FIRST_PARTS.format(root=str(ROOT), body=body, cpu=cpu))
+    contenders = [] if cpu else [("tilejit fuse", FIRST_TJ, "tj"), ("torch.compile", FIRST_TORCH, "torch")]
+    for impl, template, body_lib in contenders:
         script = folder / f"first_{body_lib}.py"
         script.write_text(template.format(root=str(ROOT), body=textwrap.indent(chain_body(8, body_lib), "    ")))
         times = []
-        for r in range(runs):
-            cache = folder / f"cache_{body_lib}_{r}"
-            env = {**os.environ, "TILEJIT_CACHE_DIR": str(cache / "tj"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "ind"),
-                   "TRITON_CACHE_DIR": str(cache / "triton")}
-            done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                                  timeout=600)
+        for r in range(runs + 1):
+            done = _child(script, folder / f"cache_{body_lib}_{r}")
             if done.returncode != 0:
                 FAILED[f"first call {impl}"] = done.stderr.strip().splitlines()[-1][:200] if done.stderr else "?"
                 break
-            times.append(float(done.stdout.split()[-1]))
+            if r:  # the first process only warms the files' pages
+                times.append(float(done.stdout.split()[-1]))
         if times:
             out.append({"impl": impl, "seconds": statistics.median(times), "runs": len(times)})
+    parts: list[dict[str, float]] = []
+    for r in range(runs if cpu else 1):
+        done = _child(parts_script, folder / f"cache_parts_{r}")
+        if done.returncode != 0:
+            FAILED["first call parts"] = done.stderr.strip().splitlines()[-1][:200] if done.stderr else "?"
+            break
+        parts.append(json.loads(done.stdout.splitlines()[-1]))
+    if parts:
+        out.append({"impl": "tilejit fuse parts" + (" (CPU, stand-in device)" if cpu else ""), "runs": len(parts),
+                    "seconds": statistics.median(p["total"] for p in parts),
+                    "parts": {k: statistics.median(p[k] for p in parts) for k in PARTS}})
     return out
 
 
@@ -358,7 +486,7 @@ def plot(path: Path, copy_gbps: float) -> None:
 
 def report(data: dict[str, Any]) -> str:
     """The markdown of a run's data: the bandwidth table, per-call times and first calls, each with its ratio."""
-    parts = [table(data["copy_gbps"])]
+    parts = [table(data["copy_gbps"])] if "copy_gbps" in data else []
     launch = {r["impl"]: r["us_per_call"] for r in data.get("launch", [])}
     if launch:
         rows = [f"| {name} | {us:.2f} |" for name, us in launch.items()]
@@ -369,7 +497,9 @@ def report(data: dict[str, Any]) -> str:
     first = {r["impl"]: r for r in data.get("first_call", [])}
     if first:
         rows = [f"| {name} | {r['seconds']:.3f} | {r['runs']} |" for name, r in first.items()]
-        if "tilejit fuse" in first and "torch.compile" in first:
+        rows += [f"| {name}: {part} | {sec:.3f} | |" for name, r in first.items()
+                 for part, sec in r.get("parts", {}).items()]
+        if "tilejit fuse" in first and "torch.compile" in first:  # (the parts' process is not one of the runs)
             ratio = first["torch.compile"]["seconds"] / first["tilejit fuse"]["seconds"]
             rows.append(f"| torch.compile / tilejit fuse | {ratio:.1f}x | |")
         parts.append("| first call, fresh process, empty cache (chain of 8, 2^20 float32) | seconds | runs |\n"
@@ -413,6 +543,8 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float32,bfloat16", help="float32 and/or bfloat16")
     parser.add_argument("--no-launch", action="store_true", help="skip the per-call overhead")
     parser.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first calls")
+    parser.add_argument("--first-call-cpu", action="store_true",
+                        help="no GPU: only the parts of tilejit's first call, on a stand-in device (--runs processes)")
     parser.add_argument("--runs", type=int, default=None, help="fresh processes per first call (3; --quick 1)")
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds after which no further chain's bandwidth cases start (220; --quick 60)")
@@ -427,6 +559,11 @@ def main() -> None:
             parser.error(f"--plot-from {opts.plot_from}: not a saved bench_fuse run ({exc})")
         print(report(data))
         write(data)
+        return
+    if opts.first_call_cpu:
+        runs = opts.runs if opts.runs is not None else 5
+        data = {"first_call": first_call(runs, cpu=True), "failed": FAILED}
+        print(report(data))
         return
     QUICK = opts.quick
     sizes = [24, 26] if opts.quick else _ints(opts.sizes, "--sizes", 12, 28, parser)

@@ -6,7 +6,10 @@ is libc's ``geteuid`` (no arguments read; it returns 0 when run as root, and the
 does). Differences between rows are tilejit's own Python overhead per launch; the ``geteuid()`` row is the
 floor of one ctypes call. Medians of interleaved repeats. Rows marked "torch-like" pass a stand-in for a torch
 tensor (``tests/fake_torch.py``: the same public API, written in Python, so its attribute reads cost about what
-torch's do, not exactly that); with torch installed the real one is not used here (no GPU).
+torch's do, not exactly that); with torch installed the real one is not used here (no GPU). The ``tj.fuse`` rows
+(issue 21: within 1.2x of a hand-written tile kernel's launch) call a fused chain of 4 operations over 4096 float32
+with ``out=`` beside the hand-written kernel of the chain, ``hand[1](x, y,
+out, TILE=4096)``; the ratio column compares each with the hand-written row of the same kind of arrays.
 
     python bench/bench_launch_cpu.py [--number 100000] [--repeats 7]
 """
@@ -17,6 +20,7 @@ import argparse
 import ctypes
 import statistics
 import sys
+import textwrap
 import timeit
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +36,7 @@ import fake_torch
 
 from tilejit.api.loader import loaded
 from tilejit.api.raw import RawKernel
+from tilejit.language.ir.types import ArrayType
 from tilejit.runtime import device as device_state
 from tilejit.runtime.interop import ArrayView
 from tilejit.runtime.launch import CHECKED_LAUNCHES, Launcher, ParamKind
@@ -117,6 +122,51 @@ def three_arrays(driver: Any, function: Any, backend: str, torch_like: bool = Fa
     return call
 
 
+def _stand_in_build(driver: Any, function: Any) -> Callable[..., Any]:
+    """A ``Kernel._build`` that skips compiling: a launcher of the specialization's parameters through the
+    stand-in driver (everything after it runs as on a GPU)."""
+
+    def build(self: Any, arg_types: Any, hints: Any, consts: Any, device: Any, options: Any = None) -> Any:
+        params = [(n, ParamKind.array(t.dtype.name, t.ndim) if isinstance(t, ArrayType) else
+                   ParamKind.scalar(t.dtype.name)) for n, t in arg_types.items()]
+        return loaded(Launcher(function, params, 256, driver=driver), None, None)
+
+    return build
+
+
+CHAIN = "v = x * y\nv = v + 0.5\nv = tj.tanh(v)\nv = v - y\n"  # bench_fuse.py's chain of 4
+
+
+def fused(driver: Any, function: Any) -> dict[str, Callable[[], Any]]:
+    """The ``tj.fuse`` rows and their hand-written tile kernel rows: 4096 float32, tilejit arrays (immutable
+    views) and torch-like tensors, ``out=`` given (the stand-in torch has no allocator)."""
+    from tilejit.api.kernel import Kernel
+
+    ns: dict[str, Any] = {"tj": tj}
+    exec("def chain(x, y):\n" + textwrap.indent(CHAIN + "return v\n", "    "), ns)
+    exec("def hand(x, y, out, TILE: tj.Constant[int]):\n    i = tj.bid(0)\n"
+         "    x = tj.load(x, index=(i,), shape=(TILE,))\n    y = tj.load(y, index=(i,), shape=(TILE,))\n"
+         + textwrap.indent(CHAIN, "    ") + "    tj.store(out, index=(i,), tile=v)\n", ns)
+    fn, hand = tj.fuse(ns["chain"]), tj.kernel(ns["hand"])
+    torch = sys.modules["torch"]
+    views = [ArrayView(0x1000_0000 + k * 0x10_0000, (4096,), (1,), "float32", None) for k in range(3)]
+    tensors = [fake_torch.Tensor(0x2000_0000 + k * 0x10_0000, (4096,), torch.float32) for k in range(3)]
+    rows: dict[str, Callable[[], Any]] = {}
+    for kind, (x, y, out) in (("tilejit arrays", views), ("torch-like tensors", tensors)):
+        rows[f"hand-written tile kernel hand[1](x, y, out, TILE=4096), {kind}"] = \
+            lambda x=x, y=y, out=out: hand[1](x, y, out, TILE=4096)
+        rows[f"tj.fuse chain(x, y, out=out), {kind}"] = lambda x=x, y=y, out=out: fn(x, y, out=out)
+    saved = Kernel._build
+    Kernel._build = _stand_in_build(driver, function)  # type: ignore[method-assign]
+    try:
+        for call in rows.values():
+            for _ in range(CHECKED_LAUNCHES + 2):
+                call()
+    finally:
+        Kernel._build = saved  # type: ignore[method-assign]
+    return rows
+
+
 def cases() -> dict[str, Callable[[], Any]]:
     libc = ctypes.CDLL(None)
     if libc.geteuid() != 0:
@@ -151,6 +201,7 @@ def cases() -> dict[str, Callable[[], Any]]:
         "the same, backend='tileir' (launch facts in the key)": three_arrays(driver, function, "tileir"),
         "tile kernel copy3[1](a, b, c), new torch-like tensors each call, backend='cuda'":
             three_arrays(driver, function, "cuda", torch_like=True),
+        **fused(driver, function),
     }
 
 
@@ -166,12 +217,15 @@ def main() -> None:
             best = min(timeit.repeat(call, number=opts.number, repeat=3))
             ns[name].append(best / opts.number * 1e9)
     print(f"Python-side launch cost, Python {sys.version.split()[0]}, no GPU (driver call = geteuid)\n")
-    print("| path | ns per launch | over Launcher.launch |")
-    print("| --- | ---: | ---: |")
+    print("| path | ns per launch | over Launcher.launch | over the hand-written kernel |")
+    print("| --- | ---: | ---: | ---: |")
     base = statistics.median(ns["Launcher.launch(1, args)"])
+    hand = {kind: statistics.median(v) for name, v in ns.items() if name.startswith("hand-written")
+            for kind in (name.rpartition(", ")[2],)}
     for name, values in ns.items():
         med = statistics.median(values)
-        print(f"| {name} | {med:.0f} | {med - base:+.0f} |")
+        ratio = f"{med / hand[name.rpartition(', ')[2]]:.2f}x" if name.startswith("tj.fuse") else ""
+        print(f"| {name} | {med:.0f} | {med - base:+.0f} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 from conftest import Toolkit, has_gpu
 
 from tilejit.bindings.nvrtc import NVRTC, load_nvrtc
-from tilejit.compiler.nvrtc import CompiledProgram, compile_cuda
+from tilejit.compiler.nvrtc import MINIMAL, CompiledProgram, _known_to, compile_cuda
 from tilejit.compiler.targets import Target, default_target
 from tilejit.errors import CompileError, TargetError
 
@@ -170,6 +170,25 @@ def test_user_options_reach_nvrtc(lib: NVRTC) -> None:
     assert "st.global" in compile_cuda(std, target="sm_80", output="ptx", nvrtc=lib, cache=False).ptx
     legacy = compile_cuda(std, target="sm_80", output="ptx", options=["-std=c++14"], nvrtc=lib, cache=False)
     assert "st.global" not in legacy.ptx
+
+
+def test_minimal_makes_the_same_code_of_a_generated_kernel_and_is_left_out_where_unknown(lib: NVRTC) -> None:
+    """``-minimal`` (what tile kernels compile with: faster to parse) gives the very CUBIN a compile without it gives
+    for a generated kernel with the device headers (device printf too); an NVRTC older than 12.4 does not know the
+    option, so it is left out there (the key keeps it: the same options asked for, the same NVRTC file)."""
+    from tilejit.backends.cuda.abi import device_headers
+
+    src = ('#include <tilejit/tilejit.cuh>\nextern "C" __global__ void k(float* x) {\n'
+           '  printf("%d %f\\n", (int)threadIdx.x, (double)x[0]);\n'
+           '  x[threadIdx.x] = tj::tanh(x[threadIdx.x]) + atomicAdd(x + 1, 1.0f);\n}\n')
+    plain = compile_cuda(src, headers=device_headers(), target="sm_80", nvrtc=lib, cache=False)
+    minimal = compile_cuda(src, headers=device_headers(), target="sm_80", options=[MINIMAL], nvrtc=lib, cache=False)
+    assert minimal.code == plain.code
+    assert _known_to(("-arch=sm_80", MINIMAL), lib) == (("-arch=sm_80",) if lib.version < (12, 4) else
+                                                        ("-arch=sm_80", MINIMAL))
+    if lib.version >= (12, 4):
+        with pytest.raises(CompileError, match="identifier \"cudaStream_t\" is undefined"):
+            compile_cuda("__device__ cudaStream_t s;\n", target="sm_80", options=[MINIMAL], nvrtc=lib, cache=False)
 
 
 def test_unsupported_target_names_nvrtc_and_lists_targets(lib: NVRTC) -> None:

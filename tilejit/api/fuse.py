@@ -81,6 +81,7 @@ _RESERVED = ("out", "stream")
 #: Arguments a call may be remembered by (identity): immutable ones (as a tile kernel's launch remembers them).
 _IMMUTABLE = frozenset({_DA, ArrayView, int, float, bool})
 _WEAK_FLOAT = WeakSpec("float")
+_MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "<missing>"})()  # a parameter the call left out
 
 
 # ------------------------------------------------------------------------------------------ arguments
@@ -368,7 +369,12 @@ def _overlaps(values: Sequence[_Arg], out_views: Sequence[ArrayView],
 
 class _Local(threading.local):
     """A fused function's state in each thread: its last call (``memo``: remembered when ``out=`` was given and
-    every argument is immutable or a torch tensor, whose state it keeps) and the thread's current-device cell."""
+    every argument is immutable or a torch tensor, whose state it keeps) and the thread's current-device cell.
+
+    The memo is one flat tuple, read by index (by the generated ``__call__`` too): the arguments in parameter order,
+    then ``out``, ``stream``, the device cell and the device it held, the torch tensors' states (``_states``, None
+    when there are none), the launch function and its arguments (of the one launch made, or ``_launch_all`` of
+    them all) and whether ``out`` was a tuple or list of arrays."""
 
     def __init__(self) -> None:
         from tilejit.runtime.device import thread_state
@@ -379,19 +385,39 @@ class _Local(threading.local):
 
 def _states(items: Sequence[Any]) -> tuple[Any, ...] | None:
     """What a repeated call checks of its arguments and outputs before it relaunches the kernels of the last one:
-    for each torch tensor its address, shape, strides, dtype and whether it is on the GPU (what its view was made
-    of), None for an immutable one; None in all when another kind of argument is met (no relaunch)."""
+    for each torch tensor its address, shape, strides and dtype (what its view was made of; it must still be on the
+    GPU), four Nones for an immutable one, one flat tuple of all; None when another kind of argument is met (no
+    relaunch)."""
     tensor = torch_tensor_type()
     out: list[Any] = []
     for a in items:
         if a.__class__ in _IMMUTABLE:
-            out.append(None)
+            out += (None, None, None, None)
         elif isinstance(a, tensor):
             t: Any = a
-            out.append((t.data_ptr(), t.shape, t.stride(), t.dtype, t.is_cuda))
+            if not t.is_cuda:
+                return None
+            out += (t.data_ptr(), t.shape, t.stride(), t.dtype)
         else:
             return None
     return tuple(out)
+
+
+#: The test that a memoized call's item ``{a}`` reads as ``_states`` found it in ``{s}`` at ``{i}``: Python source,
+#: inlined per parameter by the generated ``__call__`` and looped over by ``_unchanged``.
+_READS_AS = ("({s}[{i}] is None or {a}.data_ptr() == {s}[{i}] and {a}.dtype is {s}[{i} + 3]"
+             " and {a}.shape == {s}[{i} + 1] and {a}.stride() == {s}[{i} + 2] and {a}.is_cuda)")
+#: Whether each torch tensor of ``items`` reads as ``_states`` found it in ``states`` (address, dtype, shape, strides,
+#: on the GPU); a tensor changed in place (``set_``, ``resize_``, ``transpose_``, ``.data =``) does not.
+_unchanged: Callable[[tuple[Any, ...], Sequence[Any]], bool] = eval(
+    "lambda states, items: all(" + _READS_AS.format(a="a", s="states", i="i") +
+    " for i, a in zip(range(0, 4 * len(items), 4), items))")
+
+
+def _launch_all(done: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+    """Launch each (launch function, its arguments) of ``done`` in turn (a memoized call of several launches)."""
+    for fn, kargs in done:
+        fn(*kargs)
 
 
 def _several(out: Any) -> bool:
@@ -423,6 +449,39 @@ def _shape_of(deps: frozenset[int], shapes: dict[int, tuple[int, ...]]) -> tuple
 
 
 # ------------------------------------------------------------------------------------------ tj.fuse
+
+
+@functools.cache
+def _caller(names: tuple[str, ...], posonly: int, kwonly: int) -> type[Fused]:
+    """A subclass of ``Fused`` (named the same) whose ``__call__`` takes the parameters ``names`` as the function
+    does (``posonly`` positional-only first, ``kwonly`` keyword-only last) and relaunches the memo's launches after
+    comparing each argument by identity inline: no binding and no ``*args`` / ``**kwargs`` on a repeated call."""
+    n = len(names)
+    params = [f"{p}=_tj_M" for p in names]
+    if posonly:
+        params.insert(posonly, "/")
+    params.insert(n - kwonly + (1 if posonly else 0), "*_tj_more")
+    same = " and ".join(f"{p} is _tj_m[{k}]" for k, p in enumerate(names))
+    items = ", ".join(names)
+    reads = " and ".join(_READS_AS.format(a=p, s="_tj_s", i=4 * k) for k, p in enumerate((*names, "out")))
+    text = f"""def __call__(_tj_self, {", ".join(params)}, out=None, stream=None, **_tj_kw):
+    _tj_m = _tj_self._local.memo
+    if (_tj_m is not None and {same} and out is _tj_m[{n}] and stream is _tj_m[{n + 1}]
+            and _tj_m[{n + 2}][0] is _tj_m[{n + 3}] and not _tj_more and not _tj_kw):
+        _tj_s = _tj_m[{n + 4}]
+        if _tj_s is None or (_tj_unchanged(_tj_s, ({items}, *out)) if _tj_m[{n + 7}] else {reads}):
+            _tj_m[{n + 5}](*_tj_m[{n + 6}])
+            return out
+    return _tj_self._slow(({items},), _tj_more, _tj_kw, out, stream)
+"""
+    namespace: dict[str, Any] = {"_tj_M": _MISSING, "_tj_unchanged": _unchanged}
+    exec(compile(text, f"<tj.fuse call of {n} parameters>", "exec"), namespace)
+    call = namespace["__call__"]
+    call.__qualname__ = "Fused.__call__"
+    call.__doc__ = Fused.__call__.__doc__
+    return type("Fused", (Fused,), {"__call__": call, "__module__": __name__, "__qualname__": "Fused",
+                                    "__doc__": Fused.__doc__})
+
 
 
 class Fused:
@@ -458,6 +517,11 @@ class Fused:
         self._by_text: dict[str, _Program] = {}
         self._recipes: dict[Any, _Recipe] = {}
         self._lock = threading.Lock()
+        code = func.__code__  # the parameters' kinds, where they are its own (not a wrapped function's)
+        if type(self) is Fused and self._names and code.co_varnames[:self._count] == self._names and \
+                code.co_argcount + code.co_kwonlyargcount == self._count and \
+                not any(n.startswith("_tj_") for n in self._names):
+            self.__class__ = _caller(self._names, code.co_posonlyargcount, code.co_kwonlyargcount)
 
     def __repr__(self) -> str:
         return f"<tilejit.Fused {self.func.__module__}.{self.func.__qualname__}>"
@@ -470,15 +534,35 @@ class Fused:
     # -------------------------------------------------------------- calling
 
     def __call__(self, *args: Any, out: Any = None, stream: Any = None, **kwargs: Any) -> Any:
+        # A fused function of usual parameters takes the generated ``__call__`` of its class (``_caller``) instead.
         if kwargs or len(args) != self._count:
             args = self._bind(args, kwargs)
+        return self._call(args, out, stream)
+
+    def _slow(self, named: tuple[Any, ...], more: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
+              stream: Any) -> Any:
+        """A call the generated ``__call__`` did not relaunch: its arguments (``named``: each parameter's, ``_MISSING``
+        where not given) bound as Python binds them, then called."""
+        if more or kwargs or any(a is _MISSING for a in named):
+            if more:
+                args = self._bind((*named, *more), kwargs)
+            else:
+                given = {n: a for n, a in zip(self._names, named) if a is not _MISSING}
+                args = self._bind((), {**given, **kwargs})
+        else:
+            args = named
+        return self._call(args, out, stream)
+
+    def _call(self, args: tuple[Any, ...], out: Any, stream: Any) -> Any:
+        """Call with the arguments in parameter order: the last call's launches again when the memo says they hold
+        (see ``_memo``), else plan (or find the plan of) the call and launch it."""
         local = self._local
         memo = local.memo
-        if memo is not None and out is memo[0] and stream is memo[1] and memo[2][0] is memo[3] and \
-                all(map(operator.is_, args, memo[4])) and \
-                (memo[6] is None or _states((*args, *(out if memo[7] else (out,)))) == memo[6]):
-            for fn, kargs in memo[5]:  # the same arguments, reading the same as then: the same kernel arguments
-                fn(*kargs)
+        n = self._count
+        if memo is not None and out is memo[n] and stream is memo[n + 1] and memo[n + 2][0] is memo[n + 3] and \
+                all(map(operator.is_, args, memo)) and \
+                (memo[n + 4] is None or _unchanged(memo[n + 4], (*args, *(out if memo[n + 7] else (out,))))):
+            memo[n + 5](*memo[n + 6])  # the same arguments, reading the same as then: the same kernel arguments
             return out
         local.memo = None
         key, views, nums, out_views, kept = self._key(args, out, local.cell)
@@ -496,13 +580,15 @@ class Fused:
         elif recipe.overlaps:
             self._check_overlaps(recipe, views, out_views)
         works = [_allocate(like, s, d)[1] for s, d in recipe.works] if recipe.works else ()
-        done = [(launch(kargs, stream), kargs) for launch in recipe.launches
-                for kargs in (kernel_args(launch, views, nums, out_views, works),)]
+        done = tuple((launch(kargs, stream), kargs) for launch in recipe.launches
+                     for kargs in (tuple(kernel_args(launch, views, nums, out_views, works)),))
         if out is not None:
             if not works:
-                states = None if kept else _states((*args, *(out if _several(out) else (out,))))
+                several = _several(out)
+                states = None if kept else _states((*args, *(out if several else (out,))))
                 if kept or states is not None:
-                    local.memo = (out, stream, local.cell, local.cell[0], args, done, states, _several(out))
+                    fn, kargs = done[0] if len(done) == 1 else (_launch_all, (done,))
+                    local.memo = (*args, out, stream, local.cell, local.cell[0], states, fn, kargs, several)
             return out
         outs = [m[0] for m in made]
         return outs[0] if recipe.single else tuple(outs)

@@ -715,8 +715,11 @@ def trace(func: Callable[..., Any], names: Sequence[str], specs: Sequence[Spec])
     """Call ``func`` with one traced value per parameter and return the graph of what it computed."""
     tracer = Tracer(func)
     values = [tracer.param(i, n, s) for i, (n, s) in enumerate(zip(names, specs))]
+    code = func.__code__
+    kwonly = code.co_kwonlyargcount if tuple(code.co_varnames[:len(names)]) == tuple(names) else 0
+    npos = len(values) - kwonly  # keyword-only parameters are passed by name
     try:
-        result = func(*values)
+        result = func(*values[:npos], **dict(zip(names[npos:], values[npos:])))
     except TileCompileError as exc:
         if exc.filename is not None:
             raise

@@ -121,15 +121,16 @@ class CudaBackend(Backend):
     def program(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, name: str,
                 num_threads: int | None = None, kernel_hints: KernelHints = NO_HINTS, kind: str = "cubin",
                 memo: dict[str, Any] | None = None) -> CompiledProgram:
-        """NVRTC's output of ``kind`` ("cubin" or "ptx") for the generated source, kept in ``memo``."""
+        """NVRTC's output of ``kind`` ("cubin" or "ptx") for the generated source, kept in ``memo``; compiled with
+        ``-minimal`` (the same code, parsed faster: the generated kernels use nothing it leaves out)."""
         memo = {} if memo is None else memo
         prog: CompiledProgram | None = memo.get(kind)
         if prog is None:
-            from tilejit.compiler.nvrtc import compile_cuda
+            from tilejit.compiler.nvrtc import MINIMAL, compile_cuda
 
             ck = self.source(fn, target, hints, num_threads=num_threads, kernel_hints=kernel_hints, memo=memo)
             prog = memo[kind] = compile_cuda(ck.source, name=f"{name}.cu", headers=ck.headers, target=target,
-                                             output=kind)  # type: ignore[arg-type]
+                                             output=kind, options=(MINIMAL,))  # type: ignore[arg-type]
         return prog
 
     def generate(self, fn: Function, target: Target, hints: Mapping[str, ArrayHint], *, num_threads: int | None = None,

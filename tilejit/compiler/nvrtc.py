@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     Output: TypeAlias = Literal["ptx", "cubin", "ltoir"]
 OUTPUTS: tuple[str, ...] = ("ptx", "cubin", "ltoir")
 DEFAULT_OPTIONS: tuple[str, ...] = ("-std=c++17", "-default-device")
+#: The option that leaves out of a program what tilejit's generated kernels never use (texture and surface functions,
+#: the device runtime library's functions, launches from the device, the runtime API's types): NVRTC parses less and
+#: makes the same code. NVRTC older than 12.4 does not know it, so a compile with one leaves it out.
+MINIMAL = "-minimal"
+_MINIMAL_SINCE = (12, 4)
 _CACHE_TAG = "tilejit.compile_cuda.v1"
 
 
@@ -130,7 +135,7 @@ def compile_cuda(
     log = logger_for(__name__)
     start = time.perf_counter() if log is not None else 0.0
     with thread_locale_kept():
-        prog = run_nvrtc(lib, source, name, header_map, opts, tgt, output, exprs)
+        prog = run_nvrtc(lib, source, name, header_map, _known_to(opts, lib), tgt, output, exprs)
     if log is not None:
         log.debug("NVRTC %s compiled %s for %s to %s in %.1f ms", _version(lib), name, tgt.sm, output,
                   ms_since(start))
@@ -170,7 +175,7 @@ def compile_cuda_ptx_and_cubin(
     _check_supported(tgt, lib)
     from tilejit.compiler.nvrtc_run import run_nvrtc_outputs, thread_locale_kept
 
-    opts = _options(user_options, tgt, "cubin")
+    opts = _known_to(_options(user_options, tgt, "cubin"), lib)
     log = logger_for(__name__)
     start = time.perf_counter() if log is not None else 0.0
     with thread_locale_kept():
@@ -523,6 +528,14 @@ def _options(user: tuple[str, ...], target: Target, output: str) -> tuple[str, .
     return (*opts, *user)
 
 
+def _known_to(opts: tuple[str, ...], lib: NVRTC) -> tuple[str, ...]:
+    """``opts`` without ``MINIMAL`` for an NVRTC that does not know it (the cache key keeps the options asked for:
+    which NVRTC compiles is in it too)."""
+    if MINIMAL in opts and tuple(lib.version)[:2] < _MINIMAL_SINCE:
+        return tuple(o for o in opts if o != MINIMAL)
+    return opts
+
+
 @functools.cache
 def _default_nvrtc() -> NVRTC:
     from tilejit.bindings.nvrtc import nvrtc
@@ -581,6 +594,7 @@ def _key(
 
 __all__ = [
     "DEFAULT_OPTIONS",
+    "MINIMAL",
     "CompiledProgram",
     "compile_cuda",
     "compile_cuda_ptx_and_cubin",
