@@ -154,5 +154,5 @@ def test_ptxas_info_reports_a_refusal(br: ModuleType, nvrtc_here: Path) -> None:
     sys.path.insert(0, str(ROOT / "examples"))
     from softmax import softmax
 
-    info = br.ptxas_info(softmax, (tj.float32[:, ::1], tj.float32[:, ::1]), {"BLOCK": 2**20}, "sm_90")
+    info = br.ptxas_info(softmax, (tj.float32[:, ::1], tj.float32[:, ::1]), {"ROWS": 1, "BLOCK": 2**20}, "sm_90")
     assert info["status"].startswith("refused: softmax.py:") and "too large for the CUDA backend" in info["status"]

@@ -30,11 +30,14 @@ def test_compile_tile_kernel_bad_input(tmp_path: Path) -> None:
     base = ["compile", str(EXAMPLES / "softmax.py"), "--arch", "sm_90", "-o", str(tmp_path)]
     proc = _cli(*base, "--kernel", "nope", "--signature", "float32[:,:],float32[:,:]")
     assert proc.returncode == 2 and "no @tj.kernel named 'nope'" in proc.stderr and "softmax" in proc.stderr
-    proc = _cli(*base, "--kernel", "softmax", "--signature", "float33[:,:],float32[:,:]", "-C", "BLOCK=1024")
+    proc = _cli(*base, "--kernel", "softmax", "--signature", "float33[:,:],float32[:,:]", "-C", "ROWS=1", "-C",
+                "BLOCK=1024")
     assert proc.returncode == 2 and "unknown type 'float33[:,:]'" in proc.stderr
-    proc = _cli(*base, "--kernel", "softmax", "--signature", "float32[::1,:],float32[:,:]", "-C", "BLOCK=1024")
+    proc = _cli(*base, "--kernel", "softmax", "--signature", "float32[::1,:],float32[:,:]", "-C", "ROWS=1", "-C",
+                "BLOCK=1024")
     assert proc.returncode == 2 and "with ::1 last" in proc.stderr
-    proc = _cli(*base, "--kernel", "softmax", "--signature", "float32[:,:]", "-C", "BLOCK=1024")
+    proc = _cli(*base, "--kernel", "softmax", "--signature", "float32[:,:]", "-C", "ROWS=1", "-C", "BLOCK=1024")
     assert proc.returncode == 2 and "2 non-constant parameters" in proc.stderr
-    proc = _cli(*base, "--kernel", "softmax", "--signature", "float32[:,:],float32[:,:]", "-C", "BLOCK=1000")
+    proc = _cli(*base, "--kernel", "softmax", "--signature", "float32[:,:],float32[:,:]", "-C", "ROWS=1", "-C",
+                "BLOCK=1000")
     assert proc.returncode != 0 and "power of two" in proc.stderr and "Traceback" not in proc.stderr

@@ -96,7 +96,7 @@ def test_hints_are_part_of_the_disk_cache_key(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("TILEJIT_CACHE", "1")
 
     def art(**kw: Any) -> Any:
-        return tj.compile(softmax, SOFTMAX_SIG, constants={"BLOCK": 1024}, target="sm_90", backend="cuda", **kw)
+        return tj.compile(softmax, SOFTMAX_SIG, constants={"ROWS": 1, "BLOCK": 1024}, target="sm_90", backend="cuda", **kw)
 
     variants = [art(), art(occupancy=2), art(occupancy=3), art(num_ctas=2), art(num_ctas=2, occupancy=2)]
     keys = [_specialization_key(a, "fingerprint") for a in variants]
@@ -118,7 +118,7 @@ def test_hints_are_part_of_the_disk_cache_key(tmp_path: Path, monkeypatch: pytes
 def test_entry_hints_rule() -> None:
     """The user's occupancy wins over the rule (mma kernels included); num_ctas > 1 becomes num_cta_in_cga except
     on sm_8x and with no target, where it is dropped with a debug log line."""
-    fn = tj.compile(softmax, SOFTMAX_SIG, constants={"BLOCK": 4096}, target="sm_90").ir()
+    fn = tj.compile(softmax, SOFTMAX_SIG, constants={"ROWS": 1, "BLOCK": 4096}, target="sm_90").ir()
     assert entry_hints(fn, "sm_90") == {"sm_90": {"occupancy": 4}}  # the rule's own choice
     assert entry_hints(fn, "sm_90", KernelHints(occupancy=1)) == {"sm_90": {"occupancy": 1}}
     assert entry_hints(fn, "sm_100", KernelHints(occupancy=2)) == {"sm_100": {"occupancy": 2}}
@@ -184,7 +184,7 @@ def test_cuda_launch_bounds_take_the_users_occupancy(caplog: pytest.LogCaptureFi
     """``occupancy`` becomes ``__launch_bounds__``'s second argument (over the plan's own choice); ``num_ctas``
     changes nothing in CUDA C++ (its kernels use no clusters) and is logged at debug level."""
     def source(**kw: Any) -> str:
-        art = tj.compile(softmax, SOFTMAX_SIG, constants={"BLOCK": 4096}, target="sm_90", backend="cuda", **kw)
+        art = tj.compile(softmax, SOFTMAX_SIG, constants={"ROWS": 1, "BLOCK": 4096}, target="sm_90", backend="cuda", **kw)
         return art.cuda_source()
 
     plain = source()

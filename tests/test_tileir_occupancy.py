@@ -26,7 +26,7 @@ def compiled(name: str, dtype: str, block: int, target: str = "sm_90", backend: 
     (a matmul's BM; its BN is ``bn``, default ``block``)."""
     dt = getattr(tj, dtype)
     kernel, sig, consts = {
-        "softmax": (softmax, (dt[:, ::1], dt[:, ::1]), {"BLOCK": block}),
+        "softmax": (softmax, (dt[:, ::1], dt[:, ::1]), {"ROWS": 1, "BLOCK": block}),
         "layer_norm": (layer_norm, (dt[:, ::1], dt[::1], dt[::1], dt[:, ::1], tj.float32), {"BLOCK": block}),
         "vector_add": (vector_add, (dt[::1], dt[::1], dt[::1]), {"TILE": block}),
         "matmul": (matmul, (dt[:, ::1], dt[:, ::1], tj.float32[:, ::1]), {"BM": block, "BN": bn or block, "BK": 64}),
