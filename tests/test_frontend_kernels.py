@@ -356,7 +356,8 @@ from softmax import softmax  # noqa: E402
 
 
 def test_softmax() -> None:
-    fn = run_passes(lower(softmax, {"ROWS": 1, "BLOCK": 1024}, x=ArrayType(tj.bfloat16, 2), out=ArrayType(tj.bfloat16, 2)))
+    bf16 = ArrayType(tj.bfloat16, 2)
+    fn = run_passes(lower(softmax, {"ROWS": 1, "BLOCK": 1024}, x=bf16, out=bf16))
     names = op_names(fn)
     assert names.count("reduce") == 2 and "unary" in names
     store = next(op for op in fn.body.ops if isinstance(op, ops.StoreOp))

@@ -96,7 +96,8 @@ def test_hints_are_part_of_the_disk_cache_key(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("TILEJIT_CACHE", "1")
 
     def art(**kw: Any) -> Any:
-        return tj.compile(softmax, SOFTMAX_SIG, constants={"ROWS": 1, "BLOCK": 1024}, target="sm_90", backend="cuda", **kw)
+        return tj.compile(softmax, SOFTMAX_SIG, constants={"ROWS": 1, "BLOCK": 1024}, target="sm_90", backend="cuda",
+                          **kw)
 
     variants = [art(), art(occupancy=2), art(occupancy=3), art(num_ctas=2), art(num_ctas=2, occupancy=2)]
     keys = [_specialization_key(a, "fingerprint") for a in variants]
@@ -184,7 +185,8 @@ def test_cuda_launch_bounds_take_the_users_occupancy(caplog: pytest.LogCaptureFi
     """``occupancy`` becomes ``__launch_bounds__``'s second argument (over the plan's own choice); ``num_ctas``
     changes nothing in CUDA C++ (its kernels use no clusters) and is logged at debug level."""
     def source(**kw: Any) -> str:
-        art = tj.compile(softmax, SOFTMAX_SIG, constants={"ROWS": 1, "BLOCK": 4096}, target="sm_90", backend="cuda", **kw)
+        art = tj.compile(softmax, SOFTMAX_SIG, constants={"ROWS": 1, "BLOCK": 4096}, target="sm_90", backend="cuda",
+                         **kw)
         return art.cuda_source()
 
     plain = source()
