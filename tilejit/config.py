@@ -95,6 +95,11 @@ EMIT_PTX: Setting[bool] = Setting(
 ARCH_SPECIFIC: Setting[bool] = Setting(
     "TILEJIT_ARCH_SPECIFIC", bool, True, "tile kernels on an H100/H200 build for sm_90a (wgmma); 0: plain sm_90"
 )
+CUDA_WARP_SPECIALIZE: Setting[bool] = Setting(
+    "TILEJIT_CUDA_WARP_SPECIALIZE", bool, False,
+    "CUDA backend on sm_90a: run a recognized wgmma K loop with a producer warpgroup (cp.async into a ring of "
+    "mbarrier-guarded stages) and consumer warpgroups (wgmma only); read when a kernel builds a specialization",
+)
 TILEIRAS: Setting[str | None] = Setting(
     "TILEJIT_TILEIRAS", str, None, "explicit path of tileiras (or its bin folder) for the Tile IR backend"
 )
@@ -131,6 +136,7 @@ ALL: tuple[Setting[object], ...] = (
     DEFAULT_ARCH,  # type: ignore[assignment]
     EMIT_PTX,  # type: ignore[assignment]
     ARCH_SPECIFIC,  # type: ignore[assignment]
+    CUDA_WARP_SPECIALIZE,  # type: ignore[assignment]
     TILEIRAS,  # type: ignore[assignment]
     BACKEND,  # type: ignore[assignment]
     AUTOTUNE,  # type: ignore[assignment]

@@ -42,6 +42,8 @@ class Lowering:
         # a loop prefetching staged mma operands → (buffer parity variable, the loop, next iteration's variable, the
         # test that there is one)
         self.parity: dict[int, tuple[str, O.ForOp, str, str]] = {}
+        self.after_mma: dict[int, list[str]] = {}  # mma → statements right after it (a warp-specialized ring's release)
+        self.ws_epilogue: int | None = None  # warp-specialized: where the consumers-only code after the loop starts
         self.decls: list[str] = []  # file-scope C++ the kernel needs (e.g. wgmma specializations)
         self.constants: dict[Value, object] = {}  # values of ConstantOp results
         self.facts: dict[Value, tuple[int, int]] = {}  # (div_by, contiguous) of AssumeOp results
@@ -546,6 +548,11 @@ class Lowering:
             self._assign(n, v, like)
 
     def op_ForOp(self, op: O.ForOp) -> None:
+        if self.plan.ws is not None and self.plan.ws.loop is op:
+            from tilejit.backends.cuda.mma_lower import lower_warp_specialized
+
+            lower_warp_specialized(self, op)
+            return
         if id(op) in self.plan.pipelines:
             from tilejit.backends.cuda.mma_lower import lower_pipelined_for
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.layouts import Layout
-from tilejit.backends.cuda.plan import MmaPlan, StagedOperand
+from tilejit.backends.cuda.plan import MmaPlan, Pipeline, StagedOperand
 from tilejit.backends.cuda.values import CV
 from tilejit.language.ir.core import Value
 from tilejit.language.ir.ops import ForOp, MmaOp
@@ -32,6 +32,8 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
         lw._assign(acc, op.acc, op.result)
     if staged is not None:  # operands already in shared memory (cp.async pipeline)
         _compute(lw, p, acc, staged[0], staged[1], 1 if staged[2] else 0)
+        for line in lw.after_mma.get(id(op), ()):
+            lw.line(line)
         return
     _lower_unpipelined(lw, op, p, acc)
 
@@ -216,6 +218,60 @@ def _operand_layout(lw: Lowering, v: Value) -> Layout:
     return lw.plan.layout_of(v)
 
 
+@dataclass(frozen=True)
+class _Ring:
+    """The C++ names and sizes of a K loop's shared-memory stages (``_ring``)."""
+
+    pipe: Pipeline
+    p: MmaPlan
+    lo: str  # the loop's bounds, step and trip count (tj::i64)
+    hi: str
+    step: str
+    count: str
+    prefix: str  # of the loop's other names (k8_it, ...)
+    base: str  # the first stage (1024-byte aligned for wgmma)
+    stage_elems: int
+    iv: Value  # the loop variable
+    iv_t: str  # its C type
+
+
+def _ring(lw: Lowering, op: ForOp, stages: int, extra_bytes: int = 0) -> _Ring:
+    """Declare a pipelined K loop's bounds, trip count and stage base; ``extra_bytes`` follow the stages."""
+    pipe = lw.plan.pipelines[id(op)]
+    p = lw.plan.mma[id(pipe.mma)]
+    ivt = op.body.args[0].type
+    assert isinstance(ivt, TileType)
+    t_in = tables.ctype(p.in_dtype)
+    n = lw.fresh("k")
+    lo, hi, st, nk, base = (f"{n}_{x}" for x in ("lo", "hi", "step", "n", "smem"))
+    lw.line(f"const tj::i64 {lo} = {lw.scalar(op.lower)}, {hi} = {lw.scalar(op.upper)}, {st} = {lw.scalar(op.step)};")
+    # a run-time step <= 0 runs no iterations (no division by zero)
+    lw.line(f"const tj::i64 {nk} = {hi} > {lo} && {st} > 0 ? ({hi} - {lo} - 1) / {st} + 1 : 0;")
+    if p.path == "wgmma":  # swizzled stages must start 1024-byte aligned
+        lw.need_smem(stages * pipe.stage_bytes + 1024 + extra_bytes, pipe.mma)
+        lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj::align_smem<1024>(tj_smem));")
+    else:
+        lw.need_smem(stages * pipe.stage_bytes + extra_bytes, pipe.mma)
+        lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj_smem);")
+    return _Ring(pipe, p, lo, hi, st, nk, n, base, pipe.stage_bytes // p.in_dtype.itemsize, op.body.args[0],
+                 tables.ctype(ivt.dtype))
+
+
+def _issue(lw: Lowering, r: _Ring, k: str, stage: str, threads: int | None = None, tid: str = "") -> None:
+    """The cp.async statements that copy iteration ``k``'s two operand tiles into stage ``stage``, shared by
+    ``threads`` threads (default: the block's) numbered by ``tid`` (default: threadIdx.x)."""
+    env = {r.iv: f"(({r.iv_t})({r.lo} + ({k}) * {r.step}))"}
+    operands = ((r.pipe.load_a, "0", r.p.lda, r.p.swa), (r.pipe.load_b, str(r.p.a_elems), r.p.ldb, r.p.swb))
+    for load, off, ld, sw in operands:
+        t = load.result.type
+        assert isinstance(t, TileType)
+        # the tile's origin along each dim; a 3-D load's leading (batch) dim has tile size 1
+        org = ", ".join(f"(tj::i64){lw.expr_at(ix, env)} * {s}" for ix, s in zip(load.index, t.shape))
+        by = f", {tid}" if tid else ""
+        lw.line(f"tj::cp_async_tile<{t.shape[-2]}, {t.shape[-1]}, {ld}, {threads or lw.plan.nt}, {sw}>"
+                f"({r.base} + ({stage}) * {r.stage_elems} + {off}, {lw.vals[load.array].text}, {org}{by});")
+
+
 def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     """A K loop whose two mma operands stream into a ring of shared-memory stages with cp.async:
     stage s+S-1 is fetched while stage s is multiplied, one barrier per iteration."""
@@ -226,34 +282,10 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     lw._bind_vars(carried, names)
     ivt = iv.type
     assert isinstance(ivt, TileType)
-    t_in, iv_t = tables.ctype(p.in_dtype), tables.ctype(ivt.dtype)
-    n = lw.fresh("k")
-    lo, hi, st, nk, it, base = (f"{n}_{x}" for x in ("lo", "hi", "step", "n", "it", "smem"))
-    stages, stage_elems = pipe.stages, pipe.stage_bytes // p.in_dtype.itemsize
+    stages = pipe.stages
+    r = _ring(lw, op, stages)
+    n, lo, st, nk, it, base, stage_elems = r.prefix, r.lo, r.step, r.count, f"{r.prefix}_it", r.base, r.stage_elems
     wgmma = p.path == "wgmma"
-    lw.line(f"const tj::i64 {lo} = {lw.scalar(op.lower)}, {hi} = {lw.scalar(op.upper)}, {st} = {lw.scalar(op.step)};")
-    # a run-time step <= 0 runs no iterations (no division by zero)
-    lw.line(f"const tj::i64 {nk} = {hi} > {lo} && {st} > 0 ? ({hi} - {lo} - 1) / {st} + 1 : 0;")
-    if wgmma:  # swizzled stages must start 1024-byte aligned
-        lw.need_smem(stages * pipe.stage_bytes + 1024, pipe.mma)
-        lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj::align_smem<1024>(tj_smem));")
-    else:
-        lw.need_smem(stages * pipe.stage_bytes, pipe.mma)
-        lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj_smem);")
-    operands = ((pipe.load_a, "0", p.lda, p.swa), (pipe.load_b, str(p.a_elems), p.ldb, p.swb))
-
-    def issue(k: str, stage: str) -> None:
-        env = {iv: f"(({iv_t})({lo} + ({k}) * {st}))"}
-        for load, off, ld, sw in operands:
-            t, at = load.result.type, load.array.type
-            assert isinstance(t, TileType) and isinstance(at, ArrayType)
-            # the tile's origin along each dim; a 3-D load's leading (batch) dim has tile size 1
-            org = ", ".join(f"(tj::i64){lw.expr_at(ix, env)} * {s}" for ix, s in zip(load.index, t.shape))
-            lw.line(
-                f"tj::cp_async_tile<{t.shape[-2]}, {t.shape[-1]}, {ld}, {lw.plan.nt}, {sw}>"
-                f"({base} + ({stage}) * {stage_elems} + {off}, {lw.vals[load.array].text}, {org});"
-            )
-
     # prefetch distance: stages - 1, or stages - 2 when a wgmma batch stays in flight (the stage it
     # reads is refilled one iteration later)
     ahead = stages - 2 if pipe.overlap else stages - 1
@@ -262,7 +294,7 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     lw.depth += 1
     lw.line(f"if (s < {nk}) {{")
     lw.depth += 1
-    issue("s", "s")
+    _issue(lw, r, "s", "s")
     lw.depth -= 1
     lw.line("}")
     lw.line("tj::cp_async_commit();")
@@ -276,30 +308,122 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     lw.depth += 1
     ivn = lw.fresh("v")
     lw.vals[iv] = _scalar_cv(ivn, ivt)
-    lw.line(f"const {iv_t} {ivn} = ({iv_t})({lo} + {it} * {st});")
+    lw.line(f"const {r.iv_t} {ivn} = ({r.iv_t})({lo} + {it} * {st});")
     lw.line(f"tj::cp_async_wait<{ahead - 1}>();")
     if wgmma:
         lw.line(f"{_wgmma_type(lw, p)}::fence_smem();")
     lw.line("__syncthreads();")
     lw.line(f"if ({it} + {ahead} < {nk}) {{")
     lw.depth += 1
-    issue(f"{it} + {ahead}", wr)
+    _issue(lw, r, f"{it} + {ahead}", wr)
     lw.depth -= 1
     lw.line("}")
     lw.line("tj::cp_async_commit();")
-    a_stage = f"({base} + {rd} * {stage_elems})"
-    lw.staged[id(pipe.mma)] = (a_stage, f"({base} + {rd} * {stage_elems} + {p.a_elems})", pipe.overlap)
+    lw.staged[id(pipe.mma)] = (f"({base} + {rd} * {stage_elems})", f"({base} + {rd} * {stage_elems} + {p.a_elems})",
+                               pipe.overlap)
     lw.depth -= 1
-    lw.loop_vars.append((names, carried))
-    views = {id(v) for v in pipe.views}  # transposes/reshapes of the staged loads: the stage serves them
-    lw.nested(replace(op.body, ops=[o for o in op.body.ops if id(o) not in views]) if views else op.body)
-    lw.loop_vars.pop()
+    _body(lw, op, names, carried)
     lw.line("}")
     if pipe.overlap:
         acc_name = names[carried.index(pipe.mma.acc)]
         lw.line(f"{_wgmma_type(lw, p)}::wait<0>({acc_name});")
     lw.line("tj::cp_async_wait<0>();")
     lw.line("__syncthreads();")
+    lw._bind_vars(op.results, names)
+
+
+def _body(lw: Lowering, op: ForOp, names: list[str], carried: list[Value]) -> None:
+    """A pipelined loop's body: its ops but the views of the staged loads (the stages serve them)."""
+    pipe = lw.plan.pipelines[id(op)]
+    lw.loop_vars.append((names, carried))
+    views = {id(v) for v in pipe.views}
+    lw.nested(replace(op.body, ops=[o for o in op.body.ops if id(o) not in views]) if views else op.body)
+    lw.loop_vars.pop()
+
+
+def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
+    """The plan's ``WarpSpecialized`` K loop: the producer warpgroup (threads nt..nt+127) copies each iteration's
+    operand tiles into a ring of S stages with cp.async and exits; the consumer warpgroups (threads 0..nt-1)
+    multiply stage after stage with wgmma, one batch in flight, and go on to the code after the loop (which
+    needs no block barrier: the plan checked, and generate() checks the code). Stage s's mbarriers: full[s]
+    (the producer's copies landed, 128 arrivals) and empty[s] (every consumer's wgmmas reading it completed,
+    nt arrivals); no block barrier inside the loop."""
+    ws = lw.plan.ws
+    assert ws is not None and ws.loop is op
+    pipe = lw.plan.pipelines[id(op)]
+    p = lw.plan.mma[id(pipe.mma)]
+    nt, stages = lw.plan.nt, ws.stages
+    iv, carried = op.body.args[0], op.body.args[1:]
+    ivt = iv.type
+    assert isinstance(ivt, TileType)
+    producers = ws.threads - nt
+    lw.line(f"// ---- warp-specialized K loop: consumer warpgroups 0..{nt // 128 - 1} (threads 0..{nt - 1}) issue "
+            f"the wgmmas, producer warpgroup {nt // 128} (threads {nt}..{ws.threads - 1}) copies {stages} stages")
+    r = _ring(lw, op, stages, 2 * 8 * stages)
+    n, it, ring = r.prefix, f"{r.prefix}_it", f"{stages} * {r.stage_elems}"
+    full, empty, stage, phase = f"{n}_full", f"{n}_empty", f"{n}_s", f"{n}_ph"
+    lw.line(f"tj::u64* {full} = reinterpret_cast<tj::u64*>({r.base} + {ring});  // full[s]: stage s has landed")
+    lw.line(f"tj::u64* {empty} = {full} + {stages};  // empty[s]: the wgmmas reading stage s are done")
+    lw.line("if (tj_tid == 0) {")
+    lw.depth += 1
+    lw.line(f"for (int s = 0; s < {stages}; ++s) {{")
+    lw.line(f"  tj::mbar_init({full} + s, {producers});  // one cp.async-tracked arrival per producer thread")
+    lw.line(f"  tj::mbar_init({empty} + s, {nt});  // one arrival per consumer thread")
+    lw.line("}")
+    lw.depth -= 1
+    lw.line("}")
+    lw.line("__syncthreads();  // the barriers are initialized (the last block-wide barrier)")
+    # the stage and its round's phase parity advance together (no modulo)
+    bump = f"{phase} ^= {stage} + 1 == {stages} ? 1u : 0u, {stage} = {stage} + 1 == {stages} ? 0 : {stage} + 1"
+
+    lw.line(f"if (tj_tid >= {nt}) {{")
+    lw.depth += 1
+    lw.line(f"// producer warpgroup: keeps {ws.producer_registers} registers, gives the rest to the consumers")
+    lw.line(f"tj::regs_dec<{ws.producer_registers}>();")
+    ptid = f"{n}_ptid"
+    lw.line(f"const int {ptid} = tj_tid - {nt};")
+    lw.line(f"int {stage} = 0;")
+    lw.line(f"tj::u32 {phase} = 0;")
+    lw.line("#pragma unroll 1")
+    lw.line(f"for (tj::i64 {it} = 0; {it} < {r.count}; ++{it}, {bump}) {{")
+    lw.depth += 1
+    lw.line(f"tj::mbar_wait({empty} + {stage}, {phase} ^ 1);  // the consumers released this stage's last round")
+    _issue(lw, r, it, stage, producers, ptid)
+    lw.line(f"tj::cp_async_mbar_arrive({full} + {stage});  // full[s] completes when these copies have landed")
+    lw.depth -= 1
+    lw.line("}")
+    lw.line("tj::cp_async_wait_all();")
+    lw.line("return;")
+    lw.depth -= 1
+    lw.line("}")
+
+    lw.line(f"// consumer warpgroups: take the producer's registers ({ws.registers} -> {ws.consumer_registers})")
+    if ws.consumer_registers > ws.registers:
+        lw.line(f"tj::regs_inc<{ws.consumer_registers}>();")
+    names = lw._declare_vars(carried, op.init)
+    lw._bind_vars(carried, names)
+    prev = f"{n}_prev"
+    lw.line(f"int {stage} = 0, {prev} = 0;")
+    lw.line(f"tj::u32 {phase} = 0;")
+    lw.line("#pragma unroll 1")
+    lw.line(f"for (tj::i64 {it} = 0; {it} < {r.count}; ++{it}, {prev} = {stage}, {bump}) {{")
+    lw.depth += 1
+    ivn = lw.fresh("v")
+    lw.vals[iv] = _scalar_cv(ivn, ivt)
+    lw.line(f"const {r.iv_t} {ivn} = ({r.iv_t})({r.lo} + {it} * {r.step});")
+    lw.line(f"tj::mbar_wait({full} + {stage}, {phase});  // this stage has landed")
+    lw.line(f"{_wgmma_type(lw, p)}::fence_smem();  // cp.async wrote it (generic proxy), wgmma reads it (async)")
+    at = f"{r.base} + {stage} * {r.stage_elems}"
+    lw.staged[id(pipe.mma)] = (f"({at})", f"({at} + {p.a_elems})", True)
+    # after the batch is issued, wait_group 1 leaves it in flight: the previous one is done, its stage free
+    lw.after_mma[id(pipe.mma)] = [f"if ({it} > 0) tj::mbar_arrive({empty} + {prev});  // release the previous stage"]
+    lw.depth -= 1
+    _body(lw, op, names, carried)
+    lw.line("}")
+    acc_name = names[carried.index(pipe.mma.acc)]
+    lw.line(f"{_wgmma_type(lw, p)}::wait<0>({acc_name});")
+    lw.line("// ---- after the K loop: consumer warpgroups only (no block barrier from here on)")
+    lw.ws_epilogue = len(lw.lines)
     lw._bind_vars(op.results, names)
 
 

@@ -37,22 +37,34 @@ from tilejit.errors import CompileError, TileCompileError
 from tilejit.language.ir.core import Block, Loc, Op, Value
 from tilejit.language.ir.ops import (
     ArgReduceOp,
+    ArrayCountOp,
+    ArrayDimOp,
+    ArrayItemOp,
+    AssumeOp,
     AtomicOp,
     BarrierOp,
     BinaryOp,
+    BlockIdOp,
+    BroadcastOp,
     CastOp,
+    CompareOp,
     ConstantOp,
+    ContinueOp,
     FenceOp,
+    FmaOp,
     ForOp,
     Function,
     GatherOp,
     LoadOp,
     LoopOp,
     MmaOp,
+    NumBlocksOp,
     PermuteOp,
     ReduceOp,
     ReshapeOp,
+    ReturnOp,
     ScatterOp,
+    SelectOp,
     StoreOp,
     UnaryOp,
 )
@@ -70,6 +82,21 @@ class Pipeline:
     stage_bytes: int
     overlap: bool = False  # wgmma: one mma batch stays in flight across iterations (prefetch stages - 2)
     views: tuple[Op, ...] = ()  # transposes/reshapes between a load and the mma: the stage serves them
+
+
+@dataclass(frozen=True)
+class WarpSpecialized:
+    """A wgmma ``Pipeline`` run by specialized warpgroups (``TILEJIT_CUDA_WARP_SPECIALIZE=1``): the plan's
+    ``nt`` threads (every layout as planned) are the consumers that only issue wgmmas; one more warpgroup
+    (threads nt..nt+127) is the producer that only copies stages with cp.async. ``registers``: per thread at
+    launch (``__launch_bounds__(threads, 1)``), ``producer_registers``/``consumer_registers``: after setmaxnreg."""
+
+    loop: ForOp
+    stages: int
+    threads: int
+    registers: int
+    producer_registers: int
+    consumer_registers: int
 
 
 @dataclass(frozen=True)
@@ -192,6 +219,43 @@ def wgmma_stages(stage_bytes: int) -> int:
     return 2 if 2 * stage_bytes <= WGMMA_STAGE_BYTES else 0
 
 
+#: Threads of a warp-specialized kernel's producer warpgroup, and the registers each keeps (setmaxnreg.dec; CUTLASS's
+#: figure: its loop holds the stage ring's state and the cp.async addresses).
+WS_PRODUCER_THREADS = 128
+WS_PRODUCER_REGISTERS = 40
+#: The most stages a warp-specialized ring keeps (its producer runs up to stages - 1 ahead of the wgmmas).
+WS_MAX_STAGES = 8
+
+
+def ws_stages(stage_bytes: int) -> int:
+    """Stages of a warp-specialized wgmma ring: as many as fit in ``WGMMA_STAGE_BYTES`` (the stages'
+    mbarriers fit in the rest of the block's 227 KiB), up to ``WS_MAX_STAGES``; 0 below 2."""
+    n = min(WS_MAX_STAGES, WGMMA_STAGE_BYTES // stage_bytes) if stage_bytes else 0
+    return n if n >= 2 else 0
+
+
+def ws_registers(consumers: int) -> tuple[int, int, int] | None:
+    """(registers per thread at launch, the producer's after setmaxnreg.dec, the consumers' after setmaxnreg.inc)
+    for ``consumers`` threads beside the producer warpgroup, or None when they would gain nothing: at launch
+    65536 / threads rounded down to 8 (``__launch_bounds__(threads, 1)``); the consumers share what the producer
+    gives back (rounded down to 8, as setmaxnreg counts), at most 232 (CUTLASS's figure: never the whole file)."""
+    threads = consumers + WS_PRODUCER_THREADS
+    entry = min(255, 65536 // threads) // 8 * 8
+    if entry >= 248 or entry <= WS_PRODUCER_REGISTERS:
+        return None  # one consumer warpgroup has every register already (or too few are left to share)
+    extra = (entry - WS_PRODUCER_REGISTERS) * WS_PRODUCER_THREADS // consumers // 8 * 8
+    return entry, WS_PRODUCER_REGISTERS, min(232, entry + extra)
+
+
+#: Ops that may run before a warp-specialized K loop: every thread (the producer too) runs them, so they must make
+#: block-uniform scalars (or lazy constant tiles) with no side effects and no barrier.
+_WS_PROLOGUE = (ConstantOp, BlockIdOp, NumBlocksOp, ArrayDimOp, ArrayItemOp, ArrayCountOp, AssumeOp, UnaryOp,
+                BinaryOp, FmaOp, CompareOp, SelectOp, CastOp)
+#: Ops that may follow it: only the consumer warpgroups run them (the producer has exited), so none may need a
+#: block barrier. Views may still remap through shared memory (with barriers): the generated code is checked too.
+_WS_EPILOGUE = (*_WS_PROLOGUE, ReshapeOp, BroadcastOp, PermuteOp, LoadOp, StoreOp, ReturnOp)
+
+
 #: Registers a row-kernel thread needs beside its share of the row (addresses, indices, reduction partials).
 ROW_BASE_REGISTERS = 16
 #: Registers per element of a thread's share of the row held by 1, 2, and 3 or more 16-bit loads of it (fitted to
@@ -266,7 +330,7 @@ class Plan:
 
     def __init__(
         self, fn: Function, arch: int, num_threads: int | None, hints: Mapping[str, Any], wgmma: bool = False,
-        num_stages: int | None = None, staging: int = 2,
+        num_stages: int | None = None, staging: int = 2, warp_specialize: bool = False,
     ) -> None:
         self.fn = fn
         self.arch = arch
@@ -362,7 +426,47 @@ class Plan:
         self._staging = staging  # 2: staged and prefetched, 1: staged, 0: neither (their buffers did not fit)
         if staging:
             self._plan_staged(fn.body)
+        self.ws = self._plan_warp_specialized() if warp_specialize else None
+        if self.ws is not None:
+            self.min_blocks_arg = ", 1"
         self._check_registers()
+
+    def _plan_warp_specialized(self) -> WarpSpecialized | None:
+        """The kernel's wgmma K pipeline as a warp-specialized one (``WarpSpecialized``), when the kernel is just
+        that loop: at the top level, its body the two streamed loads (and their views), the mma on the carried
+        accumulator and ``continue``; before it only block-uniform scalar ops (``_WS_PROLOGUE``), after it only
+        ops that need no block barrier (``_WS_EPILOGUE``); no other mma, staged operand or pipeline. Else None
+        (the pipeline stays as planned)."""
+        if not self.wgmma or len(self.pipelines) != 1 or len(self.mma) != 1 or self.stage_bytes:
+            return None
+        top = self.fn.body.ops
+        at = next((k for k, op in enumerate(top) if id(op) in self.pipelines), None)
+        if at is None:
+            return None
+        loop = top[at]
+        assert isinstance(loop, ForOp)
+        pipe = self.pipelines[id(loop)]
+        p = self.mma[id(pipe.mma)]
+        regs = ws_registers(self.nt)
+        if p.path != "wgmma" or regs is None or self.nt % WS_PRODUCER_THREADS:
+            return None
+        if not self._only_mma(loop, pipe.mma, [pipe.load_a, pipe.load_b, *pipe.views]):
+            return None
+        term = loop.body.ops[-1]
+        carried = loop.body.args[1:]
+        if not (isinstance(term, ContinueOp) and term.values[carried.index(pipe.mma.acc)] is pipe.mma.result):
+            return None  # the wgmma accumulates in place: the carried variable must be its result
+        scalar = all(isinstance(r.type, ArrayType) or (isinstance(r.type, TileType) and r.type.is_scalar)
+                     for op in top[:at] if not isinstance(op, ConstantOp) for r in op.results)
+        if not scalar or not all(isinstance(op, _WS_PROLOGUE) for op in top[:at]):
+            return None
+        if not all(isinstance(op, _WS_EPILOGUE) and not op.regions() for op in top[at + 1:]):
+            return None
+        stages = self._stages(ws_stages(pipe.stage_bytes), pipe.stage_bytes, WGMMA_STAGE_BYTES)
+        if stages < 2:
+            return None
+        self.pipelines[id(loop)] = replace(pipe, stages=stages)
+        return WarpSpecialized(loop, stages, self.nt + WS_PRODUCER_THREADS, *regs)
 
     def _check_registers(self) -> None:
         """Refuse, at the op that makes it, a tile of which each thread would hold more than

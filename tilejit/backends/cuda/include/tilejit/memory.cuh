@@ -602,13 +602,14 @@ __device__ __forceinline__ int stage_offset(int row, int col) {
 
 // Copy the (ROWS, COLS) tile at (r0, c0) of a row-major (rows, cols) matrix at ptr with row stride
 // ld (unit inner stride, 16-byte aligned rows) into a shared-memory stage laid out as
-// ``stage_offset`` says, 16 bytes per cp.async; bytes outside the matrix are zero-filled.
+// ``stage_offset`` says, 16 bytes per cp.async; bytes outside the matrix are zero-filled. NT threads
+// share the copy, numbered by tid (0..NT-1: a warp-specialized producer passes its own numbering).
 template <int ROWS, int COLS, int LD, int NT, int SW, class T>
-__device__ __forceinline__ void cp_async_rows(T* dst, const T* ptr, i64 rows, i64 cols, i64 ld, i64 r0, i64 c0) {
+__device__ __forceinline__ void cp_async_rows(T* dst, const T* ptr, i64 rows, i64 cols, i64 ld, i64 r0, i64 c0,
+                                              int tid) {
   constexpr int V = 16 / (int)sizeof(T);
   constexpr int CPR = COLS / V;  // chunks per row
   constexpr int CHUNKS = ROWS * CPR;
-  const int tid = threadIdx.x;
   const bool full = r0 >= 0 && c0 >= 0 && r0 + ROWS <= rows && c0 + COLS <= cols;
   const T* base = ptr + r0 * ld + c0;
 #pragma unroll
@@ -630,18 +631,20 @@ __device__ __forceinline__ void cp_async_rows(T* dst, const T* ptr, i64 rows, i6
   }
 }
 
-// The (ROWS, COLS) tile at (r0, c0) of a 2-D array (see cp_async_rows).
+// The (ROWS, COLS) tile at (r0, c0) of a 2-D array (see cp_async_rows); tid: this thread's number among the NT.
 template <int ROWS, int COLS, int LD, int NT, int SW, class T>
-__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 r0, i64 c0) {
-  cp_async_rows<ROWS, COLS, LD, NT, SW>(dst, a.ptr, a.shape[0], a.shape[1], a.stride[0], r0, c0);
+__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 r0, i64 c0,
+                                              int tid = (int)threadIdx.x) {
+  cp_async_rows<ROWS, COLS, LD, NT, SW>(dst, a.ptr, a.shape[0], a.shape[1], a.stride[0], r0, c0, tid);
 }
 
 // The (1, ROWS, COLS) tile at (z, r0, c0) of a 3-D array: matrix z, all zeros when z is out of range.
 template <int ROWS, int COLS, int LD, int NT, int SW, class T>
-__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 3>& a, i64 z, i64 r0, i64 c0) {
+__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 3>& a, i64 z, i64 r0, i64 c0,
+                                              int tid = (int)threadIdx.x) {
   const bool in = (u64)z < (u64)a.shape[0];
   cp_async_rows<ROWS, COLS, LD, NT, SW>(dst, a.ptr + (in ? z * a.stride[0] : 0), in ? a.shape[1] : 0, a.shape[2],
-                                        a.stride[1], r0, c0);
+                                        a.stride[1], r0, c0, tid);
 }
 
 }  // namespace tj

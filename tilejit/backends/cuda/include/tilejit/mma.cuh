@@ -14,6 +14,8 @@
 //    through matrix descriptors; A is K-major, B N-major (imm-trans-b), or for transposed loads A
 //    M-major (imm-trans-a) and B K-major. The accumulator fragment
 //    is TensorCore's layout with WM = M/16 warps along M, so both paths share one layout.
+//    With TILEJIT_CUDA_WARP_SPECIALIZE=1 a producer warpgroup feeds those stages through a ring of
+//    mbarriers instead (the helpers at the end of this file, mma_lower.py's lower_warp_specialized).
 //  * mma_fma: any dtype, any target, any accumulator layout: each thread forms its own elements.
 #pragma once
 #include <tilejit/math.cuh>
@@ -384,5 +386,75 @@ struct Wgmma {
     for (int i = 0; i < L::E; ++i) asm volatile("" : "+f"(acc.v[i])::"memory");
   }
 };
+
+
+// ---- warp specialization (sm_90a): a producer warpgroup streams a ring of K stages into shared
+// memory with cp.async while the consumer warpgroups multiply them with wgmma; no block barrier in
+// the K loop. Stage s has two mbarriers: full[s] completes a phase when every producer thread's
+// copies into s have landed (cp.async.mbarrier.arrive.noinc: one arrival per producer thread, made by
+// the hardware when that thread's earlier cp.asyncs complete), empty[s] when every consumer thread's
+// wgmmas that read s have completed (wgmma.wait_group, then mbarrier.arrive). The n-th use of a stage
+// waits for phase n of full (parity n & 1) and, before refilling it, for phase n - 1 of empty (parity
+// (n & 1) ^ 1: a fresh barrier counts the phase before its first as complete, so round 0 never waits).
+
+// Initialize an mbarrier that completes a phase after `count` arrivals (one thread; sync before use).
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+#endif
+}
+
+// Whether the phase of `bar` with this parity has completed (acquire: its arrivals' writes are seen).
+__device__ __forceinline__ bool mbar_done(u64* bar, u32 parity) {
+  u32 ok = 1;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(ok) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+#endif
+  return ok != 0;
+}
+
+// Wait until the phase of `bar` with this parity has completed (try_wait suspends the thread a while per try).
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+  while (!mbar_done(bar, parity)) {
+  }
+}
+
+// One arrival of this thread on `bar` (release: its earlier memory accesses happen before the phase completes).
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared.b64 st, [%0]; }" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
+
+// One arrival on `bar`, made when every cp.async this thread issued before has completed (counts
+// among the barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(u64* bar) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
+
+// Wait until every cp.async this thread issued has completed (a producer does before it exits).
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// setmaxnreg (sm_90a; every warp of the warpgroup executes it): the producer gives registers back to
+// the CTA's pool (DEC), the consumers take them (INC, which waits until the pool has them).
+template <int R>
+__device__ __forceinline__ void regs_dec() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+#endif
+}
+template <int R>
+__device__ __forceinline__ void regs_inc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+#endif
+}
 
 }  // namespace tj
