@@ -267,8 +267,8 @@ def _issue(lw: Lowering, r: _Ring, k: str, stage: str, threads: int | None = Non
         assert isinstance(t, TileType)
         # the tile's origin along each dim; a 3-D load's leading (batch) dim has tile size 1
         org = ", ".join(f"(tj::i64){lw.expr_at(ix, env)} * {s}" for ix, s in zip(load.index, t.shape))
-        by = f", {tid}" if tid else ""
-        lw.line(f"tj::cp_async_tile<{t.shape[-2]}, {t.shape[-1]}, {ld}, {threads or lw.plan.nt}, {sw}>"
+        fn, by = ("cp_async_tile_by", f", {tid}") if tid else ("cp_async_tile", "")
+        lw.line(f"tj::{fn}<{t.shape[-2]}, {t.shape[-1]}, {ld}, {threads or lw.plan.nt}, {sw}>"
                 f"({r.base} + ({stage}) * {r.stage_elems} + {off}, {lw.vals[load.array].text}, {org}{by});")
 
 

@@ -602,14 +602,13 @@ __device__ __forceinline__ int stage_offset(int row, int col) {
 
 // Copy the (ROWS, COLS) tile at (r0, c0) of a row-major (rows, cols) matrix at ptr with row stride
 // ld (unit inner stride, 16-byte aligned rows) into a shared-memory stage laid out as
-// ``stage_offset`` says, 16 bytes per cp.async; bytes outside the matrix are zero-filled. NT threads
-// share the copy, numbered by tid (0..NT-1: a warp-specialized producer passes its own numbering).
+// ``stage_offset`` says, 16 bytes per cp.async; bytes outside the matrix are zero-filled.
 template <int ROWS, int COLS, int LD, int NT, int SW, class T>
-__device__ __forceinline__ void cp_async_rows(T* dst, const T* ptr, i64 rows, i64 cols, i64 ld, i64 r0, i64 c0,
-                                              int tid) {
+__device__ __forceinline__ void cp_async_rows(T* dst, const T* ptr, i64 rows, i64 cols, i64 ld, i64 r0, i64 c0) {
   constexpr int V = 16 / (int)sizeof(T);
   constexpr int CPR = COLS / V;  // chunks per row
   constexpr int CHUNKS = ROWS * CPR;
+  const int tid = threadIdx.x;
   const bool full = r0 >= 0 && c0 >= 0 && r0 + ROWS <= rows && c0 + COLS <= cols;
   const T* base = ptr + r0 * ld + c0;
 #pragma unroll
@@ -631,20 +630,64 @@ __device__ __forceinline__ void cp_async_rows(T* dst, const T* ptr, i64 rows, i6
   }
 }
 
-// The (ROWS, COLS) tile at (r0, c0) of a 2-D array (see cp_async_rows); tid: this thread's number among the NT.
+// The (ROWS, COLS) tile at (r0, c0) of a 2-D array (see cp_async_rows).
 template <int ROWS, int COLS, int LD, int NT, int SW, class T>
-__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 r0, i64 c0,
-                                              int tid = (int)threadIdx.x) {
-  cp_async_rows<ROWS, COLS, LD, NT, SW>(dst, a.ptr, a.shape[0], a.shape[1], a.stride[0], r0, c0, tid);
+__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 2>& a, i64 r0, i64 c0) {
+  cp_async_rows<ROWS, COLS, LD, NT, SW>(dst, a.ptr, a.shape[0], a.shape[1], a.stride[0], r0, c0);
 }
 
 // The (1, ROWS, COLS) tile at (z, r0, c0) of a 3-D array: matrix z, all zeros when z is out of range.
 template <int ROWS, int COLS, int LD, int NT, int SW, class T>
-__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 3>& a, i64 z, i64 r0, i64 c0,
-                                              int tid = (int)threadIdx.x) {
+__device__ __forceinline__ void cp_async_tile(T* dst, const Array<T, 3>& a, i64 z, i64 r0, i64 c0) {
   const bool in = (u64)z < (u64)a.shape[0];
   cp_async_rows<ROWS, COLS, LD, NT, SW>(dst, a.ptr + (in ? z * a.stride[0] : 0), in ? a.shape[1] : 0, a.shape[2],
-                                        a.stride[1], r0, c0, tid);
+                                        a.stride[1], r0, c0);
+}
+
+// A warp-specialized producer's cp_async_rows (same stage layout, same zero-fill): its NT threads, numbered
+// by tid, each own one 16-byte column of the tile and copy it in every NT / CPR-th row, so a thread's
+// column bounds and source pointer are computed once and its rows advance by a constant stride: few
+// registers, as the producer keeps after setmaxnreg.dec. The chunk order (row-major) matches cp_async_rows'.
+template <int ROWS, int COLS, int LD, int NT, int SW, class T>
+__device__ __forceinline__ void cp_async_rows_by(T* dst, const T* ptr, i64 rows, i64 cols, i64 ld, i64 r0, i64 c0,
+                                                 int tid) {
+  constexpr int V = 16 / (int)sizeof(T);
+  constexpr int CPR = COLS / V;   // chunks per row
+  constexpr int RS = NT / CPR;    // rows between a thread's chunks
+  static_assert(NT % CPR == 0 && ROWS % RS == 0, "cp_async_rows_by: the threads must tile the rows evenly");
+  const int row = tid / CPR, col = (tid % CPR) * V;
+  const i64 r = r0 + row, c = c0 + col;
+  i64 left = (cols - c) * (i64)sizeof(T);  // bytes of this column inside the matrix (ragged edge: fewer)
+  left = c < 0 ? 0 : (left < 0 ? 0 : (left > 16 ? 16 : left));
+  const i64 below = rows - r;              // rows of the matrix from this thread's first row on
+  const T* src = ptr + r * ld + c;
+  const i64 step = (i64)RS * ld;
+  // a swizzled stage's XOR pattern repeats every 8 rows: the offsets of P rows, then jumps of P * RS rows
+  constexpr int P = SW == 0 || RS >= 8 ? 1 : 8 / RS;
+  constexpr int JUMP = SW == 0 ? P * RS * LD : P * RS * SW / (int)sizeof(T);
+  int off[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) off[p] = stage_offset<ROWS, LD, SW, T>(row + p * RS, col);
+#pragma unroll
+  for (int j = 0; j < ROWS / RS; ++j) {
+    const bool ok = left > 0 && r + j * RS >= 0 && (i64)j * RS < below;
+    cp_async16(dst + off[j % P] + (j / P) * JUMP, ok ? src : ptr, ok ? (int)left : 0);
+    src += step;
+  }
+}
+
+// The (ROWS, COLS) tile at (r0, c0) of a 2-D array, copied by a producer's thread tid of NT (cp_async_rows_by).
+template <int ROWS, int COLS, int LD, int NT, int SW, class T>
+__device__ __forceinline__ void cp_async_tile_by(T* dst, const Array<T, 2>& a, i64 r0, i64 c0, int tid) {
+  cp_async_rows_by<ROWS, COLS, LD, NT, SW>(dst, a.ptr, a.shape[0], a.shape[1], a.stride[0], r0, c0, tid);
+}
+
+// The (1, ROWS, COLS) tile at (z, r0, c0) of a 3-D array, by a producer's thread (all zeros when z is out of range).
+template <int ROWS, int COLS, int LD, int NT, int SW, class T>
+__device__ __forceinline__ void cp_async_tile_by(T* dst, const Array<T, 3>& a, i64 z, i64 r0, i64 c0, int tid) {
+  const bool in = (u64)z < (u64)a.shape[0];
+  cp_async_rows_by<ROWS, COLS, LD, NT, SW>(dst, a.ptr + (in ? z * a.stride[0] : 0), in ? a.shape[1] : 0,
+                                           a.shape[2], a.stride[1], r0, c0, tid);
 }
 
 }  // namespace tj
