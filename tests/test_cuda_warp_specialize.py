@@ -1,0 +1,277 @@
+"""The CUDA backend's warp-specialized wgmma K loop (``TILEJIT_CUDA_WARP_SPECIALIZE=1``, sm_90a): a producer
+warpgroup copies stages with cp.async into an mbarrier ring, the consumer warpgroups only issue wgmmas and run
+the code after the loop. CPU tests pin the generated structure (source, PTX, ptxas registers and spills) and
+every fallback to the plain pipeline; GPU tests check results on ragged shapes with the switch on."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _kernels import np_dtype, poison
+
+import tilejit as tj
+from tilejit.backends.cuda.plan import WS_PRODUCER_REGISTERS, ws_registers, ws_stages
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from matmul import matmul, matmul_grouped  # noqa: E402  (the example kernels)
+
+DTYPES = {"float16": tj.float16, "bfloat16": tj.bfloat16}
+TILES = [(128, 256, 64), (128, 256, 32), (128, 128, 64), (256, 128, 64)]
+SIG = {d: (t[:, ::1], t[:, ::1], tj.float32[:, ::1]) for d, t in DTYPES.items()}
+
+
+@tj.kernel
+def matmul_bias_relu(a, b, bias, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    """c = relu(a @ b + bias) cast to c's dtype: an epilogue of elementwise ops and a broadcast row."""
+    pid_m, pid_n = tj.bid(0), tj.bid(1)
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(tj.cdiv(a.shape[1], BK)):
+        acc = tj.mma(tj.load(a, index=(pid_m, k), shape=(BM, BK)), tj.load(b, index=(k, pid_n), shape=(BK, BN)), acc)
+    row = tj.load(bias, index=(0, pid_n), shape=(1, BN)).astype(tj.float32)
+    tj.store(c, index=(pid_m, pid_n), tile=tj.maximum(acc + row, 0.0).astype(c.dtype))
+
+
+@tj.kernel
+def matmul_rowsum(a, b, c, s, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    """c = a @ b and s = its row sums: a reduction after the loop needs the whole block (plain pipeline)."""
+    pid_m, pid_n = tj.bid(0), tj.bid(1)
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(tj.cdiv(a.shape[1], BK)):
+        acc = tj.mma(tj.load(a, index=(pid_m, k), shape=(BM, BK)), tj.load(b, index=(k, pid_n), shape=(BK, BN)), acc)
+    tj.store(c, index=(pid_m, pid_n), tile=acc)
+    tj.store(s, index=(pid_m, pid_n), tile=tj.sum(acc, axis=1, keepdims=True))
+
+
+@tj.kernel
+def matmul_transposed_out(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    """c = (a @ b)^T: the transpose after the loop goes through shared memory with barriers (plain pipeline)."""
+    pid_m, pid_n = tj.bid(0), tj.bid(1)
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(tj.cdiv(a.shape[1], BK)):
+        acc = tj.mma(tj.load(a, index=(pid_m, k), shape=(BM, BK)), tj.load(b, index=(k, pid_n), shape=(BK, BN)), acc)
+    tj.store(c, index=(pid_n, pid_m), tile=tj.transpose(acc))
+
+
+@tj.kernel
+def matmul_scaled(a, b, c, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    """The loop also rescales the accumulator: it reads it between wgmmas (plain pipeline)."""
+    pid_m, pid_n = tj.bid(0), tj.bid(1)
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(tj.cdiv(a.shape[1], BK)):
+        acc = tj.mma(tj.load(a, index=(pid_m, k), shape=(BM, BK)), tj.load(b, index=(k, pid_n), shape=(BK, BN)), acc)
+        acc = acc * 1.0
+    tj.store(c, index=(pid_m, pid_n), tile=acc)
+
+
+@pytest.fixture
+def ws_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The switch on, with a fresh disk cache (tests write only in temp folders)."""
+    monkeypatch.setenv("TILEJIT_CUDA_WARP_SPECIALIZE", "1")
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+
+
+def compile_mm(kernel: Any, dtype: str, tiles: tuple[int, int, int], target: str = "sm_90a", **kw: Any) -> Any:
+    bm, bn, bk = tiles
+    consts = {"BM": bm, "BN": bn, "BK": bk, **({"GROUP": 8} if kernel is matmul_grouped else {})}
+    return tj.compile(kernel, SIG[dtype], constants=consts, target=target, backend="cuda", **kw)
+
+
+def is_ws(src: str) -> bool:
+    return "tj::regs_dec<" in src and "tj::cp_async_mbar_arrive(" in src
+
+
+# --------------------------------------------------------------------------- the plan's numbers
+
+
+def test_register_split_and_stages() -> None:
+    """384 threads launch with 168 registers; the producer keeps 40 and the two consumer warpgroups take the
+    rest (232); 640 threads: 96 -> 104; a lone consumer warpgroup gains nothing (no specialization)."""
+    assert ws_registers(256) == (168, WS_PRODUCER_REGISTERS, 232)
+    assert ws_registers(512) == (96, WS_PRODUCER_REGISTERS, 104)
+    assert ws_registers(128) is None
+    entry, prod, cons = ws_registers(256) or (0, 0, 0)
+    assert (entry - prod) * 128 >= (cons - entry) * 256  # the consumers never ask the pool for more than it has
+    assert ws_stages(48 * 1024) == 4 and ws_stages(24 * 1024) == 8 and ws_stages(32 * 1024) == 6
+    assert ws_stages(200 * 1024) == 0
+
+
+# --------------------------------------------------------------------------- structure
+
+
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("tiles", TILES)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("kernel", [matmul, matmul_grouped], ids=["matmul", "matmul_grouped"])
+def test_example_matmul_is_warp_specialized(kernel: Any, dtype: str, tiles: tuple[int, int, int]) -> None:
+    """The example matmuls: 128 more threads, one block per SM, the producer/consumer split in the source and
+    in the PTX: setmaxnreg both ways, mbarrier waits and arrivals, cp.async arrivals, wgmma with one batch in
+    flight, and exactly one block barrier (after the mbarriers' initialization), none in the K loop."""
+    art = compile_mm(kernel, dtype, tiles)
+    ck, ptx = art.cuda_kernel(), art.ptx()
+    consumers = 2 * tiles[0]
+    entry, prod, cons = ws_registers(consumers) or (0, 0, 0)
+    assert ck.num_threads == consumers + 128
+    assert f"__launch_bounds__({consumers + 128}, 1)" in ck.source
+    src = ck.source
+    assert is_ws(src) and f"if (tj_tid >= {consumers}) {{" in src
+    assert f"tj::regs_dec<{prod}>();" in src and f"tj::regs_inc<{cons}>();" in src
+    assert f"tj::cp_async_tile_by<{tiles[0]}, {tiles[2]}, " in src and "tj::cp_async_tile<" not in src
+    loop = src[src.index("regs_inc"):]
+    assert "__syncthreads" not in loop and "tj_smem" not in loop  # the consumers never sync the block
+    assert src.count("__syncthreads") == 1
+    assert ptx.count(f"setmaxnreg.dec.sync.aligned.u32 {prod};") == 1
+    assert ptx.count(f"setmaxnreg.inc.sync.aligned.u32 {cons};") == 1
+    assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx and "mbarrier.arrive.shared.b64" in ptx
+    assert "cp.async.mbarrier.arrive.noinc.shared.b64" in ptx and "cp.async.cg.shared.global" in ptx
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx and "fence.proxy.async.shared::cta;" in ptx
+    assert len(re.findall(r"\bbar(?:rier)?\.sync\b", ptx)) == 1
+    stages = ws_stages((tiles[0] * tiles[2] + tiles[2] * tiles[1]) * 2)
+    assert f"for (int s = 0; s < {stages}; ++s) {{" in src
+
+
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("tiles", TILES)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_ptxas_registers_and_no_spills(dtype: str, tiles: tuple[int, int, int]) -> None:
+    """ptxas gives the kernel the launch bound's registers (what setmaxnreg's arithmetic assumes: the pool is
+    exactly what the producer gives back) and spills nothing, producer (40 registers) and consumers alike."""
+    from tilejit.compiler.nvrtc import compile_cuda
+    from tilejit.compiler.targets import parse_target
+
+    ck = compile_mm(matmul, dtype, tiles).cuda_kernel()
+    log = compile_cuda(ck.source, name=f"{ck.name}.cu", headers=ck.headers, target=parse_target("sm_90a"),
+                       output="cubin", options=("-Xptxas=-v",)).log
+    regs = re.search(r"Used (\d+) registers", log)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert regs is not None and spill is not None, log
+    assert int(regs.group(1)) == (ws_registers(2 * tiles[0]) or (0,))[0]
+    assert spill.groups() == ("0", "0"), log
+    assert "C7515" not in log  # no wgmma serialization
+
+
+@pytest.mark.usefixtures("ws_on")
+def test_num_stages_and_bias_epilogue() -> None:
+    """A user's num_stages sizes the ring; a bias + ReLU epilogue (a broadcast row, elementwise ops, a cast)
+    needs no block barrier and stays on the consumers."""
+    art = compile_mm(matmul, "bfloat16", (128, 128, 64), num_stages=3)
+    assert is_ws(art.cuda_source()) and "for (int s = 0; s < 3; ++s) {" in art.cuda_source()
+    sig = (tj.float16[:, ::1], tj.float16[:, ::1], tj.float16[:, ::1], tj.float16[:, ::1])
+    art = tj.compile(matmul_bias_relu, sig, constants={"BM": 128, "BN": 256, "BK": 64}, target="sm_90a",
+                     backend="cuda")
+    src = art.cuda_source()
+    assert is_ws(src) and "__syncthreads" not in src[src.index("regs_inc"):]
+    assert art.cubin()
+
+
+# --------------------------------------------------------------------------- fallbacks
+
+
+def test_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset (this branch's default) the plain cp.async + barrier pipeline is generated, 256 threads."""
+    monkeypatch.delenv("TILEJIT_CUDA_WARP_SPECIALIZE", raising=False)
+    ck = compile_mm(matmul, "bfloat16", (128, 256, 64)).cuda_kernel()
+    assert not is_ws(ck.source) and ck.num_threads == 256 and "tj::Wgmma<" in ck.source
+
+
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+def test_no_wgmma_target_keeps_its_path(target: str) -> None:
+    """sm_80 and plain sm_90 (no wgmma, no setmaxnreg): mma.sync as before."""
+    art = compile_mm(matmul, "float16", (128, 128, 64), target=target)
+    assert not is_ws(art.cuda_source()) and "mma.sync.aligned" in art.ptx()
+
+
+@pytest.mark.usefixtures("ws_on")
+def test_occupancy_above_one_keeps_the_plain_pipeline() -> None:
+    """setmaxnreg shares one block's registers: a requested occupancy of 2 keeps the plain pipeline."""
+    art = compile_mm(matmul, "bfloat16", (128, 128, 64), occupancy=2)
+    assert not is_ws(art.cuda_source()) and "__launch_bounds__(256, 2)" in art.cuda_source()
+
+
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("kernel", [matmul_rowsum, matmul_transposed_out, matmul_scaled],
+                         ids=["reduction-after", "transpose-after", "acc-read-in-loop"])
+def test_unsupported_kernels_fall_back(kernel: Any) -> None:
+    """A reduction after the loop (refused by the plan), a transpose after it (its remap syncs the block:
+    refused when the generated code is checked) and an accumulator read inside the loop keep the plain
+    wgmma pipeline, which compiles."""
+    n = 4 if kernel is matmul_rowsum else 3
+    sig = (tj.bfloat16[:, ::1], tj.bfloat16[:, ::1]) + (tj.float32[:, ::1],) * (n - 2)
+    art = tj.compile(kernel, sig, constants={"BM": 128, "BN": 128, "BK": 64}, target="sm_90a", backend="cuda")
+    ck = art.cuda_kernel()
+    assert not is_ws(ck.source) and ck.num_threads == 256 and "tj::Wgmma<" in ck.source
+    assert art.cubin()
+
+
+def test_cache_identity_tells_the_switch_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk cache keys of kernels built with and without the switch differ (the generated code does)."""
+    from tilejit.backends.cuda_backend import CudaBackend
+
+    monkeypatch.setenv("TILEJIT_CUDA_WARP_SPECIALIZE", "0")
+    off = CudaBackend().cache_identity()
+    monkeypatch.setenv("TILEJIT_CUDA_WARP_SPECIALIZE", "1")
+    assert CudaBackend().cache_identity() != off
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+SHAPES = [(1000, 1096, 712), (300, 520, 40), (513, 260, 1000), (128, 256, 64)]
+
+
+def rel2(got: np.ndarray, want: np.ndarray) -> float:
+    """Relative 2-norm error, after checking that every element was written (outputs start as NaN)."""
+    g = got.astype(np.float64)
+    assert not np.isnan(g).any(), "unwritten (NaN-poisoned) elements in the output"
+    return float(np.linalg.norm(g - want) / max(np.linalg.norm(want), 1e-30))
+
+
+@pytest.mark.gpu
+@pytest.mark.cuda_only(reason="the CUDA backend's warp-specialized wgmma loop (sm_90a)")
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("grouped", [False, True], ids=["matmul", "matmul_grouped"])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("tiles", TILES)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_warp_specialized_matmul_gpu(dtype: str, tiles: tuple[int, int, int], shape: tuple[int, int, int],
+                                     grouped: bool) -> None:
+    """M, N and K off the tile grid (K = 712: neither a multiple of 64 nor of 32; K = 40 < BK: one ragged
+    stage), against float64; inputs are exact in float64, so the only error is float32 accumulation."""
+    m, n, k = shape
+    bm, bn, bk = tiles
+    rng = np.random.default_rng()
+    a = rng.standard_normal((m, k)).astype(np_dtype(dtype))
+    b = rng.standard_normal((k, n)).astype(np_dtype(dtype))
+    c = tj.asarray(poison((m, n), "float32"))
+    kernel = tj.kernel((matmul_grouped if grouped else matmul).func)  # fresh: the switch is read when it builds
+    grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
+    if grouped:
+        kernel[grid[0] * grid[1]](tj.asarray(a), tj.asarray(b), c, BM=bm, BN=bn, BK=bk, GROUP=8)
+    else:
+        kernel[grid](tj.asarray(a), tj.asarray(b), c, BM=bm, BN=bn, BK=bk)
+    err = rel2(c.numpy(), a.astype(np.float64) @ b.astype(np.float64))
+    assert err <= 1e-5, f"relative error {err:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.cuda_only(reason="the CUDA backend's warp-specialized wgmma loop (sm_90a)")
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_warp_specialized_bias_relu_gpu(dtype: str) -> None:
+    """The consumers' epilogue: bias row, ReLU, cast to the 16-bit output; ragged M, N, K."""
+    m, n, k = 1000, 1096, 712
+    rng = np.random.default_rng()
+    a = rng.standard_normal((m, k)).astype(np_dtype(dtype))
+    b = rng.standard_normal((k, n)).astype(np_dtype(dtype))
+    bias = rng.standard_normal((1, n)).astype(np_dtype(dtype))
+    c = tj.asarray(poison((m, n), dtype))
+    kernel = tj.kernel(matmul_bias_relu.func)
+    kernel[(tj.cdiv(m, 128), tj.cdiv(n, 256))](tj.asarray(a), tj.asarray(b), tj.asarray(bias), c,
+                                              BM=128, BN=256, BK=64)
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64), 0.0)
+    err = rel2(c.numpy(), want)
+    assert err <= (4e-3 if dtype == "bfloat16" else 5e-4), f"relative error {err:.2e}"  # the output's rounding
