@@ -156,15 +156,16 @@ def test_ptxas_registers_and_no_spills(dtype: str, tiles: tuple[int, int, int]) 
 
 @pytest.mark.usefixtures("ws_on")
 def test_num_stages_and_bias_epilogue() -> None:
-    """A user's num_stages sizes the ring; a bias + ReLU epilogue (a broadcast row, elementwise ops, a cast)
-    needs no block barrier and stays on the consumers."""
+    """A user's num_stages sizes the ring. A bias + ReLU epilogue passes the plan's op check, but its bias row
+    changes layout through shared memory (a remap between block barriers): the generated code is refused and
+    the plain pipeline made instead (a known limit: see docs/cuda_warp_specialization.md)."""
     art = compile_mm(matmul, "bfloat16", (128, 128, 64), num_stages=3)
     assert is_ws(art.cuda_source()) and "for (int s = 0; s < 3; ++s) {" in art.cuda_source()
     sig = (tj.float16[:, ::1], tj.float16[:, ::1], tj.float16[:, ::1], tj.float16[:, ::1])
     art = tj.compile(matmul_bias_relu, sig, constants={"BM": 128, "BN": 256, "BK": 64}, target="sm_90a",
                      backend="cuda")
-    src = art.cuda_source()
-    assert is_ws(src) and "__syncthreads" not in src[src.index("regs_inc"):]
+    ck = art.cuda_kernel()
+    assert not is_ws(ck.source) and "tj::remap<" in ck.source and ck.num_threads == 256
     assert art.cubin()
 
 
@@ -262,7 +263,8 @@ def test_warp_specialized_matmul_gpu(dtype: str, tiles: tuple[int, int, int], sh
 @pytest.mark.usefixtures("ws_on")
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_warp_specialized_bias_relu_gpu(dtype: str) -> None:
-    """The consumers' epilogue: bias row, ReLU, cast to the 16-bit output; ragged M, N, K."""
+    """With the switch on, a bias row, ReLU and a cast to the 16-bit output after the loop (today the plain
+    pipeline: the bias row's remap syncs the block); ragged M, N, K."""
     m, n, k = 1000, 1096, 712
     rng = np.random.default_rng()
     a = rng.standard_normal((m, k)).astype(np_dtype(dtype))
