@@ -18,7 +18,7 @@ import tilejit as tj
 from tilejit.backends.cuda.plan import WS_PRODUCER_REGISTERS, ws_registers, ws_stages
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-from matmul import matmul, matmul_grouped  # noqa: E402  (the example kernels)
+from matmul import matmul, matmul_grouped
 
 DTYPES = {"float16": tj.float16, "bfloat16": tj.bfloat16}
 TILES = [(128, 256, 64), (128, 256, 32), (128, 128, 64), (256, 128, 64)]
@@ -114,7 +114,7 @@ def test_example_matmul_is_warp_specialized(kernel: Any, dtype: str, tiles: tupl
     art = compile_mm(kernel, dtype, tiles)
     ck, ptx = art.cuda_kernel(), art.ptx()
     consumers = 2 * tiles[0]
-    entry, prod, cons = ws_registers(consumers) or (0, 0, 0)
+    _, prod, cons = ws_registers(consumers) or (0, 0, 0)
     assert ck.num_threads == consumers + 128
     assert f"__launch_bounds__({consumers + 128}, 1)" in ck.source
     src = ck.source

@@ -75,7 +75,6 @@ class CudaBackend(Backend):
 
     def cache_identity(self) -> str:
         from tilejit.bindings.loader import NVRTC_LIBRARY, toolkit_identity
-
         from tilejit.config import CUDA_WARP_SPECIALIZE
 
         # The loader names NVRTC's file (the one loaded, else the one discovery finds) without importing
