@@ -277,14 +277,12 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     stage s+S-1 is fetched while stage s is multiplied, one barrier per iteration."""
     pipe = lw.plan.pipelines[id(op)]
     p = lw.plan.mma[id(pipe.mma)]
-    iv, carried = op.body.args[0], op.body.args[1:]
+    carried = op.body.args[1:]
     names = lw._declare_vars(carried, op.init)
     lw._bind_vars(carried, names)
-    ivt = iv.type
-    assert isinstance(ivt, TileType)
     stages = pipe.stages
     r = _ring(lw, op, stages)
-    n, lo, st, nk, it, base, stage_elems = r.prefix, r.lo, r.step, r.count, f"{r.prefix}_it", r.base, r.stage_elems
+    n, nk, it, base, stage_elems = r.prefix, r.count, f"{r.prefix}_it", r.base, r.stage_elems
     wgmma = p.path == "wgmma"
     # prefetch distance: stages - 1, or stages - 2 when a wgmma batch stays in flight (the stage it
     # reads is refilled one iteration later)
@@ -306,9 +304,7 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     bump = " = {0} + 1 == " + str(stages) + " ? 0 : {0} + 1"
     lw.line(f"for (tj::i64 {it} = 0; {it} < {nk}; ++{it}, {rd}{bump.format(rd)}, {wr}{bump.format(wr)}) {{")
     lw.depth += 1
-    ivn = lw.fresh("v")
-    lw.vals[iv] = _scalar_cv(ivn, ivt)
-    lw.line(f"const {r.iv_t} {ivn} = ({r.iv_t})({lo} + {it} * {st});")
+    _define_iv(lw, r, it)
     lw.line(f"tj::cp_async_wait<{ahead - 1}>();")
     if wgmma:
         lw.line(f"{_wgmma_type(lw, p)}::fence_smem();")
@@ -332,6 +328,15 @@ def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
     lw._bind_vars(op.results, names)
 
 
+def _define_iv(lw: Lowering, r: _Ring, it: str) -> None:
+    """Define the loop variable in iteration ``it`` of a pipelined loop (0, 1, ...)."""
+    ivn = lw.fresh("v")
+    ivt = r.iv.type
+    assert isinstance(ivt, TileType)
+    lw.vals[r.iv] = _scalar_cv(ivn, ivt)
+    lw.line(f"const {r.iv_t} {ivn} = ({r.iv_t})({r.lo} + {it} * {r.step});")
+
+
 def _body(lw: Lowering, op: ForOp, names: list[str], carried: list[Value]) -> None:
     """A pipelined loop's body: its ops but the views of the staged loads (the stages serve them)."""
     pipe = lw.plan.pipelines[id(op)]
@@ -353,9 +358,7 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     pipe = lw.plan.pipelines[id(op)]
     p = lw.plan.mma[id(pipe.mma)]
     nt, stages = lw.plan.nt, ws.stages
-    iv, carried = op.body.args[0], op.body.args[1:]
-    ivt = iv.type
-    assert isinstance(ivt, TileType)
+    carried = op.body.args[1:]
     producers = ws.threads - nt
     lw.line(f"// ---- warp-specialized K loop: consumer warpgroups 0..{nt // 128 - 1} (threads 0..{nt - 1}) issue "
             f"the wgmmas, producer warpgroup {nt // 128} (threads {nt}..{ws.threads - 1}) copies {stages} stages")
@@ -408,9 +411,7 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     lw.line("#pragma unroll 1")
     lw.line(f"for (tj::i64 {it} = 0; {it} < {r.count}; ++{it}, {prev} = {stage}, {bump}) {{")
     lw.depth += 1
-    ivn = lw.fresh("v")
-    lw.vals[iv] = _scalar_cv(ivn, ivt)
-    lw.line(f"const {r.iv_t} {ivn} = ({r.iv_t})({r.lo} + {it} * {r.step});")
+    _define_iv(lw, r, it)
     lw.line(f"tj::mbar_wait({full} + {stage}, {phase});  // this stage has landed")
     lw.line(f"{_wgmma_type(lw, p)}::fence_smem();  // cp.async wrote it (generic proxy), wgmma reads it (async)")
     at = f"{r.base} + {stage} * {r.stage_elems}"
