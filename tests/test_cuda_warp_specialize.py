@@ -19,6 +19,7 @@ from tilejit.backends.cuda.plan import WS_PRODUCER_REGISTERS, ws_registers, ws_s
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from matmul import matmul, matmul_grouped
+from test_cuda_mma_pipeline import matmul_batched, matmul_t
 
 DTYPES = {"float16": tj.float16, "bfloat16": tj.bfloat16}
 TILES = [(128, 256, 64), (128, 256, 32), (128, 128, 64), (256, 128, 64)]
@@ -169,6 +170,21 @@ def test_num_stages_and_bias_epilogue() -> None:
     assert art.cubin()
 
 
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize(("ta", "tb"), [(True, False), (False, True), (True, True)])
+def test_transposed_operands_are_warp_specialized(ta: bool, tb: bool) -> None:
+    """A^T / B^T stages (as stored; wgmma's imm-trans reads them) go through the producer as well."""
+    art = tj.compile(matmul_t, (tj.bfloat16[:, ::1], tj.bfloat16[:, ::1], tj.float32[:, ::1]),
+                     constants={"BM": 128, "BN": 256, "BK": 64, "TRANS_A": ta, "TRANS_B": tb}, target="sm_90a",
+                     backend="cuda")
+    src = art.cuda_source()
+    trans = f"{str(ta).lower()}, {str(tb).lower()}"
+    assert is_ws(src) and f"tj::Wgmma<tj::bf16, 128, 256, 64, 8, 1, 128, 128, {trans}>" in src
+    a_tile, b_tile = ("64, 128" if ta else "128, 64"), ("256, 64" if tb else "64, 256")
+    assert f"tj::cp_async_tile_by<{a_tile}, " in src and f"tj::cp_async_tile_by<{b_tile}, " in src
+    assert art.cubin()
+
+
 # --------------------------------------------------------------------------- fallbacks
 
 
@@ -207,6 +223,14 @@ def test_unsupported_kernels_fall_back(kernel: Any) -> None:
     ck = art.cuda_kernel()
     assert not is_ws(ck.source) and ck.num_threads == 256 and "tj::Wgmma<" in ck.source
     assert art.cubin()
+
+
+@pytest.mark.usefixtures("ws_on")
+def test_batched_keeps_the_plain_pipeline() -> None:
+    """A batched (3-D) matmul's reshaped store after the loop keeps the plain pipeline (for now)."""
+    art = tj.compile(matmul_batched, (tj.bfloat16[:, :, ::1], tj.bfloat16[:, :, ::1], tj.float32[:, :, ::1]),
+                     constants={"BM": 128, "BN": 128, "BK": 64}, target="sm_90a", backend="cuda")
+    assert not is_ws(art.cuda_source()) and art.cuda_kernel().num_threads == 256
 
 
 def test_cache_identity_tells_the_switch_apart(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -277,3 +301,25 @@ def test_warp_specialized_bias_relu_gpu(dtype: str) -> None:
     want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64), 0.0)
     err = rel2(c.numpy(), want)
     assert err <= (4e-3 if dtype == "bfloat16" else 5e-4), f"relative error {err:.2e}"  # the output's rounding
+
+
+@pytest.mark.gpu
+@pytest.mark.cuda_only(reason="the CUDA backend's warp-specialized wgmma loop (sm_90a)")
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("tiles", [(128, 256, 64), (128, 128, 64), (256, 128, 64)])
+@pytest.mark.parametrize(("ta", "tb"), [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_warp_specialized_transposed_gpu(dtype: str, ta: bool, tb: bool, tiles: tuple[int, int, int]) -> None:
+    """A stored (K, M) and/or B stored (N, K), M, N and K off the tile grid."""
+    m, n, k = 1000, 1096, 712
+    bm, bn, bk = tiles
+    rng = np.random.default_rng()
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np_dtype(dtype))
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np_dtype(dtype))
+    c = tj.asarray(poison((m, n), "float32"))
+    kernel = tj.kernel(matmul_t.func)
+    kernel[(tj.cdiv(m, bm), tj.cdiv(n, bn))](tj.asarray(a), tj.asarray(b), c, BM=bm, BN=bn, BK=bk,
+                                             TRANS_A=ta, TRANS_B=tb)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    err = rel2(c.numpy(), (a64.T if ta else a64) @ (b64.T if tb else b64))
+    assert err <= 1e-5, f"relative error {err:.2e}"

@@ -452,6 +452,11 @@ class Plan:
             return None
         if not self._only_mma(loop, pipe.mma, [pipe.load_a, pipe.load_b, *pipe.views]):
             return None
+        for load in (pipe.load_a, pipe.load_b):  # the producer's threads tile each copy evenly (cp_async_rows_by)
+            t = load.result.type
+            assert isinstance(t, TileType)
+            if t.shape[-2] * (t.shape[-1] * p.in_dtype.itemsize // 16) % WS_PRODUCER_THREADS:
+                return None
         term = loop.body.ops[-1]
         carried = loop.body.args[1:]
         if not (isinstance(term, ContinueOp) and term.values[carried.index(pipe.mma.acc)] is pipe.mma.result):
