@@ -156,18 +156,41 @@ def test_ptxas_registers_and_no_spills(dtype: str, tiles: tuple[int, int, int]) 
 
 
 @pytest.mark.usefixtures("ws_on")
-def test_num_stages_and_bias_epilogue() -> None:
-    """A user's num_stages sizes the ring. A bias + ReLU epilogue passes the plan's op check, but its bias row
-    changes layout through shared memory (a remap between block barriers): the generated code is refused and
-    the plain pipeline made instead (a known limit: see docs/cuda_warp_specialization.md)."""
-    art = compile_mm(matmul, "bfloat16", (128, 128, 64), num_stages=3)
-    assert is_ws(art.cuda_source()) and "for (int s = 0; s < 3; ++s) {" in art.cuda_source()
-    sig = (tj.float16[:, ::1], tj.float16[:, ::1], tj.float16[:, ::1], tj.float16[:, ::1])
-    art = tj.compile(matmul_bias_relu, sig, constants={"BM": 128, "BN": 256, "BK": 64}, target="sm_90a",
-                     backend="cuda")
-    ck = art.cuda_kernel()
-    assert not is_ws(ck.source) and "tj::remap<" in ck.source and ck.num_threads == 256
+def test_num_stages() -> None:
+    """A user's num_stages sizes the ring (its mbarriers are static shared memory, apart from the scratch area)."""
+    src = compile_mm(matmul, "bfloat16", (128, 128, 64), num_stages=3).cuda_source()
+    assert is_ws(src) and "for (int s = 0; s < 3; ++s) {" in src
+    assert len(re.findall(r"__shared__ tj::u64 k\d+_(?:full|empty)\[3\];", src)) == 2
+
+
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("kernel", [matmul_bias_relu, matmul_transposed_out, matmul_batched],
+                         ids=["bias-relu", "transposed-store", "batched"])
+def test_epilogues_through_shared_memory_sync_the_consumers_only(kernel: Any) -> None:
+    """Epilogues whose tiles change layout through the scratch area (a bias row, a transposed or reshaped
+    accumulator) stay warp-specialized: the headers' block barriers become named barrier 1 of the consumer
+    threads (TJ_SYNC_THREADS), and the PTX has no other block barrier than the one before the split."""
+    if kernel is matmul_batched:
+        sig: tuple[Any, ...] = (tj.bfloat16[:, :, ::1], tj.bfloat16[:, :, ::1], tj.float32[:, :, ::1])
+    elif kernel is matmul_bias_relu:
+        sig = (tj.float16[:, ::1],) * 4
+    else:
+        sig = (tj.bfloat16[:, ::1], tj.bfloat16[:, ::1], tj.float32[:, ::1])
+    art = tj.compile(kernel, sig, constants={"BM": 128, "BN": 256, "BK": 64}, target="sm_90a", backend="cuda")
+    src, ptx = art.cuda_source(), art.ptx()
+    assert is_ws(src) and "#define TJ_SYNC_THREADS 256 " in src and "tj::remap<" in src
+    assert "__syncthreads" not in src[src.index("regs_inc"):]
+    assert "bar.sync 1, 256;" in ptx and len(re.findall(r"\bbar(?:rier)?\.sync\s+0;", ptx)) == 1
     assert art.cubin()
+
+
+def test_whole_block_code_is_recognized() -> None:
+    """generate()'s last check: a block barrier left in the consumers' code sends the kernel back to the plain
+    pipeline; the headers' tj::block_sync does not."""
+    from tilejit.backends.cuda.codegen import _needs_whole_block
+
+    assert _needs_whole_block(["  __syncthreads();"]) and _needs_whole_block(['asm("bar.sync 0;");'])
+    assert not _needs_whole_block(["  tj::remap<tj::IdentityMap>(t1, t0, tj_smem);", "  tj::store<2>(u_c, {}, t1);"])
 
 
 @pytest.mark.usefixtures("ws_on")
@@ -211,26 +234,16 @@ def test_occupancy_above_one_keeps_the_plain_pipeline() -> None:
 
 
 @pytest.mark.usefixtures("ws_on")
-@pytest.mark.parametrize("kernel", [matmul_rowsum, matmul_transposed_out, matmul_scaled],
-                         ids=["reduction-after", "transpose-after", "acc-read-in-loop"])
+@pytest.mark.parametrize("kernel", [matmul_rowsum, matmul_scaled], ids=["reduction-after", "acc-read-in-loop"])
 def test_unsupported_kernels_fall_back(kernel: Any) -> None:
-    """A reduction after the loop (refused by the plan), a transpose after it (its remap syncs the block:
-    refused when the generated code is checked) and an accumulator read inside the loop keep the plain
-    wgmma pipeline, which compiles."""
+    """A reduction after the loop and an accumulator read inside the loop keep the plain wgmma pipeline (which
+    compiles)."""
     n = 4 if kernel is matmul_rowsum else 3
     sig = (tj.bfloat16[:, ::1], tj.bfloat16[:, ::1]) + (tj.float32[:, ::1],) * (n - 2)
     art = tj.compile(kernel, sig, constants={"BM": 128, "BN": 128, "BK": 64}, target="sm_90a", backend="cuda")
     ck = art.cuda_kernel()
     assert not is_ws(ck.source) and ck.num_threads == 256 and "tj::Wgmma<" in ck.source
     assert art.cubin()
-
-
-@pytest.mark.usefixtures("ws_on")
-def test_batched_keeps_the_plain_pipeline() -> None:
-    """A batched (3-D) matmul's reshaped store after the loop keeps the plain pipeline (for now)."""
-    art = tj.compile(matmul_batched, (tj.bfloat16[:, :, ::1], tj.bfloat16[:, :, ::1], tj.float32[:, :, ::1]),
-                     constants={"BM": 128, "BN": 128, "BK": 64}, target="sm_90a", backend="cuda")
-    assert not is_ws(art.cuda_source()) and art.cuda_kernel().num_threads == 256
 
 
 def test_cache_identity_tells_the_switch_apart(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,8 +300,8 @@ def test_warp_specialized_matmul_gpu(dtype: str, tiles: tuple[int, int, int], sh
 @pytest.mark.usefixtures("ws_on")
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_warp_specialized_bias_relu_gpu(dtype: str) -> None:
-    """With the switch on, a bias row, ReLU and a cast to the 16-bit output after the loop (today the plain
-    pipeline: the bias row's remap syncs the block); ragged M, N, K."""
+    """The consumers' epilogue: a bias row (remapped through shared memory between the consumers' named
+    barriers), ReLU, a cast to the 16-bit output; ragged M, N, K."""
     m, n, k = 1000, 1096, 712
     rng = np.random.default_rng()
     a = rng.standard_normal((m, k)).astype(np_dtype(dtype))
@@ -323,3 +336,28 @@ def test_warp_specialized_transposed_gpu(dtype: str, ta: bool, tb: bool, tiles: 
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     err = rel2(c.numpy(), (a64.T if ta else a64) @ (b64.T if tb else b64))
     assert err <= 1e-5, f"relative error {err:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.cuda_only(reason="the CUDA backend's warp-specialized wgmma loop (sm_90a)")
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_warp_specialized_transposed_store_and_batched_gpu(dtype: str) -> None:
+    """Epilogues through the scratch area with the consumers' named barriers: (a @ b)^T stored, and a batch of
+    3 matrices (3-D arrays, reshaped store); ragged M, N, K."""
+    m, n, k = 1000, 1096, 712
+    rng = np.random.default_rng()
+    a = rng.standard_normal((m, k)).astype(np_dtype(dtype))
+    b = rng.standard_normal((k, n)).astype(np_dtype(dtype))
+    c = tj.asarray(poison((n, m), "float32"))
+    tj.kernel(matmul_transposed_out.func)[(tj.cdiv(m, 128), tj.cdiv(n, 128))](
+        tj.asarray(a), tj.asarray(b), c, BM=128, BN=128, BK=64)
+    err = rel2(c.numpy(), (a.astype(np.float64) @ b.astype(np.float64)).T)
+    assert err <= 1e-5, f"transposed store: relative error {err:.2e}"
+    a3 = rng.standard_normal((3, m, k)).astype(np_dtype(dtype))
+    b3 = rng.standard_normal((3, k, n)).astype(np_dtype(dtype))
+    c3 = tj.asarray(poison((3, m, n), "float32"))
+    tj.kernel(matmul_batched.func)[(tj.cdiv(m, 128), tj.cdiv(n, 256), 3)](
+        tj.asarray(a3), tj.asarray(b3), c3, BM=128, BN=256, BK=64)
+    err = rel2(c3.numpy(), np.matmul(a3.astype(np.float64), b3.astype(np.float64)))
+    assert err <= 1e-5, f"batched: relative error {err:.2e}"

@@ -34,6 +34,7 @@ class Lowering:
         self.vals: dict[Value, CV] = {}
         self.count = 0
         self.smem = 0
+        self.static_smem = 0  # bytes of __shared__ variables (a warp-specialized ring's mbarriers)
         self.layout_names: dict[Layout, str] = {}
         self.scopes: list[dict[tuple[Value, Layout], str]] = [{}]
         self.loop_vars: list[tuple[list[str], list[Value]]] = []

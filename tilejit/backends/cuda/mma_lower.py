@@ -235,8 +235,8 @@ class _Ring:
     iv_t: str  # its C type
 
 
-def _ring(lw: Lowering, op: ForOp, stages: int, extra_bytes: int = 0) -> _Ring:
-    """Declare a pipelined K loop's bounds, trip count and stage base; ``extra_bytes`` follow the stages."""
+def _ring(lw: Lowering, op: ForOp, stages: int) -> _Ring:
+    """Declare a pipelined K loop's bounds, trip count and stage base."""
     pipe = lw.plan.pipelines[id(op)]
     p = lw.plan.mma[id(pipe.mma)]
     ivt = op.body.args[0].type
@@ -248,10 +248,10 @@ def _ring(lw: Lowering, op: ForOp, stages: int, extra_bytes: int = 0) -> _Ring:
     # a run-time step <= 0 runs no iterations (no division by zero)
     lw.line(f"const tj::i64 {nk} = {hi} > {lo} && {st} > 0 ? ({hi} - {lo} - 1) / {st} + 1 : 0;")
     if p.path == "wgmma":  # swizzled stages must start 1024-byte aligned
-        lw.need_smem(stages * pipe.stage_bytes + 1024 + extra_bytes, pipe.mma)
+        lw.need_smem(stages * pipe.stage_bytes + 1024, pipe.mma)
         lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj::align_smem<1024>(tj_smem));")
     else:
-        lw.need_smem(stages * pipe.stage_bytes + extra_bytes, pipe.mma)
+        lw.need_smem(stages * pipe.stage_bytes, pipe.mma)
         lw.line(f"{t_in}* {base} = reinterpret_cast<{t_in}*>(tj_smem);")
     return _Ring(pipe, p, lo, hi, st, nk, n, base, pipe.stage_bytes // p.in_dtype.itemsize, op.body.args[0],
                  tables.ctype(ivt.dtype))
@@ -362,11 +362,13 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     producers = ws.threads - nt
     lw.line(f"// ---- warp-specialized K loop: consumer warpgroups 0..{nt // 128 - 1} (threads 0..{nt - 1}) issue "
             f"the wgmmas, producer warpgroup {nt // 128} (threads {nt}..{ws.threads - 1}) copies {stages} stages")
-    r = _ring(lw, op, stages, 2 * 8 * stages)
-    n, it, ring = r.prefix, f"{r.prefix}_it", f"{stages} * {r.stage_elems}"
+    r = _ring(lw, op, stages)
+    n, it = r.prefix, f"{r.prefix}_it"
     full, empty, stage, phase = f"{n}_full", f"{n}_empty", f"{n}_s", f"{n}_ph"
-    lw.line(f"tj::u64* {full} = reinterpret_cast<tj::u64*>({r.base} + {ring});  // full[s]: stage s has landed")
-    lw.line(f"tj::u64* {empty} = {full} + {stages};  // empty[s]: the wgmmas reading stage s are done")
+    # static shared memory: the scratch area (dynamic, from the stages' start) never overlaps the barriers
+    lw.static_smem += 2 * 8 * stages
+    lw.line(f"__shared__ tj::u64 {full}[{stages}];  // full[s]: stage s has landed")
+    lw.line(f"__shared__ tj::u64 {empty}[{stages}];  // empty[s]: the wgmmas reading stage s are done")
     lw.line("if (tj_tid == 0) {")
     lw.depth += 1
     lw.line(f"for (int s = 0; s < {stages}; ++s) {{")
@@ -423,7 +425,7 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     lw.line("}")
     acc_name = names[carried.index(pipe.mma.acc)]
     lw.line(f"{_wgmma_type(lw, p)}::wait<0>({acc_name});")
-    lw.line("// ---- after the K loop: consumer warpgroups only (no block barrier from here on)")
+    lw.line("// ---- after the K loop: consumer warpgroups only (their barriers: tj::block_sync, named barrier 1)")
     lw.ws_epilogue = len(lw.lines)
     lw._bind_vars(op.results, names)
 

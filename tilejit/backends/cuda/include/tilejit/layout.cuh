@@ -59,9 +59,9 @@ __device__ __forceinline__ void from_scratch(Tile<T, L>& out, const T* s) {
 template <class Map, class Ld, class Ls, class T>
 __device__ __forceinline__ void remap(Tile<T, Ld>& out, const Tile<T, Ls>& in, void* scratch) {
   T* s = reinterpret_cast<T*>(scratch);
-  __syncthreads();
+  block_sync();
   to_scratch(s, 0, in);
-  __syncthreads();
+  block_sync();
   from_scratch<Map>(out, s);
 }
 
@@ -70,10 +70,10 @@ template <class Map, int N, class Ld, class La, class Lb, class T>
 __device__ __forceinline__ void remap2(Tile<T, Ld>& out, const Tile<T, La>& a, const Tile<T, Lb>& b,
                                        void* scratch) {
   T* s = reinterpret_cast<T*>(scratch);
-  __syncthreads();
+  block_sync();
   to_scratch(s, 0, a);
   to_scratch(s, N, b);
-  __syncthreads();
+  block_sync();
   from_scratch<Map>(out, s);
 }
 
@@ -89,9 +89,9 @@ __device__ __forceinline__ void remap_local(Tile<T, Ld>& out, const Tile<T, Ls>&
 template <class MapA, class MapB, class La, class Lb, class Ls, class T>
 __device__ __forceinline__ void split2(Tile<T, La>& a, Tile<T, Lb>& b, const Tile<T, Ls>& in, void* scratch) {
   T* s = reinterpret_cast<T*>(scratch);
-  __syncthreads();
+  block_sync();
   to_scratch(s, 0, in);
-  __syncthreads();
+  block_sync();
   from_scratch<MapA>(a, s);
   from_scratch<MapB>(b, s);
 }

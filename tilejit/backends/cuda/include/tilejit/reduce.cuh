@@ -149,13 +149,13 @@ __device__ __forceinline__ void reduce(Tile<A, Lo>& out, Tile<A, L>& in, void* s
       nslot <<= 1;
     }
   }
-  __syncthreads();
+  block_sync();
   if ((tid & (LM | L::replica_mask())) == 0) {
     TJ_EACH(i, L) {
       if ((i & IM) == 0) s[slot * SO + drop_axis<LO, HI>(L::flat(tid, i))] = in.v[i];
     }
   }
-  __syncthreads();
+  block_sync();
   constexpr int NS = 1 << popc_c(WM);
   TJ_EACH(j, Lo) {
     const int o = Lo::flat(tid, j);
@@ -184,14 +184,14 @@ template <int LO, int HI, int S, class L, class A>
 __device__ __forceinline__ void scan_sum(Tile<A, L>& t, void* scratch) {
   A* buf = reinterpret_cast<A*>(scratch);
   const int tid = threadIdx.x;
-  __syncthreads();
+  block_sync();
   if (L::owner(tid)) {
     TJ_EACH(i, L) buf[L::flat(tid, i)] = t.v[i];
   }
   int cur = 0;
 #pragma unroll 1
   for (int d = 1; d < (1 << (HI - LO)); d <<= 1) {
-    __syncthreads();
+    block_sync();
     const A* src = buf + cur * S;
     A* dst = buf + (1 - cur) * S;
     TJ_EACH(i, L) {

@@ -24,6 +24,17 @@
 
 namespace tj {
 
+// The block-wide barrier of tile code (around the scratch area). In a warp-specialized kernel the code
+// generator defines TJ_SYNC_THREADS as its consumer threads: after the K loop only the consumer warpgroups
+// run (the producer warpgroup has exited), so they meet at named barrier 1 instead of the whole block's.
+__device__ __forceinline__ void block_sync() {
+#ifdef TJ_SYNC_THREADS
+  asm volatile("bar.sync 1, %0;" ::"n"(TJ_SYNC_THREADS) : "memory");
+#else
+  __syncthreads();
+#endif
+}
+
 template <int... B>
 struct Bits {
   static constexpr int n = sizeof...(B);
