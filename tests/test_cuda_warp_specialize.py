@@ -261,6 +261,11 @@ def test_cache_identity_tells_the_switch_apart(monkeypatch: pytest.MonkeyPatch) 
 SHAPES = [(1000, 1096, 712), (300, 520, 40), (513, 260, 1000), (128, 256, 64)]
 
 
+def rand16(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Standard normal values rounded to ``dtype`` (exact in the float64 reference)."""
+    return rng.standard_normal(shape).astype(np_dtype(dtype))
+
+
 def rel2(got: np.ndarray, want: np.ndarray) -> float:
     """Relative 2-norm error, after checking that every element was written (outputs start as NaN)."""
     g = got.astype(np.float64)
@@ -282,8 +287,8 @@ def test_warp_specialized_matmul_gpu(dtype: str, tiles: tuple[int, int, int], sh
     m, n, k = shape
     bm, bn, bk = tiles
     rng = np.random.default_rng()
-    a = rng.standard_normal((m, k)).astype(np_dtype(dtype))
-    b = rng.standard_normal((k, n)).astype(np_dtype(dtype))
+    a = rand16(rng, (m, k), dtype)
+    b = rand16(rng, (k, n), dtype)
     c = tj.asarray(poison((m, n), "float32"))
     kernel = tj.kernel((matmul_grouped if grouped else matmul).func)  # fresh: the switch is read when it builds
     grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
@@ -304,9 +309,9 @@ def test_warp_specialized_bias_relu_gpu(dtype: str) -> None:
     barriers), ReLU, a cast to the 16-bit output; ragged M, N, K."""
     m, n, k = 1000, 1096, 712
     rng = np.random.default_rng()
-    a = rng.standard_normal((m, k)).astype(np_dtype(dtype))
-    b = rng.standard_normal((k, n)).astype(np_dtype(dtype))
-    bias = rng.standard_normal((1, n)).astype(np_dtype(dtype))
+    a = rand16(rng, (m, k), dtype)
+    b = rand16(rng, (k, n), dtype)
+    bias = rand16(rng, (1, n), dtype)
     c = tj.asarray(poison((m, n), dtype))
     kernel = tj.kernel(matmul_bias_relu.func)
     kernel[(tj.cdiv(m, 128), tj.cdiv(n, 256))](tj.asarray(a), tj.asarray(b), tj.asarray(bias), c,
@@ -327,8 +332,8 @@ def test_warp_specialized_transposed_gpu(dtype: str, ta: bool, tb: bool, tiles: 
     m, n, k = 1000, 1096, 712
     bm, bn, bk = tiles
     rng = np.random.default_rng()
-    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np_dtype(dtype))
-    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np_dtype(dtype))
+    a = rand16(rng, (k, m) if ta else (m, k), dtype)
+    b = rand16(rng, (n, k) if tb else (k, n), dtype)
     c = tj.asarray(poison((m, n), "float32"))
     kernel = tj.kernel(matmul_t.func)
     kernel[(tj.cdiv(m, bm), tj.cdiv(n, bn))](tj.asarray(a), tj.asarray(b), c, BM=bm, BN=bn, BK=bk,
@@ -347,15 +352,15 @@ def test_warp_specialized_transposed_store_and_batched_gpu(dtype: str) -> None:
     3 matrices (3-D arrays, reshaped store); ragged M, N, K."""
     m, n, k = 1000, 1096, 712
     rng = np.random.default_rng()
-    a = rng.standard_normal((m, k)).astype(np_dtype(dtype))
-    b = rng.standard_normal((k, n)).astype(np_dtype(dtype))
+    a = rand16(rng, (m, k), dtype)
+    b = rand16(rng, (k, n), dtype)
     c = tj.asarray(poison((n, m), "float32"))
     tj.kernel(matmul_transposed_out.func)[(tj.cdiv(m, 128), tj.cdiv(n, 128))](
         tj.asarray(a), tj.asarray(b), c, BM=128, BN=128, BK=64)
     err = rel2(c.numpy(), (a.astype(np.float64) @ b.astype(np.float64)).T)
     assert err <= 1e-5, f"transposed store: relative error {err:.2e}"
-    a3 = rng.standard_normal((3, m, k)).astype(np_dtype(dtype))
-    b3 = rng.standard_normal((3, k, n)).astype(np_dtype(dtype))
+    a3 = rand16(rng, (3, m, k), dtype)
+    b3 = rand16(rng, (3, k, n), dtype)
     c3 = tj.asarray(poison((3, m, n), "float32"))
     tj.kernel(matmul_batched.func)[(tj.cdiv(m, 128), tj.cdiv(n, 256), 3)](
         tj.asarray(a3), tj.asarray(b3), c3, BM=128, BN=256, BK=64)
