@@ -401,9 +401,13 @@ def _child(script: Path, cache: Path) -> subprocess.CompletedProcess[str]:
 def first_call(runs: int, cpu: bool = False) -> list[dict[str, Any]]:
     """Seconds of the first call of a chain of 8 in a fresh process with an empty cache, per contender (median of
     ``runs`` processes, after one not counted that warms the files' pages), and tilejit's parts in one more; with
-    ``cpu`` only tilejit's parts, on a stand-in device."""
+    ``cpu`` only tilejit's parts, on a stand-in device. The scripts and caches live in a folder removed after."""
+    with tempfile.TemporaryDirectory(prefix="bench-fuse-first-") as tmp:
+        return _first_calls(Path(tmp), runs, cpu)
+
+
+def _first_calls(folder: Path, runs: int, cpu: bool) -> list[dict[str, Any]]:
     out = []
-    folder = Path(tempfile.mkdtemp(prefix="bench-fuse-first-"))
     if not _bytecode():
         FAILED["tilejit bytecode"] = "compileall failed: first calls may compile tilejit's sources"
     body = textwrap.indent(chain_body(8, "tj"), "    ")

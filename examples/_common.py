@@ -73,18 +73,18 @@ def backend_of(backend: str | None) -> str:
     return tj.backend_for(backend)
 
 
-#: The most rows a block of a row kernel takes at once on Tile IR (``rows_per_block``).
+#: The most rows a block of a row kernel takes at once on Tile IR (``row_tiles``).
 MAX_ROWS = 16
 
 
-def rows_per_block(block: int, backend: str | None, elements: int) -> int:
-    """Rows of ``block`` elements a block of a row kernel takes as one (ROWS, BLOCK) tile: 1 on the CUDA backend
-    (its plan already packs short rows' threads); on Tile IR as many as make about ``elements`` elements, at most
-    ``MAX_ROWS``: tileiras gives a block of one short row too little to do (rows of 256 bf16 elements ran at
-    0.4-0.6x of Triton one per block and 1.3-1.6x eight to sixteen per block; bench/RESULTS.md, session 18)."""
-    if backend_of(backend) != "tileir":
-        return 1
-    return max(1, min(MAX_ROWS, elements // block))
+def row_tiles(m: int, block: int, backend: str | None, elements: int) -> tuple[int, dict[str, int]]:
+    """The grid and the ``ROWS``/``BLOCK`` constants of a kernel holding whole rows of ``block`` elements of an
+    ``m``-row array as (ROWS, BLOCK) tiles: one row a block on the CUDA backend (its plan already packs short rows'
+    threads); on Tile IR as many rows as make about ``elements`` elements, at most ``MAX_ROWS``: tileiras gives a
+    block of one short row too little to do (rows of 256 bf16 elements ran at 0.4-0.6x of Triton one per block and
+    1.3-1.6x eight to sixteen per block; bench/RESULTS.md, session 18)."""
+    rows = max(1, min(MAX_ROWS, elements // block)) if backend_of(backend) == "tileir" else 1
+    return -(-m // rows), {"ROWS": rows, "BLOCK": block}
 
 
 def block_of(n: int) -> int:

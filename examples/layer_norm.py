@@ -31,7 +31,7 @@ from _common import (
     itemsize_of,
     on_backend,
     parse_args,
-    rows_per_block,
+    row_tiles,
     should_run,
 )
 
@@ -45,7 +45,7 @@ WHOLE_ROW_BWD = 8192
 #: and the chunks it takes instead.
 CUDA_WHOLE_ROW = 8192
 CUDA_CHUNKS = (8192, 4096)
-#: Bytes of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``_common.rows_per_block``; bench/RESULTS.md,
+#: Bytes of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``_common.row_tiles``; bench/RESULTS.md,
 #: session 18).
 ROW_TILE_BYTES = 32768
 #: Elements a backward block takes per step (``ROWS`` = this / BLOCK rows), and its blocks per SM: as many groups
@@ -200,7 +200,7 @@ def layer_norm_forward(x: Any, weight: Any, bias: Any, out: Any, mean: Any, rstd
 
 def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
     """The forward kernel, its grid and its constants (and launch options) for the rows of ``x``: whole rows as one
-    tile up to ``WHOLE_ROW`` elements (``rows_per_block`` of them a block), else a block per row in chunks. On the
+    tile up to ``WHOLE_ROW`` elements (``row_tiles`` of them a block), else a block per row in chunks. On the
     CUDA backend, rows of more than ``CUDA_WHOLE_ROW`` 16-bit elements, or that a power-of-two tile would pad by a
     quarter or more, go in chunks of 8192 or 4096 elements (the one that pads least) with 8 warps: 0.99-1.32x of
     Triton at 12288 and 16384 elements, against 0.56-1.01x as whole rows (bench/RESULTS.md, session 18)."""
@@ -212,8 +212,7 @@ def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str
         return layer_norm_fwd_chunked, m, {"BLOCK": chunk, "num_warps": 8}
     if block > WHOLE_ROW:
         return layer_norm_fwd_chunked, m, {"BLOCK": chunk_of(x, backend)}
-    rows = rows_per_block(block, backend, ROW_TILE_BYTES // itemsize_of(x))
-    return layer_norm_fwd, -(-m // rows), {"ROWS": rows, "BLOCK": block}
+    return layer_norm_fwd, *row_tiles(m, block, backend, ROW_TILE_BYTES // itemsize_of(x))
 
 
 class BackwardPlan(NamedTuple):

@@ -1,6 +1,6 @@
 """RMS norm over the last axis (x / sqrt(mean(x**2) + eps) * weight), forward and backward, statistics in float32.
 
-Forward: ``rms_norm``, whole rows as tiles (a block per ``ROWS`` rows: ``_common.rows_per_block``), writing each
+Forward: ``rms_norm``, whole rows as tiles (a block per ``ROWS`` rows: ``_common.row_tiles``), writing each
 row's 1/rms (``rstd``) for the backward pass. Backward (``rms_norm_backward``): dx, and dw through per-group
 partial sums, as layer_norm.py's backward does (``rms_norm_bwd``, then layer_norm.py's ``sum_partials``):
 dx = rstd * (w * dy - x * rstd**2 * mean(w * dy * x)), dw = the sum over rows of dy * x * rstd.
@@ -25,7 +25,7 @@ from _common import (
     itemsize_of,
     on_backend,
     parse_args,
-    rows_per_block,
+    row_tiles,
     should_run,
 )
 from layer_norm import ROW_TILE_BYTES, SUM_TILE, WHOLE_ROW, BackwardPlan, backward_plan, sum_columns, sum_partials
@@ -112,8 +112,8 @@ def rms_norm_forward(x: Any, weight: Any, out: Any, rstd: Any, eps: float, backe
     m, n = x.shape
     block = block_of(n)
     if block <= WHOLE_ROW:
-        rows = rows_per_block(block, backend, ROW_TILE_BYTES // itemsize_of(x))
-        on_backend(rms_norm, backend)[-(-m // rows)](x, weight, out, rstd, eps, ROWS=rows, BLOCK=block)
+        grid, constants = row_tiles(m, block, backend, ROW_TILE_BYTES // itemsize_of(x))
+        on_backend(rms_norm, backend)[grid](x, weight, out, rstd, eps, **constants)
     else:
         on_backend(rms_norm_chunked, backend)[m](x, weight, out, rstd, eps, BLOCK=chunk_of(x, backend))
 

@@ -1,5 +1,5 @@
 """Fused row softmax: a block per ``ROWS`` rows (one on the CUDA backend; several short rows on Tile IR, see
-``_common.rows_per_block``); max, exp, sum and divide without leaving registers. ``softmax_tuned`` is the same kernel
+``_common.row_tiles``); max, exp, sum and divide without leaving registers. ``softmax_tuned`` is the same kernel
 with its block size in warps chosen by ``tj.autotune`` for each shape and dtype of x.
 
 A row longer than ``WHOLE_ROW`` elements does not fit in registers (a 65536-element float32 row is an SM's whole
@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from _common import block_of, check, chunk_of, compile_only, on_backend, parse_args, rows_per_block, should_run
+from _common import block_of, check, chunk_of, compile_only, on_backend, parse_args, row_tiles, should_run
 
 import tilejit as tj
 
 #: The longest row (elements, any dtype) that ``softmax`` holds whole: ptxas -v for sm_90a shows no spill up to here.
 WHOLE_ROW = 32768
-#: Elements of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``rows_per_block``; bench/RESULTS.md, session 18).
+#: Elements of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``row_tiles``; bench/RESULTS.md, session 18).
 ROW_TILE = 2048
 
 
@@ -52,12 +52,11 @@ def softmax_chunked(x, out, BLOCK: tj.Constant[int]):
 
 def row_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
     """The kernel, its grid and constants for the rows of ``x``: whole rows as one tile up to ``WHOLE_ROW`` elements
-    (``rows_per_block`` of them a block), else a block per row in chunks."""
+    (``row_tiles`` of them a block), else a block per row in chunks."""
     m, block = x.shape[0], block_of(x.shape[1])
     if block > WHOLE_ROW:
         return softmax_chunked, m, {"BLOCK": chunk_of(x, backend)}
-    rows = rows_per_block(block, backend, ROW_TILE)
-    return softmax, -(-m // rows), {"ROWS": rows, "BLOCK": block}
+    return softmax, *row_tiles(m, block, backend, ROW_TILE)
 
 
 def softmax_rows(x: Any, out: Any, backend: str | None = None) -> None:

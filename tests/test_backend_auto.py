@@ -140,7 +140,7 @@ def test_auto_picks_tile_ir_where_a_toolchain_compiles_for_the_target(tileiras: 
     assert not wants_launch_facts(None, num_threads=256)
     assert tj.compile(tj.kernel(_add.func, num_threads=256), SIG, constants=TILE, target=arch).backend == "cuda"
     assert tj.backend_for(target=arch) == tj.backend_for("auto", arch) == "tileir"
-    assert tj.backend_for("cuda", arch) == "cuda"
+    assert tj.backend_for("cuda", arch) == "cuda" and tj.backend_for(target=arch, num_threads=256) == "cuda"
 
 
 @pytest.mark.parametrize("arch", ["sm_70", "sm_75"])

@@ -115,10 +115,9 @@ def _device_identity(device: Any) -> tuple[str, ...]:
 
 def _backend_name(kernel: Kernel, device: Any) -> str:
     """The backend ``kernel``'s launches on ``device`` compile with (as ``Kernel._build`` chooses it)."""
-    from tilejit.backends.base import choose_backend
-    from tilejit.compiler.targets import parse_target
+    from tilejit.api.compile import backend_for
 
-    return choose_backend(kernel.backend, parse_target(device.arch), num_threads=kernel.num_threads)[0].name
+    return backend_for(kernel.backend, device.arch, num_threads=kernel.num_threads)
 
 
 def _view_or_none(value: Any) -> ArrayView | None:

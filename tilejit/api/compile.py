@@ -445,12 +445,13 @@ def compile(
                     requested_backend(requested) == "auto", stages)
 
 
-def backend_for(backend: str | None = None, target: str | int | Target | None = None) -> str:
+def backend_for(backend: str | None = None, target: str | int | Target | None = None, *,
+                num_threads: int | None = None) -> str:
     """The backend, "cuda" or "tileir", that a kernel built with ``backend`` ("cuda", "tileir", "auto"; None:
-    ``TILEJIT_BACKEND``, else auto) compiles with for ``target`` (None: the one rule of ``tj.compile``: this GPU,
-    else ``TILEJIT_ARCH``), so that host code can choose tile shapes per backend. Under auto, a kernel that the Tile
-    IR backend refuses still falls back to CUDA C++ when it is built."""
+    ``TILEJIT_BACKEND``, else auto) and ``num_threads`` compiles with for ``target`` (None: the one rule of
+    ``tj.compile``: this GPU, else ``TILEJIT_ARCH``), so that host code can choose tile shapes per backend. Under
+    auto, a kernel that the Tile IR backend refuses still falls back to CUDA C++ when it is built."""
     from tilejit.backends.base import choose_backend
     from tilejit.compiler.targets import resolve_target
 
-    return choose_backend(backend, resolve_target(target))[0].name
+    return choose_backend(backend, resolve_target(target), num_threads=num_threads)[0].name
