@@ -165,8 +165,11 @@ def test_mma_paths_by_target_and_dtype() -> None:
     assert "tj::mma_fma<" in gen(matmul(int8, int32, bm=32, bn=32, bk=32), arch=90).source
 
 
-def test_wgmma_on_sm90a_pipelines() -> None:
+def test_wgmma_on_sm90a_pipelines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plain wgmma pipeline (the warp-specialized loop switched off: tests/test_cuda_warp_specialize.py)."""
     from tilejit.compiler.targets import parse_target
+
+    monkeypatch.setenv("TILEJIT_CUDA_WARP_SPECIALIZE", "0")
 
     def sm90a(bm: int, bn: int, bk: int, dt: DType = bfloat16, tf32: bool = False, **kw: Any) -> CudaKernel:
         return generate(matmul(dt, float32, bm=bm, bn=bn, bk=bk, tf32=tf32), target=parse_target("sm_90a"), **kw)

@@ -98,9 +98,12 @@ def test_transposed_operands_pipeline_with_ldmatrix_on_sm80(dtype: str, ta: bool
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize(("ta", "tb"), TRANS)
-def test_transposed_operands_pipeline_with_wgmma_trans_on_sm90a(dtype: str, ta: bool, tb: bool) -> None:
+def test_transposed_operands_pipeline_with_wgmma_trans_on_sm90a(dtype: str, ta: bool, tb: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """sm_90a: cp.async into swizzled stages as stored; the wgmma reads A M-major (imm-trans-a = 1) or
-    B K-major (imm-trans-b = 0) instead of the plain loop's K-major A and N-major B (0, 1)."""
+    B K-major (imm-trans-b = 0) instead of the plain loop's K-major A and N-major B (0, 1). The plain pipeline: the
+    warp-specialized loop switched off (tests/test_cuda_warp_specialize.py covers it)."""
+    monkeypatch.setenv("TILEJIT_CUDA_WARP_SPECIALIZE", "0")
     art = compile_t(DTYPES[dtype], "sm_90a", ta, tb)
     src, ptx = art.cuda_source(), art.ptx()
     ctype = "tj::half" if dtype == "float16" else "tj::bf16"
@@ -135,8 +138,10 @@ def test_transposed_operands_off_the_pipeline_stay_in_registers() -> None:
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
-def test_batched_3d_loads_pipeline(target: str) -> None:
-    """(1, BM, BK) loads of 3-D arrays reshaped to 2-D stream like 2-D loads, the batch index an origin."""
+def test_batched_3d_loads_pipeline(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(1, BM, BK) loads of 3-D arrays reshaped to 2-D stream like 2-D loads, the batch index an origin (the plain
+    pipeline: the warp-specialized loop switched off)."""
+    monkeypatch.setenv("TILEJIT_CUDA_WARP_SPECIALIZE", "0")
     art = tj.compile(matmul_batched, (tj.bfloat16[:, :, ::1], tj.bfloat16[:, :, ::1], tj.float32[:, :, ::1]),
                      constants={"BM": 128, "BN": 128, "BK": 64}, target=target)
     src, ptx = art.cuda_source(), art.ptx()

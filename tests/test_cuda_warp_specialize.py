@@ -211,9 +211,13 @@ def test_transposed_operands_are_warp_specialized(ta: bool, tb: bool) -> None:
 # --------------------------------------------------------------------------- fallbacks
 
 
-def test_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unset (this branch's default) the plain cp.async + barrier pipeline is generated, 256 threads."""
+def test_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset, the warp-specialized loop is generated (384 threads: a producer warpgroup beside two consumer
+    warpgroups); set to 0, the plain cp.async + barrier pipeline (256 threads)."""
     monkeypatch.delenv("TILEJIT_CUDA_WARP_SPECIALIZE", raising=False)
+    ck = compile_mm(matmul, "bfloat16", (128, 256, 64)).cuda_kernel()
+    assert is_ws(ck.source) and ck.num_threads == 384
+    monkeypatch.setenv("TILEJIT_CUDA_WARP_SPECIALIZE", "0")
     ck = compile_mm(matmul, "bfloat16", (128, 256, 64)).cuda_kernel()
     assert not is_ws(ck.source) and ck.num_threads == 256 and "tj::Wgmma<" in ck.source
 

@@ -834,3 +834,45 @@ def test_tiles_outside_a_strided_view_read_padding_and_write_nothing_gpu(backend
         want[1 + b * t0:1 + (b + 1) * t0, 1 + b * t1:1 + (b + 1) * t1] = tile
     np.testing.assert_array_equal(out_parent.numpy(), want)
     np.testing.assert_array_equal(a.numpy(), parent)
+
+
+def small_tiles(a, b, total, out, N: tj.Constant[int]):
+    """Fuzz program 140's pattern: a view load whose sum is stored as one element, and a view store, of N elements."""
+    i = tj.bid(0)
+    t = tj.load(a, index=(1,), shape=(N,), padding=0)
+    u = tj.load(b, index=(i,), shape=(N,), padding=0)
+    tj.store(total, index=(i,), tile=tj.sum(t.astype(tj.int32), axis=-1, keepdims=True))
+    tj.store(out, index=(i,), tile=tj.exp2(u.astype(tj.float32) * 0.01))
+
+
+SMALL_TILES_SIG = (tj.float32[::1], tj.uint8[::1], tj.int32[::1], tj.float32[::1])
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90", "sm_100"])
+@pytest.mark.parametrize("n", [8, 512, 1024, 4096])
+def test_small_view_tiles_never_use_tma(n: int, target: str) -> None:
+    """Every view load and store of a tile under 1024 elements says ``allow_tma = false`` (tileiras 13.5.37 hung on
+    such a TMA load and store in one kernel); 1024 and more keep tileiras's choice."""
+    from tilejit.backends.tileir.lower.memory import TMA_MIN_ELEMENTS
+
+    assert TMA_MIN_ELEMENTS == 1024
+    fn = tj.compile(tj.kernel(small_tiles), SMALL_TILES_SIG, constants={"N": n}, target="sm_90").ir()
+    accesses = [ln for ln in module_text(fn, target).splitlines() if "load_view_tko" in ln or "store_view_tko" in ln]
+    assert len(accesses) == 3  # the one-element store goes through a pointer
+    assert all((f"<{target} = {{allow_tma = false}}>" in ln) is (n < 1024) for ln in accesses), accesses
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [8, 128, 512, 1024])
+def test_small_view_tiles_gpu(backend: str, n: int, rng: np.random.Generator) -> None:
+    """Fuzz program 140's pattern runs to the end and is right (it hung on the Tile IR backend before small tiles
+    went without TMA): partial tiles at both ends, a strided uint8 input."""
+    a = rng.standard_normal(2 * n - 3).astype(np.float32).round()
+    b_host = rng.integers(0, 256, 6 * n, dtype=np.uint8)
+    b = tj.asarray(b_host)[2::2]
+    total = tj.asarray(np.full(5, -1, np.int32))
+    out = tj.asarray(np.full(3 * n - 4, np.nan, np.float32))
+    tj.kernel(small_tiles, backend=backend)[3](tj.asarray(a), b, total[:3], out, N=n)
+    np.testing.assert_array_equal(total.numpy(), [int(a[n:].astype(np.int32).sum())] * 3 + [-1, -1])
+    want = np.exp2(b_host[2::2][: 3 * n - 4].astype(np.float32) * np.float32(0.01))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)

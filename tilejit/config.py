@@ -96,7 +96,7 @@ ARCH_SPECIFIC: Setting[bool] = Setting(
     "TILEJIT_ARCH_SPECIFIC", bool, True, "tile kernels on an H100/H200 build for sm_90a (wgmma); 0: plain sm_90"
 )
 CUDA_WARP_SPECIALIZE: Setting[bool] = Setting(
-    "TILEJIT_CUDA_WARP_SPECIALIZE", bool, False,
+    "TILEJIT_CUDA_WARP_SPECIALIZE", bool, True,
     "CUDA backend on sm_90a: run a recognized wgmma K loop with a producer warpgroup (cp.async into a ring of "
     "mbarrier-guarded stages) and consumer warpgroups (wgmma only); read when a kernel builds a specialization",
 )

@@ -289,9 +289,19 @@ def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...]) -> TValue:
     return mask
 
 
+#: View loads and stores of tiles with fewer elements than this never use TMA. tileiras 13.5.37 built kernels that
+#: hang on an H100 when a TMA load and a TMA store of such tiles meet in one kernel (1-D tiles of 8-512 elements,
+#: float32 and uint16; 1024 and more ran; docs/tileir.md, "Fuzz program 140"); TMA gains nothing on tiles that small.
+TMA_MIN_ELEMENTS = 1024
+
+
 def access_hints(lo: Lowerer, op: O.LoadOp | O.StoreOp) -> dict[str, dict[str, bool | int]] | None:
-    """The optimization hints of a view load or store: ``allow_tma = false`` under the target's name where
-    ``occupancy.choose_no_tma`` says so, else None (tileiras's own choice)."""
+    """The optimization hints of a view load or store: ``allow_tma = false`` under the target's name for a tile of
+    fewer than ``TMA_MIN_ELEMENTS`` elements or where ``occupancy.choose_no_tma`` says so, else None (tileiras's
+    own choice)."""
+    tile = op.result.type if isinstance(op, O.LoadOp) else op.tile.type
+    if lo.target and isinstance(tile, TileType) and tile.size < TMA_MIN_ELEMENTS:
+        return {lo.target: {"allow_tma": False}}
     if lo.target not in NO_TMA_ARCHS:
         return None
     if lo.no_tma is None:
