@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from test_cuda_mma_pipeline import matmul_batched, matmul_t
-from test_cuda_warp_specialize import DTYPES, compile_mm
+from test_cuda_warp_specialize import compile_mm
 from test_runtime_launch import FakeDriver, fake_lib, fn, view  # noqa: F401  (fake_lib: a fixture)
 
 import tilejit as tj
@@ -103,7 +103,7 @@ def test_maps_are_cached_and_launches_fall_back(stub: Driver, monkeypatch: pytes
     class Counting:
         version = 13000
 
-        def cuTensorMapEncodeTiled(self, *args: Any) -> int:  # noqa: N802 (the driver's name)
+        def cuTensorMapEncodeTiled(self, *args: Any) -> int:
             calls.append(1)
             return int(stub.cuTensorMapEncodeTiled(*args))
 
@@ -123,11 +123,11 @@ def test_maps_are_cached_and_launches_fall_back(stub: Driver, monkeypatch: pytes
         version = 11080
         cuTensorMapEncodeTiled = None
 
-    with pytest.raises(TensorMapError, match="no cuTensorMapEncodeTiled, which needs a driver for CUDA 12.0"):
+    with pytest.raises(TensorMapError, match=r"no cuTensorMapEncodeTiled, which needs a driver for CUDA 12\.0"):
         encode_tiled("float16", 0x2000, (64, 64), (64, 1), (64, 64), 128, Old())
     assert launch_tensor_map("float16", 0x2000, (64, 64), (64, 1), (64, 64), 128, Old()) == NO_TENSOR_MAP
     monkeypatch.setenv("STUB_TENSOR_MAP_FAIL", "1")
-    with pytest.raises(CUDAError, match="cuTensorMapEncodeTiled"):
+    with pytest.raises(CUDAError, match=r"cuTensorMapEncodeTiled"):
         launch_tensor_map("float16", 0x3000, (64, 64), (64, 1), (64, 64), 128, stub)
 
 
@@ -247,7 +247,7 @@ def test_producer_copies_with_tma(kernel: Any, dtype: str, tiles: tuple[int, int
     src = ck.source
     assert "const __grid_constant__ tj::TensorMap tj_tmap0,\n    const __grid_constant__ tj::TensorMap tj_tmap1)" in src
     assert f"if (tj_tid == {2 * bm}) {{  // one thread issues every copy" in src
-    assert f"tj::mbar_expect_tx(k" in src and f", {(bm * bk + bk * bn) * 2});" in src
+    assert "tj::mbar_expect_tx(k" in src and f", {(bm * bk + bk * bn) * 2});" in src
     assert f"tj::tma_tile<{bm}, {bk}, {sw_a}>(" in src and f"tj::tma_tile<{bk}, {bn}, {sw_b}>(" in src
     assert re.search(r"tj::mbar_init\(k\d+_full \+ s, k\d+_tma \? 1 : 128\);", src)
     check_tma_ptx(art.ptx())

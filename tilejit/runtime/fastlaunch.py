@@ -193,12 +193,12 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
     if launcher.derived:
         from tilejit.runtime.tensormap import launch_tensor_map
 
-    for m, (_, kind, src) in zip(maps, launcher.derived):
+    for m, (_, kind, source) in zip(maps, launcher.derived):
         # a tensor map is encoded (a dict lookup once made) whenever its source array's fields are packed
-        a = names[src]
+        a = names[source]
         dims, strides = ([f"{a}_{what}{d}" for d in range(kind.ndim)] for what in ("shape", "stride"))
         values.append(f"{m}({a}_ptr, {_unpacked(dims)}, {_unpacked(strides)})")
-        bound[m] = functools.partial(launch_tensor_map, kind.dtype, box=kind.box, swizzle=kind.swizzle,
+        bound[m] = functools.partial(launch_tensor_map, str(kind.dtype), box=kind.box, swizzle=kind.swizzle,
                                      driver=launcher.driver)
     # A torch tensor for a pointer parameter is remembered apart (``x_tensor``, with the address and torch dtype it
     # had, ``x_tensor_ptr`` and ``x_tensor_dtype``): the same tensor again is taken as packed while it still has

@@ -307,7 +307,7 @@ def derived_params(params: Sequence[tuple[str, ParamKind]]) -> tuple[tuple[str, 
     and rank (``ValueError`` otherwise)."""
     plain = [n for n, k in params if k.kind != "tensormap"]
     out: list[tuple[str, ParamKind, int]] = []
-    for i, (name, kind) in enumerate(params):
+    for name, kind in params:
         if kind.kind != "tensormap":
             if out:
                 raise ValueError(f"parameter {name!r} follows the tensor map {out[-1][0]!r}; tensor maps come last")

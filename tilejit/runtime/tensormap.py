@@ -147,5 +147,5 @@ def clear_cache() -> None:
     _cache.clear()
 
 
-__all__ = ["CACHE_LIMIT", "MAX_DIM", "NO_TENSOR_MAP", "TENSOR_MAP_ALIGN", "TENSOR_MAP_BYTES", "TensorMapError", "check_tiled",
-           "clear_cache", "encode_tiled", "launch_tensor_map", "tensor_map"]
+__all__ = ["CACHE_LIMIT", "MAX_DIM", "NO_TENSOR_MAP", "TENSOR_MAP_ALIGN", "TENSOR_MAP_BYTES", "TensorMapError",
+           "check_tiled", "clear_cache", "encode_tiled", "launch_tensor_map", "tensor_map"]

@@ -463,7 +463,8 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     lw.depth += 1
     _define_iv(lw, r, it)
     lw.line(f"tj::mbar_wait({full} + {stage}, {phase});  // this stage has landed")
-    lw.line(f"{_wgmma_type(lw, p)}::fence_smem();  // cp.async wrote it (generic proxy), wgmma reads it (async)")
+    # cp.async writes through the generic proxy, wgmma reads through the async one (as TMA writes: no fence then)
+    lw.line(f"{f'if (!{tma}) ' if ws.tma else ''}{_wgmma_type(lw, p)}::fence_smem();  // cp.async wrote it")
     at = f"{r.base} + {stage} * {r.stage_elems}"
     lw.staged[id(pipe.mma)] = (f"({at})", f"({at} + {p.a_elems})", True)
     # after the batch is issued, wait_group 1 leaves it in flight: the previous one is done, its stage free
