@@ -250,6 +250,7 @@ def test_producer_copies_with_tma(kernel: Any, dtype: str, tiles: tuple[int, int
     assert "tj::mbar_expect_tx(k" in src and f", {(bm * bk + bk * bn) * 2});" in src
     assert f"tj::tma_tile<{bm}, {bk}, {sw_a}>(" in src and f"tj::tma_tile<{bk}, {bn}, {sw_b}>(" in src
     assert re.search(r"tj::mbar_init\(k\d+_full \+ s, k\d+_tma \? 1 : 128\);", src)
+    assert re.search(r"if \(!k\d+_tma\) tj::Wgmma<[^>]*>::fence_smem\(\);", src)  # TMA writes via the async proxy
     check_tma_ptx(art.ptx())
 
 

@@ -286,16 +286,24 @@ def test_warp_specialized_matmul_gpu(dtype: str, tiles: tuple[int, int, int], sh
     stage), against float64; inputs are exact in float64, so the only error is float32 accumulation."""
     m, n, k = shape
     bm, bn, bk = tiles
-    rng = np.random.default_rng()
-    a = rand16(rng, (m, k), dtype)
-    b = rand16(rng, (k, n), dtype)
-    c = tj.asarray(poison((m, n), "float32"))
-    kernel = tj.kernel((matmul_grouped if grouped else matmul).func)  # fresh: the switch is read when it builds
-    grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
+    a, b = matmul_args(np.random.default_rng(), m, n, k, dtype)
+    check_mm(grouped, (tj.cdiv(m, bm), tj.cdiv(n, bn)), a, b, {"BM": bm, "BN": bn, "BK": bk})
+
+
+def matmul_args(rng: np.random.Generator, m: int, n: int, k: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    return rand16(rng, (m, k), dtype), rand16(rng, (k, n), dtype)
+
+
+def check_mm(grouped: bool, grid: tuple[int, int], a: np.ndarray, b: np.ndarray, consts: dict[str, int]) -> None:
+    """A fresh examples/matmul.py ``matmul`` (``matmul_grouped``: the grid's blocks in one dim, GROUP=8) of ``a``
+    and ``b`` into a NaN-poisoned float32 output, against float64 (inputs exact there: only float32 accumulation
+    errs). Fresh: a kernel reads the switches when it builds a specialization."""
+    c = tj.asarray(poison((a.shape[0], b.shape[1]), "float32"))
+    kernel = tj.kernel((matmul_grouped if grouped else matmul).func)
     if grouped:
-        kernel[grid[0] * grid[1]](tj.asarray(a), tj.asarray(b), c, BM=bm, BN=bn, BK=bk, GROUP=8)
+        kernel[grid[0] * grid[1]](tj.asarray(a), tj.asarray(b), c, GROUP=8, **consts)
     else:
-        kernel[grid](tj.asarray(a), tj.asarray(b), c, BM=bm, BN=bn, BK=bk)
+        kernel[grid](tj.asarray(a), tj.asarray(b), c, **consts)
     err = rel2(c.numpy(), a.astype(np.float64) @ b.astype(np.float64))
     assert err <= 1e-5, f"relative error {err:.2e}"
 
@@ -371,10 +379,6 @@ def test_warp_specialized_transposed_store_and_batched_gpu(dtype: str) -> None:
 # --------------------------------------------------------------------------- TMA producer on a GPU (TILEJIT_CUDA_TMA)
 
 
-def matmul_args(rng: np.random.Generator, m: int, n: int, k: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    return rand16(rng, (m, k), dtype), rand16(rng, (k, n), dtype)
-
-
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One disk cache for this module's TMA GPU tests: the shapes of a test share its images (the switches are in
@@ -401,19 +405,10 @@ def test_tma_producer_gpu(monkeypatch: pytest.MonkeyPatch, shared_cache: Path, d
     bm, bn, bk = tiles
     consts = {"BM": bm, "BN": bn, "BK": bk, **({"GROUP": 8} if grouped else {})}
     art = tj.compile(matmul_grouped if grouped else matmul, SIG[dtype], constants=consts, target="sm_90a",
-                     backend="cuda")
+                     backend="cuda")  # what the launch builds: its two maps exactly when TMA is on
     assert sum(spec[0] == "tensormap" for _, spec in art.cuda_kernel().params) == (2 if tma == "1" else 0)
-    rng = np.random.default_rng()
-    a, b = matmul_args(rng, m, n, k, dtype)
-    c = tj.asarray(poison((m, n), "float32"))
-    kernel = tj.kernel((matmul_grouped if grouped else matmul).func)
-    grid = (tj.cdiv(m, bm) + 1, tj.cdiv(n, bn) + 1)
-    if grouped:
-        kernel[grid[0] * grid[1]](tj.asarray(a), tj.asarray(b), c, **consts)
-    else:
-        kernel[grid](tj.asarray(a), tj.asarray(b), c, **consts)
-    err = rel2(c.numpy(), a.astype(np.float64) @ b.astype(np.float64))
-    assert err <= 1e-5, f"relative error {err:.2e}"
+    a, b = matmul_args(np.random.default_rng(), m, n, k, dtype)
+    check_mm(grouped, (tj.cdiv(m, bm) + 1, tj.cdiv(n, bn) + 1), a, b, {"BM": bm, "BN": bn, "BK": bk})
 
 
 @pytest.mark.gpu
