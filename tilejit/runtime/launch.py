@@ -455,8 +455,11 @@ class Launcher:
     message naming ``kernel_name`` (default: the function's name), and a driver error for such a grid is
     turned into the same message.
 
+    ``params`` may end in tensor maps (``ParamKind.tensormap``): they take no argument; each launch packs the map of
+    its source array argument (``derived``), encoded once per array layout (``runtime.tensormap``).
+
     What the generated functions read of it (:mod:`tilejit.runtime.fastlaunch`) is public: the layout
-    (``params``, ``struct``, ``offsets``, ``size``), the launch (``block``, ``shared_bytes``, ``cluster``,
+    (``params``, ``derived``, ``struct``, ``offsets``, ``size``), the launch (``block``, ``shared_bytes``, ``cluster``,
     ``param_passing``, ``handle``, ``uses_ex``, ``entry_point``, ``call_driver``) and the paths it hands calls to
     (:meth:`launch_any_thread`, :meth:`explain`, :meth:`failed`).
     """

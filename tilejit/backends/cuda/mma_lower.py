@@ -373,7 +373,9 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     multiply stage after stage with wgmma, one batch in flight, and go on to the code after the loop (which
     needs no block barrier: the plan checked, and generate() checks the code). Stage s's mbarriers: full[s]
     (the producer's copies landed, 128 arrivals) and empty[s] (every consumer's wgmmas reading it completed,
-    nt arrivals); no block barrier inside the loop."""
+    nt arrivals); no block barrier inside the loop. With ``ws.tma`` the producer's first thread alone fills the
+    stages with TMA (full[s]: 1 arrival plus the stage's bytes) when the launch passed both tensor maps, and the
+    cp.async producer runs otherwise (a map the launch could not encode is 128 zero bytes)."""
     ws = lw.plan.ws
     assert ws is not None and ws.loop is op
     pipe = lw.plan.pipelines[id(op)]

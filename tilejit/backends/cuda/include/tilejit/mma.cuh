@@ -15,7 +15,8 @@
 //    M-major (imm-trans-a) and B K-major. The accumulator fragment
 //    is TensorCore's layout with WM = M/16 warps along M, so both paths share one layout.
 //    With TILEJIT_CUDA_WARP_SPECIALIZE=1 a producer warpgroup feeds those stages through a ring of
-//    mbarriers instead (the helpers at the end of this file, mma_lower.py's lower_warp_specialized).
+//    mbarriers instead (the helpers at the end of this file, mma_lower.py's lower_warp_specialized),
+//    with TMA (tma_tile, host-encoded tensor maps) unless TILEJIT_CUDA_TMA=0 or the arrays do not allow it.
 //  * mma_fma: any dtype, any target, any accumulator layout: each thread forms its own elements.
 #pragma once
 #include <tilejit/math.cuh>
