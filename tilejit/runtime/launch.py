@@ -136,7 +136,7 @@ class ParamKind:
     def from_spec(cls, spec: Sequence[Any]) -> ParamKind:
         """From the backend's ABI entries: ``("array", dtype, ndim)``, ``("array", dtype, ndim, "index32")``,
         ``("scalar", dtype)``, ``("pointer", dtype)`` or ``("tensormap", dtype, ndim, source, swizzle, *box)``."""
-        if spec and spec[0] == "tensormap" and len(spec) >= 6 and len(spec) == 5 + spec[2]:
+        if spec and spec[0] == "tensormap" and len(spec) >= 6 and isinstance(spec[2], int) and len(spec) == 5 + spec[2]:
             return cls.tensormap(spec[1], spec[2], spec[3], tuple(spec[5:]), spec[4])
         if spec and spec[0] == "array" and len(spec) == 3:
             return cls.array(spec[1], spec[2])
