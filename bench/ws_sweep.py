@@ -3,9 +3,11 @@ H100/H200: examples/matmul.py's ``matmul`` and ``matmul_grouped`` with the switc
 and shape. Each result is checked against a float32 torch reference (relative 2-norm error <= 1e-2) before it is
 timed; a wrong or failing one is reported, not timed. Times are medians of ``triton.testing.do_bench`` (torch CUDA
 events when Triton is missing). Prints one markdown row per (dtype, shape, kernel, tiles): TFLOP/s off, on, the
-on/off speedup and each over cuBLAS, then the best of each per shape.
+on/off speedup and each over cuBLAS, then the best of each per shape. ``--tma 0`` runs the warp-specialized
+kernels with TILEJIT_CUDA_TMA=0 (cp.async producer; default 1: TMA); ``--compare tma`` compares the producers
+instead: "off" is warp-specialized with cp.async, "on" warp-specialized with TMA.
 
-    python bench/ws_sweep.py [--dtypes bfloat16,float16] [--quick]
+    python bench/ws_sweep.py [--dtypes bfloat16,float16] [--quick] [--tma 0|1] [--compare ws|tma]
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (3000, 50
 TILES = ((128, 256, 32), (128, 256, 64), (256, 128, 64), (128, 128, 64))
 GROUP = 8
 SWITCH = "TILEJIT_CUDA_WARP_SPECIALIZE"
+TMA = "TILEJIT_CUDA_TMA"
+
+
+def settings(compare: str, tma: str, on: bool) -> dict[str, str]:
+    """The environment of the "off" or "on" column: warp specialization off/on (TMA as ``tma`` says), or with
+    ``compare`` "tma" warp-specialized with the cp.async/TMA producer."""
+    if compare == "tma":
+        return {SWITCH: "1", TMA: "1" if on else "0"}
+    return {SWITCH: "1" if on else "0", TMA: tma}
 
 
 def median_ms(fn: Callable[[], Any]) -> float:
@@ -66,13 +77,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtypes", default="bfloat16,float16")
     ap.add_argument("--quick", action="store_true", help="4096^3 and 128x256x64 / 128x128x64 only")
+    ap.add_argument("--tma", choices=("0", "1"), default="1", help="TILEJIT_CUDA_TMA of the warp-specialized kernels")
+    ap.add_argument("--compare", choices=("ws", "tma"), default="ws",
+                    help="ws: plain pipeline vs warp-specialized; tma: cp.async vs TMA producer")
     args = ap.parse_args()
     import torch
 
     shapes = SHAPES[:1] if args.quick else SHAPES
     tiles = TILES[1::2] if args.quick else TILES
     kernels = {False: fresh_kernels(), True: fresh_kernels()}
-    print(f"GPU: {torch.cuda.get_device_name()}")
+    print(f"GPU: {torch.cuda.get_device_name()}; off = {settings(args.compare, args.tma, False)}, "
+          f"on = {settings(args.compare, args.tma, True)}")
     print("| dtype | M x N x K | kernel | tiles | off TFLOP/s | on TFLOP/s | on/off | off/cuBLAS | on/cuBLAS |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     best: list[tuple[str, str, float, float, float]] = []
@@ -99,7 +114,7 @@ def main() -> int:
                             kern[grid](a, b, c, BM=bm, BN=bn, BK=bk, **extra)
 
                         try:
-                            os.environ[SWITCH] = "1" if ws else "0"  # read when this launch builds the kernel
+                            os.environ.update(settings(args.compare, args.tma, ws))  # read when this launch builds
                             c.fill_(float("nan"))
                             launch()
                             torch.cuda.synchronize()

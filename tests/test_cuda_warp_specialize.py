@@ -290,16 +290,24 @@ def test_warp_specialized_matmul_gpu(dtype: str, tiles: tuple[int, int, int], sh
     stage), against float64; inputs are exact in float64, so the only error is float32 accumulation."""
     m, n, k = shape
     bm, bn, bk = tiles
-    rng = np.random.default_rng()
-    a = rand16(rng, (m, k), dtype)
-    b = rand16(rng, (k, n), dtype)
-    c = tj.asarray(poison((m, n), "float32"))
-    kernel = tj.kernel((matmul_grouped if grouped else matmul).func)  # fresh: the switch is read when it builds
-    grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
+    a, b = matmul_args(np.random.default_rng(), m, n, k, dtype)
+    check_mm(grouped, (tj.cdiv(m, bm), tj.cdiv(n, bn)), a, b, {"BM": bm, "BN": bn, "BK": bk})
+
+
+def matmul_args(rng: np.random.Generator, m: int, n: int, k: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    return rand16(rng, (m, k), dtype), rand16(rng, (k, n), dtype)
+
+
+def check_mm(grouped: bool, grid: tuple[int, int], a: np.ndarray, b: np.ndarray, consts: dict[str, int]) -> None:
+    """A fresh examples/matmul.py ``matmul`` (``matmul_grouped``: the grid's blocks in one dim, GROUP=8) of ``a``
+    and ``b`` into a NaN-poisoned float32 output, against float64 (inputs exact there: only float32 accumulation
+    errs). Fresh: a kernel reads the switches when it builds a specialization."""
+    c = tj.asarray(poison((a.shape[0], b.shape[1]), "float32"))
+    kernel = tj.kernel((matmul_grouped if grouped else matmul).func)
     if grouped:
-        kernel[grid[0] * grid[1]](tj.asarray(a), tj.asarray(b), c, BM=bm, BN=bn, BK=bk, GROUP=8)
+        kernel[grid[0] * grid[1]](tj.asarray(a), tj.asarray(b), c, GROUP=8, **consts)
     else:
-        kernel[grid](tj.asarray(a), tj.asarray(b), c, BM=bm, BN=bn, BK=bk)
+        kernel[grid](tj.asarray(a), tj.asarray(b), c, **consts)
     err = rel2(c.numpy(), a.astype(np.float64) @ b.astype(np.float64))
     assert err <= 1e-5, f"relative error {err:.2e}"
 
@@ -370,3 +378,90 @@ def test_warp_specialized_transposed_store_and_batched_gpu(dtype: str) -> None:
         tj.asarray(a3), tj.asarray(b3), c3, BM=128, BN=256, BK=64)
     err = rel2(c3.numpy(), np.matmul(a3.astype(np.float64), b3.astype(np.float64)))
     assert err <= 1e-5, f"batched: relative error {err:.2e}"
+
+
+# --------------------------------------------------------------------------- TMA producer on a GPU (TILEJIT_CUDA_TMA)
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One disk cache for this module's TMA GPU tests: the shapes of a test share its images (the switches are in
+    the key), so each (kernel, tiles, dtype, producer) compiles once."""
+    return tmp_path_factory.mktemp("ws_tma_cache")
+
+
+@pytest.mark.gpu
+@pytest.mark.cuda_only(reason="the CUDA backend's warp-specialized wgmma loop (sm_90a)")
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("tma", ["1", "0"], ids=["tma", "cp.async"])
+@pytest.mark.parametrize("grouped", [False, True], ids=["matmul", "matmul_grouped"])
+@pytest.mark.parametrize("shape", [(1000, 1096, 712), (300, 520, 40), (64, 72, 8)])
+@pytest.mark.parametrize("tiles", [(128, 256, 64), (256, 128, 64)])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_tma_producer_gpu(monkeypatch: pytest.MonkeyPatch, shared_cache: Path, dtype: str,
+                          tiles: tuple[int, int, int], shape: tuple[int, int, int], grouped: bool, tma: str) -> None:
+    """Both producers on ragged M, N, K (K = 8 < BK: one box mostly out of bounds), with one more row and column
+    of blocks than the output needs: their boxes lie wholly outside the arrays (zero-filled, the bytes still
+    counted), their stores nowhere. The image has its two tensor maps exactly when TMA is on."""
+    monkeypatch.setenv("TILEJIT_CUDA_TMA", tma)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(shared_cache))
+    m, n, k = shape
+    bm, bn, bk = tiles
+    consts = {"BM": bm, "BN": bn, "BK": bk, **({"GROUP": 8} if grouped else {})}
+    art = tj.compile(matmul_grouped if grouped else matmul, SIG[dtype], constants=consts, target="sm_90a",
+                     backend="cuda")  # what the launch builds: its two maps exactly when TMA is on
+    assert sum(spec[0] == "tensormap" for _, spec in art.cuda_kernel().params) == (2 if tma == "1" else 0)
+    a, b = matmul_args(np.random.default_rng(), m, n, k, dtype)
+    check_mm(grouped, (tj.cdiv(m, bm) + 1, tj.cdiv(n, bn) + 1), a, b, {"BM": bm, "BN": bn, "BK": bk})
+
+
+@pytest.mark.gpu
+@pytest.mark.cuda_only(reason="the CUDA backend's warp-specialized wgmma loop (sm_90a)")
+@pytest.mark.usefixtures("ws_on")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_tma_views_and_fallbacks_gpu(dtype: str) -> None:
+    """Views a launch meets: rows padded apart (a map with a row stride of its own), rows that overlap (no map
+    describes them: the launch passes zeros and the kernel copies with cp.async), a view 2 bytes off alignment
+    (another specialization: the plain path), K = 0 (empty operands: no map, no iteration, c = 0), and a batch
+    with one grid layer more than matrices (3-D boxes past the last matrix)."""
+    m, n, k = 1000, 1096, 712
+    rng = np.random.default_rng()
+    kern = tj.kernel(matmul.func)
+    grid = (tj.cdiv(m, 128), tj.cdiv(n, 256))
+    consts = {"BM": 128, "BN": 256, "BK": 64}
+    a, b = matmul_args(rng, m, n, k, dtype)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    # padded rows: (m, k) and (k, n) windows of wider arrays
+    a_big = np.zeros((m, k + 24), a.dtype)
+    a_big[:, :k] = a
+    b_big = np.zeros((k, n + 40), b.dtype)
+    b_big[:, 3 * 8:3 * 8 + n] = b
+    da, db = tj.asarray(a_big), tj.asarray(b_big)
+    c = tj.asarray(poison((m, n), "float32"))
+    kern[grid](da[:, :k], db[:, 24:24 + n], c, **consts)
+    assert rel2(c.numpy(), want) <= 1e-5, "padded rows"
+    # misaligned by one element: unit stride but not 16-byte aligned
+    a_off = np.zeros((m, k + 8), a.dtype)
+    a_off[:, 1:k + 1] = a
+    c = tj.asarray(poison((m, n), "float32"))
+    kern[grid](tj.asarray(a_off)[:, 1:k + 1], tj.asarray(b), c, **consts)
+    assert rel2(c.numpy(), want) <= 1e-5, "misaligned view"
+    # overlapping rows: row i of a is flat[8 * i : 8 * i + k] (16-byte rows, unit stride, aligned)
+    flat = rand16(rng, (8 * (m - 1) + k,), dtype)
+    dflat = tj.asarray(flat)
+    overlap = tj.DeviceArray((m, k), dtype, device=dflat.device, strides=(16, 2), ptr=dflat.ptr, base=dflat)
+    a_ov = np.lib.stride_tricks.as_strided(flat, (m, k), (16, 2))
+    c = tj.asarray(poison((m, n), "float32"))
+    kern[grid](overlap, tj.asarray(b), c, **consts)
+    assert rel2(c.numpy(), a_ov.astype(np.float64) @ b.astype(np.float64)) <= 1e-5, "overlapping rows"
+    # K = 0
+    c = tj.asarray(poison((m, n), "float32"))
+    kern[grid](tj.asarray(np.zeros((m, 0), a.dtype)), tj.asarray(np.zeros((0, n), b.dtype)), c, **consts)
+    assert not np.isnan(c.numpy()).any() and not c.numpy().any(), "K = 0"
+    # a batch of 3 with a 4th grid layer
+    a3 = rand16(rng, (3, m, k), dtype)
+    b3 = rand16(rng, (3, k, n), dtype)
+    c3 = tj.asarray(poison((3, m, n), "float32"))
+    tj.kernel(matmul_batched.func)[(tj.cdiv(m, 128), tj.cdiv(n, 256), 4)](
+        tj.asarray(a3), tj.asarray(b3), c3, **consts)
+    assert rel2(c3.numpy(), np.matmul(a3.astype(np.float64), b3.astype(np.float64))) <= 1e-5, "batched"

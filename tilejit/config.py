@@ -100,6 +100,12 @@ CUDA_WARP_SPECIALIZE: Setting[bool] = Setting(
     "CUDA backend on sm_90a: run a recognized wgmma K loop with a producer warpgroup (cp.async into a ring of "
     "mbarrier-guarded stages) and consumer warpgroups (wgmma only); read when a kernel builds a specialization",
 )
+CUDA_TMA: Setting[bool] = Setting(
+    "TILEJIT_CUDA_TMA", bool, True,
+    "CUDA backend on sm_90a: a warp-specialized K loop's producer copies its operands with TMA (host-encoded tensor "
+    "maps) where both arrays allow (unit inner stride, 16-byte aligned rows); 0: cp.async; read when a kernel builds "
+    "a specialization",
+)
 TILEIRAS: Setting[str | None] = Setting(
     "TILEJIT_TILEIRAS", str, None, "explicit path of tileiras (or its bin folder) for the Tile IR backend"
 )
@@ -137,6 +143,7 @@ ALL: tuple[Setting[object], ...] = (
     EMIT_PTX,  # type: ignore[assignment]
     ARCH_SPECIFIC,  # type: ignore[assignment]
     CUDA_WARP_SPECIALIZE,  # type: ignore[assignment]
+    CUDA_TMA,  # type: ignore[assignment]
     TILEIRAS,  # type: ignore[assignment]
     BACKEND,  # type: ignore[assignment]
     AUTOTUNE,  # type: ignore[assignment]

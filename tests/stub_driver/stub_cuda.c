@@ -4,6 +4,7 @@
  *   STUB_DRIVER_VERSION   value cuDriverGetVersion reports (default 13000)
  *   STUB_MISSING          comma-separated base names cuGetProcAddress reports as not found
  *   STUB_IS_TOOLKIT_STUB  when set, cuDriverGetVersion/cuInit return CUDA_ERROR_STUB_LIBRARY like the toolkit's stub
+ *   STUB_TENSOR_MAP_FAIL  when set, cuTensorMapEncodeTiled returns CUDA_ERROR_INVALID_VALUE
  * Build flags: -DSTUB_NO_GETPROC_V2 (no cuGetProcAddress_v2, like a CUDA 11 driver), -DSTUB_NO_GETPROC (no
  * cuGetProcAddress at all, like a driver older than 11.3: entry points are found by versioned symbol name).
  *
@@ -140,6 +141,28 @@ CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n) {
 CUresult cuMemAlloc(unsigned int *ptr, unsigned int size) { (void)ptr; (void)size; return WRONG_ABI; }
 CUresult cuMemFree(unsigned int ptr) { (void)ptr; return WRONG_ABI; }
 
+/* cuTensorMapEncodeTiled writes its arguments into the 16 words of the map, for tests to read back: [0] the
+ * address, [1] rank | type << 8 | interleave << 16 | swizzle << 24 | l2 << 32 | oob << 40, [2 + i] dim i,
+ * [7 + i] byte stride i (rank - 1 of them), [11 + i] box i | element stride i << 32 (innermost first).
+ * CUDA_ERROR_INVALID_VALUE for a map that is not 64-byte aligned, a rank outside 1..5 or STUB_TENSOR_MAP_FAIL. */
+CUresult cuTensorMapEncodeTiled(void *map, int type, unsigned rank, void *addr, const uint64_t *dims,
+                                const uint64_t *strides, const unsigned *box, const unsigned *elem, int interleave,
+                                int swizzle, int l2, int oob) {
+    if (!map || ((uintptr_t)map & 63) || rank < 1 || rank > 5 || getenv("STUB_TENSOR_MAP_FAIL"))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t *w = (uint64_t *)map;
+    memset(w, 0, 128);
+    w[0] = (uint64_t)(uintptr_t)addr;
+    w[1] = rank | (uint64_t)type << 8 | (uint64_t)interleave << 16 | (uint64_t)swizzle << 24 | (uint64_t)l2 << 32 |
+           (uint64_t)oob << 40;
+    for (unsigned i = 0; i < rank; ++i) {
+        w[2 + i] = dims[i];
+        w[11 + i] = box[i] | (uint64_t)elem[i] << 32;
+        if (i + 1 < rank) w[7 + i] = strides[i];
+    }
+    return CUDA_SUCCESS;
+}
+
 /* Every other entry point: succeeds and does nothing. */
 static CUresult stub_ok(void) { return CUDA_SUCCESS; }
 
@@ -171,6 +194,7 @@ static struct entry table[] = {
     OK(cuModuleGetFunction), OK(cuModuleGetGlobal), OK(cuFuncGetAttribute), OK(cuFuncSetAttribute),
     OK(cuFuncGetName), OK(cuLaunchKernel), OK(cuLaunchKernelEx), OK(cuLibraryLoadData), OK(cuLibraryUnload),
     OK(cuLibraryGetKernel), OK(cuKernelGetFunction), OK(cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    { "cuTensorMapEncodeTiled", (void *)cuTensorMapEncodeTiled, 0 },
     { NULL, NULL, 0 },
 };
 

@@ -37,7 +37,9 @@ _LOADED: dict[str, Backend] = {}
 #: that compiles with CUDA C++ into an error.
 FALLBACK_ERRORS: tuple[type[Exception], ...] = (TileIRUnsupportedError, TileirasError)
 
-ParamSpec = tuple[str, str, int, str] | tuple[str, str, int] | tuple[str, str]
+#: A kernel parameter's ABI (``runtime.launch.ParamKind.from_spec``): ("array", dtype, ndim[, "index32"]),
+#: ("scalar", dtype), ("pointer", dtype) or ("tensormap", dtype, ndim, array parameter, swizzle, *box).
+ParamSpec = tuple[str, str, int, str] | tuple[str, str, int] | tuple[str, str] | tuple[str | int, ...]
 #: The parameter ABI of an array-list parameter in both backends: its launch table (``runtime.array_table``) as a
 #: rank-2 int64 array, one row of pointer, shape and strides per array.
 ARRAY_LIST_SPEC: ParamSpec = ("array", "int64", 2)

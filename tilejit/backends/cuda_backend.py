@@ -75,11 +75,12 @@ class CudaBackend(Backend):
 
     def cache_identity(self) -> str:
         from tilejit.bindings.loader import NVRTC_LIBRARY, toolkit_identity
-        from tilejit.config import CUDA_WARP_SPECIALIZE
+        from tilejit.config import CUDA_TMA, CUDA_WARP_SPECIALIZE
 
         # The loader names NVRTC's file (the one loaded, else the one discovery finds) without importing
-        # NVRTC's bindings module. TILEJIT_CUDA_WARP_SPECIALIZE changes the code generated, not its inputs.
-        ws = "|warp-specialized" if CUDA_WARP_SPECIALIZE.get() else ""
+        # NVRTC's bindings module. TILEJIT_CUDA_WARP_SPECIALIZE and TILEJIT_CUDA_TMA change the code generated, not
+        # its inputs.
+        ws = ("|warp-specialized" + ("|tma" if CUDA_TMA.get() else "")) if CUDA_WARP_SPECIALIZE.get() else ""
         return f"{toolkit_identity(NVRTC_LIBRARY)}|{_headers_identity()}{ws}"
 
     def launch_targets(self, target: Target) -> tuple[Target, ...]:

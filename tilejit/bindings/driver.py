@@ -170,6 +170,17 @@ CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 CU_LAUNCH_ATTRIBUTE_PRIORITY = 8
 
+#: ``CUtensorMapDataType`` values (``cuTensorMapEncodeTiled``), by tilejit dtype name.
+CU_TENSOR_MAP_DATA_TYPE: dict[str, int] = {
+    "uint8": 0, "uint16": 1, "uint32": 2, "int32": 3, "uint64": 4, "int64": 5, "float16": 6, "float32": 7,
+    "float64": 8, "bfloat16": 9,
+}
+CU_TENSOR_MAP_INTERLEAVE_NONE = 0
+#: ``CUtensorMapSwizzle`` by the swizzle span in bytes (0: none).
+CU_TENSOR_MAP_SWIZZLE: dict[int, int] = {0: 0, 32: 1, 64: 2, 128: 3}
+CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2
+CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0  # out-of-bounds elements read as zeros
+
 CU_GET_PROC_ADDRESS_DEFAULT = 0
 CU_GET_PROC_ADDRESS_SUCCESS = 0
 CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1
@@ -360,6 +371,16 @@ ENTRIES: tuple[Entry, ...] = (
     _E("cuLibraryGetKernel", (_P(CUkernel), CUlibrary, c_char_p), 12000, required=False),
     _E("cuKernelGetFunction", (_P(CUfunction), CUkernel), 12000, required=False),
     _E("cuOccupancyMaxActiveBlocksPerMultiprocessor", (_P(c_int), CUfunction, c_int, c_size_t), 6050),
+    # CUDA 12.0+ (absent from 11.x drivers: tensor maps exist from Hopper's toolkit on); tensorMap is a 64-byte
+    # aligned CUtensorMap of 128 opaque bytes, then data type, rank, address, dims, byte strides (rank - 1), box,
+    # element strides, interleave, swizzle, L2 promotion and out-of-bounds fill.
+    _E(
+        "cuTensorMapEncodeTiled",
+        (c_void_p, CUenum, c_uint, c_void_p, _P(c_ulonglong), _P(c_ulonglong), _P(c_uint), _P(c_uint), CUenum,
+         CUenum, CUenum, CUenum),
+        12000,
+        required=False,
+    ),
 )
 ENTRY_BY_NAME: dict[str, Entry] = {e.name: e for e in ENTRIES}
 
@@ -476,6 +497,7 @@ class Driver:
     cuLibraryGetKernel: Any
     cuKernelGetFunction: Any
     cuOccupancyMaxActiveBlocksPerMultiprocessor: Any
+    cuTensorMapEncodeTiled: Any
 
     def __init__(self, lib: ctypes.CDLL, path: str) -> None:
         self._lib = lib

@@ -161,7 +161,8 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
     kernel_params, extra = bufs.kernel_params_and_extra(launcher.param_passing)
     # The owner's own cells: only its calls get past the owner check, so no launch reads another thread's state.
     state = state_of(owner)
-    names = local_names([(n, k.ndim) for n, k in launcher.params], _SUFFIXES, _FIXED_NAMES)
+    maps = [f"tensor_map{k}" for k in range(len(launcher.derived))]  # encoders of the derived tensor maps
+    names = local_names([(n, k.ndim) for n, k in launcher.params], _SUFFIXES, _FIXED_NAMES | set(maps))
     relaunch = (_ex_now(launcher.entry_point, bufs.config_addr, launcher.handle, kernel_params, extra)
                 if launcher.uses_ex else None)
     # The generated module's globals (each function has a module of its own): a global costs a call nothing, while
@@ -189,6 +190,16 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
         (", ".join(names) + (", = args" if n == 1 else " = args")) if n else "if args: raise Mismatch()",
     ]
     convert, values = _argument_lines(launcher, names)
+    if launcher.derived:
+        from tilejit.runtime.tensormap import launch_tensor_map
+
+    for m, (_, kind, source) in zip(maps, launcher.derived):
+        # a tensor map is encoded (a dict lookup once made) whenever its source array's fields are packed
+        a = names[source]
+        dims, strides = ([f"{a}_{what}{d}" for d in range(kind.ndim)] for what in ("shape", "stride"))
+        values.append(f"{m}({a}_ptr, {_unpacked(dims)}, {_unpacked(strides)})")
+        bound[m] = functools.partial(launch_tensor_map, str(kind.dtype), box=kind.box, swizzle=kind.swizzle,
+                                     driver=launcher.driver)
     # A torch tensor for a pointer parameter is remembered apart (``x_tensor``, with the address and torch dtype it
     # had, ``x_tensor_ptr`` and ``x_tensor_dtype``): the same tensor again is taken as packed while it still has
     # them, is contiguous and on the device (four reads of the tensor, none repeated).

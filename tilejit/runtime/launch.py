@@ -63,9 +63,13 @@ class ParamKind:
     * ``ParamKind.array("float32", 2)``: ``struct {T* ptr; int64_t shape[2]; int64_t stride[2];}``
       with strides in elements, as the tile backend's ``tj::Array<T, N>``; ``index32``: the kernel assumes
       every shape and stride in [0, 2**31) (a Tile IR kernel, for TMA), so a launch must not pass others.
+    * ``ParamKind.tensormap("bfloat16", 2, "a", (64, 64), 128)``: a ``CUtensorMap`` (128 bytes, 64-byte aligned,
+      ``const __grid_constant__``) of the array parameter named ``source`` (this dtype and rank), read in boxes of
+      ``box`` elements (outermost first) with a ``swizzle``-byte swizzle. Derived, not an argument: a launch
+      encodes it from the source array (``runtime.tensormap.launch_tensor_map``); such parameters come last.
     """
 
-    __slots__ = ("align", "dtype", "fmt", "index32", "kind", "ndim", "size")
+    __slots__ = ("align", "box", "dtype", "fmt", "index32", "kind", "ndim", "size", "source", "swizzle")
 
     kind: str
     dtype: str | None
@@ -74,8 +78,13 @@ class ParamKind:
     size: int
     align: int
     index32: bool
+    source: str
+    box: tuple[int, ...]
+    swizzle: int
 
-    def __init__(self, kind: str, dtype: str | None, ndim: int = 0, index32: bool = False) -> None:
+    def __init__(self, kind: str, dtype: str | None, ndim: int = 0, index32: bool = False, source: str = "",
+                 box: tuple[int, ...] = (), swizzle: int = 0) -> None:
+        self.source, self.box, self.swizzle = "", (), 0
         if kind == "scalar":
             if dtype not in STRUCT_CHAR:
                 raise ValueError(f"unsupported scalar dtype {dtype!r}; supported: {', '.join(STRUCT_CHAR)}")
@@ -90,8 +99,19 @@ class ParamKind:
             if isinstance(ndim, bool) or not isinstance(ndim, int) or ndim < 0:
                 raise ValueError(f"array rank must be a non-negative int, got {ndim!r}")
             self.fmt, self.size, self.align = "Q" + "q" * (2 * ndim), 8 * (1 + 2 * ndim), 8
+        elif kind == "tensormap":
+            from tilejit.runtime.tensormap import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
+
+            if dtype not in ITEMSIZE or isinstance(ndim, bool) or not isinstance(ndim, int) or not 1 <= ndim <= 5:
+                raise ValueError(f"a tensor map needs an array dtype and a rank of 1 to 5, got {dtype!r}, {ndim!r}")
+            if not (isinstance(source, str) and source and len(box) == ndim
+                    and all(isinstance(b, int) and 1 <= b <= 256 for b in box) and swizzle in (0, 32, 64, 128)):
+                raise ValueError(f"a tensor map needs its source parameter, {ndim} box dims of 1 to 256 and a swizzle "
+                                 f"of 0, 32, 64 or 128 bytes, got {source!r}, {box!r}, {swizzle!r}")
+            self.fmt, self.size, self.align = f"{TENSOR_MAP_BYTES}s", TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN
+            self.source, self.box, self.swizzle = source, tuple(box), swizzle
         else:
-            raise ValueError(f"parameter kind must be 'scalar', 'pointer' or 'array', got {kind!r}")
+            raise ValueError(f"parameter kind must be 'scalar', 'pointer', 'array' or 'tensormap', got {kind!r}")
         if index32 and kind != "array":
             raise ValueError(f"index32 is a fact of arrays only, not of a {kind}")
         self.kind, self.dtype, self.ndim, self.index32 = kind, dtype, ndim, bool(index32)
@@ -109,9 +129,15 @@ class ParamKind:
         return cls("array", dtype, ndim, index32)
 
     @classmethod
+    def tensormap(cls, dtype: str, ndim: int, source: str, box: Sequence[int], swizzle: int) -> ParamKind:
+        return cls("tensormap", dtype, ndim, source=source, box=tuple(box), swizzle=swizzle)
+
+    @classmethod
     def from_spec(cls, spec: Sequence[Any]) -> ParamKind:
-        """From the backend's ABI entries: ``("array", dtype, ndim)``, ``("array", dtype, ndim, "index32")``
-        or ``("scalar", dtype)``."""
+        """From the backend's ABI entries: ``("array", dtype, ndim)``, ``("array", dtype, ndim, "index32")``,
+        ``("scalar", dtype)``, ``("pointer", dtype)`` or ``("tensormap", dtype, ndim, source, swizzle, *box)``."""
+        if spec and spec[0] == "tensormap" and len(spec) >= 6 and isinstance(spec[2], int) and len(spec) == 5 + spec[2]:
+            return cls.tensormap(spec[1], spec[2], spec[3], tuple(spec[5:]), spec[4])
         if spec and spec[0] == "array" and len(spec) == 3:
             return cls.array(spec[1], spec[2])
         if spec and spec[0] == "array" and len(spec) == 4 and spec[3] == "index32":
@@ -122,18 +148,23 @@ class ParamKind:
             return cls.pointer(spec[1])
         raise ValueError(f"not a parameter spec: {spec!r}")
 
+    def _identity(self) -> tuple[Any, ...]:
+        return self.kind, self.dtype, self.ndim, self.index32, self.source, self.box, self.swizzle
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ParamKind) and (self.kind, self.dtype, self.ndim, self.index32) == (
-            other.kind, other.dtype, other.ndim, other.index32)
+        return isinstance(other, ParamKind) and self._identity() == other._identity()
 
     def __hash__(self) -> int:
-        return hash((self.kind, self.dtype, self.ndim, self.index32))
+        return hash(self._identity())
 
     def __str__(self) -> str:
         if self.kind == "scalar":
             return str(self.dtype)
         if self.kind == "pointer":
             return f"{self.dtype or 'void'}*"
+        if self.kind == "tensormap":
+            box = "x".join(map(str, self.box))
+            return f"tensormap<{self.dtype}, {self.ndim}> of {self.source} (box {box}, swizzle {self.swizzle})"
         return f"array<{self.dtype}, {self.ndim}{', index32' if self.index32 else ''}>"
 
     def __repr__(self) -> str:
@@ -270,6 +301,26 @@ def param_layout(kinds: Sequence[ParamKind]) -> tuple[str, tuple[int, ...], int]
     return fmt, tuple(offsets), off
 
 
+def derived_params(params: Sequence[tuple[str, ParamKind]]) -> tuple[tuple[str, ParamKind, int], ...]:
+    """The tensor-map parameters of a kernel's ``params`` (name, kind, index of their source among the others),
+    checked: after every other parameter (the backend puts them last), each naming an array parameter of its dtype
+    and rank (``ValueError`` otherwise)."""
+    plain = [n for n, k in params if k.kind != "tensormap"]
+    out: list[tuple[str, ParamKind, int]] = []
+    for name, kind in params:
+        if kind.kind != "tensormap":
+            if out:
+                raise ValueError(f"parameter {name!r} follows the tensor map {out[-1][0]!r}; tensor maps come last")
+            continue
+        src = plain.index(kind.source) if kind.source in plain else -1
+        sk = params[src][1] if src >= 0 else None
+        if sk is None or sk.kind != "array" or (sk.dtype, sk.ndim) != (kind.dtype, kind.ndim):
+            raise ValueError(f"tensor map {name!r}: its source {kind.source!r} is not a {kind.ndim}-d {kind.dtype} "
+                             "array parameter")
+        out.append((name, kind, src))
+    return tuple(out)
+
+
 def grid3(grid: Any) -> tuple[int, int, int]:
     """A grid as three ints (any integer type, e.g. numpy's, but not bool), checked against the hardware limits."""
     if isinstance(grid, tuple | list):
@@ -404,8 +455,11 @@ class Launcher:
     message naming ``kernel_name`` (default: the function's name), and a driver error for such a grid is
     turned into the same message.
 
+    ``params`` may end in tensor maps (``ParamKind.tensormap``): they take no argument; each launch packs the map of
+    its source array argument (``derived``), encoded once per array layout (``runtime.tensormap``).
+
     What the generated functions read of it (:mod:`tilejit.runtime.fastlaunch`) is public: the layout
-    (``params``, ``struct``, ``offsets``, ``size``), the launch (``block``, ``shared_bytes``, ``cluster``,
+    (``params``, ``derived``, ``struct``, ``offsets``, ``size``), the launch (``block``, ``shared_bytes``, ``cluster``,
     ``param_passing``, ``handle``, ``uses_ex``, ``entry_point``, ``call_driver``) and the paths it hands calls to
     (:meth:`launch_any_thread`, :meth:`explain`, :meth:`failed`).
     """
@@ -433,17 +487,21 @@ class Launcher:
         if isinstance(cluster, bool) or not isinstance(cluster, int) or cluster < 1:
             raise ValueError(f"cluster must be a positive int, got {cluster!r}")
         self.cluster = cluster
-        self.params = tuple((str(n), k) for n, k in params)
-        for n, k in self.params:
+        given = tuple((str(n), k) for n, k in params)
+        for n, k in given:
             if not isinstance(k, ParamKind):
                 raise TypeError(f"parameter {n!r}: expected a ParamKind, got {type(k).__name__}")
+        #: The parameters a launch takes an argument for, in order, and ``derived``: the tensor maps after them, each
+        #: (name, kind, index of its source array in ``params``), which a launch encodes from that argument.
+        self.params = tuple(p for p in given if p[1].kind != "tensormap")
+        self.derived = derived_params(given)
         self.block = block3(tuple(block) if isinstance(block, list) else block)
         if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, int) or shared_bytes < 0:
             raise ValueError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
         self.shared_bytes = shared_bytes
         if shared_bytes > 48 * 1024 and hasattr(function, "set_max_dynamic_shared"):
             _allow_shared(function, shared_bytes)
-        self.format, self.offsets, self.size = param_layout([k for _, k in self.params])
+        self.format, self.offsets, self.size = param_layout([k for _, k in given])
         #: The parameter block's layout as a ``struct.Struct`` (``pack_into`` fills a block).
         self.struct = struct.Struct(self.format)
         if driver is None:
@@ -547,8 +605,18 @@ class Launcher:
                 f"kernel '{self.name}' takes {len(self.params)} argument(s) ({names}), got {len(args)}"
             )
         values: list[Any] = []
+        converted: list[tuple[Any, ...]] = []
         for i, ((_, kind), value) in enumerate(zip(self.params, args)):
-            values += kind.convert(value, self.where(i))
+            converted.append(kind.convert(value, self.where(i)))
+            values += converted[-1]
+        if self.derived:
+            from tilejit.runtime.tensormap import launch_tensor_map
+
+            for _, kind, src in self.derived:
+                ptr, n = converted[src][0], kind.ndim
+                assert kind.dtype is not None
+                values.append(launch_tensor_map(kind.dtype, ptr, converted[src][1:1 + n], converted[src][1 + n:],
+                                                kind.box, kind.swizzle, self.driver))
         return values
 
     def pack(self, args: Sequence[Any]) -> bytes:
@@ -622,4 +690,4 @@ class Launcher:
 
 
 __all__ = ["CHECKED_LAUNCHES", "CONFIG", "IMMUTABLE_ARGS", "MAX_THREAD_LAUNCHERS", "LaunchBuffers", "Launcher",
-           "ParamKind", "block3", "check_cluster_grid", "grid3", "launch_proto", "param_layout"]
+           "ParamKind", "block3", "check_cluster_grid", "derived_params", "grid3", "launch_proto", "param_layout"]

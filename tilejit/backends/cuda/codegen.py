@@ -58,8 +58,9 @@ def _arch(target: Any) -> tuple[int, str]:
 def param_bytes(params: list[tuple[str, ParamSpec]]) -> int:
     """The kernel parameter space the parameters take, as NVRTC counts it: the sum of their sizes (alignment
     padding between them not counted). An array of N dims is ``tj::Array``, a pointer and 2 * N int64:
-    8 + 16 * N bytes; a scalar is its C type."""
-    return sum(8 + 16 * spec[2] if len(spec) == 3 else BY_NAME[spec[1]].itemsize for _, spec in params)
+    8 + 16 * N bytes; a tensor map 128 bytes; a scalar is its C type."""
+    return sum(128 if spec[0] == "tensormap" else 8 + 16 * int(spec[2]) if len(spec) == 3
+               else BY_NAME[str(spec[1])].itemsize for _, spec in params)
 
 
 def _nvrtc_version() -> tuple[int, int] | None:
@@ -125,6 +126,7 @@ def generate(
     num_stages: int | None = None,
     staging: int = 2,
     warp_specialize: bool | None = None,
+    tma: bool | None = None,
 ) -> CudaKernel:
     """Generate the CUDA C++ kernel for ``fn`` on ``target`` (a ``Target``, e.g. parse_target("sm_90"));
     ``nvrtc_version``: of the NVRTC that will compile it (default: the one loaded by default); ``occupancy``:
@@ -132,15 +134,21 @@ def generate(
     the user's cp.async pipeline depth (default: the plan's choice; 1: no pipeline); ``staging``: mma operands
     staged in their own buffers and prefetched (2), staged (1) or neither (0), lowered while they do not fit;
     ``warp_specialize``: a wgmma K loop may run on a producer and consumer warpgroups (default:
-    ``TILEJIT_CUDA_WARP_SPECIALIZE``; not with an occupancy above 1, whose register cap setmaxnreg cannot share)."""
+    ``TILEJIT_CUDA_WARP_SPECIALIZE``; not with an occupancy above 1, whose register cap setmaxnreg cannot share);
+    ``tma``: its producer may copy with TMA (default: ``TILEJIT_CUDA_TMA``), taking a tensor map of each operand's
+    array as a parameter after the user's (``("tensormap", dtype, ndim, array, swizzle, *box)``)."""
     number, suffix = _arch(target)
     if warp_specialize is None:
         from tilejit.config import CUDA_WARP_SPECIALIZE
 
         warp_specialize = CUDA_WARP_SPECIALIZE.get()
+    if tma is None:
+        from tilejit.config import CUDA_TMA
+
+        tma = CUDA_TMA.get()
     wgmma = number == 90 and suffix == "a"
     plan = Plan(fn, number, num_threads, dict(hints or {}), wgmma=wgmma, num_stages=num_stages, staging=staging,
-                warp_specialize=wgmma and warp_specialize and occupancy in (None, 1))
+                warp_specialize=wgmma and warp_specialize and occupancy in (None, 1), tma=tma)
     if occupancy is not None:
         plan.min_blocks_arg = f", {occupancy}"
     lw = Lowering(plan, plan.hints)
@@ -168,6 +176,9 @@ def generate(
         else:
             raise CompileError(f"kernel {fn.name}: parameter '{pname}' has type {t}; only arrays, array lists and "
                                "scalars")
+    for k, m in enumerate(plan.tma_maps()):  # derived from array parameters: a launch encodes them (last, 64-aligned)
+        decls.append(f"const __grid_constant__ tj::TensorMap tj_tmap{k}")
+        params.append((f"tj_tmap{k}", ("tensormap", m.dtype.name, m.ndim, m.array, m.swizzle, *m.box)))
     check_param_space(fn, params, plan.arch, nvrtc_version)
     lw.line("const int tj_tid = threadIdx.x;")
     lw.line("extern __shared__ __align__(16) unsigned char tj_smem[];")
@@ -178,7 +189,7 @@ def generate(
         # the code after a warp-specialized loop syncs the whole block, which the exited producer warpgroup
         # cannot join: the plain pipeline instead (tj::block_sync in the headers syncs the consumers only)
         return generate(fn, target=target, num_threads=num_threads, hints=hints, nvrtc_version=nvrtc_version,
-                        occupancy=occupancy, num_stages=num_stages, staging=staging, warp_specialize=False)
+                        occupancy=occupancy, num_stages=num_stages, staging=staging, warp_specialize=False, tma=tma)
     shared = lw.smem
     if plan.stage_bytes:  # staged mma operands' buffers follow the scratch area
         stage = -(-lw.smem // 128) * 128
@@ -188,7 +199,7 @@ def generate(
     if shared > limit and plan.stage_bytes:  # staged mma operands with fewer buffers
         return generate(fn, target=target, num_threads=num_threads, hints=hints, nvrtc_version=nvrtc_version,
                         occupancy=occupancy, num_stages=num_stages, staging=staging - 1,
-                        warp_specialize=warp_specialize)
+                        warp_specialize=warp_specialize, tma=tma)
     if shared > limit:
         raise _smem_error(lw.smem_op, fn, shared, plan.arch, limit)
     name = kernel_symbol(fn.name)

@@ -10,7 +10,7 @@ from tilejit.backends.cuda.layouts import Layout
 from tilejit.backends.cuda.plan import MmaPlan, Pipeline, StagedOperand
 from tilejit.backends.cuda.values import CV
 from tilejit.language.ir.core import Value
-from tilejit.language.ir.ops import ForOp, MmaOp
+from tilejit.language.ir.ops import ForOp, LoadOp, MmaOp
 from tilejit.language.ir.types import ArrayType, DType, TileType
 
 if TYPE_CHECKING:
@@ -260,16 +260,37 @@ def _ring(lw: Lowering, op: ForOp, stages: int) -> _Ring:
 def _issue(lw: Lowering, r: _Ring, k: str, stage: str, threads: int | None = None, tid: str = "") -> None:
     """The cp.async statements that copy iteration ``k``'s two operand tiles into stage ``stage``, shared by
     ``threads`` threads (default: the block's) numbered by ``tid`` (default: threadIdx.x)."""
-    env = {r.iv: f"(({r.iv_t})({r.lo} + ({k}) * {r.step}))"}
     operands = ((r.pipe.load_a, "0", r.p.lda, r.p.swa), (r.pipe.load_b, str(r.p.a_elems), r.p.ldb, r.p.swb))
     for load, off, ld, sw in operands:
-        t = load.result.type
-        assert isinstance(t, TileType)
-        # the tile's origin along each dim; a 3-D load's leading (batch) dim has tile size 1
-        org = ", ".join(f"(tj::i64){lw.expr_at(ix, env)} * {s}" for ix, s in zip(load.index, t.shape))
+        t, org = _origins(lw, r, load, k)
         fn, by = ("cp_async_tile_by", f", {tid}") if tid else ("cp_async_tile", "")
         lw.line(f"tj::{fn}<{t.shape[-2]}, {t.shape[-1]}, {ld}, {threads or lw.plan.nt}, {sw}>"
-                f"({r.base} + ({stage}) * {r.stage_elems} + {off}, {lw.vals[load.array].text}, {org}{by});")
+                f"({r.base} + ({stage}) * {r.stage_elems} + {off}, {lw.vals[load.array].text}, {', '.join(org)}{by});")
+
+
+def _origins(lw: Lowering, r: _Ring, load: LoadOp, k: str) -> tuple[TileType, list[str]]:
+    """A streamed load's tile type and the C expressions of its origin along each dim (tj::i64) in iteration
+    ``k``; a 3-D load's leading (batch) dim has tile size 1."""
+    t = load.result.type
+    assert isinstance(t, TileType)
+    env = {r.iv: f"(({r.iv_t})({r.lo} + ({k}) * {r.step}))"}
+    return t, [f"(tj::i64){lw.expr_at(ix, env)} * {s}" for ix, s in zip(load.index, t.shape)]
+
+
+def _issue_tma(lw: Lowering, r: _Ring, k: str, stage: str, bar: str) -> list[str]:
+    """The statements with which one thread copies iteration ``k``'s two operand tiles into stage ``stage`` by TMA
+    (the kernel's tensor maps ``tj_tmap0``/``tj_tmap1``, as ``Plan.tma_maps`` describes them): arm ``bar`` with the
+    stage's bytes, then one box per swizzle span of each tile (zero-filled outside the arrays)."""
+    total = 0
+    lines: list[str] = []
+    operands = ((r.pipe.load_a, "0", r.p.swa), (r.pipe.load_b, str(r.p.a_elems), r.p.swb))
+    for m, (load, off, sw) in enumerate(operands):
+        t, org = _origins(lw, r, load, k)
+        total += t.size * r.p.in_dtype.itemsize
+        lines.append(f"tj::tma_tile<{t.shape[-2]}, {t.shape[-1]}, {sw}>({r.base} + ({stage}) * {r.stage_elems} + "
+                     f"{off}, tj_tmap{m}, {bar}, {', '.join(org)});")
+    return [f"tj::mbar_expect_tx({bar}, {total});  // full[s] completes when these {total} bytes have landed",
+            *lines]
 
 
 def lower_pipelined_for(lw: Lowering, op: ForOp) -> None:
@@ -352,7 +373,9 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     multiply stage after stage with wgmma, one batch in flight, and go on to the code after the loop (which
     needs no block barrier: the plan checked, and generate() checks the code). Stage s's mbarriers: full[s]
     (the producer's copies landed, 128 arrivals) and empty[s] (every consumer's wgmmas reading it completed,
-    nt arrivals); no block barrier inside the loop."""
+    nt arrivals); no block barrier inside the loop. With ``ws.tma`` the producer's first thread alone fills the
+    stages with TMA (full[s]: 1 arrival plus the stage's bytes) when the launch passed both tensor maps, and the
+    cp.async producer runs otherwise (a map the launch could not encode is 128 zero bytes)."""
     ws = lw.plan.ws
     assert ws is not None and ws.loop is op
     pipe = lw.plan.pipelines[id(op)]
@@ -369,10 +392,15 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     lw.static_smem += 2 * 8 * stages
     lw.line(f"__shared__ tj::u64 {full}[{stages}];  // full[s]: stage s has landed")
     lw.line(f"__shared__ tj::u64 {empty}[{stages}];  // empty[s]: the wgmmas reading stage s are done")
+    tma = f"{n}_tma"
+    if ws.tma:  # the launch passes zeros for a map it could not encode (an empty array...): then cp.async
+        lw.line(f"const bool {tma} = tj::tma_ready(tj_tmap0) && tj::tma_ready(tj_tmap1);  // else cp.async")
+    arrivals = f"{tma} ? 1 : {producers}" if ws.tma else str(producers)
     lw.line("if (tj_tid == 0) {")
     lw.depth += 1
     lw.line(f"for (int s = 0; s < {stages}; ++s) {{")
-    lw.line(f"  tj::mbar_init({full} + s, {producers});  // one cp.async-tracked arrival per producer thread")
+    lw.line(f"  tj::mbar_init({full} + s, {arrivals});  // TMA: one arrival and the stage's bytes; cp.async: one "
+            "tracked arrival per producer thread")
     lw.line(f"  tj::mbar_init({empty} + s, {nt});  // one arrival per consumer thread")
     lw.line("}")
     lw.depth -= 1
@@ -381,22 +409,44 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     # the stage and its round's phase parity advance together (no modulo)
     bump = f"{phase} ^= {stage} + 1 == {stages} ? 1u : 0u, {stage} = {stage} + 1 == {stages} ? 0 : {stage} + 1"
 
+    def producer_loop(issue: list[str] | None) -> None:
+        """The producer's loop over the stages: wait until a stage is free, then fill it (``issue``: the TMA
+        statements; None: this thread's cp.asyncs and their tracked arrival)."""
+        lw.line(f"int {stage} = 0;")
+        lw.line(f"tj::u32 {phase} = 0;")
+        lw.line("#pragma unroll 1")
+        lw.line(f"for (tj::i64 {it} = 0; {it} < {r.count}; ++{it}, {bump}) {{")
+        lw.depth += 1
+        lw.line(f"tj::mbar_wait({empty} + {stage}, {phase} ^ 1);  // the consumers released this stage's last round")
+        if issue is not None:
+            for line in issue:
+                lw.line(line)
+        else:
+            _issue(lw, r, it, stage, producers, ptid)
+            lw.line(f"tj::cp_async_mbar_arrive({full} + {stage});  // full[s] completes when these copies have landed")
+        lw.depth -= 1
+        lw.line("}")
+
     lw.line(f"if (tj_tid >= {nt}) {{")
     lw.depth += 1
     lw.line(f"// producer warpgroup: keeps {ws.producer_registers} registers, gives the rest to the consumers")
     lw.line(f"tj::regs_dec<{ws.producer_registers}>();")
     ptid = f"{n}_ptid"
+    if ws.tma:
+        lw.line(f"if ({tma}) {{")
+        lw.depth += 1
+        lw.line(f"if (tj_tid == {nt}) {{  // one thread issues every copy")
+        lw.depth += 1
+        lw.line("tj::tma_prefetch(tj_tmap0);")
+        lw.line("tj::tma_prefetch(tj_tmap1);")
+        producer_loop(_issue_tma(lw, r, it, stage, f"{full} + {stage}"))
+        lw.depth -= 1
+        lw.line("}")
+        lw.line("return;")
+        lw.depth -= 1
+        lw.line("}")
     lw.line(f"const int {ptid} = tj_tid - {nt};")
-    lw.line(f"int {stage} = 0;")
-    lw.line(f"tj::u32 {phase} = 0;")
-    lw.line("#pragma unroll 1")
-    lw.line(f"for (tj::i64 {it} = 0; {it} < {r.count}; ++{it}, {bump}) {{")
-    lw.depth += 1
-    lw.line(f"tj::mbar_wait({empty} + {stage}, {phase} ^ 1);  // the consumers released this stage's last round")
-    _issue(lw, r, it, stage, producers, ptid)
-    lw.line(f"tj::cp_async_mbar_arrive({full} + {stage});  // full[s] completes when these copies have landed")
-    lw.depth -= 1
-    lw.line("}")
+    producer_loop(None)
     lw.line("tj::cp_async_wait_all();")
     lw.line("return;")
     lw.depth -= 1
@@ -415,7 +465,8 @@ def lower_warp_specialized(lw: Lowering, op: ForOp) -> None:
     lw.depth += 1
     _define_iv(lw, r, it)
     lw.line(f"tj::mbar_wait({full} + {stage}, {phase});  // this stage has landed")
-    lw.line(f"{_wgmma_type(lw, p)}::fence_smem();  // cp.async wrote it (generic proxy), wgmma reads it (async)")
+    # cp.async writes through the generic proxy, wgmma reads through the async one (as TMA writes: no fence then)
+    lw.line(f"{f'if (!{tma}) ' if ws.tma else ''}{_wgmma_type(lw, p)}::fence_smem();  // cp.async wrote it")
     at = f"{r.base} + {stage} * {r.stage_elems}"
     lw.staged[id(pipe.mma)] = (f"({at})", f"({at} + {p.a_elems})", True)
     # after the batch is issued, wait_group 1 leaves it in flight: the previous one is done, its stage free

@@ -89,7 +89,9 @@ class WarpSpecialized:
     """A wgmma ``Pipeline`` run by specialized warpgroups (``TILEJIT_CUDA_WARP_SPECIALIZE=1``): the plan's
     ``nt`` threads (every layout as planned) are the consumers that only issue wgmmas; one more warpgroup
     (threads nt..nt+127) is the producer that only copies stages with cp.async. ``registers``: per thread at
-    launch (``__launch_bounds__(threads, 1)``), ``producer_registers``/``consumer_registers``: after setmaxnreg."""
+    launch (``__launch_bounds__(threads, 1)``), ``producer_registers``/``consumer_registers``: after setmaxnreg.
+    ``tma``: the producer copies with TMA (one elected thread, tensor maps of both operands' arrays passed as
+    kernel parameters, ``Plan.tma_maps``) where the launch's maps are encoded, else with cp.async."""
 
     loop: ForOp
     stages: int
@@ -97,6 +99,20 @@ class WarpSpecialized:
     registers: int
     producer_registers: int
     consumer_registers: int
+    tma: bool = False
+
+
+@dataclass(frozen=True)
+class TensorMapParam:
+    """A tensor map kernel parameter of a TMA producer (``WarpSpecialized.tma``): of array parameter ``array``
+    (its dtype and rank), boxes of ``box`` elements (outermost first: one swizzle span of columns by the tile's
+    rows, 1 along a batch dim) with a ``swizzle``-byte swizzle."""
+
+    array: str
+    dtype: DType
+    ndim: int
+    box: tuple[int, ...]
+    swizzle: int
 
 
 @dataclass(frozen=True)
@@ -330,7 +346,7 @@ class Plan:
 
     def __init__(
         self, fn: Function, arch: int, num_threads: int | None, hints: Mapping[str, Any], wgmma: bool = False,
-        num_stages: int | None = None, staging: int = 2, warp_specialize: bool = False,
+        num_stages: int | None = None, staging: int = 2, warp_specialize: bool = False, tma: bool = False,
     ) -> None:
         self.fn = fn
         self.arch = arch
@@ -426,6 +442,7 @@ class Plan:
         self._staging = staging  # 2: staged and prefetched, 1: staged, 0: neither (their buffers did not fit)
         if staging:
             self._plan_staged(fn.body)
+        self._tma = tma  # a warp-specialized producer may copy with TMA (TILEJIT_CUDA_TMA)
         self.ws = self._plan_warp_specialized() if warp_specialize else None
         if self.ws is not None:
             self.min_blocks_arg = ", 1"
@@ -471,7 +488,34 @@ class Plan:
         if stages < 2:
             return None
         self.pipelines[id(loop)] = replace(pipe, stages=stages)
-        return WarpSpecialized(loop, stages, self.nt + WS_PRODUCER_THREADS, *regs)
+        tma = self._tma and all(self._tma_ok(load) for load in (pipe.load_a, pipe.load_b))
+        return WarpSpecialized(loop, stages, self.nt + WS_PRODUCER_THREADS, *regs, tma=tma)
+
+    def _tma_ok(self, load: LoadOp) -> bool:
+        """Whether TMA may copy a streamed operand: its array is a kernel parameter whose launch facts allow a
+        tensor map (unit inner stride, 16-byte aligned base and rows, strides in [0, 2**31): part of the
+        specialization's key, so an array that breaks one gets the cp.async producer) and its tile has at most 256
+        rows (a box's limit). What the facts cannot say (an empty dimension, overlapping rows) the launch finds:
+        it then passes no map and the kernel copies with cp.async."""
+        hint = self.hints.get(self.array_names.get(load.array, ""))
+        t = load.result.type
+        return (isinstance(t, TileType) and t.shape[-2] <= 256 and bool(getattr(hint, "unit_stride", False))
+                and bool(getattr(hint, "aligned16", False)) and bool(getattr(hint, "index32", False)))
+
+    def tma_maps(self) -> list[TensorMapParam]:
+        """The tensor-map parameters of a TMA producer: A's, then B's."""
+        ws = self.ws
+        if ws is None or not ws.tma:
+            return []
+        pipe = self.pipelines[id(ws.loop)]
+        p = self.mma[id(pipe.mma)]
+        out = []
+        for load, sw in ((pipe.load_a, p.swa), (pipe.load_b, p.swb)):
+            t, at = load.result.type, load.array.type
+            assert isinstance(t, TileType) and isinstance(at, ArrayType)
+            box = (*t.shape[:-1], sw // at.dtype.itemsize)
+            out.append(TensorMapParam(self.array_names[load.array], at.dtype, at.ndim, box, sw))
+        return out
 
     def _check_registers(self) -> None:
         """Refuse, at the op that makes it, a tile of which each thread would hold more than

@@ -15,7 +15,8 @@
 //    M-major (imm-trans-a) and B K-major. The accumulator fragment
 //    is TensorCore's layout with WM = M/16 warps along M, so both paths share one layout.
 //    With TILEJIT_CUDA_WARP_SPECIALIZE=1 a producer warpgroup feeds those stages through a ring of
-//    mbarriers instead (the helpers at the end of this file, mma_lower.py's lower_warp_specialized).
+//    mbarriers instead (the helpers at the end of this file, mma_lower.py's lower_warp_specialized),
+//    with TMA (tma_tile, host-encoded tensor maps) unless TILEJIT_CUDA_TMA=0 or the arrays do not allow it.
 //  * mma_fma: any dtype, any target, any accumulator layout: each thread forms its own elements.
 #pragma once
 #include <tilejit/math.cuh>
@@ -440,6 +441,84 @@ __device__ __forceinline__ void cp_async_wait_all() {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
+}
+
+// ---- TMA (sm_90a): the producer's elected thread copies whole tiles with cp.async.bulk.tensor, described by
+// tensor maps the host encodes (runtime/tensormap.py) and passes as `const __grid_constant__ tj::TensorMap`
+// parameters. A stage is filled in boxes of SW bytes x ROWS rows, each landing as stage_offset lays it out (TMA's
+// 32/64/128-byte swizzle is memory.cuh's: 16-byte unit index XOR address bits 7..); elements outside the array
+// are zero-filled. full[s] then completes on bytes (mbarrier expect_tx) instead of per-thread arrivals.
+
+// A CUtensorMap: 128 opaque bytes, 64-byte aligned.
+struct alignas(64) TensorMap {
+  u64 opaque[16];
+};
+
+// Whether the host encoded a map (a launch passes 128 zero bytes where none describes the array, e.g. an empty
+// one: the kernel then copies with cp.async).
+__device__ __forceinline__ bool tma_ready(const TensorMap& m) {
+  u64 any = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) any |= m.opaque[i];
+  return any != 0;
+}
+
+// Fetch a tensor map into the TMA unit's cache ahead of its first copy.
+__device__ __forceinline__ void tma_prefetch(const TensorMap& m) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&m)) : "memory");
+#endif
+}
+
+// One arrival of this thread on `bar` that also expects `bytes` more bytes of asynchronous copies in this phase.
+__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }"
+               ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+
+// A TMA coordinate: int32, clamped so that a box starting there (at most 256 elements wide) stays representable;
+// the host's maps have dimensions below 2**31 - 256, so a clamped coordinate is still out of range.
+__device__ __forceinline__ int tma_coord(i64 x) {
+  return (int)(x < -256 ? -256 : (x > 2147483391 ? 2147483391 : x));
+}
+
+// The box of `map` at coordinates (x innermost, y, z) into shared memory at dst, completing bytes on `bar`.
+__device__ __forceinline__ void tma_load(void* dst, const TensorMap& map, u64* bar, int x, int y) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+               ::"r"(smem_addr(dst)), "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_load(void* dst, const TensorMap& map, u64* bar, int x, int y, int z) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
+      : "memory");
+#endif
+}
+
+// The (ROWS, COLS) tile at (r0, c0) of a 2-D array into a stage swizzled by SW bytes (stage_offset's layout):
+// COLS / CW boxes of CW = SW / sizeof(T) columns by ROWS rows, box j at ROWS * SW * j bytes.
+template <int ROWS, int COLS, int SW, class T>
+__device__ __forceinline__ void tma_tile(T* dst, const TensorMap& map, u64* bar, i64 r0, i64 c0) {
+  constexpr int CW = SW / (int)sizeof(T);
+  static_assert(SW >= 32 && COLS % CW == 0 && ROWS <= 256, "tma_tile: not a swizzled stage of boxes");
+#pragma unroll
+  for (int j = 0; j < COLS / CW; ++j) tma_load(dst + j * ROWS * CW, map, bar, tma_coord(c0 + j * CW), tma_coord(r0));
+}
+
+// The (1, ROWS, COLS) tile at (z, r0, c0) of a 3-D array (a 3-D map: boxes of 1 x ROWS x CW).
+template <int ROWS, int COLS, int SW, class T>
+__device__ __forceinline__ void tma_tile(T* dst, const TensorMap& map, u64* bar, i64 z, i64 r0, i64 c0) {
+  constexpr int CW = SW / (int)sizeof(T);
+  static_assert(SW >= 32 && COLS % CW == 0 && ROWS <= 256, "tma_tile: not a swizzled stage of boxes");
+#pragma unroll
+  for (int j = 0; j < COLS / CW; ++j)
+    tma_load(dst + j * ROWS * CW, map, bar, tma_coord(c0 + j * CW), tma_coord(r0), tma_coord(z));
 }
 
 // setmaxnreg (sm_90a; every warp of the warpgroup executes it): the producer gives registers back to
