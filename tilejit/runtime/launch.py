@@ -495,6 +495,12 @@ class Launcher:
         #: (name, kind, index of its source array in ``params``), which a launch encodes from that argument.
         self.params = tuple(p for p in given if p[1].kind != "tensormap")
         self.derived = derived_params(given)
+        if any(k.align > 16 for _, k in given):
+            # A parameter aligned beyond 16 bytes (a tensor map: 64) sits where ptxas aligned its address in the
+            # constant bank, whose parameters start at a 16-byte boundary only (sm_90: c[0x0][0x210]), so its
+            # offset from the first parameter differs from the packed block's (a map packed at 128 was read at
+            # 176: an illegal instruction). Through kernelParams the driver places each parameter itself.
+            self.param_passing = "pointers"
         self.block = block3(tuple(block) if isinstance(block, list) else block)
         if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, int) or shared_bytes < 0:
             raise ValueError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
