@@ -452,6 +452,10 @@ def ptxas_specs(dtype: str, lengths: Sequence[int]) -> list[tuple[str, Any, tupl
         ("layer_norm_fwd_chunked", ln.layer_norm_fwd_chunked, fwd_ln, chunk, True),
         *(("layer_norm_fwd_chunked", ln.layer_norm_fwd_chunked, fwd_ln, {"BLOCK": c, "num_warps": 8}, True)
           for c in ln.CUDA_CHUNKS),  # forward_plan's chunks of long 16-bit rows
+        # the CUDA plans' two-chunk rows (session 19): 16-bit softmax and float32 layer norm of 32768, padded RMS rows
+        ("softmax_chunked", sm.softmax_chunked, (x, x), {"BLOCK": sm.WHOLE_ROW // 2, "num_warps": 8}, True),
+        ("layer_norm_fwd_chunked", ln.layer_norm_fwd_chunked, fwd_ln, {"BLOCK": ln.WHOLE_ROW, "num_warps": 8}, True),
+        ("rms_norm_chunked", rn.rms_norm_chunked, fwd_rms, {"BLOCK": ln.CUDA_WHOLE_ROW, "num_warps": 8}, True),
         ("layer_norm_bwd_sums", ln.layer_norm_bwd_sums, (x, x, v, s, s, s, s), chunk_bwd, True),
         ("layer_norm_bwd_chunked", ln.layer_norm_bwd_chunked, (x, x, v, s, s, s, s, x, p, p), chunk_bwd, True),
         ("rms_norm_chunked", rn.rms_norm_chunked, fwd_rms, chunk, True),

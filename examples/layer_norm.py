@@ -203,13 +203,19 @@ def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str
     tile up to ``WHOLE_ROW`` elements (``row_tiles`` of them a block), else a block per row in chunks. On the
     CUDA backend, rows of more than ``CUDA_WHOLE_ROW`` 16-bit elements, or that a power-of-two tile would pad by a
     quarter or more, go in chunks of 8192 or 4096 elements (the one that pads least) with 8 warps: 0.99-1.32x of
-    Triton at 12288 and 16384 elements, against 0.56-1.01x as whole rows (bench/RESULTS.md, session 18)."""
+    Triton at 12288 and 16384 elements, against 0.56-1.01x as whole rows (bench/RESULTS.md, session 18); float32
+    rows of 24577-32768 elements in two chunks of 16384."""
     m, n = x.shape
     block = block_of(n)
     big = block > CUDA_WHOLE_ROW and (itemsize_of(x) == 2 or 4 * (block - n) >= n)
-    if backend_of(backend) == "cuda" and block <= WHOLE_ROW and big:
+    cuda = backend_of(backend) == "cuda"
+    if cuda and block <= WHOLE_ROW and big:
         chunk = min(CUDA_CHUNKS, key=lambda c: -(-n // c) * c)
         return layer_norm_fwd_chunked, m, {"BLOCK": chunk, "num_warps": 8}
+    if cuda and block == 2 * WHOLE_ROW and itemsize_of(x) == 4 and 4 * (block - n) < n:
+        # float32 rows of 24577-32768 elements: two 16384-element chunks with 8 warps, 1.14x of Triton at 32768
+        # against 0.89x in 8192-element chunks (bench/RESULTS.md, session 19)
+        return layer_norm_fwd_chunked, m, {"BLOCK": WHOLE_ROW, "num_warps": 8}
     if block > WHOLE_ROW:
         return layer_norm_fwd_chunked, m, {"BLOCK": chunk_of(x, backend)}
     return layer_norm_fwd, *row_tiles(m, block, backend, ROW_TILE_BYTES // itemsize_of(x))

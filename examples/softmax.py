@@ -12,7 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from _common import block_of, check, chunk_of, compile_only, on_backend, parse_args, row_tiles, should_run
+from _common import (
+    backend_of,
+    block_of,
+    check,
+    chunk_of,
+    compile_only,
+    itemsize_of,
+    on_backend,
+    parse_args,
+    row_tiles,
+    should_run,
+)
 
 import tilejit as tj
 
@@ -51,9 +62,13 @@ def softmax_chunked(x, out, BLOCK: tj.Constant[int]):
 
 
 def row_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
-    """The kernel, its grid and constants for the rows of ``x``: whole rows as one tile up to ``WHOLE_ROW`` elements
-    (``row_tiles`` of them a block), else a block per row in chunks."""
+    """The kernel, its grid and constants (and launch options) for the rows of ``x``: whole rows as one tile up to
+    ``WHOLE_ROW`` elements (``row_tiles`` of them a block), else a block per row in chunks. On the CUDA backend,
+    16-bit rows of 16385-32768 elements go in chunks of 16384 with 8 warps: 0.92-0.93x of Triton at 32768 against
+    0.89x whole (bench/RESULTS.md, session 19)."""
     m, block = x.shape[0], block_of(x.shape[1])
+    if block == WHOLE_ROW and itemsize_of(x) == 2 and backend_of(backend) == "cuda":
+        return softmax_chunked, m, {"BLOCK": WHOLE_ROW // 2, "num_warps": 8}
     if block > WHOLE_ROW:
         return softmax_chunked, m, {"BLOCK": chunk_of(x, backend)}
     return softmax, *row_tiles(m, block, backend, ROW_TILE)

@@ -125,7 +125,8 @@ def test_ptxas_mode_lists_every_row_kernel_and_the_ones_the_examples_use_do_not_
     """NVRTC's ptxas -v for sm_90a (what a launch on an H100 builds): float16 rows of 256 and 8192 elements are held
     whole by the forward and backward kernels (the backward 16 rows of 256 a step; a whole 8192-element row 256
     threads), and the chunked kernels work on 16384-element chunks (forward; and layer norm's 8192 and 4096 with 8
-    warps) and 8192 (backward); none of them
+    warps, the CUDA plans' 16384 (softmax, layer norm) and 8192 (RMS norm) with 8 warps) and 8192 (backward); none of
+    them
     spills (before issue 19's plan: 56 B in layer norm, 12-36 B in the backward kernels under the resident-block
     caps)."""
     argv = ["--ptxas", "--dtypes", "float16", "--lengths", "200,8192", "--jobs", "2", "--out", str(tmp_path)]
@@ -137,6 +138,7 @@ def test_ptxas_mode_lists_every_row_kernel_and_the_ones_the_examples_use_do_not_
     whole = ["softmax", "layer_norm", "layer_norm_fwd", "layer_norm_bwd", "rms_norm", "rms_norm_bwd"]
     assert [r["kernel"] for r in rows] == whole * 2 + [
         "softmax_chunked", "layer_norm_fwd_chunked", "layer_norm_fwd_chunked", "layer_norm_fwd_chunked",
+        "softmax_chunked", "layer_norm_fwd_chunked", "rms_norm_chunked",  # the CUDA plans' two-chunk rows
         "layer_norm_bwd_sums", "layer_norm_bwd_chunked",
         "rms_norm_chunked", "rms_norm_bwd_sums", "rms_norm_bwd_chunked", "sum_partials"]
     assert [r["constants"] for r in rows if r["kernel"] == "layer_norm_bwd"] == [{"ROWS": 16, "BLOCK": 256},

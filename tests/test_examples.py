@@ -144,7 +144,8 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
 
     for be in ("cuda", "tileir"):
         assert sm.row_plan(rows(4, 3000, 4), be) == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 4096})
-        assert sm.row_plan(rows(4, 32768, 2), be) == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 32768})
+        assert sm.row_plan(rows(4, 32768, 4), be) == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 32768})
+    assert sm.row_plan(rows(4, 32768, 2), "tileir") == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 32768})
     assert sm.row_plan(rows(4, 32769, 4), "tileir") == (sm.softmax_chunked, 4, {"BLOCK": 4096})
     assert sm.row_plan(rows(4, 65537, 2), "tileir") == (sm.softmax_chunked, 4, {"BLOCK": 8192})
     assert sm.row_plan(rows(4, 65537, 2), "cuda") == (sm.softmax_chunked, 4, {"BLOCK": 16384})  # 32 KB on CUDA
@@ -164,6 +165,20 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     assert ln.forward_plan(rows(8, 16384, 4), "cuda") == (ln.layer_norm_fwd, 8, {"ROWS": 1, "BLOCK": 16384})
     assert ln.forward_plan(rows(8, 12288, 2), "tileir") == (ln.layer_norm_fwd, 8, {"ROWS": 1, "BLOCK": 16384})
     assert ln.forward_plan(rows(8, 20000, 4), "cuda") == (chunked, 8, {"BLOCK": 8192})
+    # session 19: float32 rows of 24577-32768 elements in two 16384-element chunks; 16-bit softmax rows of
+    # 16385-32768 in two chunks; RMS norm rows a power-of-two tile pads by a quarter or more in 8192-element chunks
+    assert ln.forward_plan(rows(8, 32768, 4), "cuda") == (chunked, 8, {"BLOCK": 16384, "num_warps": 8})
+    assert ln.forward_plan(rows(8, 32768, 4), "tileir") == (chunked, 8, {"BLOCK": 4096})
+    assert ln.forward_plan(rows(8, 32768, 2), "cuda") == (chunked, 8, {"BLOCK": 16384})
+    for n in (20000, 32768):
+        assert sm.row_plan(rows(4, n, 2), "cuda") == (sm.softmax_chunked, 4, {"BLOCK": 16384, "num_warps": 8})
+        assert sm.row_plan(rows(4, n, 4), "cuda") == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 32768})
+    import rms_norm as rn
+
+    assert rn.forward_plan(rows(8, 12288, 4), "cuda") == (rn.rms_norm_chunked, 8, {"BLOCK": 8192, "num_warps": 8})
+    assert rn.forward_plan(rows(8, 12288, 4), "tileir") == (rn.rms_norm, 8, {"ROWS": 1, "BLOCK": 16384})
+    assert rn.forward_plan(rows(8, 16384, 2), "cuda") == (rn.rms_norm, 8, {"ROWS": 1, "BLOCK": 16384})
+    assert rn.forward_plan(rows(8, 65536, 4), "cuda") == (rn.rms_norm_chunked, 8, {"BLOCK": 8192})
     assert ln.backward_plan(rows(262144, 256, 4), 132) == ln.BackwardPlan(256, 16, 264)
     assert ln.backward_plan(rows(10, 256, 4), 132) == ln.BackwardPlan(256, 16, 1)
     assert ln.backward_plan(rows(8192, 8192, 2), 132) == ln.BackwardPlan(8192, 1, 264)
