@@ -2,7 +2,8 @@
 torch SDPA and Triton's tutorial kernels, in one process.
 
 Families: matmul bf16 and f16 (examples/matmul.py's kernel and a grouped-order variant as in Triton's tutorial 03;
-square, LLM shapes and their transposes, shapes off the tile, small M), transposed operands (A stored (K, M), B
+square, LLM shapes and their transposes, shapes off the tile, small M: there also examples/matmul.py's split-K
+launches where ``splitk_slices`` cuts K, labelled "split-K S"), transposed operands (A stored (K, M), B
 stored (N, K), through ``tj.transpose``), batched (3-D arrays, batch on ``bid(2)``) and grouped GEMM (the language
 has no arrays of arrays: one tilejit launch per problem), a bias + ReLU epilogue, attention forward and backward
 (``examples/attention.py`` vs SDPA's flash backend and tutorial 06's forward), and the registers / local memory
@@ -293,10 +294,11 @@ def matmul_bias_relu(a, b, bias, c, BM: tj.Constant[int], BN: tj.Constant[int], 
 def bench_kernels() -> dict[str, Any]:
     """The tilejit kernels this script launches, by name (examples' and its own)."""
     from attention import KERNELS as ATTENTION
-    from matmul import matmul, matmul_grouped
+    from matmul import matmul, matmul_grouped, matmul_splitk, splitk_sum
 
     return {"matmul": matmul, "matmul_grouped": matmul_grouped, "matmul_t": matmul_t,
-            "matmul_batched": matmul_batched, "matmul_bias_relu": matmul_bias_relu, **ATTENTION}
+            "matmul_batched": matmul_batched, "matmul_bias_relu": matmul_bias_relu, "matmul_splitk": matmul_splitk,
+            "splitk_sum": splitk_sum, **ATTENTION}
 
 
 # ---------------------------------------------------------------- timed runs (GPU)
@@ -445,12 +447,32 @@ class Runner:
                 for be, na in self.backends():
                     plain = na or self.tile_configs(
                         "matmul", be, lambda bm, bn: (-(-m // bm), -(-n // bn)),
-                        lambda k, grid, cs: k[grid](a, b, c, **cs))
+                        lambda k, grid, cs: k[grid](a, b, c, **cs)) + self.splitk_configs(be, a, b, c)
                     self.run(group, shape, f"{TILEJIT} {be}", work, plain, c, want, 1e-2)
                     grouped = na or self.tile_configs(
                         "matmul_grouped", be, lambda bm, bn: (-(-m // bm) * -(-n // bn),),
                         lambda k, grid, cs: k[grid](a, b, c, **cs), {"GROUP": GROUP})
                     self.run(group, shape, f"{TILEJIT} {be} grouped", work, grouped, c, want, 1e-2)
+
+    def splitk_configs(self, backend: str, a: Any, b: Any, c: Any) -> list[tuple[str, Callable[[], Any]]]:
+        """examples/matmul.py's split-K launches (labelled "BMxBNxBK split-K S") for each tile of the plan where
+        ``splitk_slices`` cuts K (few output tiles: small M); none elsewhere."""
+        from matmul import SUM_TILE, matmul_splitk_into, splitk_slices
+
+        (m, kk), n = a.shape, b.shape[1]
+        sms = self.torch.cuda.get_device_properties(c.device).multi_processor_count
+        configs = []
+        for bm, bn, bk in plan(self.args.quick)["tiles"]:
+            split = splitk_slices(m, n, kk, sms, bm, bn, bk)
+            if split == 1:
+                continue
+            consts = {"BM": bm, "BN": bn, "BK": bk}
+            self.launched.setdefault(("matmul_splitk", backend, config_text(consts)), (None, consts))
+            self.launched.setdefault(("splitk_sum", backend, config_text(SUM_TILE)), (None, SUM_TILE))
+            partial = self.torch.empty(split, m, n, device="cuda", dtype=self.torch.float32)
+            configs.append((f"{bm}x{bn}x{bk} split-K {split}", (
+                lambda consts=consts, partial=partial: matmul_splitk_into(a, b, c, partial, consts, backend))))
+        return configs
 
     def transposed(self) -> None:
         """A stored (K, M) and B stored (N, K) (tutorial 09's case), bf16: tilejit's transpose vs cuBLAS and Triton
@@ -647,7 +669,8 @@ def kernel_signature(name: str, dtype: Any) -> tuple[Any, ...]:
     if name in attn.KERNELS:
         return attn.signatures(dtype)[name]
     return {"matmul": (a2, a2, a2), "matmul_grouped": (a2, a2, a2), "matmul_t": (a2, a2, a2),
-            "matmul_batched": (a3, a3, a3), "matmul_bias_relu": (a2, a2, dtype[::1], a2)}[name]
+            "matmul_batched": (a3, a3, a3), "matmul_bias_relu": (a2, a2, dtype[::1], a2),
+            "matmul_splitk": (a2, a2, tj.float32[:, :, ::1]), "splitk_sum": (tj.float32[:, :, ::1], a2)}[name]
 
 
 def registers(launched: Iterable[tuple[str, str, dict[str, Any]]], arch: str) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from _common import check, compile_only, parse_args, should_run
+from _common import check, compile_only, on_backend, parse_args, should_run
 
 import tilejit as tj
 
@@ -96,12 +96,15 @@ def splitk_slices(m: int, n: int, k: int, sms: int, bm: int, bn: int, bk: int) -
     return tj.cdiv(k_tiles, tj.cdiv(k_tiles, split))  # every slice gets K tiles
 
 
-def matmul_splitk_into(a: Any, b: Any, c: Any, partial: Any, consts: dict[str, int]) -> None:
+def matmul_splitk_into(a: Any, b: Any, c: Any, partial: Any, consts: dict[str, int],
+                       backend: str | None = None) -> None:
     """c = a @ b (tilejit or torch arrays) through the float32 workspace ``partial`` (SPLIT, M, N): the slices'
-    partial sums, then their sum cast to c's dtype, two launches in order on the current stream."""
+    partial sums, then their sum cast to c's dtype, two launches in order on the current stream (``backend``: the
+    kernels built with that backend)."""
     m, n, split = c.shape[0], c.shape[1], partial.shape[0]
-    matmul_splitk[(tj.cdiv(m, consts["BM"]), tj.cdiv(n, consts["BN"]), split)](a, b, partial, **consts)
-    splitk_sum[(tj.cdiv(m, SUM_TILE["BM"]), tj.cdiv(n, SUM_TILE["BN"]))](partial, c, **SUM_TILE)
+    slices, total = on_backend(matmul_splitk, backend), on_backend(splitk_sum, backend)
+    slices[(tj.cdiv(m, consts["BM"]), tj.cdiv(n, consts["BN"]), split)](a, b, partial, **consts)
+    total[(tj.cdiv(m, SUM_TILE["BM"]), tj.cdiv(n, SUM_TILE["BN"]))](partial, c, **SUM_TILE)
 
 
 matmul_tuned = tj.autotune(
