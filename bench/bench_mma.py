@@ -67,6 +67,9 @@ QUICK_ATTENTION_CASES = ((4, 32, 4096, 64, False), (4, 32, 4096, 128, True))
 #: tilejit matmul tiles (BM, BN, BK); the fastest correct one per shape is reported.
 TILES = ((128, 256, 32), (128, 256, 64), (128, 128, 64))
 QUICK_TILES = ((128, 256, 32), (128, 128, 64))
+#: Also tried on transposed operands in a quick run: a tile stored K-major (B^T's B, and A) has 128-byte rows (TMA
+#: boxes, the 128-byte swizzle) only with BK=64; with BK=32 both of B^T's operands come in 64-byte rows
+QUICK_K_MAJOR_TILE = (128, 256, 64)
 GROUP = 8  # tile rows per group of the grouped order (examples/matmul.py matmul_grouped)
 
 
@@ -418,10 +421,12 @@ class Runner:
 
     def tile_configs(self, name: str, backend: str, grid_of: Callable[[int, int], Any],
                      launch: Callable[[Any, Any, dict[str, Any]], Any], extra: dict[str, Any] | None = None,
-                     ) -> list[tuple[str, Callable[[], Any]]]:
-        """One (label, launch) per tile of the plan for tilejit kernel ``name`` on ``backend``."""
+                     more: Sequence[tuple[int, int, int]] = ()) -> list[tuple[str, Callable[[], Any]]]:
+        """One (label, launch) per tile of the plan (and of ``more`` not in it) for tilejit kernel ``name`` on
+        ``backend``."""
         configs = []
-        for bm, bn, bk in plan(self.args.quick)["tiles"]:
+        tiles = plan(self.args.quick)["tiles"]
+        for bm, bn, bk in (*tiles, *(t for t in more if t not in tiles)):
             consts = {"BM": bm, "BN": bn, "BK": bk, **(extra or {})}
             k = self.tj(name, backend, consts)
             grid = grid_of(bm, bn)
@@ -498,7 +503,8 @@ class Runner:
                 for be, na in self.backends():
                     cfgs = na or self.tile_configs(
                         "matmul_t", be, lambda bm, bn: (-(-m // bm), -(-n // bn)),
-                        lambda k, grid, cs: k[grid](a, b, c, **cs), {"TRANS_A": ta_, "TRANS_B": tb_})
+                        lambda k, grid, cs: k[grid](a, b, c, **cs), {"TRANS_A": ta_, "TRANS_B": tb_},
+                        (QUICK_K_MAJOR_TILE,))
                     self.run(group, shape, f"{TILEJIT} {be}", work, cfgs, c, want, 1e-2)
 
     def batched(self) -> None:

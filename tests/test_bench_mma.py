@@ -215,3 +215,23 @@ def test_small_m_matmul_adds_split_k_configs(bm: ModuleType, monkeypatch: pytest
     assert {k[0] for k in runner.launched} == {"matmul_splitk", "splitk_sum"}
     big = (SimpleNamespace(shape=(4096, 4096)), SimpleNamespace(shape=(4096, 4096)), SimpleNamespace(device=0))
     assert runner.splitk_configs("cuda", *big) == []
+
+
+def test_quick_transposed_runs_also_try_bk64(bm: ModuleType) -> None:
+    """tile_configs adds ``more`` tiles the plan lacks (the transposed family's 128x256x64 in a quick run: K-major
+    tiles get 128-byte rows only with BK=64), once."""
+    from types import SimpleNamespace
+
+    runner = bm.Runner.__new__(bm.Runner)
+    runner.args, runner.launched, runner.by_backend = SimpleNamespace(quick=True), {}, {}
+    runner.kernels = {"matmul_t": bm.matmul_t}
+
+    def labels() -> list[str]:
+        """The labels of the transposed family's B^T configs."""
+        return [label for label, _ in runner.tile_configs(
+            "matmul_t", "cuda", lambda m, n: (1, 1), lambda k, g, c: None, {"TRANS_A": False, "TRANS_B": True},
+            (bm.QUICK_K_MAJOR_TILE,))]
+
+    assert labels() == ["128x256x32", "128x128x64", "128x256x64"]
+    runner.args.quick = False
+    assert labels() == ["x".join(map(str, t)) for t in bm.TILES]
