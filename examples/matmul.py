@@ -70,16 +70,19 @@ def matmul_splitk(a, b, partial, BM: tj.Constant[int], BN: tj.Constant[int], BK:
 
 
 @tj.kernel
-def splitk_sum(partial, c, BM: tj.Constant[int], BN: tj.Constant[int]):
+def splitk_sum(partial, c, BM: tj.Constant[int], BN: tj.Constant[int], SLICES: tj.Constant[int]):
     pid_m, pid_n = tj.bid(0), tj.bid(1)
     acc = tj.zeros((BM, BN), tj.float32)
-    for s in range(partial.shape[0]):  # in slice order: the same sum on every run
-        acc += tj.load(partial, index=(s, pid_m, pid_n), shape=(1, BM, BN)).reshape((BM, BN))
+    for s in range(tj.cdiv(partial.shape[0], SLICES)):
+        group = tj.load(partial, index=(s, pid_m, pid_n), shape=(SLICES, BM, BN))  # one load (zeros past the end)
+        for j in tj.static_range(SLICES):  # each thread holds all SLICES of its elements: adds in registers
+            acc += tj.extract(group, (j, 0, 0), (1, BM, BN)).reshape((BM, BN))
     tj.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
 
-#: splitk_sum's tile: 1024 float32 partials a block (a 16 x 4096 output is 64 blocks).
-SUM_TILE = {"BM": 8, "BN": 128}
+#: splitk_sum's tile: 1024 float32 partials a block (a 16 x 4096 output is 64 blocks), 8 slices an iteration; the
+#: slices are added in order, so the sum is the same on every run.
+SUM_TILE = {"BM": 8, "BN": 128, "SLICES": 8}
 #: The fewest K tiles a slice gets: its pipeline fill and its partial's store and reload must stay small beside it.
 MIN_SLICE_TILES = 4
 

@@ -181,7 +181,7 @@ def test_the_bench_kernels_compile(bm: ModuleType, target: str, backend: str, tm
     tile = {"BM": 128, "BN": 128, "BK": 64}
     cases = [("matmul_grouped", {**tile, "GROUP": 8}), ("matmul_t", {**tile, "TRANS_A": True, "TRANS_B": False}),
              ("matmul_t", {**tile, "TRANS_A": False, "TRANS_B": True}), ("matmul_batched", tile),
-             ("matmul_bias_relu", tile), ("matmul_splitk", tile), ("splitk_sum", {"BM": 8, "BN": 128})]
+             ("matmul_bias_relu", tile), ("matmul_splitk", tile), ("splitk_sum", {"BM": 8, "BN": 128, "SLICES": 8})]
     for name, consts in cases:
         art = tj.compile(kernels[name], bm.kernel_signature(name, tj.bfloat16), constants=consts, target=target,
                          backend=backend)

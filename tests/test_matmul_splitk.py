@@ -119,13 +119,17 @@ def test_splitk_without_wgmma(target: str) -> None:
 @pytest.mark.usefixtures("fresh_cache")
 @pytest.mark.parametrize("out", ["bfloat16", "float16", "float32"])
 def test_splitk_sum_kernel(out: str) -> None:
-    """The sum: 16-byte loads of float32 partials, a loop over the slices in order, one cast and store."""
+    """The sum: SLICES slices in one tile load (16-byte loads, all in flight at once), added in slice order in
+    registers (each thread holds every slice of its elements: no shared memory, no barrier), one cast and store."""
+    bm, bn, slices = SUM_TILE["BM"], SUM_TILE["BN"], SUM_TILE["SLICES"]
     art = tj.compile(splitk_sum, (tj.float32[:, :, ::1], getattr(tj, out)[:, ::1]), constants=SUM_TILE,
                      target="sm_90a", backend="cuda")
-    src = art.cuda_source()
-    assert f"tj::load<4, false, tj::Shape<1, {SUM_TILE['BM']}, {SUM_TILE['BN']}>>(" in src
+    src, ptx = art.cuda_source(), art.ptx()
+    assert src.count(f"tj::load<4, false, tj::Shape<{slices}, {bm}, {bn}>>(") == 1
+    assert src.count("tj::remap_local<") == slices and "tj::remap<" not in src and "tj::reduce" not in src
     assert re.search(r"for \(tj::i64 \w+ = 0LL; \w+ < v\d+; \w+ \+= 1LL\)", src)
-    assert re.search(r"ld\.global\.v4\.[fu]32", art.ptx()) and art.cubin()
+    assert re.search(r"ld\.global\.v4\.[fu]32", ptx) and "bar.sync" not in ptx and "st.shared" not in ptx
+    assert art.cubin()
 
 
 # --------------------------------------------------------------------------- on a GPU
@@ -137,21 +141,22 @@ def rand16(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.n
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("split", "out"), [("chosen", "same"), ("5", "float32")])
+@pytest.mark.parametrize(("split", "out"), [("chosen", "same"), ("11", "float32")])
 @pytest.mark.parametrize("nk", [(4096, 4096), (1000, 712), (520, 40)])
 @pytest.mark.parametrize("m", [1, 16, 33, 128])
 @pytest.mark.parametrize("tiles", [(128, 256, 64), (128, 128, 32)])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_matmul_splitk_gpu(dtype: str, tiles: tuple[int, int, int], m: int, nk: tuple[int, int], split: str,
                            out: str) -> None:
-    """Both launches against float64 (inputs exact there): small M, N and K off the tile grid (K = 40: one ragged
-    K tile, so 5 slices leave 4 empty: their partials are zeros), the host's split or 5 slices (712 / 64: 12 K
-    tiles cut 3, 3, 3, 3, 0), 16-bit or float32 outputs; workspace and output NaN-poisoned."""
+    """Both launches against float64 (inputs exact there): small M, N and K off the tile grid, the host's split or
+    11 slices (more than splitk_sum's 8 a load: a second, partly padded group; K = 712 at BK = 64: 12 K tiles cut
+    2 a slice, slices 6-10 empty; K = 40: one ragged K tile, 10 empty slices: their partials are zeros), 16-bit or
+    float32 outputs; workspace and output NaN-poisoned."""
     n, k = nk
     bm, bn, bk = tiles
     rng = np.random.default_rng()
     a, b = rand16(rng, (m, k), dtype), rand16(rng, (k, n), dtype)
-    slices = splitk_slices(m, n, k, tj.get_device().multiprocessor_count, bm, bn, bk) if split == "chosen" else 5
+    slices = splitk_slices(m, n, k, tj.get_device().multiprocessor_count, bm, bn, bk) if split == "chosen" else 11
     out_dtype = dtype if out == "same" else out
     c = tj.asarray(poison((m, n), out_dtype))
     partial = tj.asarray(poison((slices, m, n), "float32"))
