@@ -159,9 +159,9 @@ def main() -> None:
     dc = tj.asarray(np.full((m, n), np.nan, np.float32))
     matmul_tuned[lambda meta: (tj.cdiv(m, meta["BM"]), tj.cdiv(n, meta["BN"]))](da, db, dc)
     check(f"matmul_tuned {args.dtype} ({matmul_tuned.best_config})", dc.numpy(), a @ b, 1e-3)
-    m, k = 16, 4000  # a decode shape: 8 x 9 output tiles of 128 x 128
-    (a, da) = random_input(rng, (m, k), args.dtype)
-    (b, db) = random_input(rng, (k, n), args.dtype)
+    m, k = 16, 4000  # a decode shape: 1 x 9 output tiles of 128 x 128, K cut into slices
+    a, da = random_input(rng, (m, k), args.dtype)
+    b, db = random_input(rng, (k, n), args.dtype)
     split = splitk_slices(m, n, k, tj.get_device().multiprocessor_count, consts["BM"], consts["BN"], consts["BK"])
     dc = tj.asarray(np.full((m, n), np.nan, np.float32))
     matmul_splitk_into(da, db, dc, tj.empty((split, m, n), "float32"), consts)
