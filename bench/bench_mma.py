@@ -2,7 +2,8 @@
 torch SDPA and Triton's tutorial kernels, in one process.
 
 Families: matmul bf16 and f16 (examples/matmul.py's kernel and a grouped-order variant as in Triton's tutorial 03;
-square, LLM shapes and their transposes, shapes off the tile, small M), transposed operands (A stored (K, M), B
+square, LLM shapes and their transposes, shapes off the tile, small M: there also examples/matmul.py's split-K
+launches where ``splitk_slices`` cuts K, labelled "split-K S"), transposed operands (A stored (K, M), B
 stored (N, K), through ``tj.transpose``), batched (3-D arrays, batch on ``bid(2)``) and grouped GEMM (the language
 has no arrays of arrays: one tilejit launch per problem), a bias + ReLU epilogue, attention forward and backward
 (``examples/attention.py`` vs SDPA's flash backend and tutorial 06's forward), and the registers / local memory
@@ -66,6 +67,9 @@ QUICK_ATTENTION_CASES = ((4, 32, 4096, 64, False), (4, 32, 4096, 128, True))
 #: tilejit matmul tiles (BM, BN, BK); the fastest correct one per shape is reported.
 TILES = ((128, 256, 32), (128, 256, 64), (128, 128, 64))
 QUICK_TILES = ((128, 256, 32), (128, 128, 64))
+#: Also tried on transposed operands in a quick run: a tile stored K-major (B^T's B, and A) has 128-byte rows (TMA
+#: boxes, the 128-byte swizzle) only with BK=64; with BK=32 both of B^T's operands come in 64-byte rows
+QUICK_K_MAJOR_TILE = (128, 256, 64)
 GROUP = 8  # tile rows per group of the grouped order (examples/matmul.py matmul_grouped)
 
 
@@ -293,10 +297,11 @@ def matmul_bias_relu(a, b, bias, c, BM: tj.Constant[int], BN: tj.Constant[int], 
 def bench_kernels() -> dict[str, Any]:
     """The tilejit kernels this script launches, by name (examples' and its own)."""
     from attention import KERNELS as ATTENTION
-    from matmul import matmul, matmul_grouped
+    from matmul import matmul, matmul_grouped, matmul_splitk, splitk_sum
 
     return {"matmul": matmul, "matmul_grouped": matmul_grouped, "matmul_t": matmul_t,
-            "matmul_batched": matmul_batched, "matmul_bias_relu": matmul_bias_relu, **ATTENTION}
+            "matmul_batched": matmul_batched, "matmul_bias_relu": matmul_bias_relu, "matmul_splitk": matmul_splitk,
+            "splitk_sum": splitk_sum, **ATTENTION}
 
 
 # ---------------------------------------------------------------- timed runs (GPU)
@@ -416,10 +421,12 @@ class Runner:
 
     def tile_configs(self, name: str, backend: str, grid_of: Callable[[int, int], Any],
                      launch: Callable[[Any, Any, dict[str, Any]], Any], extra: dict[str, Any] | None = None,
-                     ) -> list[tuple[str, Callable[[], Any]]]:
-        """One (label, launch) per tile of the plan for tilejit kernel ``name`` on ``backend``."""
+                     more: Sequence[tuple[int, int, int]] = ()) -> list[tuple[str, Callable[[], Any]]]:
+        """One (label, launch) per tile of the plan (and of ``more`` not in it) for tilejit kernel ``name`` on
+        ``backend``."""
         configs = []
-        for bm, bn, bk in plan(self.args.quick)["tiles"]:
+        tiles = plan(self.args.quick)["tiles"]
+        for bm, bn, bk in (*tiles, *(t for t in more if t not in tiles)):
             consts = {"BM": bm, "BN": bn, "BK": bk, **(extra or {})}
             k = self.tj(name, backend, consts)
             grid = grid_of(bm, bn)
@@ -445,12 +452,32 @@ class Runner:
                 for be, na in self.backends():
                     plain = na or self.tile_configs(
                         "matmul", be, lambda bm, bn: (-(-m // bm), -(-n // bn)),
-                        lambda k, grid, cs: k[grid](a, b, c, **cs))
+                        lambda k, grid, cs: k[grid](a, b, c, **cs)) + self.splitk_configs(be, a, b, c)
                     self.run(group, shape, f"{TILEJIT} {be}", work, plain, c, want, 1e-2)
                     grouped = na or self.tile_configs(
                         "matmul_grouped", be, lambda bm, bn: (-(-m // bm) * -(-n // bn),),
                         lambda k, grid, cs: k[grid](a, b, c, **cs), {"GROUP": GROUP})
                     self.run(group, shape, f"{TILEJIT} {be} grouped", work, grouped, c, want, 1e-2)
+
+    def splitk_configs(self, backend: str, a: Any, b: Any, c: Any) -> list[tuple[str, Callable[[], Any]]]:
+        """examples/matmul.py's split-K launches (labelled "BMxBNxBK split-K S") for each tile of the plan where
+        ``splitk_slices`` cuts K (few output tiles: small M); none elsewhere."""
+        from matmul import SUM_TILE, matmul_splitk_into, splitk_slices
+
+        (m, kk), n = a.shape, b.shape[1]
+        sms = self.torch.cuda.get_device_properties(c.device).multi_processor_count
+        configs = []
+        for bm, bn, bk in plan(self.args.quick)["tiles"]:
+            split = splitk_slices(m, n, kk, sms, bm, bn, bk)
+            if split == 1:
+                continue
+            consts = {"BM": bm, "BN": bn, "BK": bk}
+            self.launched.setdefault(("matmul_splitk", backend, config_text(consts)), (None, consts))
+            self.launched.setdefault(("splitk_sum", backend, config_text(SUM_TILE)), (None, SUM_TILE))
+            partial = self.torch.empty(split, m, n, device="cuda", dtype=self.torch.float32)
+            configs.append((f"{bm}x{bn}x{bk} split-K {split}", (
+                lambda consts=consts, partial=partial: matmul_splitk_into(a, b, c, partial, consts, backend))))
+        return configs
 
     def transposed(self) -> None:
         """A stored (K, M) and B stored (N, K) (tutorial 09's case), bf16: tilejit's transpose vs cuBLAS and Triton
@@ -476,7 +503,8 @@ class Runner:
                 for be, na in self.backends():
                     cfgs = na or self.tile_configs(
                         "matmul_t", be, lambda bm, bn: (-(-m // bm), -(-n // bn)),
-                        lambda k, grid, cs: k[grid](a, b, c, **cs), {"TRANS_A": ta_, "TRANS_B": tb_})
+                        lambda k, grid, cs: k[grid](a, b, c, **cs), {"TRANS_A": ta_, "TRANS_B": tb_},
+                        (QUICK_K_MAJOR_TILE,))
                     self.run(group, shape, f"{TILEJIT} {be}", work, cfgs, c, want, 1e-2)
 
     def batched(self) -> None:
@@ -647,7 +675,8 @@ def kernel_signature(name: str, dtype: Any) -> tuple[Any, ...]:
     if name in attn.KERNELS:
         return attn.signatures(dtype)[name]
     return {"matmul": (a2, a2, a2), "matmul_grouped": (a2, a2, a2), "matmul_t": (a2, a2, a2),
-            "matmul_batched": (a3, a3, a3), "matmul_bias_relu": (a2, a2, dtype[::1], a2)}[name]
+            "matmul_batched": (a3, a3, a3), "matmul_bias_relu": (a2, a2, dtype[::1], a2),
+            "matmul_splitk": (a2, a2, tj.float32[:, :, ::1]), "splitk_sum": (tj.float32[:, :, ::1], a2)}[name]
 
 
 def registers(launched: Iterable[tuple[str, str, dict[str, Any]]], arch: str) -> list[dict[str, Any]]:

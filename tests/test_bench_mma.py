@@ -181,8 +181,57 @@ def test_the_bench_kernels_compile(bm: ModuleType, target: str, backend: str, tm
     tile = {"BM": 128, "BN": 128, "BK": 64}
     cases = [("matmul_grouped", {**tile, "GROUP": 8}), ("matmul_t", {**tile, "TRANS_A": True, "TRANS_B": False}),
              ("matmul_t", {**tile, "TRANS_A": False, "TRANS_B": True}), ("matmul_batched", tile),
-             ("matmul_bias_relu", tile)]
+             ("matmul_bias_relu", tile), ("matmul_splitk", tile), ("splitk_sum", {"BM": 8, "BN": 128, "SLICES": 8})]
     for name, consts in cases:
         art = tj.compile(kernels[name], bm.kernel_signature(name, tj.bfloat16), constants=consts, target=target,
                          backend=backend)
         assert art.cubin()[:4] == b"\x7fELF", name
+
+
+def test_small_m_matmul_adds_split_k_configs(bm: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matmul family's tilejit cell also tries examples/matmul.py's split-K launches where ``splitk_slices``
+    cuts K (labelled with the tile and the slices, so the table says which variant ran), with a float32 workspace
+    of (slices, M, N); for large M none; the register table gets both kernels."""
+    from types import SimpleNamespace
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    made: list[tuple[Any, ...]] = []
+
+    class Torch:
+        float32 = "float32"
+        cuda = SimpleNamespace(get_device_properties=lambda device: SimpleNamespace(multi_processor_count=132))
+
+        @staticmethod
+        def empty(*shape: int, device: str, dtype: str) -> tuple[Any, ...]:
+            made.append((shape, dtype))
+            return shape
+
+    runner = bm.Runner.__new__(bm.Runner)
+    runner.torch, runner.args, runner.launched = Torch, SimpleNamespace(quick=True), {}
+    small = (SimpleNamespace(shape=(16, 4096)), SimpleNamespace(shape=(4096, 4096)), SimpleNamespace(device=0))
+    labels = [label for label, _ in runner.splitk_configs("cuda", *small)]
+    assert labels == ["128x256x32 split-K 8", "128x128x64 split-K 4"]
+    assert made == [((8, 16, 4096), "float32"), ((4, 16, 4096), "float32")]
+    assert {k[0] for k in runner.launched} == {"matmul_splitk", "splitk_sum"}
+    big = (SimpleNamespace(shape=(4096, 4096)), SimpleNamespace(shape=(4096, 4096)), SimpleNamespace(device=0))
+    assert runner.splitk_configs("cuda", *big) == []
+
+
+def test_quick_transposed_runs_also_try_bk64(bm: ModuleType) -> None:
+    """tile_configs adds ``more`` tiles the plan lacks (the transposed family's 128x256x64 in a quick run: K-major
+    tiles get 128-byte rows only with BK=64), once."""
+    from types import SimpleNamespace
+
+    runner = bm.Runner.__new__(bm.Runner)
+    runner.args, runner.launched, runner.by_backend = SimpleNamespace(quick=True), {}, {}
+    runner.kernels = {"matmul_t": bm.matmul_t}
+
+    def labels() -> list[str]:
+        """The labels of the transposed family's B^T configs."""
+        return [label for label, _ in runner.tile_configs(
+            "matmul_t", "cuda", lambda m, n: (1, 1), lambda k, g, c: None, {"TRANS_A": False, "TRANS_B": True},
+            (bm.QUICK_K_MAJOR_TILE,))]
+
+    assert labels() == ["128x256x32", "128x128x64", "128x256x64"]
+    runner.args.quick = False
+    assert labels() == ["x".join(map(str, t)) for t in bm.TILES]

@@ -137,6 +137,21 @@ def test_transposed_operands_off_the_pipeline_stay_in_registers() -> None:
     assert "cp_async" not in tf32
 
 
+@pytest.mark.parametrize(("src", "dst", "same"), [
+    ((128, 256), (1, 128, 256), True), ((1, 128, 256), (128, 256), True), ((128, 256), (128, 1, 256), True),
+    ((128, 256), (256, 128), False), ((128, 256), (128, 256, 1), False), ((128, 256), (32768,), False),
+    ((1, 1), (1,), True),
+])
+def test_accumulator_layout_through_unit_axis_reshapes(src: tuple[int, ...], dst: tuple[int, ...], same: bool) -> None:
+    """An mma accumulator keeps its layout through a reshape that only adds or drops axes of 1 and keeps the
+    innermost axis (its row vectors stay rows); any other reshape goes through shared memory as before."""
+    from tilejit.backends.cuda.layouts import unit_dims_only
+    from tilejit.language.ir.core import Value
+    from tilejit.language.ir.types import TileType
+
+    assert unit_dims_only(Value(TileType(tj.float32, src)), Value(TileType(tj.float32, dst))) == same
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_batched_3d_loads_pipeline(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """(1, BM, BK) loads of 3-D arrays reshaped to 2-D stream like 2-D loads, the batch index an origin (the plain
@@ -147,7 +162,9 @@ def test_batched_3d_loads_pipeline(target: str, monkeypatch: pytest.MonkeyPatch)
     src, ptx = art.cuda_source(), art.ptx()
     calls = re.findall(r"tj::cp_async_tile<[^>]*>\(([^;]*)\);", src)
     assert calls and all(c.count(",") == 4 for c in calls), calls  # dst, array, batch, row and column origins
-    assert "to_smem" not in src and src.count("tj::remap") == 1  # only the epilogue's reshape to (1, BM, BN)
+    # the epilogue's reshape to (1, BM, BN) keeps the accumulator's layout: stored from registers
+    assert "to_smem" not in src and "tj::remap" not in src
+    assert "tj::store<2, tj::Shape<1, 128, 128>>(u_c, " in src
     assert "cp.async.cg.shared.global" in ptx
     if target == "sm_80":
         assert "tj::TensorCore<tj::bf16, 128, 128, 64, 2, 4, 72, 136>::run(" in src

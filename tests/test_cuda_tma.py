@@ -294,13 +294,38 @@ def test_transposed_operands_use_tma(ta: bool, tb: bool) -> None:
 
 
 @pytest.mark.usefixtures("ws_on")
-def test_batched_operands_use_3d_maps() -> None:
-    """(1, R, C) loads of 3-D arrays: 3-D maps with a box of 1 along the batch (zero-filled past the last matrix)."""
-    art = tj.compile(matmul_batched, (tj.bfloat16[:, :, ::1], tj.bfloat16[:, :, ::1], tj.float32[:, :, ::1]),
-                     constants={"BM": 128, "BN": 256, "BK": 64}, target="sm_90a", backend="cuda")
-    assert tmaps(art.cuda_kernel()) == [("tensormap", "bfloat16", 3, "a", 128, 1, 128, 64),
-                                        ("tensormap", "bfloat16", 3, "b", 128, 1, 64, 64)]
-    check_tma_ptx(art.ptx(), dims=3)
+@pytest.mark.parametrize(("dtype", "out", "tiles"), [("bfloat16", "float32", (128, 256, 64)),
+                                                     ("bfloat16", "bfloat16", (128, 256, 32)),
+                                                     ("float16", "float16", (256, 128, 64))])
+def test_batched_operands_use_3d_maps(dtype: str, out: str, tiles: tuple[int, int, int]) -> None:
+    """(1, R, C) loads of 3-D arrays: 3-D maps with a box of 1 along the batch (zero-filled past the last matrix),
+    the warp-specialized loop of the 2-D kernel, and its epilogue: the (1, BM, BN) reshape of the accumulator keeps
+    the wgmma layout, stored from registers (no 8-way bank-conflicted trip through shared memory, no named
+    barrier); ptxas: the launch bound's registers, no spills."""
+    from tilejit.backends.cuda.plan import ws_registers
+    from tilejit.compiler.nvrtc import compile_cuda
+    from tilejit.compiler.targets import parse_target
+
+    bm, bn, bk = tiles
+    entry, _, consumers = ws_registers(2 * bm) or (0, 0, 0)
+    t_in, t_out = getattr(tj, dtype), getattr(tj, out)
+    art = tj.compile(matmul_batched, (t_in[:, :, ::1], t_in[:, :, ::1], t_out[:, :, ::1]),
+                     constants={"BM": bm, "BN": bn, "BK": bk}, target="sm_90a", backend="cuda")
+    ck = art.cuda_kernel()
+    sw_a = min(128, bk * 2)
+    assert tmaps(ck) == [("tensormap", dtype, 3, "a", sw_a, 1, bm, sw_a // 2),
+                         ("tensormap", dtype, 3, "b", 128, 1, bk, 64)]
+    src, ptx = ck.source, art.ptx()
+    assert ck.num_threads == 2 * bm + 128 and f"tj::regs_inc<{consumers}>();" in src
+    assert f"tj::tma_tile<{bm}, {bk}, {sw_a}>(" in src and "tj::remap" not in src
+    assert f"tj::store<2, tj::Shape<1, {bm}, {bn}>>(u_c, " in src
+    check_tma_ptx(ptx, dims=3)
+    assert "bar.sync 1" not in ptx and len(re.findall(r"\bbar(?:rier)?\.sync\b", ptx)) == 1
+    log = compile_cuda(ck.source, name=f"{ck.name}.cu", headers=ck.headers, target=parse_target("sm_90a"),
+                       output="cubin", options=("-Xptxas=-v",), cache=False).log
+    regs = re.search(r"Used (\d+) registers", log)
+    assert regs is not None and int(regs.group(1)) == entry, log
+    assert "0 bytes spill stores, 0 bytes spill loads" in log and "C7515" not in log, log
 
 
 def _generate(hints: dict[str, ArrayHint], target: str = "sm_90a", **kw: Any) -> Any:

@@ -223,6 +223,8 @@ def assign_mma_layouts(fn: Function, mma_results: dict[Value, Layout]) -> dict[V
                 for a, b in ((op.x, op.result), (op.result, op.x)):
                     if a in lay and lay[a].kind == "slice":
                         put(b, lay[a])
+                if op.x in lay and lay[op.x].kind == "mma" and unit_dims_only(op.x, op.result):
+                    put(op.result, lay[op.x])  # an accumulator stored as (1, M, N): no trip through shared memory
             elif isinstance(op, BroadcastOp) and op.result in lay:
                 st, rt = op.x.type, op.result.type
                 if isinstance(st, TileType) and isinstance(rt, TileType) and st.ndim == rt.ndim and st.size > 1:
@@ -243,6 +245,15 @@ def assign_mma_layouts(fn: Function, mma_results: dict[Value, Layout]) -> dict[V
                     if found is not None:
                         put(res, found)
     return lay
+
+
+def unit_dims_only(x: Value, result: Value) -> bool:
+    """Whether reshaping ``x`` to ``result`` only adds or drops axes of 1, keeping the innermost: every layout
+    (its flat bits and its vector width along a row) holds for both."""
+    xt, rt = x.type, result.type
+    if not isinstance(xt, TileType) or not isinstance(rt, TileType) or not xt.shape or not rt.shape:
+        return False
+    return xt.shape[-1] == rt.shape[-1] and [s for s in xt.shape if s != 1] == [s for s in rt.shape if s != 1]
 
 
 def flows_from(fn: Function, start: Value) -> set[Value]:
