@@ -110,14 +110,16 @@ def attn_bwd_dkdv(q, k, v, do, m_in, delta, dk, dv, sm_scale, BLOCK_M: tj.Consta
         # Queries past n_ctx read M = +inf, so their P^T column is exp2(-inf) = 0.
         m_row = tj.load(m_in, index=(bh, i), shape=(1, BLOCK_M), padding=float("inf"))
         d_row = tj.load(delta, index=(bh, i), shape=(1, BLOCK_M))
+        # both score-sized products first, then P^T and dS^T in 16 bits: the f32 scores are dead by the two
+        # accumulating mmas, which leaves dK and dV their registers at d128
         qk_t = tj.mma(kt, qt.T, tj.zeros((BLOCK_N, BLOCK_M), tj.float32))
+        dp_t = tj.mma(vt, dot.T, tj.zeros((BLOCK_N, BLOCK_M), tj.float32))
         p_t = tj.exp2(qk_t * qk_scale - m_row)
         if CAUSAL:
             offs_m = tj.expand_dims(i * BLOCK_M + tj.arange(BLOCK_M), 0)
             p_t = tj.where(offs_m >= offs_n, p_t, 0.0)
-        dv_acc = tj.mma(p_t.astype(do.dtype), dot, dv_acc)
-        dp_t = tj.mma(vt, dot.T, tj.zeros((BLOCK_N, BLOCK_M), tj.float32))
         ds_t = p_t * (dp_t - d_row)
+        dv_acc = tj.mma(p_t.astype(do.dtype), dot, dv_acc)
         dk_acc = tj.mma(ds_t.astype(q.dtype), qt, dk_acc)
     dk_acc = dk_acc * sm_scale
     tj.store(dk, index=(bh, start_n, 0), tile=dk_acc.reshape((1, BLOCK_N, HEAD_DIM)).astype(dk.dtype))
