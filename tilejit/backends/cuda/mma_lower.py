@@ -67,11 +67,12 @@ def _lower_unpipelined(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
         lw.line("__syncthreads();")
         for w in writes:
             lw.line(w)
-    if st is not None:  # a staged A's copy is older than B's: waiting for B waits for it too
-        lw.line(f"tj::cp_async_wait<{st.wait}>();")
-    elif st_a is not None:
-        lw.line("tj::cp_async_wait<0>();")
-    lw.line("__syncthreads();")
+    # a staged A's copy is older than B's: waiting for B (here or at an earlier mma) waits for it too
+    wait = st.wait if st is not None else 0 if st_a is not None else -1
+    if wait >= 0:
+        lw.line(f"tj::cp_async_wait<{wait}>();")
+    if writes or wait >= 0:
+        lw.line("__syncthreads();")
     if p.ra:
         assert p.grid is not None and p.grid.wn == 1
         stream = ", true" if lw.plan.crowded else ""  # B's fragments read as used (fewer registers)

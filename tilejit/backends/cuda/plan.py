@@ -110,7 +110,8 @@ class StagedOperand:
     offset: int  # bytes into the staging area (after the scratch area)
     rows: int  # buffer rows (B's K, or its N when transposed) of ``ld`` elements
     ld: int
-    wait: int = 0  # cp.async groups the mma may leave in flight (copies issued after this one, still pending)
+    wait: int = 0  # cp.async groups the mma may leave in flight (copies issued after this one, still pending); -1:
+    # an earlier mma of the block read the buffer (waited for it and synced): no wait, no barrier
     size: int = 0  # prefetched an iteration ahead: the bytes of each of its two buffers (0: one buffer)
     loop: int = 0  # prefetched: the id of the loop whose body loads it
 
@@ -603,6 +604,7 @@ class Plan:
             self.staged_loads[id(st.load)] = st
             self.elided |= {id(v) for v in st.views}
             staged.append(st)
+            first = min((position.get(id(mma), 0) for mma, _ in uses), default=0)  # A: mmas in nested blocks
             for mma, p in uses:
                 self.mma[id(mma)] = p
                 if operand == "a":  # an A loaded before the loop: older than every copy the loop waits for
@@ -613,7 +615,7 @@ class Plan:
                 wait = sum(1 for k in loads if at < k < here)
                 if ahead:  # the next iteration's copies are issued where the loads are: those before the mma pend
                     wait = sum(1 for k in loads if k > at) + sum(1 for k in loads if k < here)
-                self.staged[id(mma)] = replace(st, wait=wait)
+                self.staged[id(mma)] = replace(st, wait=wait if here == first else -1)
         if ahead and loop is not None:
             self.prefetched[id(loop)] = staged
         self.stage_bytes = max(self.stage_bytes, end)
@@ -621,7 +623,8 @@ class Plan:
             for r in op.regions():
                 self._plan_staged(r, end, op if isinstance(op, ForOp) else None)
 
-    def _staged_load(self, load: LoadOp, top: list[Op]) -> tuple[StagedOperand, list[tuple[MmaOp, MmaPlan]], str] | None:
+    def _staged_load(self, load: LoadOp, top: list[Op]) -> tuple[StagedOperand, list[tuple[MmaOp, MmaPlan]], str] \
+            | None:
         """``load``'s buffer (offset not yet set) if it can be staged, with the plans of the mmas that read it, and
         'a' or 'b': the B operand of tensor-core mmas in ``top`` (its block), or the A operand of mmas whose
         loop-invariant A goes to shared memory (``_a_to_stage``)."""
@@ -635,7 +638,8 @@ class Plan:
             views: list[Op] = []
             for mma, vs, transposed in uses:
                 p = self.mma.get(id(mma))
-                if p is None or p.path != "tc" or p.grid is None or any(pp.mma is mma for pp in self.pipelines.values()):
+                pipelined = any(pp.mma is mma for pp in self.pipelines.values())
+                if p is None or p.path != "tc" or p.grid is None or pipelined:
                     break
                 if operand == "a" and (id(mma) not in self._a_to_stage or transposed):
                     break
