@@ -26,9 +26,6 @@ FWD = {"BLOCK_M": 128, "BLOCK_N": 64}
 #: dK/dV: BLOCK_N keys per block, BLOCK_M queries per step; dQ: BLOCK_M queries per block, BLOCK_N keys per step
 #: (the tutorial's BLOCK_M1=32, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=32).
 DKDV = {"BLOCK_M": 32, "BLOCK_N": 128}
-#: dK/dV at head dim 128: 16 queries per step (the CUDA backend's dK and dV accumulators take 128 registers a thread
-#: there, and 32 queries spilled 8-20 B on sm_90a and sm_80; 16 compile to 253-255 registers, no spills).
-DKDV_D128 = {"BLOCK_M": 16, "BLOCK_N": 128}
 DQ = {"BLOCK_M": 128, "BLOCK_N": 32}
 PRE = {"BLOCK_M": 128}
 
@@ -220,7 +217,7 @@ def constants(name: str, head_dim: int, causal: bool) -> dict[str, Any]:
     """Each kernel's compile-time constants for ``head_dim`` and ``causal``."""
     if name == "attn_bwd_preprocess":
         return {**PRE, "HEAD_DIM": head_dim}
-    blocks = {"attn_fwd": FWD, "attn_bwd_dkdv": DKDV_D128 if head_dim > 64 else DKDV, "attn_bwd_dq": DQ}[name]
+    blocks = {"attn_fwd": FWD, "attn_bwd_dkdv": DKDV, "attn_bwd_dq": DQ}[name]
     return {**blocks, "HEAD_DIM": head_dim, "CAUSAL": causal}
 
 

@@ -594,6 +594,10 @@ class Plan:
             and all(self._affine_in(ix, loop) for st, _, _ in found for ix in st.load.index)
         position = {id(op): k for k, op in enumerate(block.ops)}
         loads = [position[id(st.load)] for st, _, _ in found]
+        # prefetched: every buffer of this iteration was copied during the last one, so the first mma that reads
+        # one waits for them all (the next iteration's copies issued before it may pend) and syncs once
+        first_b = min((position[id(mma)] for _, uses, operand in found if operand == "b" for mma, _ in uses),
+                      default=0)
         end = base
         staged: list[StagedOperand] = []
         for st, uses, operand in found:
@@ -611,11 +615,11 @@ class Plan:
                     self.staged_a[id(mma)] = st
                     continue
                 here = position[id(mma)]
-                # the copies issued after this one that the mma may leave in flight
-                wait = sum(1 for k in loads if at < k < here)
-                if ahead:  # the next iteration's copies are issued where the loads are: those before the mma pend
-                    wait = sum(1 for k in loads if k > at) + sum(1 for k in loads if k < here)
-                self.staged[id(mma)] = replace(st, wait=wait if here == first else -1)
+                if ahead:
+                    wait = sum(1 for k in loads if k < here) if here == first_b else -1
+                else:  # the copies issued after this one and before the mma may pend; a later reader: no wait
+                    wait = sum(1 for k in loads if at < k < here) if here == first else -1
+                self.staged[id(mma)] = replace(st, wait=wait)
         if ahead and loop is not None:
             self.prefetched[id(loop)] = staged
         self.stage_bytes = max(self.stage_bytes, end)
