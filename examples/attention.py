@@ -26,6 +26,9 @@ FWD = {"BLOCK_M": 128, "BLOCK_N": 64}
 #: dK/dV: BLOCK_N keys per block, BLOCK_M queries per step; dQ: BLOCK_M queries per block, BLOCK_N keys per step
 #: (the tutorial's BLOCK_M1=32, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=32).
 DKDV = {"BLOCK_M": 32, "BLOCK_N": 128}
+#: dK/dV at head dim 128: 16 queries per step. On the CUDA backend dK and dV take 128 registers a thread there; 32
+#: queries compile to 254-255 registers, spilling 0-24 B by target and mask; 16 to 239-243 with no spills.
+DKDV_D128 = {"BLOCK_M": 16, "BLOCK_N": 128}
 DQ = {"BLOCK_M": 128, "BLOCK_N": 32}
 PRE = {"BLOCK_M": 128}
 
@@ -107,9 +110,8 @@ def _dkdv_inner(dk_acc, dv_acc, kt, vt, q, do, m_in, delta, bh, lo, hi, offs_n, 
         m_row = tj.load(m_in, index=(bh, i), shape=(1, BLOCK_M), padding=float("inf"))
         d_row = tj.load(delta, index=(bh, i), shape=(1, BLOCK_M))
         p_t = tj.exp2(qk_t * qk_scale - m_row)
-        if MASK_DIAGONAL:
-            offs_m = tj.expand_dims(i * BLOCK_M + tj.arange(BLOCK_M), 0)
-            p_t = tj.where(offs_m >= offs_n, p_t, 0.0)
+        if MASK_DIAGONAL:  # query i * BLOCK_M + m sees key n when m >= n - i * BLOCK_M (no 64-bit tile)
+            p_t = tj.where(tj.expand_dims(tj.arange(BLOCK_M), 0) >= offs_n - i * BLOCK_M, p_t, 0.0)
         ds_t = (p_t * (dp_t - d_row)).astype(q.dtype)
         dv_acc = tj.mma(p_t.astype(do.dtype), dot, dv_acc)
         dk_acc = tj.mma(ds_t, qt, dk_acc)
@@ -156,11 +158,11 @@ def _dq_inner(dq_acc, qt, dot, m_col, d_col, k, v, bh, lo, hi, offs_m, n_ctx, qk
         qk = tj.mma(qt, kt.T, tj.zeros((qt.shape[0], BLOCK_N), tj.float32))
         dp = tj.mma(dot, vt.T, tj.zeros((qt.shape[0], BLOCK_N), tj.float32))
         p = tj.exp2(qk * qk_scale - m_col)
-        offs_n = tj.expand_dims(j * BLOCK_N + tj.arange(BLOCK_N), 0)
+        offs_n = tj.expand_dims(tj.arange(BLOCK_N), 0)  # key j * BLOCK_N + n, compared as n
         if MASK_DIAGONAL:
-            p = tj.where(offs_n <= offs_m, p, 0.0)
+            p = tj.where(offs_n <= offs_m - j * BLOCK_N, p, 0.0)
         if MASK_END:
-            p = tj.where(offs_n < n_ctx, p, 0.0)
+            p = tj.where(offs_n < n_ctx - j * BLOCK_N, p, 0.0)
         ds = (p * (dp - d_col)).astype(k.dtype)
         dq_acc = tj.mma(ds, kt, dq_acc)
     return dq_acc
@@ -217,7 +219,7 @@ def constants(name: str, head_dim: int, causal: bool) -> dict[str, Any]:
     """Each kernel's compile-time constants for ``head_dim`` and ``causal``."""
     if name == "attn_bwd_preprocess":
         return {**PRE, "HEAD_DIM": head_dim}
-    blocks = {"attn_fwd": FWD, "attn_bwd_dkdv": DKDV, "attn_bwd_dq": DQ}[name]
+    blocks = {"attn_fwd": FWD, "attn_bwd_dkdv": DKDV_D128 if head_dim > 64 else DKDV, "attn_bwd_dq": DQ}[name]
     return {**blocks, "HEAD_DIM": head_dim, "CAUSAL": causal}
 
 

@@ -121,7 +121,7 @@ def _schedule(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, causa
         o[rows], m[rows] = (acc / l_i)[:count], (m_i + np.log2(l_i))[:count, 0]
     delta = (o * do).sum(axis=1)
     dk, dv = np.zeros((n, d)), np.zeros((n, d))
-    bm, bn = A.DKDV["BLOCK_M"], A.DKDV["BLOCK_N"]
+    bm, bn = (A.DKDV_D128 if d > 64 else A.DKDV)["BLOCK_M"], A.DKDV["BLOCK_N"]
     m_blocks = -(-n // bm)
     for sn in range(-(-n // bn)):
         kt, vt, offs_n = _blocks(k, sn, bn), _blocks(v, sn, bn), (sn * bn + np.arange(bn))[:, None]
@@ -168,11 +168,13 @@ def _schedule(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, causa
 
 @pytest.mark.parametrize("n", [100, 256, 257])
 @pytest.mark.parametrize("causal", [True, False])
-def test_the_kernels_block_schedule_computes_attention(n: int, causal: bool) -> None:
+@pytest.mark.parametrize("head_dim", [16, 128])
+def test_the_kernels_block_schedule_computes_attention(n: int, causal: bool, head_dim: int) -> None:
     """The kernels' stages, run-time loop bounds, masks and padding (replayed in float64) give the reference, at
-    lengths that are no multiple of any block (and one that is): a wrong bound or mask shows here without a GPU."""
+    lengths that are no multiple of any block (and one that is), with the blocks of each head dim: a wrong bound or
+    mask shows here without a GPU."""
     rng = np.random.default_rng(3)
-    q, k, v, do = (rng.standard_normal((n, 16)) for _ in range(4))
+    q, k, v, do = (rng.standard_normal((n, head_dim)) for _ in range(4))
     got = _schedule(q, k, v, do, causal, 0.3)
     want = A.reference(q, k, v, do, causal, 0.3)
     for name, g, w in zip(("o", "M", "dq", "dk", "dv"), got, want, strict=True):

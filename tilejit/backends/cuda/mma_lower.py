@@ -73,6 +73,8 @@ def _lower_unpipelined(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
         lw.line(f"tj::cp_async_wait<{wait}>();")
     if writes or wait >= 0:
         lw.line("__syncthreads();")
+    for nxt in lw.plan.refill.get(id(op), ()):  # past the barrier: every warp is done with the other buffers
+        _issue_next(lw, nxt)
     if p.ra:
         assert p.grid is not None and p.grid.wn == 1
         stream = ", true" if lw.plan.crowded else ""  # B's fragments read as used (fewer registers)
@@ -123,20 +125,25 @@ def _in_dtype(st: StagedOperand) -> str:
 
 
 def issue_staged(lw: Lowering, st: StagedOperand) -> None:
-    """Start the cp.async copy of a staged mma operand where the program loads it (of a prefetched one: the next
-    iteration's, if any, into the other buffer), after a barrier (shared with the copy just started, if any) so that
-    no warp still reads the buffer's previous contents."""
+    """Start the cp.async copy of a staged mma operand where the program loads it, after a barrier (shared with the
+    copy just started, if any) so that no warp still reads the buffer's previous contents; a prefetched one's next
+    copy is issued by the first mma that waits for this iteration's (``Plan.refill``), not here."""
+    if st.size:
+        return
     if not lw.lines or lw.lines[-1].strip() != "tj::cp_async_commit();":
         lw.line("__syncthreads();")
-    if st.size:
-        _, loop, nxt, has_next = lw.parity[st.loop]
-        lw.line(f"if ({has_next}) {{")
-        lw.depth += 1
-        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st), ahead=True), (loop, nxt))
-        lw.depth -= 1
-        lw.line("}")
-    else:
-        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st)))
+    _copy(lw, st, staged_buffer(lw, st, _in_dtype(st)))
+    lw.line("tj::cp_async_commit();")
+
+
+def _issue_next(lw: Lowering, st: StagedOperand) -> None:
+    """The cp.async copy of a prefetched operand's next iteration (if any) into its other buffer."""
+    _, loop, nxt, has_next = lw.parity[st.loop]
+    lw.line(f"if ({has_next}) {{")
+    lw.depth += 1
+    _copy(lw, st, staged_buffer(lw, st, _in_dtype(st), ahead=True), (loop, nxt))
+    lw.depth -= 1
+    lw.line("}")
     lw.line("tj::cp_async_commit();")
 
 

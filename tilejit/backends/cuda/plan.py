@@ -439,6 +439,7 @@ class Plan:
         self.staged_loads: dict[int, StagedOperand] = {}  # load id → the same
         self.elided: set[int] = set()  # ids of the views that staged buffers serve (no code)
         self.prefetched: dict[int, list[StagedOperand]] = {}  # loop id → its staged loads fetched an iteration ahead
+        self.refill: dict[int, list[StagedOperand]] = {}  # mma id → the prefetched buffers it copies the next ones of
         self.stage_bytes = 0
         self._staging = staging  # 2: staged and prefetched, 1: staged, 0: neither (their buffers did not fit)
         if staging:
@@ -595,7 +596,8 @@ class Plan:
         position = {id(op): k for k, op in enumerate(block.ops)}
         loads = [position[id(st.load)] for st, _, _ in found]
         # prefetched: every buffer of this iteration was copied during the last one, so the first mma that reads
-        # one waits for them all (the next iteration's copies issued before it may pend) and syncs once
+        # one waits for them all and syncs, then issues the next iteration's copies into the other buffers (which
+        # every warp has read, being past that barrier): one barrier an iteration
         first_b = min((position[id(mma)] for _, uses, operand in found if operand == "b" for mma, _ in uses),
                       default=0)
         end = base
@@ -616,12 +618,13 @@ class Plan:
                     continue
                 here = position[id(mma)]
                 if ahead:
-                    wait = sum(1 for k in loads if k < here) if here == first_b else -1
+                    wait = 0 if here == first_b else -1
                 else:  # the copies issued after this one and before the mma may pend; a later reader: no wait
                     wait = sum(1 for k in loads if at < k < here) if here == first else -1
                 self.staged[id(mma)] = replace(st, wait=wait)
         if ahead and loop is not None:
             self.prefetched[id(loop)] = staged
+            self.refill[id(block.ops[first_b])] = staged
         self.stage_bytes = max(self.stage_bytes, end)
         for op in block.ops:
             for r in op.regions():
