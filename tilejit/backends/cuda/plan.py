@@ -589,9 +589,10 @@ class Plan:
                 if got is not None:
                     found.append(got)
         exits = [] if loop is None else [o for o in loop.body.walk() if o.NAME in ("continue", "break")]
-        # every iteration must issue the next one's copies: no exit but the body's own last continue
+        # every iteration must issue the next one's copies (at the first mma reading a B buffer): no exit but the
+        # body's own last continue, no A operand (its mmas run in a nested loop)
         ahead = self._staging > 1 and loop is not None and id(loop) not in self.pipelines and bool(found) \
-            and exits == loop.body.ops[-1:] \
+            and exits == loop.body.ops[-1:] and all(operand == "b" for _, _, operand in found) \
             and all(self._affine_in(ix, loop) for st, _, _ in found for ix in st.load.index)
         position = {id(op): k for k, op in enumerate(block.ops)}
         loads = [position[id(st.load)] for st, _, _ in found]
