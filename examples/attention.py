@@ -4,7 +4,9 @@ with exp2 and a running max and sum, causal or not, f16 or bf16 in (--dtype), f3
 Arrays are (Z*H, N_CTX, HEAD_DIM) (a (Z, H, N_CTX, HEAD_DIM) tensor viewed as 3-D); N_CTX need not be a multiple of
 the blocks: loads past the end read padding and keys past N_CTX are masked with -inf. The forward saves the
 logsumexp M (base 2, of the scaled scores) for the backward: a preprocess kernel (delta = rowsum(o * do)), dK/dV per
-key block looping over query blocks, dQ per query block looping over key blocks (no atomics).
+key block looping over query blocks, dQ per query block looping over key blocks (no atomics: FlashAttention-2's dQ
+atomics add float32 partials from every key block, which the dQ kernel's recomputed scores cost less than). Only the
+blocks across the causal diagonal (or the sequence's end) are masked.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ FWD = {"BLOCK_M": 128, "BLOCK_N": 64}
 #: dK/dV: BLOCK_N keys per block, BLOCK_M queries per step; dQ: BLOCK_M queries per block, BLOCK_N keys per step
 #: (the tutorial's BLOCK_M1=32, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=32).
 DKDV = {"BLOCK_M": 32, "BLOCK_N": 128}
+#: dK/dV at head dim 128: 16 queries per step. On the CUDA backend dK and dV take 128 registers a thread there; 32
+#: queries compile to 254-255 registers, spilling 0-24 B by target and mask; 16 to 239-243 with no spills.
+DKDV_D128 = {"BLOCK_M": 16, "BLOCK_N": 128}
 DQ = {"BLOCK_M": 128, "BLOCK_N": 32}
 PRE = {"BLOCK_M": 128}
 
@@ -90,6 +95,29 @@ def attn_bwd_preprocess(o, do, delta, BLOCK_M: tj.Constant[int], HEAD_DIM: tj.Co
     tj.store(delta, index=(bh, start_m), tile=d.reshape((1, BLOCK_M)))
 
 
+@tj.function
+def _dkdv_inner(dk_acc, dv_acc, kt, vt, q, do, m_in, delta, bh, lo, hi, offs_n, qk_scale, BLOCK_M, HEAD_DIM,
+                MASK_DIAGONAL):
+    """dK and dV of one key block over query blocks ``lo..hi``; ``MASK_DIAGONAL``: queries before the key masked."""
+    for i in range(lo, hi):
+        qt = tj.load(q, index=(bh, i, 0), shape=(1, BLOCK_M, HEAD_DIM)).reshape((BLOCK_M, HEAD_DIM))
+        dot = tj.load(do, index=(bh, i, 0), shape=(1, BLOCK_M, HEAD_DIM)).reshape((BLOCK_M, HEAD_DIM))
+        # both score-sized products first, then P^T and dS^T in 16 bits: the f32 scores are dead by the two
+        # accumulating mmas, which leaves dK and dV their registers at d128
+        qk_t = tj.mma(kt, qt.T, tj.zeros((kt.shape[0], BLOCK_M), tj.float32))
+        dp_t = tj.mma(vt, dot.T, tj.zeros((kt.shape[0], BLOCK_M), tj.float32))
+        # Queries past n_ctx read M = +inf, so their P^T column is exp2(-inf) = 0.
+        m_row = tj.load(m_in, index=(bh, i), shape=(1, BLOCK_M), padding=float("inf"))
+        d_row = tj.load(delta, index=(bh, i), shape=(1, BLOCK_M))
+        p_t = tj.exp2(qk_t * qk_scale - m_row)
+        if MASK_DIAGONAL:  # query i * BLOCK_M + m sees key n when m >= n - i * BLOCK_M (no 64-bit tile)
+            p_t = tj.where(tj.expand_dims(tj.arange(BLOCK_M), 0) >= offs_n - i * BLOCK_M, p_t, 0.0)
+        ds_t = (p_t * (dp_t - d_row)).astype(q.dtype)
+        dv_acc = tj.mma(p_t.astype(do.dtype), dot, dv_acc)
+        dk_acc = tj.mma(ds_t, qt, dk_acc)
+    return dk_acc, dv_acc
+
+
 @tj.kernel
 def attn_bwd_dkdv(q, k, v, do, m_in, delta, dk, dv, sm_scale, BLOCK_M: tj.Constant[int],
                   BLOCK_N: tj.Constant[int], HEAD_DIM: tj.Constant[int], CAUSAL: tj.Constant[bool]):
@@ -101,27 +129,43 @@ def attn_bwd_dkdv(q, k, v, do, m_in, delta, dk, dv, sm_scale, BLOCK_M: tj.Consta
     offs_n = tj.expand_dims(start_n * BLOCK_N + tj.arange(BLOCK_N), 1)
     dk_acc = tj.zeros((BLOCK_N, HEAD_DIM), tj.float32)
     dv_acc = tj.zeros((BLOCK_N, HEAD_DIM), tj.float32)
-    lo = 0
+    m_blocks = tj.cdiv(n_ctx, BLOCK_M)
     if CAUSAL:
-        lo = start_n * (BLOCK_N // BLOCK_M)  # query blocks before the key block see none of its keys
-    for i in range(lo, tj.cdiv(n_ctx, BLOCK_M)):
-        qt = tj.load(q, index=(bh, i, 0), shape=(1, BLOCK_M, HEAD_DIM)).reshape((BLOCK_M, HEAD_DIM))
-        dot = tj.load(do, index=(bh, i, 0), shape=(1, BLOCK_M, HEAD_DIM)).reshape((BLOCK_M, HEAD_DIM))
-        # Queries past n_ctx read M = +inf, so their P^T column is exp2(-inf) = 0.
-        m_row = tj.load(m_in, index=(bh, i), shape=(1, BLOCK_M), padding=float("inf"))
-        d_row = tj.load(delta, index=(bh, i), shape=(1, BLOCK_M))
-        qk_t = tj.mma(kt, qt.T, tj.zeros((BLOCK_N, BLOCK_M), tj.float32))
-        p_t = tj.exp2(qk_t * qk_scale - m_row)
-        if CAUSAL:
-            offs_m = tj.expand_dims(i * BLOCK_M + tj.arange(BLOCK_M), 0)
-            p_t = tj.where(offs_m >= offs_n, p_t, 0.0)
-        dv_acc = tj.mma(p_t.astype(do.dtype), dot, dv_acc)
-        dp_t = tj.mma(vt, dot.T, tj.zeros((BLOCK_N, BLOCK_M), tj.float32))
-        ds_t = p_t * (dp_t - d_row)
-        dk_acc = tj.mma(ds_t.astype(q.dtype), qt, dk_acc)
+        # query blocks before the key block see none of its keys; those across its diagonal are masked; the
+        # rest see all of its keys
+        lo = start_n * (BLOCK_N // BLOCK_M)
+        mid = tj.minimum(lo + BLOCK_N // BLOCK_M, m_blocks)
+        dk_acc, dv_acc = _dkdv_inner(dk_acc, dv_acc, kt, vt, q, do, m_in, delta, bh, lo, mid, offs_n, qk_scale,
+                                     BLOCK_M, HEAD_DIM, True)
+        dk_acc, dv_acc = _dkdv_inner(dk_acc, dv_acc, kt, vt, q, do, m_in, delta, bh, mid, m_blocks, offs_n,
+                                     qk_scale, BLOCK_M, HEAD_DIM, False)
+    else:
+        dk_acc, dv_acc = _dkdv_inner(dk_acc, dv_acc, kt, vt, q, do, m_in, delta, bh, 0, m_blocks, offs_n, qk_scale,
+                                     BLOCK_M, HEAD_DIM, False)
     dk_acc = dk_acc * sm_scale
     tj.store(dk, index=(bh, start_n, 0), tile=dk_acc.reshape((1, BLOCK_N, HEAD_DIM)).astype(dk.dtype))
     tj.store(dv, index=(bh, start_n, 0), tile=dv_acc.reshape((1, BLOCK_N, HEAD_DIM)).astype(dv.dtype))
+
+
+@tj.function
+def _dq_inner(dq_acc, qt, dot, m_col, d_col, k, v, bh, lo, hi, offs_m, n_ctx, qk_scale, BLOCK_N, HEAD_DIM,
+              MASK_DIAGONAL, MASK_END):
+    """dQ of one query block over key blocks ``lo..hi``; ``MASK_DIAGONAL``: keys after the query masked;
+    ``MASK_END``: keys at or past ``n_ctx`` masked (padded keys read 0, whose score is not -inf)."""
+    for j in range(lo, hi):
+        kt = tj.load(k, index=(bh, j, 0), shape=(1, BLOCK_N, HEAD_DIM)).reshape((BLOCK_N, HEAD_DIM))
+        vt = tj.load(v, index=(bh, j, 0), shape=(1, BLOCK_N, HEAD_DIM)).reshape((BLOCK_N, HEAD_DIM))
+        qk = tj.mma(qt, kt.T, tj.zeros((qt.shape[0], BLOCK_N), tj.float32))
+        dp = tj.mma(dot, vt.T, tj.zeros((qt.shape[0], BLOCK_N), tj.float32))
+        p = tj.exp2(qk * qk_scale - m_col)
+        offs_n = tj.expand_dims(tj.arange(BLOCK_N), 0)  # key j * BLOCK_N + n, compared as n
+        if MASK_DIAGONAL:
+            p = tj.where(offs_n <= offs_m - j * BLOCK_N, p, 0.0)
+        if MASK_END:
+            p = tj.where(offs_n < n_ctx - j * BLOCK_N, p, 0.0)
+        ds = (p * (dp - d_col)).astype(k.dtype)
+        dq_acc = tj.mma(ds, kt, dq_acc)
+    return dq_acc
 
 
 @tj.kernel
@@ -136,22 +180,22 @@ def attn_bwd_dq(q, k, v, do, m_in, delta, dq, sm_scale, BLOCK_M: tj.Constant[int
     d_col = tj.load(delta, index=(bh, start_m), shape=(1, BLOCK_M)).reshape((BLOCK_M, 1))
     offs_m = tj.expand_dims(start_m * BLOCK_M + tj.arange(BLOCK_M), 1)
     dq_acc = tj.zeros((BLOCK_M, HEAD_DIM), tj.float32)
-    hi = tj.cdiv(n_ctx, BLOCK_N)
     if CAUSAL:
-        hi = tj.minimum(hi, (start_m + 1) * (BLOCK_M // BLOCK_N))  # key blocks after the last query: all masked
-    for j in range(0, hi):
-        kt = tj.load(k, index=(bh, j, 0), shape=(1, BLOCK_N, HEAD_DIM)).reshape((BLOCK_N, HEAD_DIM))
-        vt = tj.load(v, index=(bh, j, 0), shape=(1, BLOCK_N, HEAD_DIM)).reshape((BLOCK_N, HEAD_DIM))
-        qk = tj.mma(qt, kt.T, tj.zeros((BLOCK_M, BLOCK_N), tj.float32))
-        p = tj.exp2(qk * qk_scale - m_col)
-        offs_n = tj.expand_dims(j * BLOCK_N + tj.arange(BLOCK_N), 0)
-        keep = offs_n < n_ctx  # padded keys read 0, whose score is not -inf: mask them
-        if CAUSAL:
-            keep = keep & (offs_n <= offs_m)
-        p = tj.where(keep, p, 0.0)
-        dp = tj.mma(dot, vt.T, tj.zeros((BLOCK_M, BLOCK_N), tj.float32))
-        ds = p * (dp - d_col)
-        dq_acc = tj.mma(ds.astype(k.dtype), kt, dq_acc)
+        # key blocks wholly before the query block need no mask (their keys are < n_ctx); those across its
+        # diagonal are masked; those after it are skipped
+        diag = start_m * (BLOCK_M // BLOCK_N)
+        end = tj.minimum(diag + BLOCK_M // BLOCK_N, tj.cdiv(n_ctx, BLOCK_N))
+        dq_acc = _dq_inner(dq_acc, qt, dot, m_col, d_col, k, v, bh, 0, diag, offs_m, n_ctx, qk_scale, BLOCK_N,
+                           HEAD_DIM, False, False)
+        dq_acc = _dq_inner(dq_acc, qt, dot, m_col, d_col, k, v, bh, diag, end, offs_m, n_ctx, qk_scale, BLOCK_N,
+                           HEAD_DIM, True, False)
+    else:
+        # whole key blocks, then the last one's keys past n_ctx masked (if n_ctx is not a multiple of BLOCK_N)
+        full = n_ctx // BLOCK_N
+        dq_acc = _dq_inner(dq_acc, qt, dot, m_col, d_col, k, v, bh, 0, full, offs_m, n_ctx, qk_scale, BLOCK_N,
+                           HEAD_DIM, False, False)
+        dq_acc = _dq_inner(dq_acc, qt, dot, m_col, d_col, k, v, bh, full, tj.cdiv(n_ctx, BLOCK_N), offs_m, n_ctx,
+                           qk_scale, BLOCK_N, HEAD_DIM, False, True)
     dq_acc = dq_acc * sm_scale
     tj.store(dq, index=(bh, start_m, 0), tile=dq_acc.reshape((1, BLOCK_M, HEAD_DIM)).astype(dq.dtype))
 
@@ -175,7 +219,7 @@ def constants(name: str, head_dim: int, causal: bool) -> dict[str, Any]:
     """Each kernel's compile-time constants for ``head_dim`` and ``causal``."""
     if name == "attn_bwd_preprocess":
         return {**PRE, "HEAD_DIM": head_dim}
-    blocks = {"attn_fwd": FWD, "attn_bwd_dkdv": DKDV, "attn_bwd_dq": DQ}[name]
+    blocks = {"attn_fwd": FWD, "attn_bwd_dkdv": DKDV_D128 if head_dim > 64 else DKDV, "attn_bwd_dq": DQ}[name]
     return {**blocks, "HEAD_DIM": head_dim, "CAUSAL": causal}
 
 
@@ -228,9 +272,9 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, m: Any, causal: 
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     _kernel("attn_bwd_preprocess", backend)[(tj.cdiv(n, PRE["BLOCK_M"]), z * h)](
         o3, do3, delta, **constants("attn_bwd_preprocess", d, causal))
-    _kernel("attn_bwd_dkdv", backend)[(tj.cdiv(n, DKDV["BLOCK_N"]), z * h)](
-        q3, k3, v3, do3, m2, delta, dk.view(z * h, n, d), dv.view(z * h, n, d), float(sm_scale),
-        **constants("attn_bwd_dkdv", d, causal))
+    dkdv = constants("attn_bwd_dkdv", d, causal)
+    _kernel("attn_bwd_dkdv", backend)[(tj.cdiv(n, dkdv["BLOCK_N"]), z * h)](
+        q3, k3, v3, do3, m2, delta, dk.view(z * h, n, d), dv.view(z * h, n, d), float(sm_scale), **dkdv)
     _kernel("attn_bwd_dq", backend)[(tj.cdiv(n, DQ["BLOCK_M"]), z * h)](
         q3, k3, v3, do3, m2, delta, dq.view(z * h, n, d), float(sm_scale), **constants("attn_bwd_dq", d, causal))
     return dq, dk, dv
@@ -326,8 +370,8 @@ def run_numpy(dtype_name: str, head_dim: int, causal: bool) -> None:
                                                   **constants("attn_fwd", head_dim, causal))
     attn_bwd_preprocess[(tj.cdiv(n, PRE["BLOCK_M"]), z_h)](o, dod, delta,
                                                             **constants("attn_bwd_preprocess", head_dim, causal))
-    attn_bwd_dkdv[(tj.cdiv(n, DKDV["BLOCK_N"]), z_h)](qd, kd, vd, dod, m, delta, dk, dv, sm_scale,
-                                                       **constants("attn_bwd_dkdv", head_dim, causal))
+    dkdv = constants("attn_bwd_dkdv", head_dim, causal)
+    attn_bwd_dkdv[(tj.cdiv(n, dkdv["BLOCK_N"]), z_h)](qd, kd, vd, dod, m, delta, dk, dv, sm_scale, **dkdv)
     attn_bwd_dq[(tj.cdiv(n, DQ["BLOCK_M"]), z_h)](qd, kd, vd, dod, m, delta, dq, sm_scale,
                                                    **constants("attn_bwd_dq", head_dim, causal))
     want = reference(q, k, v, do, causal, sm_scale)

@@ -145,11 +145,13 @@ def test_attention_forward_keeps_p_and_the_softmax_in_registers(target: str, dty
     assert body.count("tj::reduce_local<tj::MaxOp, 0, 6,") == 1 and body.count("tj::reduce_local<tj::SumOp, 0, 6,") == 1
     assert f"tj::TensorCoreRA<{ctype}, 128, 64, {head_dim}, 8, {head_dim + 8}, true>::run(" in body  # Q @ K^T
     assert f"tj::TensorCoreRA<{ctype}, 128, {head_dim}, 64, 8, {head_dim + 8}, false>::run(" in body  # P @ V
-    # the next key block's K and V are copied while this one is used (two buffers each): K waits with the three
-    # later copies in flight, V with the next block's two
+    # the next key block's K and V are copied while this one is used (two buffers each): Q @ K^T waits for this
+    # block's K and V, syncs, then starts the next block's copies (every warp is done with those buffers); P @ V
+    # neither waits nor syncs
     assert body.count("tj::cp_async_tile<64, " + str(head_dim)) == 2 and body.count("if (w") == 2
-    assert "tj::cp_async_wait<3>();" in body and "tj::cp_async_wait<2>();" in body
-    assert body.count("__syncthreads();") == 3  # before the copies, after each wait
+    assert body.count("tj::cp_async_wait<") == 1 and "tj::cp_async_wait<0>();" in body
+    assert body.count("__syncthreads();") == 1
+    assert body.index("__syncthreads();") < body.index("tj::cp_async_tile<") < body.index("tj::TensorCoreRA<")
     loops = src.count("#pragma unroll 1")
     assert loops == (2 if causal else 1) and src.count(" ^= 1) {") == loops
     assert src.count("tj::TensorCoreRA<") == 2 * loops and "tj::TensorCore<" not in src
@@ -188,7 +190,7 @@ def test_prefetched_copies_recompute_the_next_iterations_index() -> None:
     copies = [line for line in src.splitlines() if "tj::cp_async_tile<" in line]
     assert len(copies) == 2 and "tj::wmul<tj::i32>((2), ((tj::i32)(0)))" in copies[0]  # the first, before the loop
     assert re.search(r"\^ 1\) \* 9216\).*tj::wmul<tj::i32>\(\(2\), \(\(tj::i32\)\(w\d+ \+ 1\)\)\)", copies[1]), copies
-    assert "^= 1) {" in src and "tj::cp_async_wait<1>();" in src
+    assert "^= 1) {" in src and "tj::cp_async_wait<0>();" in src
     stop = _key_loop("sm_80", True)
     assert "^= 1" not in stop and "tj::cp_async_wait<0>();" in stop and "tj::cp_async_tile<64, 64, 72" in stop
 
@@ -257,6 +259,128 @@ def test_strided_b_operands_are_not_staged_and_old_targets_keep_the_scratch_path
     assert "TensorCoreRA" not in old and "cp_async" not in old and "reduce_local" not in old
 
 
+@tj.kernel
+def shared_b(x, w, out, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    """out = (x @ w^T, rounded to w's dtype) @ w by w's row blocks: each is B of two mmas (one transposed)."""
+    pid = tj.bid(0)
+    xt = tj.load(x, index=(pid, 0), shape=(BM, BK))
+    acc = tj.zeros((BM, BK), tj.float32)
+    for j in range(tj.cdiv(w.shape[0], BN)):
+        wt = tj.load(w, index=(j, 0), shape=(BN, BK))
+        s = tj.mma(xt, wt.T, tj.zeros((BM, BN), tj.float32))
+        acc = tj.mma(s.astype(w.dtype), wt, acc)
+    tj.store(out, index=(pid, 0), tile=acc.astype(out.dtype))
+
+
+@tj.kernel
+def crowded(a, x, out1, out2, BM: tj.Constant[int], BN: tj.Constant[int], BK: tj.Constant[int]):
+    """out1 = sum_j (a @ x_j^T) @ x_j and out2 = the same of relu(a @ x_j^T), the products rounded to x's dtype:
+    two (BM, BK) float32 accumulators and a loop-invariant (BM, BK) A operand (dK/dV's pattern at d128)."""
+    pid = tj.bid(0)
+    at = tj.load(a, index=(pid, 0), shape=(BM, BK))
+    acc1 = tj.zeros((BM, BK), tj.float32)
+    acc2 = tj.zeros((BM, BK), tj.float32)
+    for j in range(tj.cdiv(x.shape[0], BN)):
+        xt = tj.load(x, index=(j, 0), shape=(BN, BK))
+        s = tj.mma(at, xt.T, tj.zeros((BM, BN), tj.float32))
+        acc1 = tj.mma(s.astype(x.dtype), xt, acc1)
+        acc2 = tj.mma(tj.maximum(s, 0.0).astype(x.dtype), xt, acc2)
+    tj.store(out1, index=(pid, 0), tile=acc1.astype(out1.dtype))
+    tj.store(out2, index=(pid, 0), tile=acc2.astype(out2.dtype))
+
+
+SHARED = {"BM": 128, "BN": 64, "BK": 64}
+CROWDED = {"BM": 128, "BN": 32, "BK": 128}
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_a_tile_two_mmas_read_as_b_is_staged_once(target: str) -> None:
+    """A load read by two mmas as B (one through a transpose) gets one cp.async buffer per iteration (prefetched),
+    read by ldmatrix.trans and ldmatrix as stored; the first mma waits, syncs and starts the next copy, the second
+    neither (it used to go registers -> shared memory twice per iteration, with two barriers each)."""
+    src = tj.compile(shared_b, (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1]), constants=SHARED,
+                     target=target, backend="cuda").cuda_source()
+    body = _loop_body(src)
+    for bad in ("to_smem", "tj::remap<", "tj::load<", "tj_As"):
+        assert bad not in body, bad
+    assert body.count("tj::cp_async_tile<64, 64, 72, 256, 0>(") == 1 and src.count("tj::cp_async_tile<") == 2
+    first = "tj::TensorCoreRA<tj::half, 128, 64, 64, 8, 72, true>::run("
+    second = "tj::TensorCoreRA<tj::half, 128, 64, 64, 8, 72, false>::run("
+    assert first in body and second in body and body.index(first) < body.index(second)
+    buffers = set(re.findall(r"tj_Bs = (reinterpret_cast<tj::half\*>\(tj_smem \+ tj_stage \+ [^;]*);", body))
+    assert len(buffers) == 1, buffers  # both mmas read the same buffer
+    assert body.count("tj::cp_async_wait<") == 1 and body.count("__syncthreads();") == 1
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_a_loop_invariant_a_that_crowds_the_registers_is_staged(target: str) -> None:
+    """Two (128, 128) float32 accumulators (128 words a thread) beside a loop-invariant (128, 128) A: the A is
+    copied once into shared memory before the loop (cp.async) and read there with ldmatrix; B streams as before;
+    the chained mmas take their A from registers with B's fragments read as used (STREAM); no spills. With one
+    accumulator the A stays in registers."""
+    sig = (tj.float16[:, ::1], tj.float16[:, ::1], tj.float32[:, ::1], tj.float32[:, ::1])
+    src, log = _ptxas(crowded, sig, CROWDED, target)
+    head, body = src[:src.index("#pragma unroll 1")], _loop_body(src)
+    assert head.count("tj::cp_async_tile<128, 128, 136, 256, 0>(") == 1 and "tj::load<" not in head
+    assert "tj::TensorCore<tj::half, 128, 32, 128, 8, 1, 136, 136, false, true>::run(" in body
+    assert "tj_As = reinterpret_cast<tj::half*>(tj_smem + tj_stage + 0);" in body
+    assert body.count("tj::TensorCoreRA<tj::half, 128, 128, 32, 8, 136, false, true>::run(") == 2
+    assert "to_smem" not in body and "tj::remap<" not in body
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert spill is not None and spill.groups() == ("0", "0"), log
+    one = tj.compile(shared_b, (tj.float16[:, ::1],) * 2 + (tj.float32[:, ::1],), constants={**SHARED, "BK": 128},
+                     target=target, backend="cuda").cuda_source()
+    assert "tj::TensorCore<" not in one and "tj::TensorCoreRA<tj::half, 128, 64, 128, 8, 136, true>::run(" in one
+
+
+BWD = ("attn_bwd_dkdv", "attn_bwd_dq")
+
+
+@pytest.mark.parametrize(("target", "dtype"), [("sm_80", "float16"), ("sm_90a", "bfloat16")])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_backward_loops_stream_every_tile_once(target: str, dtype: str, head_dim: int,
+                                                        causal: bool) -> None:
+    """examples/attention.py's backward: in every loop each streamed tile (dK/dV: Q and dO; dQ: K and V), though
+    read by two mmas, is one cp.async copy into a prefetched buffer (one wait and one barrier per iteration); no
+    tile goes through registers to shared memory. dK/dV at d128 keeps K
+    and V in shared memory (copied once before its loops), at d64 in registers; dQ keeps Q and dO in registers."""
+    ctype = "tj::half" if dtype == "float16" else "tj::bf16"
+    for name in BWD:
+        src = tj.compile(A.KERNELS[name], A.signatures(DTYPES[dtype])[name],
+                         constants=A.constants(name, head_dim, causal), target=target, backend="cuda").cuda_source()
+        c = A.constants(name, head_dim, causal)
+        rows = c["BLOCK_M"] if name == "attn_bwd_dkdv" else c["BLOCK_N"]
+        bodies = re.split(r"#pragma unroll 1\n", src)[1:]
+        # the masked and the unmasked blocks (non-causal dK/dV masks none: padded queries read M = +inf)
+        assert len(bodies) == (1 if name == "attn_bwd_dkdv" and not causal else 2), name
+        for part in bodies:
+            body = part[:part.index("continue;")]
+            for bad in ("to_smem", "tj::remap<", "tj::load<8"):
+                assert bad not in body, (name, bad)
+            assert body.count(f"tj::cp_async_tile<{rows}, {head_dim}, {head_dim + 8}, 256, 0>(") == 2, name
+            assert body.count("tj::cp_async_wait<") == 1 and body.count("__syncthreads();") == 1, name
+            assert body.count("::run(") == (4 if name == "attn_bwd_dkdv" else 3), name
+        head = src[:src.index("#pragma unroll 1")]
+        staged_kv = name == "attn_bwd_dkdv" and head_dim == 128
+        assert head.count(f"tj::cp_async_tile<128, {head_dim}, {head_dim + 8}, 256, 0>(") == (2 if staged_kv else 0)
+        assert (f"tj::TensorCore<{ctype}, 128, " in src) == staged_kv, name
+
+
+@pytest.mark.parametrize(("target", "dtype", "head_dim", "causal"), [
+    ("sm_90a", "bfloat16", 128, False), ("sm_90a", "bfloat16", 128, True), ("sm_90a", "float16", 64, False),
+    ("sm_90a", "float16", 64, True), ("sm_80", "float16", 64, True), ("sm_80", "bfloat16", 128, True),
+    ("sm_80", "float16", 128, False)])
+def test_attention_backward_compiles_without_spills(target: str, dtype: str, head_dim: int, causal: bool) -> None:
+    """ptxas -v (NVRTC's log): neither backward kernel spills (dK/dV at d128 spilled 260-268 B with K and V in
+    registers and Q, dO through registers -> shared memory; 0-24 B with 32-query steps)."""
+    for name in BWD:
+        _, log = _ptxas(A.KERNELS[name], A.signatures(DTYPES[dtype])[name],
+                        A.constants(name, head_dim, causal), target)
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+        assert spill is not None and spill.groups() == ("0", "0"), (name, log)
+
+
 # --------------------------------------------------------------------------- on a GPU
 
 
@@ -289,3 +413,47 @@ def test_softmax_chain_gpu(dtype: str, contiguous: bool, rng: np.random.Generato
     tol = 1e-2 if dtype == "float16" else 3e-2
     np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
     np.testing.assert_allclose(sums, s.sum(axis=1), atol=0.05, rtol=1e-3)
+
+
+def _rounded(x: np.ndarray, npdt: Any) -> np.ndarray:
+    """``x`` rounded to ``npdt`` (as a kernel's cast to 16 bits does) and back to float64."""
+    return x.astype(npdt).astype(np.float64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_shared_b_gpu(dtype: str, rng: np.random.Generator) -> None:
+    """A B tile staged once for two mmas, on ragged sizes (300 rows over 3 blocks, 150 rows of w over 3 blocks of
+    64, the last partly past the end: zero-filled) against float64."""
+    m, n, k = 300, 150, 64
+    npdt = np_dtype(dtype)
+    x, w = (rng.standard_normal(s).astype(npdt) for s in ((m, k), (n, k)))
+    out = tj.asarray(poison((m, k), "float32"))
+    shared_b[(tj.cdiv(m, SHARED["BM"]),)](tj.asarray(x), tj.asarray(w), out, **SHARED)
+    xf, wf = x.astype(np.float64), w.astype(np.float64)
+    want = sum(_rounded(xf @ wf[j:j + 64].T, npdt) @ wf[j:j + 64] for j in range(0, n, 64))
+    got = out.numpy().astype(np.float64)
+    assert not np.isnan(got).any(), "unwritten (NaN-poisoned) elements"
+    np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max(), rtol=0.02)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_crowded_gpu(dtype: str, rng: np.random.Generator) -> None:
+    """A loop-invariant A staged in shared memory beside two accumulators, on ragged sizes (200 rows of a over two
+    blocks, 100 rows of x over four blocks of 32) against float64."""
+    m, n, k = 200, 100, 128
+    npdt = np_dtype(dtype)
+    a, x = (rng.standard_normal(s).astype(npdt) for s in ((m, k), (n, k)))
+    out1, out2 = (tj.asarray(poison((m, k), "float32")) for _ in range(2))
+    crowded[(tj.cdiv(m, CROWDED["BM"]),)](tj.asarray(a), tj.asarray(x), out1, out2, **CROWDED)
+    af, xf = a.astype(np.float64), x.astype(np.float64)
+    want1 = want2 = np.zeros((m, k))
+    for j in range(0, n, 32):
+        s = af @ xf[j:j + 32].T
+        want1 = want1 + _rounded(s, npdt) @ xf[j:j + 32]
+        want2 = want2 + _rounded(np.maximum(s, 0.0), npdt) @ xf[j:j + 32]
+    for got_arr, want in ((out1, want1), (out2, want2)):
+        got = got_arr.numpy().astype(np.float64)
+        assert not np.isnan(got).any(), "unwritten (NaN-poisoned) elements"
+        np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max(), rtol=0.02)

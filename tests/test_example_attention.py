@@ -121,18 +121,22 @@ def _schedule(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, causa
         o[rows], m[rows] = (acc / l_i)[:count], (m_i + np.log2(l_i))[:count, 0]
     delta = (o * do).sum(axis=1)
     dk, dv = np.zeros((n, d)), np.zeros((n, d))
-    bm, bn = A.DKDV["BLOCK_M"], A.DKDV["BLOCK_N"]
+    bm, bn = (A.DKDV_D128 if d > 64 else A.DKDV)["BLOCK_M"], A.DKDV["BLOCK_N"]
+    m_blocks = -(-n // bm)
     for sn in range(-(-n // bn)):
         kt, vt, offs_n = _blocks(k, sn, bn), _blocks(v, sn, bn), (sn * bn + np.arange(bn))[:, None]
         dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d))
-        for i in range(sn * (bn // bm) if causal else 0, -(-n // bm)):
-            qt, dot = _blocks(q, i, bm), _blocks(do, i, bm)
-            m_row, d_row = _blocks(m, i, bm, np.inf)[None, :], _blocks(delta, i, bm)[None, :]
-            p_t = np.exp2(kt @ qt.T * qs - m_row)  # padded queries: M = inf, so 0
-            if causal:
-                p_t = np.where((i * bm + np.arange(bm))[None, :] >= offs_n, p_t, 0.0)
-            dv_acc += p_t @ dot
-            dk_acc += (p_t * (vt @ dot.T - d_row)) @ qt
+        first = sn * (bn // bm)
+        mid = min(first + bn // bm, m_blocks)
+        for lo, hi, mask in ((first, mid, True), (mid, m_blocks, False)) if causal else ((0, m_blocks, False),):
+            for i in range(lo, hi):
+                qt, dot = _blocks(q, i, bm), _blocks(do, i, bm)
+                m_row, d_row = _blocks(m, i, bm, np.inf)[None, :], _blocks(delta, i, bm)[None, :]
+                p_t = np.exp2(kt @ qt.T * qs - m_row)  # padded queries: M = inf, so 0
+                if mask:
+                    p_t = np.where((i * bm + np.arange(bm))[None, :] >= offs_n, p_t, 0.0)
+                dv_acc += p_t @ dot
+                dk_acc += (p_t * (vt @ dot.T - d_row)) @ qt
         rows = slice(sn * bn, min(n, (sn + 1) * bn))
         dk[rows], dv[rows] = (dk_acc * scale)[:rows.stop - rows.start], dv_acc[:rows.stop - rows.start]
     dq = np.zeros((n, d))
@@ -141,29 +145,36 @@ def _schedule(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, causa
         qt, dot = _blocks(q, sm, bm), _blocks(do, sm, bm)
         m_col, d_col = _blocks(m, sm, bm, np.inf)[:, None], _blocks(delta, sm, bm)[:, None]
         offs_m = (sm * bm + np.arange(bm))[:, None]
-        hi = -(-n // bn)
-        if causal:
-            hi = min(hi, (sm + 1) * (bm // bn))
+        if causal:  # (lo, hi, mask the diagonal, mask the end)
+            diag = sm * (bm // bn)
+            stages = [(0, diag, False, False), (diag, min(diag + bm // bn, -(-n // bn)), True, False)]
+        else:
+            stages = [(0, n // bn, False, False), (n // bn, -(-n // bn), False, True)]
         dq_acc = np.zeros((bm, d))
-        for j in range(hi):
-            kt, vt = _blocks(k, j, bn), _blocks(v, j, bn)
-            p = np.exp2(qt @ kt.T * qs - m_col)
-            offs_n = (j * bn + np.arange(bn))[None, :]
-            keep = (offs_n < n) & ((offs_n <= offs_m) if causal else True)
-            p = np.where(keep, p, 0.0)
-            dq_acc += (p * (dot @ vt.T - d_col)) @ kt
+        for lo, hi, mask_diag, mask_end in stages:
+            for j in range(lo, hi):
+                kt, vt = _blocks(k, j, bn), _blocks(v, j, bn)
+                p = np.exp2(qt @ kt.T * qs - m_col)
+                offs_n = (j * bn + np.arange(bn))[None, :]
+                if mask_diag:
+                    p = np.where(offs_n <= offs_m, p, 0.0)
+                if mask_end:
+                    p = np.where(offs_n < n, p, 0.0)
+                dq_acc += (p * (dot @ vt.T - d_col)) @ kt
         rows = slice(sm * bm, min(n, (sm + 1) * bm))
         dq[rows] = (dq_acc * scale)[:rows.stop - rows.start]
     return o, m, dq, dk, dv
 
 
-@pytest.mark.parametrize("n", [100, 257])
+@pytest.mark.parametrize("n", [100, 256, 257])
 @pytest.mark.parametrize("causal", [True, False])
-def test_the_kernels_block_schedule_computes_attention(n: int, causal: bool) -> None:
+@pytest.mark.parametrize("head_dim", [16, 128])
+def test_the_kernels_block_schedule_computes_attention(n: int, causal: bool, head_dim: int) -> None:
     """The kernels' stages, run-time loop bounds, masks and padding (replayed in float64) give the reference, at
-    lengths that are no multiple of any block: a wrong bound or mask shows here without a GPU."""
+    lengths that are no multiple of any block (and one that is), with the blocks of each head dim: a wrong bound or
+    mask shows here without a GPU."""
     rng = np.random.default_rng(3)
-    q, k, v, do = (rng.standard_normal((n, 16)) for _ in range(4))
+    q, k, v, do = (rng.standard_normal((n, head_dim)) for _ in range(4))
     got = _schedule(q, k, v, do, causal, 0.3)
     want = A.reference(q, k, v, do, causal, 0.3)
     for name, g, w in zip(("o", "M", "dq", "dk", "dv"), got, want, strict=True):

@@ -39,23 +39,27 @@ def lower_mma(lw: Lowering, op: MmaOp) -> None:
 
 
 def _lower_unpipelined(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
-    """``acc += a @ b`` outside a K pipeline: A from registers (``p.ra``, in its planned fragment layout) or written
-    to the scratch area, B from its staged buffer (cp.async, ``StagedOperand``) or written after A."""
+    """``acc += a @ b`` outside a K pipeline: A from registers (``p.ra``, in its planned fragment layout), from its
+    staged buffer (a loop-invariant A copied once) or written to the scratch area, B from its staged buffer (cp.async,
+    ``StagedOperand``) or written after A."""
     t_in, item = tables.ctype(p.in_dtype), p.in_dtype.itemsize
     st = lw.plan.staged.get(id(op))
+    st_a = lw.plan.staged_a.get(id(op))
     writes: list[str] = []
-    a_name = lw.tile(op.a, lw.plan.layout_of(op.a) if p.ra else _operand_layout(lw, op.a))
-    if not p.ra:
+    a_name = "" if st_a is not None else lw.tile(op.a, lw.plan.layout_of(op.a) if p.ra else _operand_layout(lw, op.a))
+    if not p.ra and st_a is None:
         writes.append(f"tj::to_smem<{p.k}, {p.lda}, {_operand_layout(lw, op.a).vec}>(tj_As, {a_name});")
     if st is None:
         b_layout = _operand_layout(lw, op.b)
         b_name = lw.tile(op.b, b_layout)
         writes.append(f"tj::to_smem<{p.n}, {p.ldb}, {b_layout.vec}>(tj_Bs, {b_name});")
-    a_elems = 0 if p.ra else p.a_elems
+    a_elems = 0 if p.ra or st_a is not None else p.a_elems
     lw.need_smem((a_elems + (0 if st is not None else p.k * p.ldb)) * item)
     lw.line("{")
     lw.depth += 1
-    if not p.ra:
+    if st_a is not None:
+        lw.line(f"{t_in}* tj_As = {staged_buffer(lw, st_a, t_in)};")
+    elif not p.ra:
         lw.line(f"{t_in}* tj_As = reinterpret_cast<{t_in}*>(tj_smem);")
     b_at = staged_buffer(lw, st, t_in) if st is not None else f"reinterpret_cast<{t_in}*>(tj_smem) + {a_elems}"
     lw.line(f"{t_in}* tj_Bs = {b_at};")
@@ -63,12 +67,18 @@ def _lower_unpipelined(lw: Lowering, op: MmaOp, p: MmaPlan, acc: str) -> None:
         lw.line("__syncthreads();")
         for w in writes:
             lw.line(w)
-    if st is not None:
-        lw.line(f"tj::cp_async_wait<{st.wait}>();")
-    lw.line("__syncthreads();")
+    # a staged A's copy is older than B's: waiting for B (here or at an earlier mma) waits for it too
+    wait = st.wait if st is not None else 0 if st_a is not None else -1
+    if wait >= 0:
+        lw.line(f"tj::cp_async_wait<{wait}>();")
+    if writes or wait >= 0:
+        lw.line("__syncthreads();")
+    for nxt in lw.plan.refill.get(id(op), ()):  # past the barrier: every warp is done with the other buffers
+        _issue_next(lw, nxt)
     if p.ra:
         assert p.grid is not None and p.grid.wn == 1
-        lw.line(f"tj::TensorCoreRA<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.ldb}, {str(p.tb).lower()}>"
+        stream = ", true" if lw.plan.crowded else ""  # B's fragments read as used (fewer registers)
+        lw.line(f"tj::TensorCoreRA<{t_in}, {p.m}, {p.n}, {p.k}, {p.grid.wm}, {p.ldb}, {str(p.tb).lower()}{stream}>"
                 f"::run({acc}, {a_name}, tj_Bs);")
     else:
         _compute(lw, p, acc, "tj_As", "tj_Bs")
@@ -115,20 +125,25 @@ def _in_dtype(st: StagedOperand) -> str:
 
 
 def issue_staged(lw: Lowering, st: StagedOperand) -> None:
-    """Start the cp.async copy of a staged B operand where the program loads it (of a prefetched one: the next
-    iteration's, if any, into the other buffer), after a barrier (shared with the copy just started, if any) so that
-    no warp still reads the buffer's previous contents."""
+    """Start the cp.async copy of a staged mma operand where the program loads it, after a barrier (shared with the
+    copy just started, if any) so that no warp still reads the buffer's previous contents; a prefetched one's next
+    copy is issued by the first mma that waits for this iteration's (``Plan.refill``), not here."""
+    if st.size:
+        return
     if not lw.lines or lw.lines[-1].strip() != "tj::cp_async_commit();":
         lw.line("__syncthreads();")
-    if st.size:
-        _, loop, nxt, has_next = lw.parity[st.loop]
-        lw.line(f"if ({has_next}) {{")
-        lw.depth += 1
-        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st), ahead=True), (loop, nxt))
-        lw.depth -= 1
-        lw.line("}")
-    else:
-        _copy(lw, st, staged_buffer(lw, st, _in_dtype(st)))
+    _copy(lw, st, staged_buffer(lw, st, _in_dtype(st)))
+    lw.line("tj::cp_async_commit();")
+
+
+def _issue_next(lw: Lowering, st: StagedOperand) -> None:
+    """The cp.async copy of a prefetched operand's next iteration (if any) into its other buffer."""
+    _, loop, nxt, has_next = lw.parity[st.loop]
+    lw.line(f"if ({has_next}) {{")
+    lw.depth += 1
+    _copy(lw, st, staged_buffer(lw, st, _in_dtype(st), ahead=True), (loop, nxt))
+    lw.depth -= 1
+    lw.line("}")
     lw.line("tj::cp_async_commit();")
 
 

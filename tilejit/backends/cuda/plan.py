@@ -126,7 +126,8 @@ class StagedOperand:
     offset: int  # bytes into the staging area (after the scratch area)
     rows: int  # buffer rows (B's K, or its N when transposed) of ``ld`` elements
     ld: int
-    wait: int = 0  # cp.async groups the mma may leave in flight (copies issued after this one, still pending)
+    wait: int = 0  # cp.async groups the mma may leave in flight (copies issued after this one, still pending); -1:
+    # an earlier mma of the block read the buffer (waited for it and synced): no wait, no barrier
     size: int = 0  # prefetched an iteration ahead: the bytes of each of its two buffers (0: one buffer)
     loop: int = 0  # prefetched: the id of the loop whose body loads it
 
@@ -272,6 +273,11 @@ _WS_PROLOGUE = (ConstantOp, BlockIdOp, NumBlocksOp, ArrayDimOp, ArrayItemOp, Arr
 _WS_EPILOGUE = (*_WS_PROLOGUE, ReshapeOp, BroadcastOp, PermuteOp, LoadOp, StoreOp, ReturnOp)
 
 
+#: The most 32-bit words a thread of a register chain may hold across its loops in carried tiles (accumulators)
+#: and A operands loaded before the loop; the rest of the 255 registers hold the scores, their fragments and
+#: addresses (``Plan._invariant_a_to_stage``).
+CHAIN_HELD_WORDS = 128
+
 #: Registers a row-kernel thread needs beside its share of the row (addresses, indices, reduction partials).
 ROW_BASE_REGISTERS = 16
 #: Registers per element of a thread's share of the row held by 1, 2, and 3 or more 16-bit loads of it (fitted to
@@ -401,7 +407,7 @@ class Plan:
         self.nt = self._block_size(num_threads, tiles, mmas)
         self.mma: dict[int, MmaPlan] = {}
         mma_results: dict[Value, Layout] = {}
-        self._row_owned, a_in_registers = self._register_chains(mmas)
+        self._row_owned, a_in_registers, invariant = self._register_chains(mmas)
         for op in mmas:
             p = self._plan_mma(op)
             if id(op) in a_in_registers and p.path == "tc" and p.grid is not None and p.grid.wn == 1:
@@ -409,6 +415,12 @@ class Plan:
             self.mma[id(op)] = p
             if p.grid is not None:
                 mma_results[op.result] = mma_layout(p.m, p.n, self.nt, p.grid)
+        # loop-invariant A operands that would crowd the registers: staged once in shared memory (_plan_staged)
+        self._a_to_stage = self._invariant_a_to_stage(invariant) if staging else set()
+        for op in mmas:
+            if id(op) in self._a_to_stage:
+                self.mma[id(op)] = replace(self.mma[id(op)], ra=False)
+        self.crowded = bool(self._a_to_stage)  # a register chain short of registers: no B fragments read ahead
         for op in mmas:  # A fragments: the (M, K) C-fragment layout of the same warps (set after every result's)
             p = self.mma[id(op)]
             if p.ra and p.grid is not None and op.a not in mma_results:
@@ -435,9 +447,15 @@ class Plan:
                     self.pipelines[id(op)] = pipe
                     self.deferred |= {id(pipe.load_a), id(pipe.load_b)}
         self.staged: dict[int, StagedOperand] = {}  # mma id → its B operand's buffer
+        self.staged_a: dict[int, StagedOperand] = {}  # mma id → its loop-invariant A operand's buffer
+        self.users: dict[Value, list[Op]] = {}  # value → the ops that read it
+        for op in fn.body.walk():
+            for v in dict.fromkeys(op.operands()):
+                self.users.setdefault(v, []).append(op)
         self.staged_loads: dict[int, StagedOperand] = {}  # load id → the same
         self.elided: set[int] = set()  # ids of the views that staged buffers serve (no code)
         self.prefetched: dict[int, list[StagedOperand]] = {}  # loop id → its staged loads fetched an iteration ahead
+        self.refill: dict[int, list[StagedOperand]] = {}  # mma id → the prefetched buffers it copies the next ones of
         self.stage_bytes = 0
         self._staging = staging  # 2: staged and prefetched, 1: staged, 0: neither (their buffers did not fit)
         if staging:
@@ -596,8 +614,10 @@ class Plan:
         return Pipeline(mma, loads[0], loads[1], stages, stage, views=tuple(views))
 
     def _plan_staged(self, block: Block, base: int = 0, loop: ForOp | None = None) -> None:
-        """Stage the B operands of the 16-bit tensor-core mmas of ``block`` (``loop``'s body, if any) and its nested
-        blocks that are loads of read-only, unit-stride, 16-byte-aligned arrays (``StagedOperand``), sm_80+. The
+        """Stage the operands of the 16-bit tensor-core mmas of ``block`` (``loop``'s body, if any) and its nested
+        blocks that are loads of read-only, unit-stride, 16-byte-aligned arrays (``StagedOperand``), sm_80+: a B
+        operand loaded in the mma's block (one buffer however many mmas read the tile, each through its own
+        views, transposed or not), and a loop-invariant A operand that ``_invariant_a_to_stage`` chose. The
         buffers of ``block`` start ``base`` bytes into the staging area, those of nested blocks after them (blocks
         one after the other share theirs). In a loop whose staged loads are all affine in its variable, each has
         two buffers and is fetched an iteration ahead."""
@@ -605,44 +625,132 @@ class Plan:
             return
         # an atomic, fence or barrier among the ops: a copy in flight could cross it (loads stay in program order)
         synced = any(isinstance(op, AtomicOp | FenceOp | BarrierOp) for op in block.walk())
-        found: list[tuple[MmaOp, StagedOperand, MmaPlan]] = []
+        # each staged load: its buffer and the mmas reading it ((mma, plan with the buffer's stride), A or B)
+        found: list[tuple[StagedOperand, list[tuple[MmaOp, MmaPlan]], str]] = []
         for op in [] if synced else block.ops:
-            p = self.mma.get(id(op)) if isinstance(op, MmaOp) else None
-            if p is None or p.path != "tc" or p.grid is None or any(pp.mma is op for pp in self.pipelines.values()):
-                continue
-            assert isinstance(op, MmaOp)
-            got = self._streamed_operand(op.b, block.ops, None)
-            if got is not None:
-                load, views, tb = got
-                ldb = (p.k if tb else p.n) + max(1, 16 // p.in_dtype.itemsize)
-                p = replace(p, tb=tb, ldb=ldb)
-                found.append((op, StagedOperand(load, tuple(views), 0, p.n if tb else p.k, ldb), p))
+            if isinstance(op, LoadOp):
+                got = self._staged_load(op, block.ops)
+                if got is not None:
+                    found.append(got)
         exits = [] if loop is None else [o for o in loop.body.walk() if o.NAME in ("continue", "break")]
-        # every iteration must issue the next one's copies: no exit but the body's own last continue
+        # every iteration must issue the next one's copies (at the first mma reading a B buffer): no exit but the
+        # body's own last continue, no A operand (its mmas run in a nested loop)
         ahead = self._staging > 1 and loop is not None and id(loop) not in self.pipelines and bool(found) \
-            and exits == loop.body.ops[-1:] \
-            and all(self._affine_in(ix, loop) for _, st, _ in found for ix in st.load.index)
+            and exits == loop.body.ops[-1:] and all(operand == "b" for _, _, operand in found) \
+            and all(self._affine_in(ix, loop) for st, _, _ in found for ix in st.load.index)
         position = {id(op): k for k, op in enumerate(block.ops)}
+        loads = [position[id(st.load)] for st, _, _ in found]
+        # prefetched: every buffer of this iteration was copied during the last one, so the first mma that reads
+        # one waits for them all and syncs, then issues the next iteration's copies into the other buffers (which
+        # every warp has read, being past that barrier): one barrier an iteration
+        first_b = min((position[id(mma)] for _, uses, operand in found if operand == "b" for mma, _ in uses),
+                      default=0)
         end = base
         staged: list[StagedOperand] = []
-        for op, st, p in found:
-            after = sum(1 for _, o, _ in found if position[id(st.load)] < position[id(o.load)] < position[id(op)])
-            if ahead:  # the next iteration's copies are issued where the loads are: those before the mma are pending
-                after = sum(1 for _, o, _ in found if position[id(o.load)] > position[id(st.load)])
-                after += sum(1 for _, o, _ in found if position[id(o.load)] < position[id(op)])
-            size = -(-st.rows * st.ld * p.in_dtype.itemsize // 128) * 128
-            st = replace(st, offset=end, wait=after, size=size if ahead else 0, loop=id(loop) if ahead else 0)
+        for st, uses, operand in found:
+            at = position[id(st.load)]
+            size = -(-st.rows * st.ld * uses[0][1].in_dtype.itemsize // 128) * 128
+            st = replace(st, offset=end, size=size if ahead else 0, loop=id(loop) if ahead else 0)
             end += size * (2 if ahead else 1)
-            self.mma[id(op)] = p
-            self.staged[id(op)] = self.staged_loads[id(st.load)] = st
+            self.staged_loads[id(st.load)] = st
             self.elided |= {id(v) for v in st.views}
             staged.append(st)
+            first = min((position.get(id(mma), 0) for mma, _ in uses), default=0)  # A: mmas in nested blocks
+            for mma, p in uses:
+                self.mma[id(mma)] = p
+                if operand == "a":  # an A loaded before the loop: older than every copy the loop waits for
+                    self.staged_a[id(mma)] = st
+                    continue
+                here = position[id(mma)]
+                if ahead:
+                    wait = 0 if here == first_b else -1
+                else:  # the copies issued after this one and before the mma may pend; a later reader: no wait
+                    wait = sum(1 for k in loads if at < k < here) if here == first else -1
+                self.staged[id(mma)] = replace(st, wait=wait)
         if ahead and loop is not None:
             self.prefetched[id(loop)] = staged
+            self.refill[id(block.ops[first_b])] = staged
         self.stage_bytes = max(self.stage_bytes, end)
         for op in block.ops:
             for r in op.regions():
                 self._plan_staged(r, end, op if isinstance(op, ForOp) else None)
+
+    def _staged_load(self, load: LoadOp, top: list[Op]) -> tuple[StagedOperand, list[tuple[MmaOp, MmaPlan]], str] \
+            | None:
+        """``load``'s buffer (offset not yet set) if it can be staged, with the plans of the mmas that read it, and
+        'a' or 'b': the B operand of tensor-core mmas in ``top`` (its block), or the A operand of mmas whose
+        loop-invariant A goes to shared memory (``_a_to_stage``)."""
+        t = load.result.type
+        assert isinstance(t, TileType)
+        for operand in ("b", "a"):
+            uses = self._mma_uses(load.result, top, operand)
+            if not uses or not self._stageable(load, any(isinstance(w, ReshapeOp) for _, vs, _ in uses for w in vs)):
+                continue
+            plans: list[tuple[MmaOp, MmaPlan]] = []
+            views: list[Op] = []
+            for mma, vs, transposed in uses:
+                p = self.mma.get(id(mma))
+                pipelined = any(pp.mma is mma for pp in self.pipelines.values())
+                if p is None or p.path != "tc" or p.grid is None or pipelined:
+                    break
+                if operand == "a" and (id(mma) not in self._a_to_stage or transposed):
+                    break
+                if operand == "b" and not any(o is mma for o in top):
+                    break
+                pad = max(1, 16 // p.in_dtype.itemsize)
+                if operand == "a":
+                    p = replace(p, lda=p.k + pad)
+                else:
+                    p = replace(p, tb=transposed, ldb=(p.k if transposed else p.n) + pad)
+                plans.append((mma, p))
+                views += [w for w in vs if all(w is not x for x in views)]
+            else:
+                pad = max(1, 16 // plans[0][1].in_dtype.itemsize)
+                return StagedOperand(load, tuple(views), 0, t.shape[-2], t.shape[-1] + pad), plans, operand
+        return None
+
+    def _mma_uses(self, v: Value, top: list[Op], operand: str) -> list[tuple[MmaOp, list[Op], bool]] | None:
+        """Every use of tile ``v`` (a load's), through views in ``top``: a reshape of (1, R, C) to (R, C), then a
+        transpose, as the ``operand`` ('a' or 'b') of an mma: (the mma, the views on the way, whether transposed);
+        None when some use is anything else (or there is none)."""
+        out: list[tuple[MmaOp, list[Op], bool]] = []
+        todo: list[tuple[Value, list[Op], bool]] = [(v, [], False)]
+        while todo:
+            x, views, transposed = todo.pop()
+            users = self.users.get(x, [])
+            if not users:
+                return None
+            for op in users:
+                if isinstance(op, MmaOp) and getattr(op, operand) is x and op.a is not op.b:
+                    out.append((op, views, transposed))
+                elif not any(op is o for o in top) or transposed:
+                    return None
+                elif isinstance(op, PermuteOp) and tuple(op.perm) == (1, 0):
+                    todo.append((op.result, [*views, op], True))
+                elif isinstance(op, ReshapeOp) and not views and self._drops_unit_dim(op):
+                    todo.append((op.result, [op], False))
+                else:
+                    return None
+        return out
+
+    @staticmethod
+    def _drops_unit_dim(op: ReshapeOp) -> bool:
+        """Whether ``op`` reshapes (1, R, C) to (R, C) (a 3-D load's batch dim outside the tile)."""
+        src, dst = op.x.type, op.result.type
+        return isinstance(src, TileType) and isinstance(dst, TileType) and src.shape == (1, *dst.shape)
+
+    def _stageable(self, load: LoadOp, reshaped: bool) -> bool:
+        """Whether cp.async can copy ``load``'s tile as stored: no padding value, a read-only, unit-stride,
+        16-byte-aligned 2-D array (or 3-D, the tile (1, R, C) ``reshaped`` to (R, C)) of 16-byte rows."""
+        if load.padding not in (0, 0.0, False):
+            return False
+        at, t = load.array.type, load.result.type
+        if not (isinstance(at, ArrayType) and isinstance(t, TileType) and at.ndim == t.ndim):
+            return False
+        if not (at.ndim == 2 or (at.ndim == 3 and t.shape[0] == 1 and reshaped)):
+            return False
+        rows_ok = (t.shape[-1] * at.dtype.itemsize) % 16 == 0
+        return load.array in self.read_only and self._vector_ok(load.array) and rows_ok
 
     def _stages(self, chosen: int, stage_bytes: int, limit: int) -> int:
         """The stages of a pipeline: the plan's ``chosen``, or the user's ``num_stages`` capped at what fits in
@@ -674,8 +782,7 @@ class Plan:
             if isinstance(op, PermuteOp) and not views and tuple(op.perm) == (1, 0):
                 transposed = True
             elif isinstance(op, ReshapeOp) and not any(isinstance(w, ReshapeOp) for w in views):
-                src, dst = op.x.type, op.result.type
-                if not (isinstance(src, TileType) and isinstance(dst, TileType)) or src.shape != (1, *dst.shape):
+                if not self._drops_unit_dim(op):
                     return None
             elif isinstance(op, LoadOp):
                 break
@@ -684,15 +791,7 @@ class Plan:
             views.append(op)
             v = op.x
         load = op
-        if load.padding not in (0, 0.0, False):
-            return None
-        at, t = load.array.type, load.result.type
-        if not (isinstance(at, ArrayType) and isinstance(t, TileType) and at.ndim == t.ndim):
-            return None
-        if not (at.ndim == 2 or (at.ndim == 3 and t.shape[0] == 1 and any(isinstance(w, ReshapeOp) for w in views))):
-            return None
-        rows_ok = (t.shape[-1] * at.dtype.itemsize) % 16 == 0
-        if load.array not in self.read_only or not self._vector_ok(load.array) or not rows_ok:
+        if not self._stageable(load, any(isinstance(w, ReshapeOp) for w in views)):
             return None
         if loop is not None and not all(self._affine_in(ix, loop) for ix in load.index):
             return None
@@ -759,13 +858,14 @@ class Plan:
             nt *= 2
         return nt
 
-    def _register_chains(self, mmas: list[MmaOp]) -> tuple[set[int], set[int]]:
+    def _register_chains(self, mmas: list[MmaOp]) -> tuple[set[int], set[int], list[MmaOp]]:
         """FlashAttention-2's register chains on sm_80+: the ids of the mmas whose warps must own whole rows of the
         accumulator (a row reduction of what it flows into, or an mma's A operand made from it, stays in a warp's
         registers and shuffles), and of those that take their A operand from registers (made from another mma's
-        result, or loaded before the loop the mma runs in: no shared memory per iteration)."""
+        result, or loaded before the loop the mma runs in: no shared memory per iteration); and the latter mmas
+        (A loaded before their loop)."""
         if self.arch < 80:
-            return set(), set()
+            return set(), set(), []
         walk = list(self.fn.body.walk())
         row_reduced = {op.x for op in walk if isinstance(op, ReduceOp) and isinstance(op.x.type, TileType)
                        and op.x.type.ndim == 2 and op.axis == 1}
@@ -781,14 +881,40 @@ class Plan:
                     regs.add(id(y))
         loops = [op for op in walk if isinstance(op, ForOp | LoopOp)]
         defined = {r: op for op in walk for r in op.results}
+        invariant: list[MmaOp] = []
         for y in mmas:
             inner = [lp for lp in loops if any(o is y for o in lp.body.walk())]
-            if id(y) in rows and inner:
+            if id(y) in rows and inner and id(y) not in regs:
                 loop = inner[-1]  # walk order: parents first, so the last is the innermost
                 d = defined.get(y.a)
                 if d is not None and not any(o is d for o in loop.body.walk()):
                     regs.add(id(y))
-        return rows, regs
+                    invariant.append(y)
+        return rows, regs, invariant
+
+    def _invariant_a_to_stage(self, invariant: list[MmaOp]) -> set[int]:
+        """The ids of the mmas whose loop-invariant A operand (``_register_chains``) goes to shared memory once
+        (``_plan_staged``) instead of registers: while a loop's carried tiles and those A operands would hold more
+        than ``CHAIN_HELD_WORDS`` words a thread, the largest A first (FlashAttention-2's backward keeps K and V in
+        shared memory: the dK/dV kernel at d128 spilled 260-268 B with both in registers beside dK and dV)."""
+        if self.arch < 80 or self.num_stages == 1:
+            return set()
+        loops = [op for op in self.fn.body.walk() if isinstance(op, ForOp | LoopOp)]
+        held = max((sum(a.type.size * max(1.0, a.type.dtype.itemsize / 4) for a in lp.body.args
+                        if isinstance(a.type, TileType) and not a.type.is_scalar) for lp in loops), default=0.0)
+        size: dict[Value, float] = {}
+        for y in invariant:
+            t = y.a.type
+            if isinstance(t, TileType) and self.mma[id(y)].ra:
+                size[y.a] = t.size * t.dtype.itemsize / 4
+        held = (held + sum(size.values())) / self.nt
+        chosen: set[Value] = set()
+        for v in sorted(size, key=lambda v: -size[v]):
+            if held <= CHAIN_HELD_WORDS:
+                break
+            chosen.add(v)
+            held -= size[v] / self.nt
+        return {id(y) for y in invariant if y.a in chosen}
 
     def _plan_mma(self, op: MmaOp) -> MmaPlan:
         at, bt, ct = op.a.type, op.b.type, op.acc.type

@@ -124,20 +124,22 @@ struct TensorCore {
 #pragma unroll
     for (int nj = 0; nj < NTL / 2; ++nj) {
       u32 r[4];
-      if (TB) ldsm_x4(r, b_base + (u32)((nj * 16 * LDB + kk * 16) * 2));
-      else ldsm_x4_t(r, b_base + (u32)((kk * 16 * LDB + nj * 16) * 2));
+      b_pair(r, b_base, kk, nj);
       bfr[2 * nj][0] = r[0];
       bfr[2 * nj][1] = r[1];
       bfr[2 * nj + 1][0] = r[2];
       bfr[2 * nj + 1][1] = r[3];
     }
-    if (NTL % 2) {
-      u32 r[2];
-      if (TB) ldsm_x2(r, b_base + (u32)(((NTL - 1) * 8 * LDB + kk * 16) * 2));
-      else ldsm_x2_t(r, b_base + (u32)((kk * 16 * LDB + (NTL - 1) * 8) * 2));
-      bfr[NTL - 1][0] = r[0];
-      bfr[NTL - 1][1] = r[1];
-    }
+    if (NTL % 2) b_last(bfr[NTL - 1], b_base, kk);
+  }
+  // The fragments of n8 tiles 2nj and 2nj + 1 (r[0..1], r[2..3]) of k-step kk, and of the last n8 tile (odd NTL).
+  __device__ __forceinline__ static void b_pair(u32 (&r)[4], u32 b_base, int kk, int nj) {
+    if (TB) ldsm_x4(r, b_base + (u32)((nj * 16 * LDB + kk * 16) * 2));
+    else ldsm_x4_t(r, b_base + (u32)((kk * 16 * LDB + nj * 16) * 2));
+  }
+  __device__ __forceinline__ static void b_last(u32 (&r)[2], u32 b_base, int kk) {
+    if (TB) ldsm_x2(r, b_base + (u32)(((NTL - 1) * 8 * LDB + kk * 16) * 2));
+    else ldsm_x2_t(r, b_base + (u32)((kk * 16 * LDB + (NTL - 1) * 8) * 2));
   }
 
   // This lane's ldmatrix address of B's first k-step for the warp's columns n0.. (see run).
@@ -181,27 +183,58 @@ __device__ __forceinline__ u32 pack_b16(T lo, T hi) {
 // mma_layout(M, K, NT, WarpGrid(WM, 1)), e.g. another mma's f32 result converted elementwise), B in shared memory
 // as for run. Its n8 tiles 2kk and 2kk + 1 of row block mi are exactly the A fragment of k-step kk
 // (a0..a3: rows g, g + 8 of columns 2t, 2t + 1; a4..a7: the same 8 columns on), so no data moves.
-template <class T, int M, int N, int K, int WM, int LDB, bool TB = false>
+// STREAM: B's fragments are read pair by pair as the mmas use them, not a whole k-step ahead (2 * N / 4 registers
+// fewer: a kernel whose accumulators crowd the registers, e.g. an attention backward's dK and dV at d128).
+template <class T, int M, int N, int K, int WM, int LDB, bool TB = false, bool STREAM = false>
 struct TensorCoreRA {
   static constexpr int MT = M / WM / 16, NTL = N / 8, KT = K / 8;
   typedef TensorCore<T, M, N, K, WM, 1, K + 8, LDB, false, TB> Base;
+
+  template <class LA>
+  __device__ __forceinline__ static void a_frags(u32 (&af)[MT][4], const Tile<T, LA>& a, int kk) {
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      const int e = (mi * KT + 2 * kk) * 4;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) af[mi][w] = pack_b16(a.v[e + 2 * w], a.v[e + 2 * w + 1]);
+    }
+  }
 
   template <class L, class LA>
   __device__ __forceinline__ static void run(Tile<float, L>& acc, const Tile<T, LA>& a, const T* Bs) {
     static_assert(LA::E == MT * KT * 4 && L::E == MT * NTL * 4, "A is not in the fragment layout of these warps");
     const u32 b_base = Base::b_addr(Bs, 0);
+    if (STREAM) {
+#pragma unroll
+      for (int kk = 0; kk < K / 16; ++kk) {
+        u32 af[MT][4];
+        a_frags(af, a, kk);
+#pragma unroll
+        for (int nj = 0; nj < NTL / 2; ++nj) {
+          u32 r[4];
+          Base::b_pair(r, b_base, kk, nj);
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) {
+            MmaName<T>::mma(&acc.v[(mi * NTL + 2 * nj) * 4], af[mi], r);
+            MmaName<T>::mma(&acc.v[(mi * NTL + 2 * nj + 1) * 4], af[mi], r + 2);
+          }
+        }
+        if (NTL % 2) {
+          u32 r[2];
+          Base::b_last(r, b_base, kk);
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) MmaName<T>::mma(&acc.v[(mi * NTL + NTL - 1) * 4], af[mi], r);
+        }
+      }
+      return;
+    }
     u32 af[MT][4];
     u32 bfr[2][NTL][2];
     Base::b_frags(bfr[0], b_base, 0);
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) {
       if (kk + 1 < K / 16) Base::b_frags(bfr[(kk + 1) & 1], b_base, kk + 1);
-#pragma unroll
-      for (int mi = 0; mi < MT; ++mi) {
-        const int e = (mi * KT + 2 * kk) * 4;
-#pragma unroll
-        for (int w = 0; w < 4; ++w) af[mi][w] = pack_b16(a.v[e + 2 * w], a.v[e + 2 * w + 1]);
-      }
+      a_frags(af, a, kk);
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
