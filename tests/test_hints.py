@@ -327,7 +327,8 @@ def test_num_stages_sets_the_cp_async_pipeline_depth(caplog: pytest.LogCaptureFi
     assert "kernel matmul: num_stages=64 lowered to 8: 8 stages of 18944 bytes fit 166912 bytes of shared memory" in [
         r.getMessage() for r in caplog.records]
     wgmma = _matmul("sm_90a", num_stages=2).cuda_source()
-    assert "wgmma" in wgmma and _wait_depth(wgmma) is not None
+    assert "wgmma" in wgmma and "copies 2 stages" in wgmma, "the warp-specialized ring, as deep as asked"
+    assert re.search(r"tj::u64 \w+_full\[2\];", wgmma), "two full barriers"
 
 
 def test_num_stages_reaches_the_backends_and_the_kernel_hints() -> None:

@@ -257,7 +257,8 @@ tensor_view<?xi32, strides=[?]>>
     %out_view = make_tensor_view %out, shape = [%out_shape0], strides = [%out_stride0] : tile<i64> -> \
 tensor_view<?xf32, strides=[?]>
     %out_tiles = make_partition_view %out_view : partition_view<tile=(128), tensor_view<?xf32, strides=[?]>>
-    %j, %0 = load_view_tko weak %idx_tiles[%bid_x] : partition_view<tile=(128), padding_value = zero, \
+    %j, %0 = load_view_tko weak %idx_tiles[%bid_x] optimization_hints = <sm_90 = {allow_tma = false}> \
+: partition_view<tile=(128), padding_value = zero, \
 tensor_view<?xi32, strides=[?]>>, tile<i32> -> tile<128xi32>, token
     %1 = exti %j signed : tile<128xi32> -> tile<128xi64>
     %2 = reshape %x_shape0 : tile<i64> -> tile<1xi64>
@@ -275,7 +276,8 @@ tensor_view<?xi32, strides=[?]>>, tile<i32> -> tile<128xi32>, token
     %13, %14 = load_ptr_tko weak %x_ptrs, %4, %12 : tile<128xptr<f32>>, tile<128xi1>, tile<128xf32> -> \
 tile<128xf32>, token
     %15 = join_tokens %0, %14 : token
-    %16 = store_view_tko weak %13, %out_tiles[%bid_x] token = %15 : tile<128xf32>, partition_view<tile=(128), \
+    %16 = store_view_tko weak %13, %out_tiles[%bid_x] token = %15 optimization_hints = <sm_90 = {allow_tma = false}> \
+: tile<128xf32>, partition_view<tile=(128), \
 tensor_view<?xf32, strides=[?]>>, tile<i32> -> token
     return
   }

@@ -125,15 +125,18 @@ tensor_view<?x?xf16, strides=[?,?]>>
 tile<i64> -> tensor_view<?x?xf16, strides=[?,?]>
     %c_tiles = make_partition_view %c_view : partition_view<tile=(16x16), tensor_view<?x?xf16, strides=[?,?]>>
     %0 = constant <i32: 0> : tile<i32>
-    %1, %2 = load_view_tko weak %a_tiles[%0, %0] : partition_view<tile=(16x16), padding_value = zero, \
+    %1, %2 = load_view_tko weak %a_tiles[%0, %0] optimization_hints = <sm_90 = {allow_tma = false}> \
+: partition_view<tile=(16x16), padding_value = zero, \
 tensor_view<?x?xf16, strides=[?,?]>>, tile<i32> -> tile<16x16xf16>, token
-    %3, %4 = load_view_tko weak %b_tiles[%0, %0] : partition_view<tile=(16x16), padding_value = zero, \
+    %3, %4 = load_view_tko weak %b_tiles[%0, %0] optimization_hints = <sm_90 = {allow_tma = false}> \
+: partition_view<tile=(16x16), padding_value = zero, \
 tensor_view<?x?xf16, strides=[?,?]>>, tile<i32> -> tile<16x16xf16>, token
     %5 = constant <f32: 0.000000e+00> : tile<16x16xf32>
     %6 = mmaf %1, %3, %5 : tile<16x16xf16>, tile<16x16xf16>, tile<16x16xf32>
     %7 = ftof %6 : tile<16x16xf32> -> tile<16x16xf16>
     %8 = join_tokens %2, %4 : token
-    %9 = store_view_tko weak %7, %c_tiles[%0, %0] token = %8 : tile<16x16xf16>, \
+    %9 = store_view_tko weak %7, %c_tiles[%0, %0] token = %8 optimization_hints = <sm_90 = {allow_tma = false}> \
+: tile<16x16xf16>, \
 partition_view<tile=(16x16), tensor_view<?x?xf16, strides=[?,?]>>, tile<i32> -> token
     return
   }

@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 _ERRORS = (
     "TilejitError", "TileCompileError", "CompileError", "CUDAError", "DriverVersionError", "LaunchError",
     "LibraryNotFoundError", "TargetError", "ConfigError", "NotDeviceArrayError", "IRVerificationError",
-    "AutotuneError", "CacheWarning", "DumpWarning", "TileIRUnsupportedError", "TileirasError",
+    "AutotuneError", "CacheWarning", "DumpWarning", "TileIRUnsupportedError", "TileirasError", "TensorMapError",
 )
 
 #: The public names outside the tile language, each with its module. The tile language's names (``tj.load``,
@@ -103,6 +103,7 @@ if TYPE_CHECKING:
         LibraryNotFoundError,
         NotDeviceArrayError,
         TargetError,
+        TensorMapError,
         TileCompileError,
         TileirasError,
         TileIRUnsupportedError,

@@ -97,7 +97,7 @@ ARCH_SPECIFIC: Setting[bool] = Setting(
 )
 CUDA_WARP_SPECIALIZE: Setting[bool] = Setting(
     "TILEJIT_CUDA_WARP_SPECIALIZE", bool, True,
-    "CUDA backend on sm_90a: run a recognized wgmma K loop with a producer warpgroup (cp.async into a ring of "
+    "CUDA backend on sm_90a: run a recognized wgmma K loop with a producer warpgroup (TMA or cp.async into a ring of "
     "mbarrier-guarded stages) and consumer warpgroups (wgmma only); read when a kernel builds a specialization",
 )
 CUDA_TMA: Setting[bool] = Setting(

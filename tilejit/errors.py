@@ -138,6 +138,11 @@ class LaunchError(TilejitError, TypeError):
     """Kernel arguments do not match the kernel's parameters (wrong type, dtype, rank or count)."""
 
 
+class TensorMapError(LaunchError):
+    """An array, box or swizzle that no TMA tensor map can describe (``cuTensorMapEncodeTiled``'s rules), or a
+    driver without that entry point (``tilejit.runtime.tensormap``)."""
+
+
 class NotDeviceArrayError(TilejitError, TypeError):
     """``obj`` is not device memory: a host (CPU) array, or not an array at all. ``tilejit.asarray``
     copies such objects from the host; any other error of :func:`tilejit.runtime.interop.as_view` means a
@@ -191,5 +196,6 @@ __all__ = [
     "Attempt", "AutotuneError", "CUDAError", "CacheWarning", "CompileError", "ConfigError", "DriverVersionError",
     "DumpWarning",
     "IRVerificationError", "LaunchError", "LibraryNotFoundError", "NotDeviceArrayError", "TargetError",
-    "TileCompileError", "TileIRUnsupportedError", "TileirasError", "TilejitError", "refuse_lone_surrogates",
+    "TensorMapError", "TileCompileError", "TileIRUnsupportedError", "TileirasError", "TilejitError",
+    "refuse_lone_surrogates",
 ]

@@ -17,7 +17,7 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-from tilejit.errors import LaunchError
+from tilejit.errors import TensorMapError
 
 #: Bytes of a ``CUtensorMap``, and the alignment the driver and a ``__grid_constant__`` parameter need.
 TENSOR_MAP_BYTES = 128
@@ -33,11 +33,6 @@ CACHE_LIMIT = 4096
 _ITEMSIZE = {"uint8": 1, "uint16": 2, "uint32": 4, "int32": 4, "uint64": 8, "int64": 8, "float16": 2,
              "float32": 4, "float64": 8, "bfloat16": 2}
 _cache: dict[tuple[Any, ...], bytes] = {}
-
-
-class TensorMapError(LaunchError):
-    """An array, box or swizzle that no tiled tensor map can describe (``cuTensorMapEncodeTiled``'s rules), or a
-    driver without that entry point."""
 
 
 def check_tiled(dtype: str, ptr: int, shape: Sequence[int], strides: Sequence[int], box: Sequence[int],
