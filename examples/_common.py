@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -64,12 +65,18 @@ def chunk_of(x: Any, backend: str | None = None) -> int:
     return CHUNK_BYTES.get(backend or "", DEFAULT_CHUNK_BYTES) // itemsize_of(x)
 
 
-@functools.cache
 def backend_of(backend: str | None) -> str:
     """The backend the examples' kernels build with: ``backend`` when it names one, else the one "auto" (or
-    ``TILEJIT_BACKEND``) picks for this process's GPU, so that host code can pick tile shapes for it."""
+    ``TILEJIT_BACKEND``, read at each call: a process may change it between launches) picks for this process's
+    GPU, so that host code can pick tile shapes and launch options for it."""
     if backend in ("cuda", "tileir"):
         return backend
+    return _chosen_backend(backend, os.environ.get("TILEJIT_BACKEND"))
+
+
+@functools.cache
+def _chosen_backend(backend: str | None, setting: str | None) -> str:
+    """``tj.backend_for(backend)``, remembered per ``TILEJIT_BACKEND`` value (``setting``, the cache key only)."""
     return tj.backend_for(backend)
 
 

@@ -128,6 +128,33 @@ def test_row_example_references_match_finite_differences() -> None:
             assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
+def test_host_plans_follow_the_backend_setting_as_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_common.backend_of(None)`` reads ``TILEJIT_BACKEND`` at each call (a cached first answer gave the CUDA
+    backend's launch options to kernels that then built for Tile IR: a ValueError on the H100), and asks
+    ``tj.backend_for`` once per value."""
+    sys.path.insert(0, str(EXAMPLES))
+    import _common
+
+    import tilejit as tj
+
+    asked: list[str | None] = []
+
+    def backend_for(backend: str | None = None, target: Any = None, *, num_threads: int | None = None) -> str:
+        asked.append(os.environ.get("TILEJIT_BACKEND"))
+        return os.environ.get("TILEJIT_BACKEND") or "cuda"
+
+    monkeypatch.setattr(tj, "backend_for", backend_for)
+    _common._chosen_backend.cache_clear()
+    try:
+        for setting in ("cuda", "tileir", "cuda", "tileir"):
+            monkeypatch.setenv("TILEJIT_BACKEND", setting)
+            assert _common.backend_of(None) == setting
+        assert asked == ["cuda", "tileir"]
+        assert _common.backend_of("cuda") == "cuda" and len(asked) == 2
+    finally:
+        _common._chosen_backend.cache_clear()
+
+
 def test_row_examples_choose_whole_rows_or_chunks() -> None:
     """The host functions' choice (issues 17 and 19): the whole row as one tile up to each kernel's limit, several
     short rows a block on Tile IR, chunks beyond (16 KB, or 32 KB on CUDA), no length refused; backward groups fill
