@@ -17,7 +17,9 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
+from tilejit.bindings.driver import CU_TENSOR_MAP_DATA_TYPE
 from tilejit.errors import TensorMapError
+from tilejit.runtime.dtypes import ITEMSIZE
 
 #: Bytes of a ``CUtensorMap``, and the alignment the driver and a ``__grid_constant__`` parameter need.
 TENSOR_MAP_BYTES = 128
@@ -30,8 +32,6 @@ MAX_DIM = 2**31 - 257
 #: Encoded maps a process keeps (then the cache starts over: maps are cheap to make again).
 CACHE_LIMIT = 4096
 
-_ITEMSIZE = {"uint8": 1, "uint16": 2, "uint32": 4, "int32": 4, "uint64": 8, "int64": 8, "float16": 2,
-             "float32": 4, "float64": 8, "bfloat16": 2}
 _cache: dict[tuple[Any, ...], bytes] = {}
 
 
@@ -39,9 +39,10 @@ def check_tiled(dtype: str, ptr: int, shape: Sequence[int], strides: Sequence[in
                 swizzle: int) -> None:
     """Raise ``TensorMapError`` naming the first of ``cuTensorMapEncodeTiled``'s requirements (and the kernel's:
     int32 coordinates, rows that do not overlap) that these arguments break."""
-    item = _ITEMSIZE.get(dtype)
-    if item is None:
-        raise TensorMapError(f"tensor map: dtype {dtype} has no TMA data type; supported: {', '.join(_ITEMSIZE)}")
+    if dtype not in CU_TENSOR_MAP_DATA_TYPE:
+        raise TensorMapError(f"tensor map: dtype {dtype} has no TMA data type; supported: "
+                             f"{', '.join(CU_TENSOR_MAP_DATA_TYPE)}")
+    item = ITEMSIZE[dtype]
     rank = len(shape)
     if not 1 <= rank <= 5 or len(strides) != rank or len(box) != rank:
         raise TensorMapError(f"tensor map: rank {rank} with {len(strides)} strides and {len(box)} box dims; "
@@ -90,7 +91,7 @@ def encode_tiled(dtype: str, ptr: int, shape: Sequence[int], strides: Sequence[i
     if encode is None:
         raise TensorMapError(f"tensor map: this CUDA driver ({getattr(d, 'version', '?')}) has no "
                              "cuTensorMapEncodeTiled, which needs a driver for CUDA 12.0 or newer")
-    rank, item = len(shape), _ITEMSIZE[dtype]
+    rank, item = len(shape), ITEMSIZE[dtype]
     u64s, u32s = ctypes.c_ulonglong * rank, ctypes.c_uint * rank
     dims = u64s(*reversed(shape))
     byte_strides = (ctypes.c_ulonglong * max(rank - 1, 1))(*(s * item for s in reversed(strides[:-1])))
@@ -111,14 +112,7 @@ def encode_tiled(dtype: str, ptr: int, shape: Sequence[int], strides: Sequence[i
 def tensor_map(dtype: str, ptr: int, shape: Sequence[int], strides: Sequence[int], box: Sequence[int],
                swizzle: int, driver: Any = None) -> bytes:
     """``encode_tiled``, remembered by (dtype, ptr, shape, strides, box, swizzle) for the process."""
-    key = (dtype, ptr, tuple(shape), tuple(strides), tuple(box), swizzle)
-    found = _cache.get(key)
-    if found is None:
-        found = encode_tiled(dtype, ptr, shape, strides, box, swizzle, driver)
-        if len(_cache) >= CACHE_LIMIT:
-            _cache.clear()
-        _cache[key] = found
-    return found
+    return _remembered(dtype, ptr, shape, strides, box, swizzle, driver, fallback=False)
 
 
 def launch_tensor_map(dtype: str, ptr: int, shape: Sequence[int], strides: Sequence[int], box: Sequence[int],
@@ -126,15 +120,27 @@ def launch_tensor_map(dtype: str, ptr: int, shape: Sequence[int], strides: Seque
     """``tensor_map`` for a launch: ``NO_TENSOR_MAP`` (and the kernel copies with cp.async) where none describes the
     array (``TensorMapError``: an empty or huge dimension, overlapping rows, no entry point in the driver), also
     remembered. A driver's refusal of a map that meets every documented rule still raises."""
+    return _remembered(dtype, ptr, shape, strides, box, swizzle, driver, fallback=True)
+
+
+def _remembered(dtype: str, ptr: int, shape: Sequence[int], strides: Sequence[int], box: Sequence[int],
+                swizzle: int, driver: Any, *, fallback: bool) -> bytes:
+    """The cached map of these arguments, encoded on a miss (``fallback``: ``NO_TENSOR_MAP`` for arguments no map
+    describes, remembered too)."""
     key = (dtype, ptr, tuple(shape), tuple(strides), tuple(box), swizzle)
     found = _cache.get(key)
     if found is not None:
         return found
     try:
-        return tensor_map(dtype, ptr, shape, strides, box, swizzle, driver)
+        found = encode_tiled(dtype, ptr, shape, strides, box, swizzle, driver)
     except TensorMapError:
-        _cache[key] = NO_TENSOR_MAP
-        return NO_TENSOR_MAP
+        if not fallback:
+            raise
+        found = NO_TENSOR_MAP
+    if len(_cache) >= CACHE_LIMIT:
+        _cache.clear()
+    _cache[key] = found
+    return found
 
 
 def clear_cache() -> None:
