@@ -577,7 +577,7 @@ class Runner:
     def softmax(self, lengths: Sequence[int]) -> None:
         """Fused row softmax at each row length, float32 and bfloat16."""
         from _tileir_peers import triton_softmax_warps
-        from softmax import row_plan
+        from softmax import softmax_rows
 
         torch = self.torch
         for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
@@ -590,9 +590,7 @@ class Runner:
                 work = 2.0 * m * n * x.element_size()
                 shape = f"{m}x{n}"
                 for be in BACKENDS:
-                    k = self.tj("softmax", be)
-                    _, grid, consts = row_plan(x, be)  # the example's rows a block for this backend
-                    fn = (lambda k=k, grid=grid, consts=consts: k[grid](x, out, **consts))
+                    fn = (lambda be=be: softmax_rows(x, out, backend=be))  # the example's plan for this backend
                     self.run(group, shape, f"tilejit {be}", "GB/s", work,
                              self.on(be, fn), out, want, tol)
                 self.run(group, shape, "torch", "GB/s", work, lambda: torch.softmax(x, dim=1), out, want, tol)

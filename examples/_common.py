@@ -99,19 +99,29 @@ def block_of(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-_COPIES: dict[tuple[int, str], Any] = {}
+_COPIES: dict[tuple[int, str | None, int | None], Any] = {}
 _COPIES_LOCK = threading.Lock()
 
 
-def on_backend(kernel: Any, backend: str | None) -> Any:
-    """``kernel`` itself, or (``backend`` given: "cuda", "tileir", "auto") one copy of it built with that backend."""
-    if backend is None:
+def on_backend(kernel: Any, backend: str | None, occupancy: int | None = None) -> Any:
+    """``kernel`` itself, or (``backend`` given: "cuda", "tileir", "auto"; or an ``occupancy`` hint, CTAs per SM)
+    one copy of it built with that backend and hint."""
+    if backend is None and occupancy is None:
         return kernel
     with _COPIES_LOCK:
-        key = (id(kernel), backend)
+        key = (id(kernel), backend, occupancy)
         if key not in _COPIES:
-            _COPIES[key] = tj.kernel(kernel.func, backend=backend)
+            _COPIES[key] = tj.kernel(kernel.func, backend=backend, occupancy=occupancy)
         return _COPIES[key]
+
+
+def run_plan(plan: tuple[Any, Any, dict[str, int]], backend: str | None, *args: Any) -> None:
+    """Launch a row plan ``(kernel, grid, options)`` on ``args``: the options are the kernel's constants and launch
+    options, and ``occupancy`` (a Tile IR plan's hint to tileiras, which a kernel takes when it is built)."""
+    kernel, grid, options = plan
+    options = dict(options)
+    occupancy = options.pop("occupancy", None)
+    on_backend(kernel, backend, occupancy)[grid](*args, **options)
 
 
 def should_run(args: argparse.Namespace) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from _common import (
+    DEFAULT_CHUNK_BYTES,
     backend_of,
     block_of,
     check,
@@ -32,6 +33,7 @@ from _common import (
     on_backend,
     parse_args,
     row_tiles,
+    run_plan,
     should_run,
 )
 
@@ -45,6 +47,14 @@ WHOLE_ROW_BWD = 8192
 #: and the chunks it takes instead.
 CUDA_WHOLE_ROW = 8192
 CUDA_CHUNKS = (8192, 4096)
+#: Tile IR's forward (``forward_plan``; bench/RESULTS.md, session 20): 16-bit rows held whole up to this length
+#: (32768: 1.01x of the CUDA backend against 0.78x in chunks), float32 rows of 8193-16384 elements in chunks of
+#: ``TILEIR_CHUNK`` with tileiras asked for 2 CTAs per SM (0.73-0.76x -> 0.91-1.04x: whole, they spill), and longer
+#: 16-bit rows in chunks of ``TILEIR_CHUNK_16`` (65536: 0.62x -> 0.75x).
+TILEIR_WHOLE_ROW_16 = 32768
+TILEIR_CHUNK = 8192
+TILEIR_CHUNK_OCCUPANCY = 2
+TILEIR_CHUNK_16 = 2048
 #: Bytes of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``_common.row_tiles``; bench/RESULTS.md,
 #: session 18).
 ROW_TILE_BYTES = 32768
@@ -194,8 +204,7 @@ def layer_norm_forward(x: Any, weight: Any, bias: Any, out: Any, mean: Any, rstd
                        backend: str | None = None) -> None:
     """``out`` = layer norm of each row of ``x``, with its float32 ``mean`` and ``rstd`` (1/std), any row length;
     ``backend``: build the kernels with this backend instead of the default."""
-    kernel, grid, options = forward_plan(x, backend)
-    on_backend(kernel, backend)[grid](x, weight, bias, out, mean, rstd, eps, **options)
+    run_plan(forward_plan(x, backend), backend, x, weight, bias, out, mean, rstd, eps)
 
 
 def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
@@ -207,6 +216,8 @@ def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str
     rows of 24577-32768 elements in two chunks of 16384."""
     m, n = x.shape
     block = block_of(n)
+    if backend_of(backend) == "tileir":
+        return _tileir_forward_plan(m, block, itemsize_of(x))
     big = block > CUDA_WHOLE_ROW and (itemsize_of(x) == 2 or 4 * (block - n) >= n)
     cuda = backend_of(backend) == "cuda"
     if cuda and block <= WHOLE_ROW and big:
@@ -219,6 +230,17 @@ def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str
     if block > WHOLE_ROW:
         return layer_norm_fwd_chunked, m, {"BLOCK": chunk_of(x, backend)}
     return layer_norm_fwd, *row_tiles(m, block, backend, ROW_TILE_BYTES // itemsize_of(x))
+
+
+def _tileir_forward_plan(m: int, block: int, itemsize: int) -> tuple[Any, int, dict[str, int]]:
+    """``forward_plan`` on Tile IR, for ``m`` rows padded to ``block`` elements of ``itemsize`` bytes."""
+    if itemsize == 2 and block > TILEIR_WHOLE_ROW_16:
+        return layer_norm_fwd_chunked, m, {"BLOCK": TILEIR_CHUNK_16}
+    if itemsize == 4 and block == WHOLE_ROW:
+        return layer_norm_fwd_chunked, m, {"BLOCK": TILEIR_CHUNK, "occupancy": TILEIR_CHUNK_OCCUPANCY}
+    if itemsize != 2 and block > WHOLE_ROW:
+        return layer_norm_fwd_chunked, m, {"BLOCK": DEFAULT_CHUNK_BYTES // itemsize}
+    return layer_norm_fwd, *row_tiles(m, block, "tileir", ROW_TILE_BYTES // itemsize)
 
 
 class BackwardPlan(NamedTuple):

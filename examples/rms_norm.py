@@ -27,12 +27,14 @@ from _common import (
     on_backend,
     parse_args,
     row_tiles,
+    run_plan,
     should_run,
 )
 from layer_norm import (
     CUDA_WHOLE_ROW,
     ROW_TILE_BYTES,
     SUM_TILE,
+    TILEIR_WHOLE_ROW_16,
     WHOLE_ROW,
     BackwardPlan,
     backward_plan,
@@ -42,6 +44,11 @@ from layer_norm import (
 
 import tilejit as tj
 
+#: Tile IR's forward: rows longer than it holds whole (16-bit ones up to 32768 elements: 1.09x of the CUDA backend
+#: against 0.74x in chunks) go in chunks of this many elements with tileiras asked for this many CTAs per SM
+#: (bf16 65536: 0.57x -> 0.74x; bench/RESULTS.md, session 20).
+TILEIR_CHUNK = 8192
+TILEIR_CHUNK_OCCUPANCY = 4
 
 @tj.kernel
 def rms_norm(x, weight, out, rstd, eps: float, ROWS: tj.Constant[int], BLOCK: tj.Constant[int]):
@@ -119,8 +126,7 @@ def rms_norm_bwd_chunked(x, dy, weight, rstd, c1, dx, dw_part, BLOCK: tj.Constan
 def rms_norm_forward(x: Any, weight: Any, out: Any, rstd: Any, eps: float, backend: str | None = None) -> None:
     """``out`` = RMS norm of each row of ``x``, with its float32 ``rstd`` (1/rms), at any row length; ``backend``:
     build the kernels with this backend instead of the default."""
-    kernel, grid, options = forward_plan(x, backend)
-    on_backend(kernel, backend)[grid](x, weight, out, rstd, eps, **options)
+    run_plan(forward_plan(x, backend), backend, x, weight, out, rstd, eps)
 
 
 def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
@@ -131,6 +137,10 @@ def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str
     (bench/RESULTS.md, session 19)."""
     m, n = x.shape
     block = block_of(n)
+    if backend_of(backend) == "tileir":
+        if block > (TILEIR_WHOLE_ROW_16 if itemsize_of(x) == 2 else WHOLE_ROW):
+            return rms_norm_chunked, m, {"BLOCK": TILEIR_CHUNK, "occupancy": TILEIR_CHUNK_OCCUPANCY}
+        return rms_norm, *row_tiles(m, block, "tileir", ROW_TILE_BYTES // itemsize_of(x))
     if backend_of(backend) == "cuda" and CUDA_WHOLE_ROW < block <= WHOLE_ROW and 4 * (block - n) >= n:
         return rms_norm_chunked, m, {"BLOCK": CUDA_WHOLE_ROW, "num_warps": 8}
     if block > WHOLE_ROW:

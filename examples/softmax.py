@@ -19,9 +19,9 @@ from _common import (
     chunk_of,
     compile_only,
     itemsize_of,
-    on_backend,
     parse_args,
     row_tiles,
+    run_plan,
     should_run,
 )
 
@@ -31,6 +31,10 @@ import tilejit as tj
 WHOLE_ROW = 32768
 #: Elements of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``row_tiles``; bench/RESULTS.md, session 18).
 ROW_TILE = 2048
+#: Tile IR's chunked rows: chunks of this many elements, with tileiras asked for this many CTAs per SM
+#: (bench/RESULTS.md, session 20: bf16 rows of 65536 0.75x -> 0.90x of the CUDA backend, float32 0.97x -> 1.01x).
+TILEIR_CHUNK = 8192
+TILEIR_CHUNK_OCCUPANCY = 4
 
 
 @tj.kernel
@@ -63,13 +67,17 @@ def softmax_chunked(x, out, BLOCK: tj.Constant[int]):
 
 def row_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
     """The kernel, its grid and constants (and launch options) for the rows of ``x``: whole rows as one tile up to
-    ``WHOLE_ROW`` elements (``row_tiles`` of them a block), else a block per row in chunks. On the CUDA backend,
-    16-bit rows of 16385-32768 elements go in chunks of 16384 with 8 warps: 0.92-0.93x of Triton at 32768 against
-    0.89x whole (bench/RESULTS.md, session 19)."""
+    ``WHOLE_ROW`` elements (``row_tiles`` of them a block), else a block per row in chunks. 16-bit rows of
+    16385-32768 elements go in chunks too: on the CUDA backend of 16384 with 8 warps (0.92-0.93x of Triton at 32768
+    against 0.89x whole; bench/RESULTS.md, session 19), on Tile IR as its longer rows do (0.79x of the CUDA backend
+    against 0.75x whole; session 20)."""
     m, block = x.shape[0], block_of(x.shape[1])
-    if block == WHOLE_ROW and itemsize_of(x) == 2 and backend_of(backend) == "cuda":
-        return softmax_chunked, m, {"BLOCK": WHOLE_ROW // 2, "num_warps": 8}
-    if block > WHOLE_ROW:
+    tileir = backend_of(backend) == "tileir"
+    if block > WHOLE_ROW or (block == WHOLE_ROW and itemsize_of(x) == 2):
+        if tileir:
+            return softmax_chunked, m, {"BLOCK": TILEIR_CHUNK, "occupancy": TILEIR_CHUNK_OCCUPANCY}
+        if block == WHOLE_ROW:
+            return softmax_chunked, m, {"BLOCK": WHOLE_ROW // 2, "num_warps": 8}
         return softmax_chunked, m, {"BLOCK": chunk_of(x, backend)}
     return softmax, *row_tiles(m, block, backend, ROW_TILE)
 
@@ -77,8 +85,7 @@ def row_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str, in
 def softmax_rows(x: Any, out: Any, backend: str | None = None) -> None:
     """``out`` = the softmax of each row of the 2-D array ``x`` (tilejit, torch, ... arrays), at any row length;
     ``backend``: build the kernels with this backend instead of the default."""
-    kernel, grid, constants = row_plan(x, backend)
-    on_backend(kernel, backend)[grid](x, out, **constants)
+    run_plan(row_plan(x, backend), backend, x, out)
 
 
 def main() -> None:

@@ -172,9 +172,15 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     for be in ("cuda", "tileir"):
         assert sm.row_plan(rows(4, 3000, 4), be) == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 4096})
         assert sm.row_plan(rows(4, 32768, 4), be) == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 32768})
-    assert sm.row_plan(rows(4, 32768, 2), "tileir") == (sm.softmax, 4, {"ROWS": 1, "BLOCK": 32768})
-    assert sm.row_plan(rows(4, 32769, 4), "tileir") == (sm.softmax_chunked, 4, {"BLOCK": 4096})
-    assert sm.row_plan(rows(4, 65537, 2), "tileir") == (sm.softmax_chunked, 4, {"BLOCK": 8192})
+    # session 20: Tile IR's chunks are 8192 elements with tileiras asked for 4 CTAs per SM, from 16-bit rows of
+    # 16385 elements on; its 16-bit layer and RMS norm rows stay whole up to 32768
+    for n, itemsize in ((32768, 2), (16385, 2), (32769, 4), (65537, 2)):
+        want = (sm.softmax_chunked, 4, {"BLOCK": 8192, "occupancy": 4})
+        assert sm.row_plan(rows(4, n, itemsize), "tileir") == want
+    assert ln.forward_plan(rows(8, 32768, 2), "tileir") == (ln.layer_norm_fwd, 8, {"ROWS": 1, "BLOCK": 32768})
+    assert ln.forward_plan(rows(8, 32769, 2), "tileir") == (ln.layer_norm_fwd_chunked, 8, {"BLOCK": 2048})
+    assert ln.forward_plan(rows(8, 12288, 4), "tileir") == (ln.layer_norm_fwd_chunked, 8,
+                                                            {"BLOCK": 8192, "occupancy": 2})
     assert sm.row_plan(rows(4, 65537, 2), "cuda") == (sm.softmax_chunked, 4, {"BLOCK": 16384})  # 32 KB on CUDA
     # Short rows: several a block on Tile IR (a 2048-element tile for softmax, 32 KB for the norms), one on CUDA.
     assert sm.row_plan(rows(1001, 256, 2), "tileir") == (sm.softmax, 126, {"ROWS": 8, "BLOCK": 256})
@@ -196,6 +202,7 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     # 16385-32768 in two chunks; RMS norm rows a power-of-two tile pads by a quarter or more in 8192-element chunks
     assert ln.forward_plan(rows(8, 32768, 4), "cuda") == (chunked, 8, {"BLOCK": 16384, "num_warps": 8})
     assert ln.forward_plan(rows(8, 32768, 4), "tileir") == (chunked, 8, {"BLOCK": 4096})
+    assert ln.forward_plan(rows(8, 8192, 4), "tileir") == (ln.layer_norm_fwd, 8, {"ROWS": 1, "BLOCK": 8192})
     assert ln.forward_plan(rows(8, 32768, 2), "cuda") == (chunked, 8, {"BLOCK": 16384})
     for n in (20000, 32768):
         assert sm.row_plan(rows(4, n, 2), "cuda") == (sm.softmax_chunked, 4, {"BLOCK": 16384, "num_warps": 8})
@@ -206,6 +213,10 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     assert rn.forward_plan(rows(8, 12288, 4), "tileir") == (rn.rms_norm, 8, {"ROWS": 1, "BLOCK": 16384})
     assert rn.forward_plan(rows(8, 16384, 2), "cuda") == (rn.rms_norm, 8, {"ROWS": 1, "BLOCK": 16384})
     assert rn.forward_plan(rows(8, 65536, 4), "cuda") == (rn.rms_norm_chunked, 8, {"BLOCK": 8192})
+    assert rn.forward_plan(rows(8, 32768, 2), "tileir") == (rn.rms_norm, 8, {"ROWS": 1, "BLOCK": 32768})
+    for n, itemsize in ((32769, 2), (16385, 4)):
+        want = (rn.rms_norm_chunked, 8, {"BLOCK": 8192, "occupancy": 4})
+        assert rn.forward_plan(rows(8, n, itemsize), "tileir") == want
     assert ln.backward_plan(rows(262144, 256, 4), 132) == ln.BackwardPlan(256, 16, 264)
     assert ln.backward_plan(rows(10, 256, 4), 132) == ln.BackwardPlan(256, 16, 1)
     assert ln.backward_plan(rows(8192, 8192, 2), 132) == ln.BackwardPlan(8192, 1, 264)
@@ -215,3 +226,5 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     tileir = on_backend(sm.softmax, "tileir")
     assert tileir is on_backend(sm.softmax, "tileir") and tileir.func is sm.softmax.func
     assert tileir is not on_backend(sm.softmax, "cuda")
+    hinted = on_backend(sm.softmax, "tileir", 4)
+    assert hinted is on_backend(sm.softmax, "tileir", 4) and hinted is not tileir and hinted.occupancy == 4
