@@ -4,6 +4,12 @@ Each builder imports its library when called and returns its kernels, so this mo
 missing library is the caller's "n/a (why)". The kernels compute what ``examples/`` compute, the same way: one
 block (program) per row for softmax and layer norm with float32 statistics, one output tile per block for matmul
 with float32 accumulation.
+
+Triton has no tutorial for three of the row kernels, so these are written here in the structure of the nearest one:
+the RMS norm forward (tutorial 05's layer norm forward without the mean and bias), the softmax backward (tutorial
+02's fused softmax: one program per row, the whole row one block, its num_warps rule) and the RMS norm backward
+(tutorial 05's layer norm backward without the mean and db: dx, dw partial rows under GROUP_SIZE_M spin locks, then
+their column sums; its BLOCK_SIZE, num_warps and GROUP_SIZE_M rules).
 """
 
 from __future__ import annotations
@@ -38,6 +44,12 @@ def triton_layer_norm_block(n: int, itemsize: int) -> tuple[int, int]:
     return block, min(max(block // 256, 1), 8)
 
 
+#: The longest softmax-backward row (elements, any dtype) one program holds: y and dy in float32 at 16384 elements
+#: are 128 KB, what 16 warps' registers hold (65536 32-bit registers a program, 128 a thread); rows of 32768 would
+#: fill the whole register file, so that no program of tutorial 02's structure holds them.
+TRITON_SOFTMAX_BWD_ROW = 16384
+
+
 def triton_layer_norm_groups(n: int) -> int:
     """The layer-norm tutorial's GROUP_SIZE_M for its backward (rows share GROUP_SIZE_M locked partial rows):
     64, 96 up to 8192 columns, 128 up to 4096, 256 up to 1024."""
@@ -47,9 +59,11 @@ def triton_layer_norm_groups(n: int) -> int:
 def triton_kernels(autotune: bool = False) -> SimpleNamespace:
     """Triton's tutorial kernels: ``softmax`` (fused softmax, one row per program), ``layer_norm`` (layer norm
     forward, fused), ``layer_norm_bwd_dx`` and ``layer_norm_bwd_dwdb`` (its backward: dx with dw/db partial rows
-    under a spin lock per group, then their column sums), ``rms_norm`` (RMS norm forward in the layer norm's
-    structure), ``matmul`` (grouped-order tile matmul; autotuned over the tutorial's configs when ``autotune``, else
-    plain, given its config at launch) and ``add`` (vector add)."""
+    under a spin lock per group, then their column sums), ``matmul`` (grouped-order tile matmul; autotuned over the
+    tutorial's configs when ``autotune``, else plain, given its config at launch) and ``add`` (vector add); and
+    written here in their structure (no tutorial has them): ``rms_norm`` (RMS norm forward, as the layer norm's),
+    ``softmax_bwd`` (softmax backward, as the fused softmax) and the RMS norm backward (the layer norm backward's
+    two kernels with ``RMS=True``: no mean, no db)."""
     import triton
     import triton.language as tl
 
@@ -68,6 +82,17 @@ def triton_kernels(autotune: bool = False) -> SimpleNamespace:
         num = tl.exp(x - tl.max(x, axis=0))
         y = num / tl.sum(num, axis=0)
         tl.store(out_ptr + row * out_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def softmax_bwd(dx_ptr, y_ptr, dy_ptr, stride, n_cols, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        # One program per row, as the fused softmax: dx = y * (dy - sum(y * dy)) in float32.
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        y = tl.load(y_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+        dx = y * (dy - tl.sum(y * dy, axis=0))
+        tl.store(dx_ptr + row * stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
     def layer_norm(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, stride, n, eps,  # type: ignore[no-untyped-def]
@@ -99,10 +124,11 @@ def triton_kernels(autotune: bool = False) -> SimpleNamespace:
 
     @triton.jit
     def layer_norm_bwd_dx(dx_ptr, dy_ptr, dw_ptr, db_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,  # type: ignore[no-untyped-def]
-                          lock_ptr, stride, n, GROUPS: tl.constexpr, BLOCK: tl.constexpr):
+                          lock_ptr, stride, n, GROUPS: tl.constexpr, BLOCK: tl.constexpr, RMS: tl.constexpr):
         # One program per row, the whole row one block. Its dw/db terms go into partial row (row % GROUPS) under
         # that row's spin lock; lock_ptr[GROUPS + g] says whether partial row g holds anything yet. The partial rows
         # are float32 here (the tutorial keeps them in x's dtype, which loses bf16/f16 dw over thousands of rows).
+        # RMS: the RMS norm's backward (ours), the same without the mean and db (mean_ptr and db_ptr unused).
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         inside = cols < n
@@ -110,12 +136,17 @@ def triton_kernels(autotune: bool = False) -> SimpleNamespace:
         dy = tl.load(dy_ptr + row * stride + cols, mask=inside, other=0).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=inside).to(tl.float32)
         rstd = tl.load(rstd_ptr + row)
-        xhat = tl.where(inside, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+        if RMS:
+            xhat = tl.where(inside, x * rstd, 0.0)
+        else:
+            xhat = tl.where(inside, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
         wdy = tl.where(inside, w * dy, 0.0)
         c1 = tl.sum(xhat * wdy, axis=0) / n
-        c2 = tl.sum(wdy, axis=0) / n
-        tl.store(dx_ptr + row * stride + cols, ((wdy - (xhat * c1 + c2)) * rstd).to(dx_ptr.dtype.element_ty),
-                 mask=inside)
+        if RMS:
+            dx = (wdy - xhat * c1) * rstd
+        else:
+            dx = (wdy - (xhat * c1 + tl.sum(wdy, axis=0) / n)) * rstd
+        tl.store(dx_ptr + row * stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
         group = row % GROUPS
         lock = lock_ptr + group
         dw_row = dw_ptr + group * n + cols
@@ -129,16 +160,18 @@ def triton_kernels(autotune: bool = False) -> SimpleNamespace:
             tl.atomic_xchg(filled, 1)
         else:
             part_dw += tl.load(dw_row, mask=inside)
-            part_db += tl.load(db_row, mask=inside)
+            if not RMS:
+                part_db += tl.load(db_row, mask=inside)
         tl.store(dw_row, part_dw, mask=inside)
-        tl.store(db_row, part_db, mask=inside)
+        if not RMS:
+            tl.store(db_row, part_db, mask=inside)
         tl.debug_barrier()
         tl.atomic_xchg(lock, 0)
 
     @triton.jit
     def layer_norm_bwd_dwdb(dw_part, db_part, dw_ptr, db_ptr, groups, n,  # type: ignore[no-untyped-def]
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        # One program per BLOCK_N columns: the column sums of the (groups, n) partial rows.
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, RMS: tl.constexpr):
+        # One program per BLOCK_N columns: the column sums of the (groups, n) partial rows (RMS: dw's alone).
         cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         acc_w = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -147,9 +180,11 @@ def triton_kernels(autotune: bool = False) -> SimpleNamespace:
             inside = (rows[:, None] < groups) & (cols[None, :] < n)
             offs = rows[:, None] * n + cols[None, :]
             acc_w += tl.load(dw_part + offs, mask=inside, other=0.0)
-            acc_b += tl.load(db_part + offs, mask=inside, other=0.0)
+            if not RMS:
+                acc_b += tl.load(db_part + offs, mask=inside, other=0.0)
         tl.store(dw_ptr + cols, tl.sum(acc_w, axis=0).to(dw_ptr.dtype.element_ty), mask=cols < n)
-        tl.store(db_ptr + cols, tl.sum(acc_b, axis=0).to(db_ptr.dtype.element_ty), mask=cols < n)
+        if not RMS:
+            tl.store(db_ptr + cols, tl.sum(acc_b, axis=0).to(db_ptr.dtype.element_ty), mask=cols < n)
 
     @triton.jit
     def rms_norm(x_ptr, y_ptr, w_ptr, rstd_ptr, stride, n, eps, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
@@ -208,39 +243,63 @@ def triton_kernels(autotune: bool = False) -> SimpleNamespace:
             for bm, bn, bk, g, s, w in TRITON_MATMUL_CONFIGS
         ]
         tuned = triton.autotune(configs=configs, key=["M", "N", "K"])(matmul)
-    return SimpleNamespace(triton=triton, add=add, softmax=softmax, layer_norm=layer_norm,
+    return SimpleNamespace(triton=triton, add=add, softmax=softmax, softmax_bwd=softmax_bwd, layer_norm=layer_norm,
                            layer_norm_bwd_dx=layer_norm_bwd_dx, layer_norm_bwd_dwdb=layer_norm_bwd_dwdb,
                            rms_norm=rms_norm, matmul=matmul, matmul_tuned=tuned)
+
+
+def triton_softmax_bwd_launch(k: SimpleNamespace, y: Any, dy: Any, dx: Any) -> Any:
+    """A no-argument function that runs ``softmax_bwd`` (torch tensors; one program per row with the fused-softmax
+    tutorial's BLOCK and num_warps), or the text "n/a (why)" for rows longer than ``TRITON_SOFTMAX_BWD_ROW``."""
+    m, n = y.shape
+    block = 1 << (n - 1).bit_length()
+    if block > TRITON_SOFTMAX_BWD_ROW:
+        return (f"n/a (one program holds y and dy of at most {TRITON_SOFTMAX_BWD_ROW} elements in registers, as "
+                "float32)")
+
+    def run() -> tuple[Any]:
+        k.softmax_bwd[(m,)](dx, y, dy, y.stride(0), n, BLOCK=block, num_warps=triton_softmax_warps(block))
+        return (dx,)
+
+    return run
 
 
 def triton_layer_norm_bwd_launch(k: SimpleNamespace, x: Any, dy: Any, w: Any, mean: Any, rstd: Any, dx: Any,
                                  dw: Any, db: Any) -> Any:
     """A no-argument function that runs the tutorial's layer norm backward (torch tensors; float32 ``mean`` and
     ``rstd`` of m elements): zeroed locks and partial rows, ``layer_norm_bwd_dx``, then ``layer_norm_bwd_dwdb``
-    (32 x 128 tiles); or the text "n/a (why)" for rows over 64 KB, which the tutorial refuses."""
-    import torch
-
+    (32 x 128 tiles); or the text "n/a (why)" for rows over 64 KB, which the tutorial refuses. With ``mean`` and
+    ``db`` None, the RMS norm's backward (``RMS=True``: x not centered, no db), returning (dx, dw)."""
     m, n = x.shape
     block, warps = triton_layer_norm_block(n, x.element_size())
     if n > block:
         return f"n/a (the tutorial's backward holds whole rows of at most {block} {str(x.dtype)[6:]} elements)"
+    import torch
+
+    rms = db is None
     groups = triton_layer_norm_groups(n)
     locks = torch.zeros(2 * groups, dtype=torch.int32, device=x.device)
-    dw_part = torch.zeros(groups, n, dtype=torch.float32, device=x.device)
-    db_part = torch.zeros(groups, n, dtype=torch.float32, device=x.device)
+    parts = [torch.zeros(groups, n, dtype=torch.float32, device=x.device) for _ in range(1 if rms else 2)]
+    dw_part, db_part = parts[0], parts[-1]  # RMS: db's arguments are dw's, unused
 
-    def run() -> tuple[Any, Any, Any]:
+    def run() -> tuple[Any, ...]:
         """The two kernels, after zeroing what the tutorial allocates zeroed on each call."""
         locks.zero_()
-        dw_part.zero_()
-        db_part.zero_()
-        k.layer_norm_bwd_dx[(m,)](dx, dy, dw_part, db_part, x, w, mean, rstd, locks, x.stride(0), n, GROUPS=groups,
-                                  BLOCK=block, num_warps=warps)
-        k.layer_norm_bwd_dwdb[(k.triton.cdiv(n, 128),)](dw_part, db_part, dw, db, min(groups, m), n, BLOCK_M=32,
-                                                        BLOCK_N=128)
-        return dx, dw, db
+        for part in parts:
+            part.zero_()
+        k.layer_norm_bwd_dx[(m,)](dx, dy, dw_part, db_part, x, w, rstd if rms else mean, rstd, locks, x.stride(0), n,
+                                  GROUPS=groups, BLOCK=block, RMS=rms, num_warps=warps)
+        k.layer_norm_bwd_dwdb[(k.triton.cdiv(n, 128),)](dw_part, db_part, dw, dw if rms else db, min(groups, m), n,
+                                                        BLOCK_M=32, BLOCK_N=128, RMS=rms)
+        return (dx, dw) if rms else (dx, dw, db)
 
     return run
+
+
+def triton_rms_norm_bwd_launch(k: SimpleNamespace, x: Any, dy: Any, w: Any, rstd: Any, dx: Any, dw: Any) -> Any:
+    """A no-argument function that runs the RMS norm backward in the layer-norm tutorial's structure (torch tensors;
+    float32 ``rstd`` of m elements; ``triton_layer_norm_bwd_launch`` without mean and db), or "n/a (why)"."""
+    return triton_layer_norm_bwd_launch(k, x, dy, w, None, rstd, dx, dw, None)
 
 
 def triton_matmul_launch(k: SimpleNamespace, a: Any, b: Any, c: Any) -> Any:

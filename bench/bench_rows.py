@@ -1,17 +1,23 @@
-"""Row kernels at every row length (issue 19): softmax, layer norm forward and backward and RMS norm forward of
+"""Row kernels at every row length (issue 19): softmax, layer norm and RMS norm, forward and backward, of
 ``examples/`` on tilejit's two backends, against torch and Triton's tutorial kernels, in one process.
 
 Each family runs at row lengths 256..65536 (powers of two and 3000, 12288, 50000) in float32, bfloat16 and float16,
-rows x length = 2**26 elements. tilejit runs the examples' host functions (``softmax_rows``, ``layer_norm_forward``,
-``layer_norm_backward``, ``rms_norm_forward``: the whole row as one tile while it fits in registers, chunks beyond)
-with ``backend="cuda"`` and, when ``TILEJIT_TILEIRAS`` (or PATH) gives a Tile IR toolchain, ``backend="tileir"``;
-Triton runs its tutorial kernels with the tutorials' BLOCK and num_warps (``_tileir_peers.py``; its RMS norm is
-written in the tutorial layer norm's structure). Every contender's outputs are poisoned, computed once and checked
-against torch in float32 before they are timed (``triton.testing.do_bench`` medians, small warmup and rep);
-throughput is GB/s of the row traffic (x read and y written; the backward reads x and dy and writes dx). Reported:
-the ratio per shape to Triton and geometric means per family, as a table (stdout and bench_rows.md), JSON
-(bench_rows.json) and one PNG of GB/s against row length per family and dtype (bench_rows.png), in ``--out`` or
-``$OUT``, else bench/data and bench/plots.
+rows x length = 2**26 elements. tilejit runs the examples' host functions (``softmax_rows``, ``softmax_backward``,
+``layer_norm_forward``, ``layer_norm_backward``, ``rms_norm_forward``, ``rms_norm_backward``: the whole row as one
+tile while it fits in registers, chunks beyond) with ``backend="cuda"`` and, when ``TILEJIT_TILEIRAS`` (or PATH)
+gives a Tile IR toolchain, ``backend="tileir"``. Triton runs its tutorial kernels with the tutorials' BLOCK and
+num_warps (``_tileir_peers.py``); Triton has no tutorial for the RMS norm (forward and backward) or the softmax
+backward, so those peers are ours, written in the structure of the layer-norm tutorial (05) and the fused-softmax
+tutorial (02) with their BLOCK, num_warps and GROUP_SIZE_M rules. A backward peer whose one program cannot hold the
+row is "n/a": rows over 64 KB for the norms (the tutorial refuses them), over 16384 elements for the softmax (y and
+dy in float32 would fill the register file). torch runs its own kernels: softmax, layer norm and RMS norm, and the
+backward ops that their autograd calls (``_softmax_backward_data``, ``native_layer_norm_backward``,
+``_fused_rms_norm_backward``, or autograd where this torch lacks it). Every contender's outputs are poisoned,
+computed once and checked against torch in float32 before they are timed (``triton.testing.do_bench`` medians,
+small warmup and rep); throughput is GB/s of the row traffic (``TRAFFIC``: x read and y written; a backward reads
+two rows (x or y, and dy) and writes dx). Reported: the ratio per shape to Triton and geometric means per family,
+as a table (stdout and bench_rows.md), JSON (bench_rows.json) and one PNG of GB/s against row length per family and
+dtype (bench_rows.png), in ``--out`` or ``$OUT``, else bench/data and bench/plots.
 
     python bench/bench_rows.py [--quick] [--families softmax,layer_norm] [--dtypes float32] [--lengths 4096]
     python bench/bench_rows.py --plot bench/data/bench_rows.json     # no GPU: table and plot of a saved run
@@ -37,7 +43,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE), str(HERE.parent / "examples")]  # t
 
 from bench_tileir import first_line, geomean
 
-FAMILIES = ("softmax", "layer_norm", "layer_norm_bwd", "rms_norm")
+FAMILIES = ("softmax", "softmax_bwd", "layer_norm", "layer_norm_bwd", "rms_norm", "rms_norm_bwd")
 DTYPES = ("float32", "bfloat16", "float16")
 LENGTHS = (256, 512, 1024, 2048, 3000, 4096, 8192, 12288, 16384, 32768, 50000, 65536)
 QUICK_LENGTHS = (1024, 12288, 65536)
@@ -45,8 +51,9 @@ ELEMENTS = 1 << 26
 EPS = 1e-5
 #: Relative error (2-norm) each dtype's outputs may have against torch's float32 results.
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1.6e-2, "float16": 2e-3}
-#: Row traffic per element, in elements: the forward kernels read x and write y; the backward reads x, dy, writes dx.
-TRAFFIC = {"softmax": 2, "layer_norm": 2, "layer_norm_bwd": 3, "rms_norm": 2}
+#: Row traffic per element, in elements: the forward kernels read x and write y; the backward passes read x (the
+#: softmax's: its output y) and dy and write dx (weights and their gradients are one row, not counted).
+TRAFFIC = {"softmax": 2, "softmax_bwd": 3, "layer_norm": 2, "layer_norm_bwd": 3, "rms_norm": 2, "rms_norm_bwd": 3}
 CONTENDERS = ("tilejit cuda", "tilejit tileir", "torch", "triton")
 REFERENCE = "triton"
 
@@ -213,7 +220,8 @@ def _then(fn: Callable[[], object], outs: tuple[Any, ...]) -> Callable[[], tuple
 
 class Case:
     """One family, dtype and row length: torch inputs, float32 torch references, and each contender as a function
-    returning its outputs (or a string saying why it cannot run); ``outs``: the buffers to poison first."""
+    returning its outputs (or a string saying why it cannot run); ``outs``: the buffers to poison first; ``names``:
+    the outputs' names."""
 
     def __init__(self, family: str, dtype: str, n: int, rows: int, triton: Any) -> None:
         import torch
@@ -223,6 +231,7 @@ class Case:
         builder = getattr(self, f"_{family}")
         self.want: tuple[Any, ...] = ()
         self.outs: tuple[Any, ...] = ()
+        self.names: tuple[str, ...] = ("y",)
         self.runs: dict[str, Callable[[], Any] | str] = {}
         gen = torch.Generator(device="cuda").manual_seed(n)
         dt = getattr(torch, dtype)
@@ -253,6 +262,19 @@ class Case:
         self.triton(tri, lambda: tri.softmax[(x.shape[0],)](out, x, x.stride(0), out.stride(0), n, BLOCK=block,
                                                             num_warps=triton_softmax_warps(block)), (out,))
 
+    def _softmax_bwd(self, torch: Any, tri: Any) -> None:
+        from _tileir_peers import triton_softmax_bwd_launch
+        from softmax import softmax_backward
+
+        y = torch.softmax(self.x.float(), 1).to(self.x.dtype)  # the forward's output, as the backward gets it
+        dy = torch.randn_like(y)
+        dx = torch.empty_like(y)
+        self.names, self.outs = ("dx",), (dx,)
+        self.want = (torch.ops.aten._softmax_backward_data(dy.float(), y.float(), 1, torch.float32),)
+        self.tilejit(lambda be: softmax_backward(y, dy, dx, backend=be), (dx,))
+        self.runs["torch"] = lambda: (torch.ops.aten._softmax_backward_data(dy, y, 1, y.dtype),)
+        self.runs["triton"] = tri if isinstance(tri, str) else triton_softmax_bwd_launch(tri, y, dy, dx)
+
     def _layer_norm(self, torch: Any, tri: Any) -> None:
         from _tileir_peers import triton_layer_norm_block
         from layer_norm import layer_norm_forward
@@ -282,7 +304,7 @@ class Case:
                                                               [True, True, True])
         mean, rstd = mean_t.reshape(m).contiguous(), rstd_t.reshape(m).contiguous()
         dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
-        self.outs = (dx, dw, db)
+        self.names, self.outs = ("dx", "dw", "db"), (dx, dw, db)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         plan = ln.backward_plan(x, sms)
         scratch = ln.backward_scratch(m, n, plan, lambda shape: torch.empty(shape, device="cuda"))
@@ -313,6 +335,41 @@ class Case:
         self.triton(tri, lambda: tri.rms_norm[(m,)](x, out, w, rstd, x.stride(0), n, EPS, BLOCK=block,
                                                     num_warps=warps), (out,))
 
+    def _rms_norm_bwd(self, torch: Any, tri: Any) -> None:
+        import layer_norm as ln
+        import rms_norm as rn
+        from _tileir_peers import triton_rms_norm_bwd_launch
+
+        x, w, n = self.x, self.w, self.n
+        m = x.shape[0]
+        dy = torch.randn_like(x)
+        xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()  # not x, w themselves
+        rstd = torch.rsqrt((xf.detach() ** 2).mean(1) + EPS)
+        self.want = torch.autograd.grad(xf * torch.rsqrt((xf * xf).mean(1, keepdim=True) + EPS) * wf, (xf, wf),
+                                        dy.float())
+        dx, dw = torch.empty_like(x), torch.empty_like(w)
+        self.names, self.outs = ("dx", "dw"), (dx, dw)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        plan = ln.backward_plan(x, sms)
+        scratch = rn.backward_scratch(m, n, plan, lambda shape: torch.empty(shape, device="cuda"))
+        self.tilejit(lambda be: rn.rms_norm_backward(x, dy, w, rstd, dx, dw, scratch, plan, be), (dx, dw))
+        self.runs["torch"] = torch_rms_norm_backward(torch, x, dy, w)
+        self.runs["triton"] = tri if isinstance(tri, str) else triton_rms_norm_bwd_launch(tri, x, dy, w, rstd, dx, dw)
+
+
+def torch_rms_norm_backward(torch: Any, x: Any, dy: Any, w: Any) -> Callable[[], Any]:
+    """torch's RMS norm backward of ``x`` for ``dy`` as a no-argument function returning (dx, dw): the fused op
+    its autograd calls (``_fused_rms_norm_backward``, on the forward's own rstd) where torch has it, else autograd
+    through the forward written out (a graph kept for each call)."""
+    n = x.shape[1]
+    aten = torch.ops.aten
+    if hasattr(aten, "_fused_rms_norm_backward"):
+        _, rstd = aten._fused_rms_norm(x, [n], w, EPS)
+        return lambda: aten._fused_rms_norm_backward(dy, x, [n], rstd, w, [True, True])
+    xr, wr = x.detach().requires_grad_(), w.detach().requires_grad_()
+    y = xr * torch.rsqrt((xr.float() ** 2).mean(1, keepdim=True) + EPS).to(x.dtype) * wr
+    return lambda: torch.autograd.grad(y, (xr, wr), dy, retain_graph=True)
+
 
 def check(case: Case, contender: str) -> str:
     """Run ``contender`` once on poisoned outputs and compare with torch: "ok" or what went wrong."""
@@ -328,7 +385,7 @@ def check(case: Case, contender: str) -> str:
         torch.cuda.synchronize()
     except Exception as exc:
         return f"error: {type(exc).__name__}: {first_line(exc)}"
-    for name, g, want in zip(("y",) if len(case.want) == 1 else ("dx", "dw", "db"), got, case.want):
+    for name, g, want in zip(case.names, got, case.want):
         err = ((g.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30)).item()
         if not err <= TOLERANCE[case.dtype]:
             return f"wrong: {name} relative error {err:.1e} > {TOLERANCE[case.dtype]:g}"
@@ -431,7 +488,7 @@ def ptxas_specs(dtype: str, lengths: Sequence[int]) -> list[tuple[str, Any, tupl
     import tilejit as tj
 
     dt, f32 = getattr(tj, dtype), tj.float32
-    chunk = {"BLOCK": CHUNK_BYTES["cuda"] // dt.itemsize}  # the forward chunks of the CUDA backend
+    chunk = {"BLOCK": CHUNK_BYTES["cuda"] // dt.itemsize}  # the CUDA backend's chunks (forward, softmax backward)
     chunk_bwd = {"BLOCK": DEFAULT_CHUNK_BYTES // dt.itemsize}  # the backward plans' chunks (every backend)
     x, v, p, s = dt[:, ::1], dt[::1], f32[:, ::1], f32[::1]
     fwd_ln, fwd_rms = (x, v, v, x, s, s, f32), (x, v, x, s, f32)
@@ -441,6 +498,7 @@ def ptxas_specs(dtype: str, lengths: Sequence[int]) -> list[tuple[str, Any, tupl
         bwd = {"ROWS": rows, "BLOCK": block}
         specs += [
             ("softmax", sm.softmax, (x, x), {"ROWS": 1, "BLOCK": block}, block <= sm.WHOLE_ROW),
+            ("softmax_bwd", sm.softmax_bwd, (x, x, x), {"ROWS": 1, "BLOCK": block}, block <= sm.WHOLE_ROW_BWD),
             ("layer_norm", ln.layer_norm, (x, v, v, x, f32), {"BLOCK": block}, block <= ln.WHOLE_ROW),
             ("layer_norm_fwd", ln.layer_norm_fwd, fwd_ln, {"ROWS": 1, "BLOCK": block}, block <= ln.WHOLE_ROW),
             ("layer_norm_bwd", ln.layer_norm_bwd, (x, x, v, s, s, x, p, p), bwd, block <= ln.WHOLE_ROW_BWD),
@@ -449,6 +507,7 @@ def ptxas_specs(dtype: str, lengths: Sequence[int]) -> list[tuple[str, Any, tupl
         ]
     specs += [
         ("softmax_chunked", sm.softmax_chunked, (x, x), chunk, True),
+        ("softmax_bwd_chunked", sm.softmax_bwd_chunked, (x, x, x), chunk, True),
         ("layer_norm_fwd_chunked", ln.layer_norm_fwd_chunked, fwd_ln, chunk, True),
         *(("layer_norm_fwd_chunked", ln.layer_norm_fwd_chunked, fwd_ln, {"BLOCK": c, "num_warps": 8}, True)
           for c in ln.CUDA_CHUNKS),  # forward_plan's chunks of long 16-bit rows

@@ -5,7 +5,12 @@ with its block size in warps chosen by ``tj.autotune`` for each shape and dtype 
 A row longer than ``WHOLE_ROW`` elements does not fit in registers (a 65536-element float32 row is an SM's whole
 register file), so ``softmax_rows`` gives it to ``softmax_chunked``: one pass over chunks (``_common.CHUNK_BYTES``
 each) keeps a running maximum and the sum of exponentials rescaled to it, a second pass re-reads the row and writes
-it out."""
+it out.
+
+Backward (``softmax_backward``): dx = y * (dy - sum(dy * y)) per row, from the forward's output y and its gradient
+dy, in float32. ``softmax_bwd`` holds the rows' y and dy whole (``ROWS`` rows a block, as the forward) up to
+``WHOLE_ROW_BWD`` elements; ``softmax_bwd_chunked`` adds up dy * y chunk by chunk and then re-reads the row to write
+dx."""
 
 from __future__ import annotations
 
@@ -29,6 +34,9 @@ import tilejit as tj
 
 #: The longest row (elements, any dtype) that ``softmax`` holds whole: ptxas -v for sm_90a shows no spill up to here.
 WHOLE_ROW = 32768
+#: The longest row (elements, any dtype) that ``softmax_bwd`` holds whole: it holds y and dy. ptxas -v for sm_90a
+#: shows no spill up to here (159-162 registers, 256 threads) and 176-228 B spilled at 32768 (bench_rows.py --ptxas).
+WHOLE_ROW_BWD = 16384
 #: Elements of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``row_tiles``; bench/RESULTS.md, session 18).
 ROW_TILE = 2048
 #: Tile IR's chunked rows: chunks of this many elements, with tileiras asked for this many CTAs per SM
@@ -65,6 +73,34 @@ def softmax_chunked(x, out, BLOCK: tj.Constant[int]):
         tj.store(out, index=(row, c), tile=tj.exp(t - top) * scale)
 
 
+@tj.function
+def _probabilities_and_grads(y, dy, i, c, ROWS, BLOCK):
+    """Rows i*ROWS... at column chunk ``c`` of the softmax ``y`` and its gradient ``dy``, in float32 (0 outside)."""
+    t = tj.load(y, index=(i, c), shape=(ROWS, BLOCK)).astype(tj.float32)
+    return t, tj.load(dy, index=(i, c), shape=(ROWS, BLOCK)).astype(tj.float32)
+
+
+@tj.kernel
+def softmax_bwd(y, dy, dx, ROWS: tj.Constant[int], BLOCK: tj.Constant[int]):
+    i = tj.bid(0)
+    t, d = _probabilities_and_grads(y, dy, i, 0, ROWS, BLOCK)
+    tj.store(dx, index=(i, 0), tile=t * (d - tj.sum(t * d, axis=1, keepdims=True)))
+
+
+@tj.kernel
+def softmax_bwd_chunked(y, dy, dx, BLOCK: tj.Constant[int]):
+    row = tj.bid(0)
+    chunks = tj.num_tiles(y, 1, (1, BLOCK))
+    dots = tj.zeros((1, BLOCK), tj.float32)  # summed across the row once, after the loop
+    for c in range(chunks):
+        t, d = _probabilities_and_grads(y, dy, row, c, 1, BLOCK)
+        dots += t * d
+    total = tj.sum(dots, axis=1, keepdims=True)
+    for c in range(chunks):
+        t, d = _probabilities_and_grads(y, dy, row, c, 1, BLOCK)
+        tj.store(dx, index=(row, c), tile=t * (d - total))
+
+
 def row_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
     """The kernel, its grid and constants (and launch options) for the rows of ``x``: whole rows as one tile up to
     ``WHOLE_ROW`` elements (``row_tiles`` of them a block), else a block per row in chunks. 16-bit rows of
@@ -88,6 +124,29 @@ def softmax_rows(x: Any, out: Any, backend: str | None = None) -> None:
     run_plan(row_plan(x, backend), backend, x, out)
 
 
+def backward_row_plan(y: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
+    """The backward kernel, its grid and constants for the rows of ``y`` (the forward's output): y and dy whole as
+    tiles up to ``WHOLE_ROW_BWD`` elements (``row_tiles`` of them a block, as the forward's), else a block per row in
+    chunks of ``_common.CHUNK_BYTES`` (32 KB on the CUDA backend). Not tuned on a GPU yet."""
+    m, block = y.shape[0], block_of(y.shape[1])
+    if block > WHOLE_ROW_BWD:
+        return softmax_bwd_chunked, m, {"BLOCK": chunk_of(y, backend)}
+    return softmax_bwd, *row_tiles(m, block, backend, ROW_TILE)
+
+
+def softmax_backward(y: Any, dy: Any, dx: Any, backend: str | None = None) -> None:
+    """``dx`` = the gradient of the softmax rows ``y`` (``softmax_rows``'s output) for their gradient ``dy``: 2-D
+    arrays of one shape, any row length; ``backend``: as ``softmax_rows``'s."""
+    kernel, grid, constants = backward_row_plan(y, backend)
+    on_backend(kernel, backend)[grid](y, dy, dx, **constants)
+
+
+def reference_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """float64 dx of the softmax rows ``y`` for their gradient ``dy``."""
+    y, dy = y.astype(np.float64), dy.astype(np.float64)
+    return y * (dy - (dy * y).sum(axis=1, keepdims=True))
+
+
 def main() -> None:
     args = parse_args(__doc__)
     m, n = 1001, 3000
@@ -96,6 +155,8 @@ def main() -> None:
         sig = (tj.float32[:, :], tj.float32[:, :])
         compile_only(args, softmax, sig, {"ROWS": 1, "BLOCK": block})
         compile_only(args, softmax_chunked, sig, {"BLOCK": 1024})
+        compile_only(args, softmax_bwd, (*sig, tj.float32[:, :]), {"ROWS": 1, "BLOCK": block})
+        compile_only(args, softmax_bwd_chunked, (*sig, tj.float32[:, :]), {"BLOCK": 1024})
         return
     x = np.random.default_rng().standard_normal((m, n), dtype=np.float32)
     e = np.exp(x - x.max(axis=1, keepdims=True))
@@ -111,6 +172,21 @@ def main() -> None:
         kernel[grid](dx, dout, **constants)
         check(name, dout.numpy(), want, 1e-5)
     print(f"softmax_tuned chose {softmax_tuned.best_config}")
+    dy = np.random.default_rng().standard_normal((m, n), dtype=np.float32)
+    y32 = want.astype(np.float32)
+    want_dx = reference_backward(y32, dy)
+    y, ddy = tj.asarray(y32), tj.asarray(dy)
+    for name, kernel, grid, constants in (
+        ("softmax_bwd", softmax_bwd, m, {"ROWS": 1, "BLOCK": block}),
+        ("softmax_bwd, 8 rows a block", softmax_bwd, -(-m // 8), {"ROWS": 8, "BLOCK": block}),
+        ("softmax_bwd_chunked", softmax_bwd_chunked, m, {"BLOCK": 1024}),
+    ):
+        ddx = tj.asarray(np.full((m, n), np.nan, np.float32))
+        kernel[grid](y, ddy, ddx, **constants)
+        check(name, ddx.numpy(), want_dx, 1e-5)
+    ddx = tj.asarray(np.full((m, n), np.nan, np.float32))
+    softmax_backward(y, ddy, ddx)
+    check("softmax_backward", ddx.numpy(), want_dx, 1e-5)
 
 
 if __name__ == "__main__":

@@ -515,6 +515,9 @@ def test_row_registers_count_loads_and_carried_sums() -> None:
     ("layer_norm", "layer_norm_bwd", "float32", {"ROWS": 1, "BLOCK": 8192}, "(256)"),
     ("softmax", "softmax", "float32", {"ROWS": 1, "BLOCK": 32768}, "(256)"),  # fits: 254 registers
     ("softmax", "softmax", "float32", {"ROWS": 1, "BLOCK": 65536}, "(1024)"),  # cannot fit: the example chunks them
+    ("softmax", "softmax_bwd", "float32", {"ROWS": 1, "BLOCK": 16384}, "(256)"),  # y and dy: 159 registers
+    ("softmax", "softmax_bwd", "bfloat16", {"ROWS": 1, "BLOCK": 4096}, "(256)"),  # a whole 16-bit row: 8 warps
+    ("softmax", "softmax_bwd", "float32", {"ROWS": 1, "BLOCK": 32768}, "(1024)"),  # spills: the example chunks them
     ("layer_norm", "layer_norm_fwd", "float32", {"ROWS": 1, "BLOCK": 65536}, "(1024)"),  # was refused at 256
 ])
 def test_example_row_kernels_plans(module: str, kernel: str, dtype: str, consts: dict[str, int], bounds: str) -> None:
@@ -527,7 +530,8 @@ def test_example_row_kernels_plans(module: str, kernel: str, dtype: str, consts:
     dt, f32 = getattr(tj, dtype), tj.float32
     x, v, p, st = dt[:, ::1], dt[::1], f32[:, ::1], f32[::1]
     sig = {"layer_norm": (x, v, v, x, f32), "layer_norm_fwd": (x, v, v, x, st, st, f32), "softmax": (x, x),
-           "layer_norm_bwd": (x, x, v, st, st, x, p, p), "rms_norm_bwd": (x, x, v, st, x, p)}[kernel]
+           "layer_norm_bwd": (x, x, v, st, st, x, p, p), "rms_norm_bwd": (x, x, v, st, x, p),
+           "softmax_bwd": (x, x, x)}[kernel]
     assert len(sig) == len(inspect.signature(k.func).parameters) - len(consts)
     src = tj.compile(k, sig, constants=consts, target="sm_90", backend="cuda").cuda_source()
     assert f"__launch_bounds__{bounds} {kernel}(" in src

@@ -29,7 +29,7 @@ def br() -> ModuleType:
 def test_arguments(br: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OUT", raising=False)
     args = br.parse_args([])
-    assert args.family_list == ("softmax", "layer_norm", "layer_norm_bwd", "rms_norm")
+    assert args.family_list == ("softmax", "softmax_bwd", "layer_norm", "layer_norm_bwd", "rms_norm", "rms_norm_bwd")
     assert args.dtype_list == ("float32", "bfloat16", "float16")
     assert args.length_list == br.LENGTHS and args.out is None and not args.ptxas
     quick = br.parse_args(["--quick", "--families", "rms_norm,softmax", "--dtypes", "float16"])
@@ -61,6 +61,45 @@ def test_cell_rates_count_the_row_traffic(br: ModuleType) -> None:
     bwd = br.cell("layer_norm_bwd", "bfloat16", 3000, "torch", ms=2.0, itemsize=2)
     assert bwd["gbs"] == pytest.approx(3 * (2**26 // 3000) * 3000 * 2 / 2e-3 / 1e9)
     assert br.cell("rms_norm", "float16", 256, "triton", status="n/a (x)")["gbs"] is None
+    for family in ("softmax_bwd", "rms_norm_bwd"):  # y (or x) and dy read, dx written
+        assert br.cell(family, "float32", 1024, "triton", ms=1.0)["gbs"] == pytest.approx(3 * 2**26 * 4 / 1e-3 / 1e9)
+
+
+def test_every_family_is_wired(br: ModuleType) -> None:
+    """Each family has its traffic, a Case builder, and (checked by their names) the example host function and the
+    Triton peer it runs: the backward families call the examples' ``softmax_backward`` / ``rms_norm_backward`` and
+    the peers' launchers."""
+    import inspect
+
+    assert set(br.TRAFFIC) == set(br.FAMILIES)
+    for family in br.FAMILIES:
+        assert callable(getattr(br.Case, f"_{family}", None)), family
+    source = {f: inspect.getsource(getattr(br.Case, f"_{f}")) for f in ("softmax_bwd", "rms_norm_bwd")}
+    assert "softmax_backward(y, dy, dx, backend=be)" in source["softmax_bwd"]
+    assert "triton_softmax_bwd_launch" in source["softmax_bwd"] and "_softmax_backward_data" in source["softmax_bwd"]
+    assert "rn.rms_norm_backward(" in source["rms_norm_bwd"] and "triton_rms_norm_bwd_launch" in source["rms_norm_bwd"]
+
+
+def test_backward_peers_say_which_rows_one_program_cannot_hold(br: ModuleType) -> None:
+    """The Triton backward peers hold a row whole in one program, as the tutorials do: the softmax's up to 16384
+    elements of any dtype (y and dy in float32 fill the registers beyond), the norms' up to 64 KB (the layer-norm
+    tutorial refuses longer rows); past that they are "n/a (why)", without touching the GPU (or torch)."""
+    from types import SimpleNamespace
+
+    import _tileir_peers as peers
+
+    def rows(n: int, dtype: str, itemsize: int) -> Any:
+        return SimpleNamespace(shape=(8, n), dtype=f"torch.{dtype}", element_size=lambda: itemsize)
+
+    kernels = SimpleNamespace()
+    assert callable(peers.triton_softmax_bwd_launch(kernels, rows(16384, "float32", 4), None, None))
+    for n, dtype, size in ((16385, "float16", 2), (65536, "float32", 4)):
+        why = peers.triton_softmax_bwd_launch(kernels, rows(n, dtype, size), None, None)
+        assert why == "n/a (one program holds y and dy of at most 16384 elements in registers, as float32)"
+    for n, dtype, size, most in ((16385, "float32", 4, 16384), (32769, "bfloat16", 2, 32768)):
+        for why in (peers.triton_rms_norm_bwd_launch(kernels, rows(n, dtype, size), None, None, None, None, None),
+                    peers.triton_layer_norm_bwd_launch(kernels, rows(n, dtype, size), *[None] * 7)):
+            assert why == f"n/a (the tutorial's backward holds whole rows of at most {most} {dtype} elements)"
 
 
 def fake(br: ModuleType) -> list[dict[str, Any]]:
@@ -123,21 +162,21 @@ def test_plot_mode_redraws_a_saved_run_without_a_gpu(br: ModuleType, tmp_path: P
 def test_ptxas_mode_lists_every_row_kernel_and_the_ones_the_examples_use_do_not_spill(
         br: ModuleType, nvrtc_here: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """NVRTC's ptxas -v for sm_90a (what a launch on an H100 builds): float16 rows of 256 and 8192 elements are held
-    whole by the forward and backward kernels (the backward 16 rows of 256 a step; a whole 8192-element row 256
-    threads), and the chunked kernels work on 16384-element chunks (forward; and layer norm's 8192 and 4096 with 8
-    warps, the CUDA plans' 16384 (softmax, layer norm) and 8192 (RMS norm) with 8 warps) and 8192 (backward); none of
-    them
-    spills (before issue 19's plan: 56 B in layer norm, 12-36 B in the backward kernels under the resident-block
-    caps)."""
+    whole by the forward and backward kernels (the norms' backward 16 rows of 256 a step; a whole 8192-element row
+    256 threads), and the chunked kernels work on 16384-element chunks (forward, softmax backward; and layer norm's
+    8192 and 4096 with 8 warps, the CUDA plans' 16384 (softmax, layer norm) and 8192 (RMS norm) with 8 warps) and
+    8192 (the norms' backward); none of them spills (before issue 19's plan: 56 B in layer norm, 12-36 B in the
+    backward kernels under the resident-block caps)."""
     argv = ["--ptxas", "--dtypes", "float16", "--lengths", "200,8192", "--jobs", "2", "--out", str(tmp_path)]
     assert br.main(argv) == 0
     out = capsys.readouterr().out
     assert "0 kernel(s) the examples use spill" in out
     assert "| softmax | float16 | ROWS=1 BLOCK=8192 | yes | 256 |" in out
     rows = json.loads((tmp_path / "bench_rows_ptxas.json").read_text())
-    whole = ["softmax", "layer_norm", "layer_norm_fwd", "layer_norm_bwd", "rms_norm", "rms_norm_bwd"]
+    whole = ["softmax", "softmax_bwd", "layer_norm", "layer_norm_fwd", "layer_norm_bwd", "rms_norm", "rms_norm_bwd"]
     assert [r["kernel"] for r in rows] == whole * 2 + [
-        "softmax_chunked", "layer_norm_fwd_chunked", "layer_norm_fwd_chunked", "layer_norm_fwd_chunked",
+        "softmax_chunked", "softmax_bwd_chunked",
+        "layer_norm_fwd_chunked", "layer_norm_fwd_chunked", "layer_norm_fwd_chunked",
         "softmax_chunked", "layer_norm_fwd_chunked", "rms_norm_chunked",  # the CUDA plans' two-chunk rows
         "layer_norm_bwd_sums", "layer_norm_bwd_chunked",
         "rms_norm_chunked", "rms_norm_bwd_sums", "rms_norm_bwd_chunked", "sum_partials"]

@@ -14,7 +14,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NAMES = ["vector_add", "softmax", "layer_norm", "rms_norm", "matmul", "row_sum", "attention", "grouped_matmul"]
 #: The row examples' kernels (issue 19): whole rows, chunked rows, backward passes and their partial sums.
 ROW_KERNELS = {
-    "softmax": ["softmax", "softmax_chunked"],
+    "softmax": ["softmax", "softmax_chunked", "softmax_bwd", "softmax_bwd_chunked"],
     "layer_norm": ["layer_norm", "layer_norm_fwd", "layer_norm_fwd_chunked", "layer_norm_bwd", "layer_norm_bwd_sums",
                    "layer_norm_bwd_chunked", "sum_partials"],
     "rms_norm": ["rms_norm", "rms_norm_chunked", "rms_norm_bwd", "rms_norm_bwd_sums", "rms_norm_bwd_chunked",
@@ -94,10 +94,18 @@ def test_row_example_references_match_finite_differences() -> None:
     sys.path.insert(0, str(EXAMPLES))
     import layer_norm as ln
     import rms_norm as rn
+    import softmax as sm
 
     rng = np.random.default_rng(7)
     x, dy = rng.standard_normal((3, 50)) + 2, rng.standard_normal((3, 50))
     w, b, eps, h = rng.standard_normal(50), rng.standard_normal(50), 1e-5, 1e-6
+
+    def softmax(x: Any) -> Any:
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    def loss_softmax(x: Any) -> float:
+        return float((softmax(x) * dy).sum())
 
     def loss_ln(x: Any, w: Any, b: Any) -> float:
         return float((ln.reference(x, w, b, dy, eps)[0] * dy).sum())
@@ -113,8 +121,10 @@ def test_row_example_references_match_finite_differences() -> None:
 
     _, mu, rstd, dx, dw, db = ln.reference(x, w, b, dy, eps)
     assert np.allclose(mu, x.mean(axis=1)) and np.allclose(rstd, 1 / np.sqrt(x.var(axis=1) + eps))
+    dx_softmax = sm.reference_backward(softmax(x), dy)
     for at in ((0, 0), (2, 49), (1, 17)):
         assert fd(loss_ln, [x, w, b], 0, at) == pytest.approx(dx[at], rel=1e-6, abs=1e-8)
+        assert fd(loss_softmax, [x], 0, at) == pytest.approx(dx_softmax[at], rel=1e-6, abs=1e-8)
         assert fd(loss_rms, [x, w], 0, at) == pytest.approx(rn.reference(x, w, dy, eps)[2][at], rel=1e-6, abs=1e-8)
     for j in (0, 31):
         assert fd(loss_ln, [x, w, b], 1, (j,)) == pytest.approx(dw[j], rel=1e-6, abs=1e-8)
@@ -126,6 +136,45 @@ def test_row_example_references_match_finite_differences() -> None:
             assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
         for got, want in zip(torch_rms, (rn.reference(x, w, dy, eps)[i] for i in (0, 2, 3))):
             assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
+        import torch
+
+        xt = torch.tensor(x, requires_grad=True)
+        torch.softmax(xt, 1).backward(torch.tensor(dy))
+        assert xt.grad is not None and np.allclose(xt.grad.numpy(), dx_softmax, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_softmax_backward_kernels_interpreted(dtype: str) -> None:
+    """The softmax backward kernels' optimized IR, run on the CPU by tests/tile_interp.py: whole rows one a block and
+    four a block (the last block ragged), and 256-element chunks of 1000-element rows (the last one ragged), against
+    float64 from the same (rounded) y and dy; outputs poisoned first."""
+    import numpy as np
+    import tile_interp as ti
+
+    import tilejit as tj
+
+    sys.path.insert(0, str(EXAMPLES))
+    import softmax as sm
+
+    rng = np.random.default_rng(5)
+    m, n = 11, 1000
+    x = rng.standard_normal((m, n)) * 4
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    y, dy = (e / e.sum(axis=1, keepdims=True)).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+    if dtype == "bfloat16":
+        y, dy = ti.round_bf16(y), ti.round_bf16(dy)
+    want = sm.reference_backward(y, dy)
+    arr = getattr(tj, dtype)[:, ::1]
+    for kernel, grid, constants in ((sm.softmax_bwd, m, {"ROWS": 1, "BLOCK": 1024}),
+                                    (sm.softmax_bwd, 3, {"ROWS": 4, "BLOCK": 1024}),
+                                    (sm.softmax_bwd_chunked, m, {"BLOCK": 256})):
+        heap = ti.Heap()
+        views = [heap.put(a, dtype) for a in (y, dy, np.full((m, n), np.nan, np.float32))]
+        art = tj.compile(kernel, (arr, arr, arr), constants=constants, target="sm_90", backend="cuda")
+        ti.run(art.ir(), heap, grid, views)
+        got = heap.read(views[2]).astype(np.float64)
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert err <= (4e-3 if dtype == "bfloat16" else 1e-6), (kernel.func.__name__, constants, err)
 
 
 def test_host_plans_follow_the_backend_setting_as_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,6 +235,17 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     assert sm.row_plan(rows(1001, 256, 2), "tileir") == (sm.softmax, 126, {"ROWS": 8, "BLOCK": 256})
     assert sm.row_plan(rows(1001, 100, 4), "tileir") == (sm.softmax, 63, {"ROWS": 16, "BLOCK": 128})
     assert sm.row_plan(rows(1001, 256, 2), "cuda") == (sm.softmax, 1001, {"ROWS": 1, "BLOCK": 256})
+    # The softmax backward holds y and dy whole up to 16384 elements (as the forward: several short rows a block on
+    # Tile IR), in chunks of the forward's size beyond.
+    bwd, bwd_chunked = sm.softmax_bwd, sm.softmax_bwd_chunked
+    assert sm.backward_row_plan(rows(1001, 256, 2), "tileir") == (bwd, 126, {"ROWS": 8, "BLOCK": 256})
+    assert sm.backward_row_plan(rows(1001, 256, 2), "cuda") == (bwd, 1001, {"ROWS": 1, "BLOCK": 256})
+    for be in ("cuda", "tileir"):
+        assert sm.backward_row_plan(rows(4, 12288, 2), be) == (bwd, 4, {"ROWS": 1, "BLOCK": 16384})
+        assert sm.backward_row_plan(rows(4, 16384, 4), be) == (bwd, 4, {"ROWS": 1, "BLOCK": 16384})
+    assert sm.backward_row_plan(rows(4, 16385, 4), "cuda") == (bwd_chunked, 4, {"BLOCK": 8192})
+    assert sm.backward_row_plan(rows(4, 65537, 2), "cuda") == (bwd_chunked, 4, {"BLOCK": 16384})
+    assert sm.backward_row_plan(rows(4, 65537, 2), "tileir") == (bwd_chunked, 4, {"BLOCK": 8192})
     assert ln.forward_plan(rows(1000, 512, 2), "tileir") == (ln.layer_norm_fwd, 63, {"ROWS": 16, "BLOCK": 512})
     assert ln.forward_plan(rows(1000, 2048, 4), "tileir") == (ln.layer_norm_fwd, 250, {"ROWS": 4, "BLOCK": 2048})
     assert ln.forward_plan(rows(1000, 512, 2), "cuda") == (ln.layer_norm_fwd, 1000, {"ROWS": 1, "BLOCK": 512})

@@ -2,7 +2,8 @@
 they hold a row (the CUDA backend's register cap for 16-bit rows, Tile IR's 8 worker warps for 32K-element rows),
 ragged lengths included, against float64 references; outputs poisoned first. Then (issue 19) softmax, layer norm
 and RMS norm forward and backward through the examples' host functions at any row length, 256 to 65536 and the odd
-65537 (rows too long for registers go in chunks; no length is refused), and the chunked kernels with small chunks.
+65537 (rows too long for registers go in chunks; no length is refused), the softmax backward up to the odd 70001,
+and the chunked kernels with small chunks.
 
 CPU: the choices these kernels get (``__launch_bounds__``, worker warps) are checked in test_backend_codegen.py
 and test_tileir_occupancy.py; that they do not spill, in test_bench_rows.py (ptxas -v).
@@ -108,6 +109,33 @@ def test_softmax_any_row_length_gpu(n: int, dtype: str) -> None:
     _close("softmax", out, e / e.sum(axis=1, keepdims=True), dtype)
 
 
+#: The softmax backward's lengths: whole rows (a ragged 1000 and 12288 in power-of-two tiles, 16384 the longest held
+#: whole), chunked ones from 16385 (ragged), 65536, and the odd 70001 past it.
+BACKWARD_LENGTHS = [256, 1000, 4096, 12288, 16384, 16385, 65536, 70001]
+
+
+def _softmax_rows(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The softmax of the rows of ``x``, rounded to ``dtype`` (what the backward pass gets from the forward)."""
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(np_dtype(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", BACKWARD_LENGTHS)
+def test_softmax_backward_any_row_length_gpu(n: int, dtype: str) -> None:
+    """softmax_backward (dx = y * (dy - sum(dy * y))) on softmax rows y of ``dtype``, against float64 from the same
+    y and dy (the reference matches finite differences and torch autograd: test_examples.py)."""
+    import softmax as sm
+
+    x, _, _, dy = _inputs(n, dtype, 0.0)
+    y = _softmax_rows(x * 4, dtype)
+    dx = tj.asarray(poison(y.shape, dtype))
+    sm.softmax_backward(tj.asarray(y), tj.asarray(dy), dx)
+    _close("dx", dx, sm.reference_backward(y, dy), dtype)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", ANY_LENGTHS)
@@ -177,6 +205,15 @@ def test_chunked_kernels_with_small_chunks_gpu(dtype: str) -> None:
     x64 = x.astype(np.float64)
     e = np.exp(x64 - x64.max(axis=1, keepdims=True))
     _close("softmax", out, e / e.sum(axis=1, keepdims=True), dtype)
+    y = _softmax_rows(x, dtype)
+    y_, want_dx = tj.asarray(y), sm.reference_backward(y, dy)
+    for name, kernel, grid, constants in (
+        ("softmax_bwd_chunked", sm.softmax_bwd_chunked, m, {"BLOCK": 256}),
+        ("softmax_bwd, 8 rows a block", sm.softmax_bwd, -(-m // 8), {"ROWS": 8, "BLOCK": 1024}),  # the last ragged
+    ):
+        gx = tj.asarray(poison((m, n), dtype))
+        kernel[grid](y_, ddy, gx, **constants)
+        _close(name, gx, want_dx, dtype)
     want_y, _, want_rstd, want_dx, want_dw, want_db = ln.reference(x, w, b, dy, EPS)
     out, mean, rstd = tj.asarray(poison((m, n), dtype)), tj.asarray(poison((m,), "float32")), \
         tj.asarray(poison((m,), "float32"))
