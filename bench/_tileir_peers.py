@@ -44,12 +44,6 @@ def triton_layer_norm_block(n: int, itemsize: int) -> tuple[int, int]:
     return block, min(max(block // 256, 1), 8)
 
 
-#: The longest softmax-backward row (elements, any dtype) one program holds: y and dy in float32 at 16384 elements
-#: are 128 KB, what 16 warps' registers hold (65536 32-bit registers a program, 128 a thread); rows of 32768 would
-#: fill the whole register file, so that no program of tutorial 02's structure holds them.
-TRITON_SOFTMAX_BWD_ROW = 16384
-
-
 def triton_layer_norm_groups(n: int) -> int:
     """The layer-norm tutorial's GROUP_SIZE_M for its backward (rows share GROUP_SIZE_M locked partial rows):
     64, 96 up to 8192 columns, 128 up to 4096, 256 up to 1024."""
@@ -250,12 +244,9 @@ def triton_kernels(autotune: bool = False) -> SimpleNamespace:
 
 def triton_softmax_bwd_launch(k: SimpleNamespace, y: Any, dy: Any, dx: Any) -> Any:
     """A no-argument function that runs ``softmax_bwd`` (torch tensors; one program per row with the fused-softmax
-    tutorial's BLOCK and num_warps), or the text "n/a (why)" for rows longer than ``TRITON_SOFTMAX_BWD_ROW``."""
+    tutorial's BLOCK and num_warps at every length, as the tutorial's forward runs: long rows spill)."""
     m, n = y.shape
     block = 1 << (n - 1).bit_length()
-    if block > TRITON_SOFTMAX_BWD_ROW:
-        return (f"n/a (one program holds y and dy of at most {TRITON_SOFTMAX_BWD_ROW} elements in registers, as "
-                "float32)")
 
     def run() -> tuple[Any]:
         k.softmax_bwd[(m,)](dx, y, dy, y.stride(0), n, BLOCK=block, num_warps=triton_softmax_warps(block))

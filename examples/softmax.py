@@ -137,8 +137,7 @@ def backward_row_plan(y: Any, backend: str | None = None) -> tuple[Any, int, dic
 def softmax_backward(y: Any, dy: Any, dx: Any, backend: str | None = None) -> None:
     """``dx`` = the gradient of the softmax rows ``y`` (``softmax_rows``'s output) for their gradient ``dy``: 2-D
     arrays of one shape, any row length; ``backend``: as ``softmax_rows``'s."""
-    kernel, grid, constants = backward_row_plan(y, backend)
-    on_backend(kernel, backend)[grid](y, dy, dx, **constants)
+    run_plan(backward_row_plan(y, backend), backend, y, dy, dx)
 
 
 def reference_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
