@@ -225,9 +225,9 @@ def print_paired(per_case: dict[str, list[float]], peer: str) -> None:
             print(f"| {name} | {med:.3f}x | {low:.3f}-{high:.3f} | {faster:.0%} |")
 
 
-#: What the generated launch functions read of a torch tensor argument (runtime/fastlaunch.py, api/kernel.py): a
-#: launch with the same tensor again reads is_cuda, data_ptr(), dtype, shape and stride() (tile kernel) or
-#: data_ptr(), dtype, is_contiguous() and is_cuda (RawKernel pointer).
+#: What the generated launch functions read of a torch tensor argument (runtime/dispatch.torch_reads_same): a
+#: launch with the same tensor again reads data_ptr(), dtype, shape and is_contiguous() (tile kernel; stride() for a
+#: strided tensor) or data_ptr(), dtype and is_contiguous() (RawKernel pointer); is_cuda is read by a new tensor's.
 TORCH_READS = ("t.is_cuda", "t.data_ptr()", "t.dtype", "t.shape", "t.stride()", "t.is_contiguous()")
 
 

@@ -130,7 +130,8 @@ def test_a_tensor_changed_in_place_is_planned_again(rec: Recorded, change: str) 
     elif change == "address":
         x.move(0x40000)
     else:
-        x.is_cuda = False
+        x.is_cuda = False  # moved to the host through ``.data``: a host address (dispatch.torch_reads_same)
+        x.move(0x7F00_0000_1000)
         with pytest.raises((TypeError, ValueError, tj.LaunchError)):
             f(2.0, x, y, out=out)
         assert rec.planned == 2 and rec.take() == []

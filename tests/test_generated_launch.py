@@ -76,10 +76,12 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
         if (x is _tj_last_x and n is _tj_last_n and _tj_current_device[0] is _tj_memo_device and not _tj_more
                 and num_warps is None and num_stages is None
                 and (_tj_no_state
-                     or (_tj_ptr_x is None or x.is_cuda and x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x
-                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x)
-                     and (_tj_ptr_n is None or n.is_cuda and n.data_ptr() == _tj_ptr_n and n.dtype is _tj_dtype_n
-                             and n.shape == _tj_shape_n and n.stride() == _tj_stride_n))):
+                     or (_tj_ptr_x is None or x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x
+                             and x.shape == _tj_shape_x
+                             and (_tj_stride_x is None and x.is_contiguous() or x.stride() == _tj_stride_x))
+                     and (_tj_ptr_n is None or n.data_ptr() == _tj_ptr_n and n.dtype is _tj_dtype_n
+                             and n.shape == _tj_shape_n
+                             and (_tj_stride_n is None and n.is_contiguous() or n.stride() == _tj_stride_n)))):
             # the last call again: relaunch what its private launcher's buffers hold, when on the same stream
             if _tj_memo_relaunch is not None:
                 if _tj_stream is None: _tj_h = _tj_current_stream_handle[0]
@@ -155,14 +157,16 @@ def make(_tj_owner, _tj_current_device, _tj_current_stream_handle, _tj_grid, _tj
                 raise
             _tj_relaunch = _tj_o[1]
         if _tj_foreign:  # remember torch tensors too, with what they read now
-            if _tj_VIEW.get(x.__class__) is _tj_torch_view:
-                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]
+            if _tj_VIEW.get(x.__class__) is _tj_torch_view and _tj_views[0][0]:
+                _tj_ptr_x, _tj_shape_x = _tj_views[0][:2]
+                _tj_stride_x = None if x.is_contiguous() else _tj_views[0][2]
                 _tj_dtype_x = _tj_torch_dtype_of[_tj_views[0][3]]  # its dtype, not read again
-            else: _tj_ptr_x = None
-            if _tj_VIEW.get(n.__class__) is _tj_torch_view:
-                _tj_ptr_n, _tj_shape_n, _tj_stride_n = _tj_views[1][:3]
+            else: _tj_ptr_x = None  # not a torch tensor, or one of address 0: not remembered
+            if _tj_VIEW.get(n.__class__) is _tj_torch_view and _tj_views[1][0]:
+                _tj_ptr_n, _tj_shape_n = _tj_views[1][:2]
+                _tj_stride_n = None if n.is_contiguous() else _tj_views[1][2]
                 _tj_dtype_n = _tj_torch_dtype_of[_tj_views[1][3]]  # its dtype, not read again
-            else: _tj_ptr_n = None
+            else: _tj_ptr_n = None  # not a torch tensor, or one of address 0: not remembered
             _tj_no_state = _tj_ptr_x is None and _tj_ptr_n is None
             _tj_last_x = x if x.__class__ in _tj_KEEP or _tj_ptr_x is not None else _tj_NOKEEP
             _tj_last_n = n if n.__class__ in _tj_KEEP or _tj_ptr_n is not None else _tj_NOKEEP
@@ -273,10 +277,10 @@ def make():
             if not (
                     (x is x_last
                         or x is x_tensor and x.data_ptr() == x_tensor_ptr and x.dtype is x_tensor_dtype
-                            and x.is_contiguous() and x.is_cuda)
+                            and x.is_contiguous())
                     and (out is out_last
                         or out is out_tensor and out.data_ptr() == out_tensor_ptr and out.dtype is out_tensor_dtype
-                            and out.is_contiguous() and out.is_cuda)
+                            and out.is_contiguous())
                     and n is n_last):
                 x_last = NOT_PACKED  # the block is rewritten below: nothing matches until it is whole
                 x_tensor = out_tensor = NOT_PACKED
@@ -390,11 +394,14 @@ def test_the_lines_a_torch_tensor_takes() -> None:
     with its address, shape, strides and dtype (the dtype from the view's dtype name, not read again), each read
     inline at the next call; in the launch functions, its attributes read inline, each once."""
     assert "        _tj_view_x = _tj_VIEW[_tj_cl](x); _tj_key_x = " in TILE_DISPATCH
-    assert ("if _tj_VIEW.get(x.__class__) is _tj_torch_view:\n"
-            "                _tj_ptr_x, _tj_shape_x, _tj_stride_x = _tj_views[0][:3]\n"
+    assert ("if _tj_VIEW.get(x.__class__) is _tj_torch_view and _tj_views[0][0]:\n"
+            "                _tj_ptr_x, _tj_shape_x = _tj_views[0][:2]\n"
+            "                _tj_stride_x = None if x.is_contiguous() else _tj_views[0][2]\n"
             "                _tj_dtype_x = _tj_torch_dtype_of[_tj_views[0][3]]") in TILE_DISPATCH
-    assert ("(_tj_ptr_x is None or x.is_cuda and x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
-            "                             and x.shape == _tj_shape_x and x.stride() == _tj_stride_x)") in TILE_DISPATCH
+    assert ("(_tj_ptr_x is None or x.data_ptr() == _tj_ptr_x and x.dtype is _tj_dtype_x\n"
+            "                             and x.shape == _tj_shape_x\n"
+            "                             and (_tj_stride_x is None and x.is_contiguous()"
+            " or x.stride() == _tj_stride_x))") in TILE_DISPATCH
     assert ("elif x.__class__ is Tensor and x.is_cuda:\n                    "
             "x_view = (x.data_ptr(), x.shape, x.stride(), torch_dtypes[x.dtype], x)\n") in TILE_LAUNCHER
     assert ("elif x.__class__ is Tensor and x.is_cuda and x.is_contiguous():\n"
@@ -402,7 +409,7 @@ def test_the_lines_a_torch_tensor_takes() -> None:
             "                    x_torch_dtype = x.dtype; x_dtype = torch_dtypes[x_torch_dtype]\n") in RAW_ENTRY
     assert ("(x is x_last\n"
             "                        or x is x_tensor and x.data_ptr() == x_tensor_ptr and x.dtype is x_tensor_dtype\n"
-            "                            and x.is_contiguous() and x.is_cuda)\n") in RAW_ENTRY
+            "                            and x.is_contiguous())\n") in RAW_ENTRY
     assert ("if x.__class__ is Tensor and x_ptr:\n"
             "                    x_tensor, x_tensor_ptr, x_tensor_dtype = x, x_ptr, x_torch_dtype\n") in RAW_ENTRY
 
@@ -482,11 +489,19 @@ def test_a_torch_tensor_passed_again_relaunches_until_it_changes_in_place(driver
         change()
         launch(t, 3)
         assert driver.records[-1][5] == block_of(SCALE_PARAMS, [want, 3])
-    t.is_cuda = False  # (what ``t.data = cpu_tensor`` can do) right after a launch the memo would repeat
+    t.is_cuda = False  # what ``t.data = cpu_tensor`` does, right after a launch the memo would repeat: a host
+    t.move(0x7F00_0000_1000)  # tensor has a host address (not read: ``is_cuda``, see dispatch.torch_reads_same)
     with pytest.raises(LaunchError, match=r"parameter 'x'.*host \(CPU\) array"):
         launch(t, 3)
     t.is_cuda = True
+    t.move(0x2000)
     launch(t, 3)
+    t.restride((8,), (1,))  # contiguous now, remembered strided: read afresh
+    launch(t, 3)
+    assert driver.records[-1][5] == block_of(SCALE_PARAMS, [ArrayView(0x2000, (8,), (1,), "float32", None), 3])
+    t.restride((8,), (2,))  # strided now, remembered contiguous: read afresh
+    launch(t, 3)
+    assert driver.records[-1][5] == block_of(SCALE_PARAMS, [ArrayView(0x2000, (8,), (2,), "float32", None), 3])
     t.retype(T.int32)  # the same address read as int32: another specialization (here: a launcher of float32)
     with pytest.raises(LaunchError, match=r"parameter 'x'.*expected a 1-d float32 array, got a 1-d int32"):
         launch(t, 3)
@@ -541,10 +556,15 @@ def test_each_launch_reads_each_fact_of_a_torch_tensor_once(driver: PyDriver, mo
         launch(t, 3)
     reads = counted_reads(monkeypatch)
     launch(t, 3)
-    assert reads == {"data_ptr": 1, "dtype": 1, "shape": 1, "stride": 1}
+    assert reads == {"data_ptr": 1, "dtype": 1, "shape": 1, "is_contiguous": 1}  # contiguous: not its strides
     reads.clear()
     launch(tensor(0x2000), 3)
-    assert reads == {"data_ptr": 1, "dtype": 1, "shape": 1, "stride": 1}
+    assert reads == {"data_ptr": 1, "dtype": 1, "shape": 1, "stride": 1, "is_contiguous": 1}
+    strided = tensor(0x2000, strides=(2,))
+    launch(strided, 3)
+    reads.clear()
+    launch(strided, 3)
+    assert reads == {"data_ptr": 1, "dtype": 1, "shape": 1, "is_contiguous": 1, "stride": 1}
     cells = dict(zip(launch.__code__.co_freevars, launch.__closure__))  # type: ignore[attr-defined]
     assert cells["_tj_dtype_x"].cell_contents is T.float32 and cells["_tj_ptr_x"].cell_contents == 0x2000
 
@@ -621,10 +641,12 @@ def test_raw_kernels_read_torch_tensors_inline_with_every_check(driver: PyDriver
     kernel(2, 256, (x, out, 7))
     for change, pattern in [(lambda: out.restride((8,), (2,)), r"parameter 'out'.*not contiguous"),
                             (lambda: out.retype(T.int32), r"parameter 'out'.*expected float32 data, got .* int32"),
-                            (lambda: setattr(out, "is_cuda", False), r"parameter 'out'.*host")]:
+                            (lambda: (setattr(out, "is_cuda", False), out.move(0x7F00_0000_1000)),
+                             r"parameter 'out'.*host")]:  # moved to the host: a host address
         out.restride((16,), (1,))
         out.retype(T.float32)
         out.is_cuda = True
+        out.move(0x3000)
         kernel(2, 256, (x, out, 7))
         assert driver.records[-1][5] == struct.pack("=QQi", 0x1000, 0x3000, 7)
         change()

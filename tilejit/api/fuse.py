@@ -62,6 +62,7 @@ from tilejit.api.fuse_trace import (
 from tilejit.errors import LaunchError, TileCompileError
 from tilejit.language.ir.types import BY_NAME, ArrayType, DType, TileType
 from tilejit.runtime.array import DeviceArray as _DA
+from tilejit.runtime.dispatch import remembered_strides, torch_reads_same
 from tilejit.runtime.interop import ArrayView, new_view, torch_tensor_type
 from tilejit.runtime.interop import converters as _CONVERTERS
 
@@ -395,20 +396,22 @@ def _states(items: Sequence[Any]) -> tuple[Any, ...] | None:
             out += (None, None, None, None)
         elif isinstance(a, tensor):
             t: Any = a
-            if not t.is_cuda:
+            ptr = t.data_ptr()
+            if not t.is_cuda or not ptr:
                 return None
-            out += (t.data_ptr(), t.shape, t.stride(), t.dtype)
+            out += (ptr, t.shape, remembered_strides(t), t.dtype)
         else:
             return None
     return tuple(out)
 
 
-#: The test that a memoized call's item ``{a}`` reads as ``_states`` found it in ``{s}`` at ``{i}``: Python source,
-#: inlined per parameter by the generated ``__call__`` and looped over by ``_unchanged``.
-_READS_AS = ("({s}[{i}] is None or {a}.data_ptr() == {s}[{i}] and {a}.dtype is {s}[{i} + 3]"
-             " and {a}.shape == {s}[{i} + 1] and {a}.stride() == {s}[{i} + 2] and {a}.is_cuda)")
-#: Whether each torch tensor of ``items`` reads as ``_states`` found it in ``states`` (address, dtype, shape, strides,
-#: on the GPU); a tensor changed in place (``set_``, ``resize_``, ``transpose_``, ``.data =``) does not.
+#: The test that a memoized call's item ``{a}`` reads as ``_states`` found it in ``{s}`` at ``{i}`` (the launch
+#: policy's ``torch_reads_same``): Python source, inlined per parameter by the generated ``__call__`` and looped over
+#: by ``_unchanged``.
+_READS_AS = "({s}[{i}] is None or " + " and ".join(
+    torch_reads_same("{a}", "{s}[{i}]", "{s}[{i} + 3]", "{s}[{i} + 1]", "{s}[{i} + 2]")) + ")"
+#: Whether each torch tensor of ``items`` reads as ``_states`` found it in ``states`` (address, dtype, shape,
+#: strides); a tensor changed in place (``set_``, ``resize_``, ``transpose_``, ``.data =``) does not.
 _unchanged: Callable[[tuple[Any, ...], Sequence[Any]], bool] = eval(
     "lambda states, items: all(" + _READS_AS.format(a="a", s="states", i="i") +
     " for i, a in zip(range(0, 4 * len(items), 4), items))")

@@ -7,7 +7,7 @@
   code.
   :data:`IMMUTABLE_ARGS` are the argument types a launch may remember by identity; a torch tensor (one that
   :func:`tilejit.runtime.interop.torch_view` reads) is remembered with its address, dtype, shape and strides, which
-  must read the same at the next launch.
+  must read the same at the next launch (:func:`torch_reads_same`, the one test of it).
 * **Checked, then generated.** :class:`FirstLaunches`: each thread's first :data:`CHECKED_LAUNCHES` launches of
   a kernel take the checked path (generating a launch function costs about a millisecond, a ``compile()``); then
   the thread gets a generated function of its own (its own buffers, its own current device and stream).
@@ -103,6 +103,35 @@ def stream_lines(stream: str, handle: str) -> list[str]:
         f"elif {stream}.__class__ is Stream and not {stream}._closed: {handle} = {stream}.handle",
         f"else: {handle} = stream_handle({stream})",
     ]
+
+
+def torch_reads_same(a: str, ptr: str, dtype: str, shape: str | None = None, strides: str | None = None) -> list[str]:
+    """Generated test, as terms to join with ``and``, that torch tensor ``a`` reads as a launch remembered it (torch
+    tensors change in place: ``set_``, ``resize_``, ``transpose_``, ``.data =``): its address ``ptr``, its dtype
+    (one object per dtype) and, for a tile-kernel array, its ``shape`` and ``strides``, where None stands for
+    strides it had contiguous (:func:`remembered_strides_text`; ``is_contiguous()`` reads in about 100 ns,
+    ``stride()`` 160, on an H100 host); a pointer argument (no ``shape``) must be contiguous. The test does not
+    read ``is_cuda``: a launch remembers no tensor of address 0, and a tensor moved to the host in place has a
+    host address, which CUDA's unified address space never shares with the device memory the remembered address
+    was in while the launch used it."""
+    terms = [f"{a}.data_ptr() == {ptr}", f"{a}.dtype is {dtype}"]
+    if shape is None:
+        return [*terms, f"{a}.is_contiguous()"]
+    same_strides = f"({strides} is None and {a}.is_contiguous() or {a}.stride() == {strides})"
+    return [*terms, f"{a}.shape == {shape}", same_strides]
+
+
+def remembered_strides_text(a: str, strides: str) -> str:
+    """Generated expression of what a launch remembers of torch tensor ``a``'s ``strides`` for
+    :func:`torch_reads_same`: None when it is contiguous (its strides may then differ only on length-1 axes,
+    which address nothing but their one element), else the strides (``strides``, read already); the same outside
+    generated code: :func:`remembered_strides`."""
+    return f"None if {a}.is_contiguous() else {strides}"
+
+
+def remembered_strides(tensor: Any) -> tuple[int, ...] | None:
+    """:func:`remembered_strides_text` of torch tensor ``tensor``'s own strides, as a function."""
+    return None if tensor.is_contiguous() else tensor.stride()
 
 
 class FirstLaunches:

@@ -23,6 +23,7 @@ from tilejit.runtime.dispatch import (
     local_names,
     nonlocal_lines,
     stream_lines,
+    torch_reads_same,
 )
 from tilejit.runtime.interop import ArrayView, as_view, pointer_of, torch_dtypes, torch_tensor_type
 from tilejit.runtime.launch import CONFIG, LaunchBuffers, grid3
@@ -223,10 +224,10 @@ def generate(launcher: Launcher, owner: int, raw: tuple[Any, int, Any, Callable[
             test = ["if not ("]
             for i, a in enumerate(names):
                 lead = "        " if i == 0 else "        and "
+                same = torch_reads_same(a, f"{a}_tensor_ptr", f"{a}_tensor_dtype")
                 test += [f"{lead}({a} is {a}_last",
-                         f"            or {a} is {a}_tensor and {a}.data_ptr() == {a}_tensor_ptr "
-                         f"and {a}.dtype is {a}_tensor_dtype",
-                         f"                and {a}.is_contiguous() and {a}.is_cuda)",
+                         f"            or {a} is {a}_tensor and {same[0]} and {same[1]}",
+                         f"                and {same[2]})",
                          ] if a in pointers else [f"{lead}{a} is {a}_last"]
             test[-1] += "):"
         else:
