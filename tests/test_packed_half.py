@@ -284,11 +284,15 @@ TJ_EVERY(minimum_bfloat16, tj::bf16, min2, tj::minimum)
 @functools.cache
 def _every_pair_module(target: str) -> Any:
     """The checking kernels compiled for ``target`` (PTX, JIT-compiled by the driver for this GPU)."""
+    from tilejit.errors import DriverVersionError
     from tilejit.runtime.module import Module
 
     prog = compile_cuda(_EVERY_PAIR, name="every_pair.cu", headers=device_headers(), target=target,
                         output="ptx", cache=False)
-    return Module.load(prog.code.decode(), "ptx")
+    try:
+        return Module.load(prog.code.decode(), "ptx")
+    except DriverVersionError as exc:  # PTX of an NVRTC newer than the driver: no JIT (CUBIN would load)
+        pytest.skip(f"the driver cannot JIT this NVRTC's PTX: {exc}")
 
 
 @pytest.mark.gpu
