@@ -947,6 +947,18 @@ def test_float_add_sub_mul_round_once_as_numpy_does(expr: str, dtype: str) -> No
     assert "mul.rn." in ptx and not re.search(r"\bfma\.", ptx), [ln for ln in ptx.splitlines() if "fma." in ln]
 
 
+@pytest.mark.parametrize(("dtype", "div"), [("float32", "div.full.f32"), ("bfloat16", "div.full.f32"),
+                                          ("float64", "div.rn.f64")])
+def test_sigmoid_divides_as_float_truediv(dtype: str, div: str) -> None:
+    """sigmoid's division is ``/``'s: div.full.f32 in float32 (and 16-bit floats, computed in float32), IEEE in
+    float64; no IEEE float32 division (its slow path) is left."""
+    k = tj.kernel(_from_source(
+        "def k(x, out):\n"
+        "    tj.store(out, index=(0,), tile=tj.sigmoid(tj.load(x, index=(0,), shape=(64,))))\n", "k"))
+    ptx = tj.compile(k, (BY_NAME[dtype][:],) * 2, target="sm_90", backend="cuda").ptx()
+    assert div in ptx and "div.rn.f32" not in ptx
+
+
 def test_sigmoid_constant_folds_like_the_gpu_below_minus_88() -> None:
     """1 / (1 + exp(-x)) overflows exp for x < -88.7 and gave 0; sigmoid(-95) is the subnormal 5.5e-42."""
     import numpy as np

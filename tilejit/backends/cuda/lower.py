@@ -89,14 +89,20 @@ class Lowering:
             return f"{c.text}.v[0]"
         raise CompileError(f"expected a scalar, got a tile of type {v.type}")
 
-    def elem(self, v: Value, layout: Layout) -> str:
+    def elem(self, v: Value, layout: Layout, i: str = "i") -> str:
         """Expression of element ``i`` of ``v`` in ``layout`` (converting ``v`` if it lives elsewhere)."""
         c = self.vals[v]
         if c.kind in ("const", "splat", "scalar"):
             return c.text
         if c.kind == "arange":
-            return f"tj::cast<{tables.ctype(c.dtype)}>({self.lname(layout)}::flat(tj_tid, i))"
-        return f"{self.tile(v, layout)}.v[i]"
+            return f"tj::cast<{tables.ctype(c.dtype)}>({self.lname(layout)}::flat(tj_tid, {i}))"
+        return f"{self.tile(v, layout)}.v[{i}]"
+
+    def pair(self, v: Value, layout: Layout) -> str:
+        """Elements ``i`` and ``i + 1`` of a 16-bit float ``v`` in ``layout`` as one ``tj::Pair``."""
+        if self.vals[v].kind in ("const", "splat", "scalar"):
+            return f"tj::splat2({self.elem(v, layout)})"
+        return f"tj::pack2({self.elem(v, layout)}, {self.elem(v, layout, 'i + 1')})"
 
     def tile(self, v: Value, layout: Layout | None = None) -> str:
         """The name of a tile variable holding ``v`` in ``layout`` (its own one by default)."""
@@ -227,6 +233,12 @@ class Lowering:
         packed = isinstance(op, O.UnaryOp | O.BinaryOp | O.FmaOp | O.CastOp) and layout.elems % 2 == 0
         if isinstance(op, O.CastOp) and self._dtype(op.x) == float64 and t.dtype == float16:
             packed = False  # float64 -> float16 rounds once (tj::cast), not through float as pairs do
+        if packed and isinstance(op, O.BinaryOp) and self._pairwise(op):
+            # one packed 16-bit instruction per element pair, with the bits of the float path below (math.cuh)
+            expr = tables.PACKED[op.fn].format(x=self.pair(op.x, layout), y=self.pair(op.y, layout))
+            name = self.define_tile(res, layout)
+            self.line(f"TJ_PAIRS(i, {lname}) tj::unpack2({name}.v[i], {name}.v[i + 1], {expr});")
+            return
         if packed and t.dtype in (float16, bfloat16):
             # compute in float, then convert element pairs with one packed cvt each
             expr = self.render(op, lambda v: self.elem(v, layout), compute=True)
@@ -239,6 +251,13 @@ class Lowering:
         expr = self.render(op, lambda v: self.elem(v, layout))
         name = self.define_tile(res, layout)
         self.line(f"TJ_EACH(i, {lname}) {name}.v[i] = {expr};")
+
+    def _pairwise(self, op: O.BinaryOp) -> bool:
+        """Whether ``op`` computes on 16-bit float element pairs (``tables.PACKED``): operands and result of one
+        16-bit float dtype, no fast-math options."""
+        dt = self._dtype(op.result)
+        return (op.fn in tables.PACKED and dt in (float16, bfloat16) and self._dtype(op.x) == dt
+                and self._dtype(op.y) == dt and not op.rounding and not op.ftz)
 
     @staticmethod
     def _in_compute(dt: DType) -> Callable[[str], str]:

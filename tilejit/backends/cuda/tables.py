@@ -2,7 +2,8 @@
 
 Elementwise ops compute in ``compute_type`` (float for 16-bit floats) and convert the result back
 with ``tj::cast``; each table entry is a format string over the operand expressions ``{x}``, ``{y}``
-and ``{t}``, the C++ compute type of the operands.
+and ``{t}``, the C++ compute type of the operands. ``PACKED`` ops of 16-bit float tiles compute on
+element pairs in their own dtype instead (the same bits).
 """
 
 from __future__ import annotations
@@ -165,6 +166,14 @@ BINARY: dict[str, dict[str, str]] = {
     "atan2": {"f": "tj::atan2({x}, {y})"},
 }
 
+#: Binary ops that 16-bit float tiles (both operands and the result of one dtype) compute on element pairs, one
+#: packed instruction per pair (math.cuh ``tj::add2`` ...; the same bits as computing in float32 and rounding
+#: once); ``{x}`` and ``{y}`` are ``tj::Pair``s.
+PACKED: dict[str, str] = {
+    "add": "tj::add2({x}, {y})", "sub": "tj::sub2({x}, {y})", "mul": "tj::mul2({x}, {y})",
+    "maximum": "tj::max2({x}, {y})", "minimum": "tj::min2({x}, {y})",
+}
+
 #: ``x * y + z`` rounded once (float compute types only).
 FMA = "tj::fma({x}, {y}, {z})"
 
@@ -191,6 +200,6 @@ def table_entry(table: dict[str, dict[str, str]], fn: str, dt: DType, what: str)
 
 
 __all__ = [
-    "BINARY", "COMPARE", "C_TYPES", "FMA", "REDUCE_OPS", "UNARY", "compute_dtype", "ctype", "fast_math_entry",
+    "BINARY", "COMPARE", "C_TYPES", "FMA", "PACKED", "REDUCE_OPS", "UNARY", "compute_dtype", "ctype", "fast_math_entry",
     "literal", "table_entry",
 ]
