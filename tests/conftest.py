@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 
@@ -342,6 +343,12 @@ def toolkits() -> tuple[Toolkit, ...]:
 
 
 _MAJORS: list[int | None] = [tk.major for tk in toolkits()]
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A fresh random generator (on GPU tests seeded as every unseeded one is: both backends draw alike)."""
+    return np.random.default_rng()
 
 
 @pytest.fixture(params=_MAJORS or [None], ids=lambda m: f"cuda{m}")

@@ -15,11 +15,6 @@ import tilejit as tj
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 @tj.kernel
 def add_arange_one(x, out, N: tj.Constant[int]):
     b = tj.bid(0)

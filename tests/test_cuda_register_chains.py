@@ -384,11 +384,6 @@ def test_attention_backward_compiles_without_spills(target: str, dtype: str, hea
 # --------------------------------------------------------------------------- on a GPU
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("contiguous", [True, False])
 @pytest.mark.parametrize("dtype", list(DTYPES))

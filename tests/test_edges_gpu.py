@@ -16,11 +16,6 @@ import tilejit as tj
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 def assert_same(got: np.ndarray, want: Any, what: str) -> None:
     """Equal values and shapes; NaN equals NaN."""
     np.testing.assert_array_equal(got, np.asarray(want).astype(got.dtype), err_msg=what)

@@ -397,11 +397,6 @@ def test_tile_ir_before_sm_89_is_a_located_refusal(tileir_env: Any) -> None:
 # ---------------------------------------------------------------------------------------------- GPU
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 def special_inputs(name: str, rng: np.random.Generator) -> np.ndarray:
     """float64 values that probe the conversion: every finite value, the midpoints between neighbours (ties) and
     just off them, overflow around the largest value, NaN, infinities, signed zeros, tiny values, random ones."""

@@ -287,11 +287,6 @@ def _same(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
     np.testing.assert_array_equal(got, np.asarray(want).astype(got.dtype))
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bool", *NUMERIC])
 def test_gpu_min_max_of_two(dtype: str, rng: np.random.Generator) -> None:

@@ -856,11 +856,6 @@ def assert_math_close(got: np.ndarray, want: np.ndarray, dtype: str, rtol: float
     assert not bad.any(), f"{bad.sum()} elements off, e.g. got {g[fin][bad][:4]} for {w[fin][bad][:4]}"
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 def run(kernel: Any, inputs: list[np.ndarray], out_dtype: str, tile: int, **constants: Any) -> np.ndarray:
     """``kernel`` on ``inputs`` into a poisoned output of ``out_dtype``, one block per ``tile`` elements: floats
     poisoned with ``POISON``, integers with -1 (no bit count), bools once with each value (the results must agree)."""

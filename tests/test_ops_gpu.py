@@ -48,11 +48,6 @@ def dev(a: np.ndarray) -> Any:
     return tj.asarray(a)
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 # --------------------------------------------------------------------------- elementwise
 
 

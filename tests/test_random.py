@@ -533,11 +533,6 @@ def test_the_readme_dropout_example_compiles_for_both_backends(tmp_path: Path, t
 # ---------------------------------------------------------------------------------------------- GPU
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 def random_offsets(n: int, dtype: str, rng: np.random.Generator) -> np.ndarray:
     """``n`` offsets over the whole range of ``dtype`` (random bits)."""
     return rng.integers(0, 2**64, n, dtype=np.uint64, endpoint=False).astype(unsigned(dtype)).view(dtype)

@@ -718,11 +718,6 @@ def test_located_errors(kernel: Any, at: str, message: str) -> None:
 # ---------------------------------------------------------------------------------------------- on the GPU
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 def _rand(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
     if dtype == "bool":
         return rng.integers(0, 2, shape).astype(bool)

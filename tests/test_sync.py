@@ -421,11 +421,6 @@ def test_tileir_refuses_a_fence_naming_the_cuda_backend() -> None:
 # --------------------------------------------------------------------------------------------- GPU
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(("lock", "unlock"), [("acq_rel", "acq_rel"), ("acquire", "release")])

@@ -486,11 +486,6 @@ def in_range(n: int, idx: np.ndarray) -> np.ndarray:
     return (wide >= 0) & (wide < n)
 
 
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
 def wild_indices(n: int, size: int, dtype: str, rng: np.random.Generator) -> np.ndarray:
     """Random indices into ``n`` elements, about one in six out of range (negative or past the end)."""
     info = np.iinfo(dtype)

@@ -466,11 +466,6 @@ def rand(shape: tuple[int, ...], name: str, rng: np.random.Generator, *, edges: 
 
 
 @pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
-
-
-@pytest.fixture
 def backends(tileir_env: Any) -> None:
     """Both backends: the Tile IR one through the tests' toolchain (conftest's ``tileir_env``)."""
 
