@@ -204,14 +204,19 @@ def assume(lo: Lowerer, op: O.AssumeOp) -> None:
 
 # ------------------------------------------------------------------ unary
 
+#: ``divf``'s rounding for ``/`` of float32 (True: ``full``, 2 ulp, what GPU compilers use without -prec-div) and
+#: of float64 (IEEE).
+_DIVISION = {True: "full", False: "nearest_even"}
+
 
 def _sigmoid(lo: Lowerer, op: Op, x: TValue) -> TValue:
-    """tj::sigmoid: ``e = exp(-|x|)``, then ``(x < 0 ? e : 1) / (1 + e)`` with an IEEE division."""
+    """tj::sigmoid: ``e = exp(-|x|)``, then ``(x < 0 ? e : 1) / (1 + e)`` divided as ``/`` divides (float32:
+    ``full``, 2 ulp, as the CUDA backend's div.full.f32; float64: IEEE)."""
     e = new(lo, op, "exp", x.type, [new(lo, op, "negf", x.type, [new(lo, op, "absf", x.type, [x])])],  # type: ignore[arg-type]
             rounding="full")
     one = splat(lo, op, 1.0, x)
     num = select(lo, op, cmp(lo, op, "lt", x, splat(lo, op, 0.0, x)), e, one)
-    return fbin(lo, op, "divf", num, fbin(lo, op, "addf", one, e))
+    return fbin(lo, op, "divf", num, fbin(lo, op, "addf", one, e), _DIVISION[elem_of(x) == F32])
 
 
 class _ErfMath:
@@ -550,7 +555,7 @@ def binary(lo: Lowerer, op: O.BinaryOp) -> None:
         elem = elem_of(x)
         xc, yc = fconvert(lo, op, x, compute_elem(elem)), fconvert(lo, op, y, compute_elem(elem))
         if fn == "truediv":  # tj::truediv: div.full.f32 (2 ulp) for f32, IEEE for f64 (or the op's own rounding)
-            default = {"rounding": "full" if elem_of(xc) == F32 else "nearest_even"}
+            default = {"rounding": _DIVISION[elem_of(xc) == F32]}
             rc = new(lo, op, "divf", xc.type, [xc, yc], **fast_math(op, default))  # type: ignore[arg-type]
         elif fn == "atan2":
             rc = _atan2(lo, op, xc, yc)
