@@ -44,9 +44,9 @@ from layer_norm import (
 
 import tilejit as tj
 
-#: Tile IR's forward: rows longer than it holds whole (16-bit ones up to 32768 elements: 1.09x of the CUDA backend
-#: against 0.74x in chunks) go in chunks of this many elements with tileiras asked for this many CTAs per SM
-#: (bf16 65536: 0.57x -> 0.74x; bench/RESULTS.md, session 20).
+#: Tile IR's forward: 16-bit rows longer than it holds whole (up to 32768 elements: 1.09x of the CUDA backend against
+#: 0.74x in chunks) go in chunks of this many elements with tileiras asked for this many CTAs per SM (bf16 65536:
+#: 0.57x -> 0.74x; bench/RESULTS.md, session 20); float32 rows as before (16 KB chunks).
 TILEIR_CHUNK = 8192
 TILEIR_CHUNK_OCCUPANCY = 4
 
@@ -138,8 +138,11 @@ def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str
     m, n = x.shape
     block = block_of(n)
     if backend_of(backend) == "tileir":
-        if block > (TILEIR_WHOLE_ROW_16 if itemsize_of(x) == 2 else WHOLE_ROW):
-            return rms_norm_chunked, m, {"BLOCK": TILEIR_CHUNK, "occupancy": TILEIR_CHUNK_OCCUPANCY}
+        if itemsize_of(x) == 2:
+            if block > TILEIR_WHOLE_ROW_16:
+                return rms_norm_chunked, m, {"BLOCK": TILEIR_CHUNK, "occupancy": TILEIR_CHUNK_OCCUPANCY}
+        elif block > WHOLE_ROW:
+            return rms_norm_chunked, m, {"BLOCK": chunk_of(x, backend)}
         return rms_norm, *row_tiles(m, block, "tileir", ROW_TILE_BYTES // itemsize_of(x))
     if backend_of(backend) == "cuda" and CUDA_WHOLE_ROW < block <= WHOLE_ROW and 4 * (block - n) >= n:
         return rms_norm_chunked, m, {"BLOCK": CUDA_WHOLE_ROW, "num_warps": 8}
