@@ -26,7 +26,7 @@ from tilejit.language.ir.types import ArrayHint
 from tilejit.runtime import tensormap
 from tilejit.runtime.dispatch import CHECKED_LAUNCHES
 from tilejit.runtime.launch import Launcher, ParamKind, derived_params
-from tilejit.runtime.tensormap import NO_TENSOR_MAP, TensorMapError, encode_tiled, launch_tensor_map
+from tilejit.runtime.tensormap import NO_TENSOR_MAP, TensorMapError, encode_tiled, launch_tensor_map, tensor_map
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from matmul import matmul, matmul_grouped
@@ -118,6 +118,8 @@ def test_maps_are_cached_and_launches_fall_back(stub: Driver, monkeypatch: pytes
     for shape, strides in (((0, 64), (64, 1)), ((64, 64), (32, 1))):  # empty; overlapping rows
         assert launch_tensor_map("bfloat16", 0x1000, shape, strides, (64, 64), 128, counting) == NO_TENSOR_MAP
     assert len(calls) == 2
+    with pytest.raises(TensorMapError, match="overlap"):  # remembered as no map by a launch: still an error here
+        tensor_map("bfloat16", 0x1000, (64, 64), (32, 1), (64, 64), 128, counting)
 
     class Old:
         version = 11080

@@ -126,10 +126,10 @@ def launch_tensor_map(dtype: str, ptr: int, shape: Sequence[int], strides: Seque
 def _remembered(dtype: str, ptr: int, shape: Sequence[int], strides: Sequence[int], box: Sequence[int],
                 swizzle: int, driver: Any, *, fallback: bool) -> bytes:
     """The cached map of these arguments, encoded on a miss (``fallback``: ``NO_TENSOR_MAP`` for arguments no map
-    describes, remembered too)."""
+    describes, remembered too; without it such arguments raise, even when a launch remembered them so)."""
     key = (dtype, ptr, tuple(shape), tuple(strides), tuple(box), swizzle)
     found = _cache.get(key)
-    if found is not None:
+    if found is not None and (fallback or found is not NO_TENSOR_MAP):
         return found
     try:
         found = encode_tiled(dtype, ptr, shape, strides, box, swizzle, driver)
