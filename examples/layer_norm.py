@@ -23,7 +23,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from _common import (
-    DEFAULT_CHUNK_BYTES,
     backend_of,
     block_of,
     check,
@@ -217,7 +216,7 @@ def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str
     m, n = x.shape
     block = block_of(n)
     if backend_of(backend) == "tileir":
-        return _tileir_forward_plan(m, block, itemsize_of(x))
+        return _tileir_forward_plan(x, m, block)
     big = block > CUDA_WHOLE_ROW and (itemsize_of(x) == 2 or 4 * (block - n) >= n)
     cuda = backend_of(backend) == "cuda"
     if cuda and block <= WHOLE_ROW and big:
@@ -232,14 +231,15 @@ def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str
     return layer_norm_fwd, *row_tiles(m, block, backend, ROW_TILE_BYTES // itemsize_of(x))
 
 
-def _tileir_forward_plan(m: int, block: int, itemsize: int) -> tuple[Any, int, dict[str, int]]:
-    """``forward_plan`` on Tile IR, for ``m`` rows padded to ``block`` elements of ``itemsize`` bytes."""
+def _tileir_forward_plan(x: Any, m: int, block: int) -> tuple[Any, int, dict[str, int]]:
+    """``forward_plan`` on Tile IR, for the ``m`` rows of ``x`` padded to ``block`` elements."""
+    itemsize = itemsize_of(x)
     if itemsize == 2 and block > TILEIR_WHOLE_ROW_16:
         return layer_norm_fwd_chunked, m, {"BLOCK": TILEIR_CHUNK_16}
     if itemsize == 4 and block == WHOLE_ROW:
         return layer_norm_fwd_chunked, m, {"BLOCK": TILEIR_CHUNK, "occupancy": TILEIR_CHUNK_OCCUPANCY}
     if itemsize != 2 and block > WHOLE_ROW:
-        return layer_norm_fwd_chunked, m, {"BLOCK": DEFAULT_CHUNK_BYTES // itemsize}
+        return layer_norm_fwd_chunked, m, {"BLOCK": chunk_of(x, "tileir")}
     return layer_norm_fwd, *row_tiles(m, block, "tileir", ROW_TILE_BYTES // itemsize)
 
 

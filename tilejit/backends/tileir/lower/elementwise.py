@@ -204,9 +204,10 @@ def assume(lo: Lowerer, op: O.AssumeOp) -> None:
 
 # ------------------------------------------------------------------ unary
 
-#: ``divf``'s rounding for ``/`` of float32 (True: ``full``, 2 ulp, what GPU compilers use without -prec-div) and
-#: of float64 (IEEE).
-_DIVISION = {True: "full", False: "nearest_even"}
+def division_rounding(x: TValue) -> str:
+    """``divf``'s rounding for ``/`` of ``x``'s float type: ``full`` (2 ulp, what GPU compilers use without
+    -prec-div) for float32, IEEE for float64."""
+    return "full" if elem_of(x) == F32 else "nearest_even"
 
 
 def _sigmoid(lo: Lowerer, op: Op, x: TValue) -> TValue:
@@ -216,7 +217,7 @@ def _sigmoid(lo: Lowerer, op: Op, x: TValue) -> TValue:
             rounding="full")
     one = splat(lo, op, 1.0, x)
     num = select(lo, op, cmp(lo, op, "lt", x, splat(lo, op, 0.0, x)), e, one)
-    return fbin(lo, op, "divf", num, fbin(lo, op, "addf", one, e), _DIVISION[elem_of(x) == F32])
+    return fbin(lo, op, "divf", num, fbin(lo, op, "addf", one, e), division_rounding(x))
 
 
 class _ErfMath:
@@ -555,7 +556,7 @@ def binary(lo: Lowerer, op: O.BinaryOp) -> None:
         elem = elem_of(x)
         xc, yc = fconvert(lo, op, x, compute_elem(elem)), fconvert(lo, op, y, compute_elem(elem))
         if fn == "truediv":  # tj::truediv: div.full.f32 (2 ulp) for f32, IEEE for f64 (or the op's own rounding)
-            default = {"rounding": _DIVISION[elem_of(xc) == F32]}
+            default = {"rounding": division_rounding(xc)}
             rc = new(lo, op, "divf", xc.type, [xc, yc], **fast_math(op, default))  # type: ignore[arg-type]
         elif fn == "atan2":
             rc = _atan2(lo, op, xc, yc)
