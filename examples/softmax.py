@@ -37,6 +37,12 @@ WHOLE_ROW = 32768
 #: The longest row (elements, any dtype) that ``softmax_bwd`` holds whole: it holds y and dy. ptxas -v for sm_90a
 #: shows no spill up to here (159-162 registers, 256 threads) and 176-228 B spilled at 32768 (bench_rows.py --ptxas).
 WHOLE_ROW_BWD = 16384
+#: On the CUDA backend ``softmax_bwd`` holds rows of up to 32768 elements whole, with these warps per block by the
+#: row's tile (an H200 sweep against Triton's peer, bench/RESULTS.md session 21: 32768-element rows whole with 8
+#: warps 0.87-0.96x against 0.65-0.85x in 32 KB chunks; 12288-element rows with 16 warps 0.70-0.99x against
+#: 0.68-0.82x with the default 8). The spills at 32768 go to L1 and cost less than re-reading the row.
+CUDA_WHOLE_ROW_BWD = 32768
+CUDA_BWD_WARPS = {16384: 16, 32768: 8}
 #: Elements of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``row_tiles``; bench/RESULTS.md, session 18).
 ROW_TILE = 2048
 #: Tile IR's chunked rows: chunks of this many elements, with tileiras asked for this many CTAs per SM
@@ -127,11 +133,16 @@ def softmax_rows(x: Any, out: Any, backend: str | None = None) -> None:
 def backward_row_plan(y: Any, backend: str | None = None) -> tuple[Any, int, dict[str, int]]:
     """The backward kernel, its grid and constants for the rows of ``y`` (the forward's output): y and dy whole as
     tiles up to ``WHOLE_ROW_BWD`` elements (``row_tiles`` of them a block, as the forward's), else a block per row in
-    chunks of ``_common.CHUNK_BYTES`` (32 KB on the CUDA backend). Not tuned on a GPU yet."""
+    chunks of ``_common.CHUNK_BYTES`` (32 KB on the CUDA backend); on the CUDA backend whole up to
+    ``CUDA_WHOLE_ROW_BWD`` elements, with ``CUDA_BWD_WARPS``."""
     m, block = y.shape[0], block_of(y.shape[1])
-    if block > WHOLE_ROW_BWD:
+    cuda = backend_of(backend) == "cuda"
+    if block > (CUDA_WHOLE_ROW_BWD if cuda else WHOLE_ROW_BWD):
         return softmax_bwd_chunked, m, {"BLOCK": chunk_of(y, backend)}
-    return softmax_bwd, *row_tiles(m, block, backend, ROW_TILE)
+    grid, constants = row_tiles(m, block, backend, ROW_TILE)
+    if cuda and block in CUDA_BWD_WARPS:
+        constants["num_warps"] = CUDA_BWD_WARPS[block]
+    return softmax_bwd, grid, constants
 
 
 def softmax_backward(y: Any, dy: Any, dx: Any, backend: str | None = None) -> None:
