@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -857,6 +858,46 @@ def test_small_view_tiles_never_use_tma(n: int, target: str) -> None:
     accesses = [ln for ln in module_text(fn, target).splitlines() if "load_view_tko" in ln or "store_view_tko" in ln]
     assert len(accesses) == 3  # the one-element store goes through a pointer
     assert all((f"<{target} = {{allow_tma = false}}>" in ln) is (n < 1024) for ln in accesses), accesses
+
+
+def rows_in_a_loop(x, stats, out, ROWS: tj.Constant[int], BLOCK: tj.Constant[int]):
+    """The norm backward's loop: (ROWS, BLOCK) tiles of x with the rows' ROWS statistics, row groups grid-strided."""
+    for i in range(tj.bid(0), tj.num_tiles(x, 0, (ROWS, BLOCK)), tj.num_blocks(0)):
+        s = tj.reshape(tj.load(stats, index=(i,), shape=(ROWS,)), (ROWS, 1))
+        tj.store(out, index=(i, 0), tile=tj.load(x, index=(i, 0), shape=(ROWS, BLOCK)).astype(tj.float32) * s)
+
+
+def rows_loop_large_only(x, out, ROWS: tj.Constant[int], BLOCK: tj.Constant[int]):
+    """The same loop without the statistics: every view access a large tile."""
+    for i in range(tj.bid(0), tj.num_tiles(x, 0, (ROWS, BLOCK)), tj.num_blocks(0)):
+        tj.store(out, index=(i, 0), tile=tj.load(x, index=(i, 0), shape=(ROWS, BLOCK)).astype(tj.float32) * 2.0)
+
+
+@pytest.mark.parametrize("target", ["sm_90", "sm_100"])
+def test_loops_mixing_small_and_large_view_tiles_never_use_tma(target: str) -> None:
+    """A loop that loads or stores both a tile under 1024 elements and a larger one puts every view access of the
+    kernel off TMA (tileiras 13.5.37 built the examples' bfloat16 norm backward of that shape, and it never
+    finished on an H200); a loop of large tiles alone keeps tileiras's choice. The examples' kernels are checked
+    too."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import layer_norm as ln
+    import rms_norm as rn
+
+    def accesses(kernel: Any, sig: tuple[Any, ...], **constants: int) -> list[str]:
+        fn = tj.compile(tj.kernel(kernel), sig, constants=constants, target=target).ir()
+        return [ln for ln in module_text(fn, target).splitlines() if "load_view_tko" in ln or "store_view_tko" in ln]
+
+    bf, f32 = tj.bfloat16[:, ::1], tj.float32[:, ::1]
+    off = f"<{target} = {{allow_tma = false}}>"
+    mixed = accesses(rows_in_a_loop, (bf, tj.float32[::1], f32), ROWS=4, BLOCK=1024)
+    assert len(mixed) == 3 and all(off in line for line in mixed), mixed
+    large = accesses(rows_loop_large_only, (bf, f32), ROWS=4, BLOCK=1024)
+    assert len(large) == 2 and not any("allow_tma" in line for line in large), large
+    vec, stats = tj.bfloat16[::1], tj.float32[::1]
+    for kernel, sig in ((ln.layer_norm_bwd.func, (bf, bf, vec, stats, stats, bf, f32, f32)),
+                        (rn.rms_norm_bwd.func, (bf, bf, vec, stats, bf, f32))):
+        lines = accesses(kernel, sig, ROWS=4, BLOCK=1024)
+        assert lines and all(off in line for line in lines), lines
 
 
 @pytest.mark.gpu

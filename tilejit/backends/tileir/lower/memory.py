@@ -295,17 +295,43 @@ def tile_in_range(lo: Lowerer, op: O.LoadOp, shape: tuple[int, ...]) -> TValue:
 TMA_MIN_ELEMENTS = 1024
 
 
+def _view_tile(op: Op) -> TileType | None:
+    """The tile a view load or store moves, or None for any other op."""
+    if isinstance(op, O.LoadOp):
+        tile = op.result.type
+    elif isinstance(op, O.StoreOp):
+        tile = op.tile.type
+    else:
+        return None
+    return tile if isinstance(tile, TileType) else None
+
+
+def loop_mixes_tile_sizes(fn: O.Function) -> bool:
+    """Whether a loop of kernel ``fn`` loads or stores, through views, both a tile of fewer than ``TMA_MIN_ELEMENTS``
+    elements (never TMA) and a larger one. tileiras 13.5.37 built such kernels that never finished on an H200: the
+    layer and RMS norm backward of examples/ (a grid-stride loop over (4, 1024) and (16, 256) bfloat16 tiles of x
+    and dy beside the rows' 4 or 16 statistics), at any row count; with no TMA access they ran, as did loops of
+    only large tiles (docs/tileir.md, "Session 21: the norm backward hang"). So no view access of such a kernel
+    uses TMA."""
+    for op in fn.body.walk():
+        if isinstance(op, (O.ForOp, O.LoopOp)):
+            sizes = {tile.size < TMA_MIN_ELEMENTS for tile in map(_view_tile, op.body.walk()) if tile is not None}
+            if len(sizes) == 2:
+                return True
+    return False
+
+
 def access_hints(lo: Lowerer, op: O.LoadOp | O.StoreOp) -> dict[str, dict[str, bool | int]] | None:
     """The optimization hints of a view load or store: ``allow_tma = false`` under the target's name for a tile of
-    fewer than ``TMA_MIN_ELEMENTS`` elements or where ``occupancy.choose_no_tma`` says so, else None (tileiras's
-    own choice)."""
-    tile = op.result.type if isinstance(op, O.LoadOp) else op.tile.type
-    if lo.target and isinstance(tile, TileType) and tile.size < TMA_MIN_ELEMENTS:
-        return {lo.target: {"allow_tma": False}}
-    if lo.target not in NO_TMA_ARCHS:
+    fewer than ``TMA_MIN_ELEMENTS`` elements, in a kernel that ``loop_mixes_tile_sizes``, or where
+    ``occupancy.choose_no_tma`` says so, else None (tileiras's own choice)."""
+    tile = _view_tile(op)
+    if not lo.target:
         return None
+    if tile is not None and tile.size < TMA_MIN_ELEMENTS:
+        return {lo.target: {"allow_tma": False}}
     if lo.no_tma is None:
-        lo.no_tma = choose_no_tma(lo.fn)
+        lo.no_tma = loop_mixes_tile_sizes(lo.fn) or (lo.target in NO_TMA_ARCHS and choose_no_tma(lo.fn))
     return {lo.target: {"allow_tma": False}} if lo.no_tma else None
 
 
