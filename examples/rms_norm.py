@@ -49,6 +49,10 @@ import tilejit as tj
 #: 0.57x -> 0.74x; bench/RESULTS.md, session 20); float32 rows as before (16 KB chunks).
 TILEIR_CHUNK = 8192
 TILEIR_CHUNK_OCCUPANCY = 4
+#: Tile IR's forward: 16-bit rows held whole in a tile of these sizes go one a block with tileiras asked for this many
+#: CTAs per SM (an H200 against the examples' plan: 8192 +3%, 12288 +10%, 16384 +18-22%, bf16 and f16; the H100 sweep
+#: of session 20 agreed; bench/RESULTS.md, session 21).
+TILEIR_WHOLE_OCCUPANCY_16 = {8192: 4, 16384: 4}
 
 @tj.kernel
 def rms_norm(x, weight, out, rstd, eps: float, ROWS: tj.Constant[int], BLOCK: tj.Constant[int]):
@@ -141,6 +145,8 @@ def forward_plan(x: Any, backend: str | None = None) -> tuple[Any, int, dict[str
         if itemsize_of(x) == 2:
             if block > TILEIR_WHOLE_ROW_16:
                 return rms_norm_chunked, m, {"BLOCK": TILEIR_CHUNK, "occupancy": TILEIR_CHUNK_OCCUPANCY}
+            if block in TILEIR_WHOLE_OCCUPANCY_16:  # one row a block, as measured
+                return rms_norm, m, {"ROWS": 1, "BLOCK": block, "occupancy": TILEIR_WHOLE_OCCUPANCY_16[block]}
         elif block > WHOLE_ROW:
             return rms_norm_chunked, m, {"BLOCK": chunk_of(x, backend)}
         return rms_norm, *row_tiles(m, block, "tileir", ROW_TILE_BYTES // itemsize_of(x))

@@ -278,6 +278,11 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     assert rn.forward_plan(rows(8, 16384, 2), "cuda") == (rn.rms_norm, 8, {"ROWS": 1, "BLOCK": 16384})
     assert rn.forward_plan(rows(8, 65536, 4), "cuda") == (rn.rms_norm_chunked, 8, {"BLOCK": 8192})
     assert rn.forward_plan(rows(8, 32768, 2), "tileir") == (rn.rms_norm, 8, {"ROWS": 1, "BLOCK": 32768})
+    # Tile IR's 16-bit rows of 8192-16384 elements whole, at occupancy 4
+    for n, block in ((8192, 8192), (12288, 16384), (16384, 16384)):
+        want_whole = (rn.rms_norm, 8, {"ROWS": 1, "BLOCK": block, "occupancy": 4})
+        assert rn.forward_plan(rows(8, n, 2), "tileir") == want_whole
+    assert rn.forward_plan(rows(8, 4096, 2), "tileir") == (rn.rms_norm, 2, {"ROWS": 4, "BLOCK": 4096})
     want = (rn.rms_norm_chunked, 8, {"BLOCK": 8192, "occupancy": 4})
     assert rn.forward_plan(rows(8, 32769, 2), "tileir") == want
     assert rn.forward_plan(rows(8, 16385, 4), "tileir") == (rn.rms_norm_chunked, 8, {"BLOCK": 4096})
