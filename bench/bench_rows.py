@@ -8,9 +8,9 @@ tile while it fits in registers, chunks beyond) with ``backend="cuda"`` and, whe
 gives a Tile IR toolchain, ``backend="tileir"``. Triton runs its tutorial kernels with the tutorials' BLOCK and
 num_warps (``_tileir_peers.py``); Triton has no tutorial for the RMS norm (forward and backward) or the softmax
 backward, so those peers are ours, written in the structure of the layer-norm tutorial (05) and the fused-softmax
-tutorial (02) with their BLOCK, num_warps and GROUP_SIZE_M rules. A backward peer whose one program cannot hold the
-row is "n/a": rows over 64 KB for the norms (the tutorial refuses them), over 16384 elements for the softmax (y and
-dy in float32 would fill the register file). torch runs its own kernels: softmax, layer norm and RMS norm, and the
+tutorial (02) with their BLOCK, num_warps and GROUP_SIZE_M rules. The norms' backward peers are "n/a" for rows over
+64 KB (the tutorial refuses them); the softmax backward's peer holds whole rows at every length, as the tutorial's
+forward does (from 50000 elements its registers spill). torch runs its own kernels: softmax, layer norm and RMS norm, and the
 backward ops that their autograd calls (``_softmax_backward_data``, ``native_layer_norm_backward``,
 ``_fused_rms_norm_backward``, or autograd where this torch lacks it). Every contender's outputs are poisoned,
 computed once and checked against torch in float32 before they are timed (``triton.testing.do_bench`` medians,
