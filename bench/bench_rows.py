@@ -10,8 +10,8 @@ num_warps (``_tileir_peers.py``); Triton has no tutorial for the RMS norm (forwa
 backward, so those peers are ours, written in the structure of the layer-norm tutorial (05) and the fused-softmax
 tutorial (02) with their BLOCK, num_warps and GROUP_SIZE_M rules. The norms' backward peers are "n/a" for rows over
 64 KB (the tutorial refuses them); the softmax backward's peer holds whole rows at every length, as the tutorial's
-forward does (from 50000 elements its registers spill). torch runs its own kernels: softmax, layer norm and RMS norm, and the
-backward ops that their autograd calls (``_softmax_backward_data``, ``native_layer_norm_backward``,
+forward does (from 50000 elements its registers spill). torch runs its own kernels: softmax, layer norm and RMS
+norm, and the backward ops that their autograd calls (``_softmax_backward_data``, ``native_layer_norm_backward``,
 ``_fused_rms_norm_backward``, or autograd where this torch lacks it). Every contender's outputs are poisoned,
 computed once and checked against torch in float32 before they are timed (``triton.testing.do_bench`` medians,
 small warmup and rep); throughput is GB/s of the row traffic (``TRAFFIC``: x read and y written; a backward reads
