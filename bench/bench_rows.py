@@ -305,11 +305,9 @@ class Case:
         mean, rstd = mean_t.reshape(m).contiguous(), rstd_t.reshape(m).contiguous()
         dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
         self.names, self.outs = ("dx", "dw", "db"), (dx, dw, db)
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        plan = ln.backward_plan(x, sms)
-        scratch = ln.backward_scratch(m, n, plan, lambda shape: torch.empty(shape, device="cuda"))
-        self.tilejit(lambda be: ln.layer_norm_backward(x, dy, w, mean, rstd, dx, dw, db, scratch, plan, be),
-                     (dx, dw, db))
+        plans = backward_plans(torch, x, ln.backward_scratch)
+        self.tilejit(lambda be: ln.layer_norm_backward(x, dy, w, mean, rstd, dx, dw, db, plans[be][1], plans[be][0],
+                                                       be), (dx, dw, db))
         _, tmean, trstd = torch.native_layer_norm(x, (n,), w, b, EPS)
         self.runs["torch"] = lambda: torch.ops.aten.native_layer_norm_backward(dy, x, (n,), tmean, trstd, w, b,
                                                                                [True, True, True])
@@ -336,12 +334,10 @@ class Case:
                                                     num_warps=warps), (out,))
 
     def _rms_norm_bwd(self, torch: Any, tri: Any) -> None:
-        import layer_norm as ln
         import rms_norm as rn
         from _tileir_peers import triton_rms_norm_bwd_launch
 
-        x, w, n = self.x, self.w, self.n
-        m = x.shape[0]
+        x, w = self.x, self.w
         dy = torch.randn_like(x)
         xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()  # not x, w themselves
         rstd = torch.rsqrt((xf.detach() ** 2).mean(1) + EPS)
@@ -349,12 +345,22 @@ class Case:
                                         dy.float())
         dx, dw = torch.empty_like(x), torch.empty_like(w)
         self.names, self.outs = ("dx", "dw"), (dx, dw)
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        plan = ln.backward_plan(x, sms)
-        scratch = rn.backward_scratch(m, n, plan, lambda shape: torch.empty(shape, device="cuda"))
-        self.tilejit(lambda be: rn.rms_norm_backward(x, dy, w, rstd, dx, dw, scratch, plan, be), (dx, dw))
+        plans = backward_plans(torch, x, rn.backward_scratch)
+        self.tilejit(lambda be: rn.rms_norm_backward(x, dy, w, rstd, dx, dw, plans[be][1], plans[be][0], be), (dx, dw))
         self.runs["torch"] = torch_rms_norm_backward(torch, x, dy, w)
         self.runs["triton"] = tri if isinstance(tri, str) else triton_rms_norm_bwd_launch(tri, x, dy, w, rstd, dx, dw)
+
+
+def backward_plans(torch: Any, x: Any, scratch_of: Callable[..., tuple[Any, ...]]) -> dict[str, tuple[Any, Any]]:
+    """Per tilejit backend, the norms' backward plan for the rows of torch tensor ``x`` (``layer_norm.backward_plan``:
+    its chunks depend on the backend) and the float32 scratch buffers ``scratch_of`` makes for it."""
+    import layer_norm as ln
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    m, n = x.shape
+    plans = {be: ln.backward_plan(x, sms, backend=be) for be in ("cuda", "tileir")}
+    return {be: (plan, scratch_of(m, n, plan, lambda shape: torch.empty(shape, device="cuda")))
+            for be, plan in plans.items()}
 
 
 def torch_rms_norm_backward(torch: Any, x: Any, dy: Any, w: Any) -> Callable[[], Any]:

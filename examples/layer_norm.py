@@ -61,6 +61,11 @@ ROW_TILE_BYTES = 32768
 #: (partial rows of dw and db) as that makes, so that the partial sums stay a few percent of the traffic.
 STEP_ELEMENTS = 4096
 BLOCKS_PER_SM = 2
+#: The CUDA backend's backward: chunks of rows longer than ``WHOLE_ROW_BWD``, in elements of any dtype. On an H200
+#: (bench/RESULTS.md, session 21) 16-bit rows in 4096-element chunks ran 9-36% faster than in 8192 at 12288-32768
+#: elements and tied at 65536; for float32, 4096 beat 2048 and 8192. Tile IR keeps 16 KB chunks (``chunk_of``): its
+#: 16-bit RMS norm backward ran 10-34% slower in 4096-element chunks.
+CUDA_BWD_CHUNK = 4096
 #: ``sum_partials``'s tile: rows of the partial buffer by columns.
 SUM_TILE = (16, 128)
 
@@ -251,14 +256,16 @@ class BackwardPlan(NamedTuple):
     groups: int
 
 
-def backward_plan(x: Any, sms: int, whole: int = WHOLE_ROW_BWD, chunk: int | None = None) -> BackwardPlan:
-    """The plan of a backward pass over the rows of ``x`` on ``sms`` SMs: rows of up to ``whole`` elements in one
-    tile, longer ones in chunks of ``chunk`` (default ``chunk_of(x)``; a block per group and chunk);
+def backward_plan(x: Any, sms: int, whole: int = WHOLE_ROW_BWD, chunk: int | None = None,
+                  backend: str | None = None) -> BackwardPlan:
+    """The plan of a backward pass over the rows of ``x`` on ``sms`` SMs with ``backend`` (as ``layer_norm_backward``
+    takes it): rows of up to ``whole`` elements in one tile, longer ones in chunks of ``chunk`` (default
+    ``CUDA_BWD_CHUNK`` on the CUDA backend, 16 KB of the row on Tile IR; a block per group and chunk);
     ``BLOCKS_PER_SM`` blocks in all."""
     m, n = x.shape
-    chunk = chunk or chunk_of(x)
     block = block_of(n)
     if block > whole:
+        chunk = chunk or (CUDA_BWD_CHUNK if backend_of(backend) == "cuda" else chunk_of(x, "tileir"))
         return BackwardPlan(chunk, 0, max(1, min(m, BLOCKS_PER_SM * sms // -(-n // chunk))))
     rows = max(1, STEP_ELEMENTS // block)
     return BackwardPlan(block, rows, max(1, min(-(-m // rows), BLOCKS_PER_SM * sms)))

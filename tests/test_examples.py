@@ -289,8 +289,11 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     assert ln.backward_plan(rows(262144, 256, 4), 132) == ln.BackwardPlan(256, 16, 264)
     assert ln.backward_plan(rows(10, 256, 4), 132) == ln.BackwardPlan(256, 16, 1)
     assert ln.backward_plan(rows(8192, 8192, 2), 132) == ln.BackwardPlan(8192, 1, 264)
-    assert ln.backward_plan(rows(1024, 65536, 4), 132) == ln.BackwardPlan(4096, 0, 16)  # 16 chunks x 16 groups
-    assert ln.backward_plan(rows(5, 65537, 2), 132) == ln.BackwardPlan(8192, 0, 5)
+    assert ln.backward_plan(rows(1024, 65536, 4), 132, backend="cuda") == ln.BackwardPlan(4096, 0, 16)  # 16 x 16
+    # Long rows' backward chunks: 4096 elements on the CUDA backend, 16 KB on Tile IR
+    assert ln.backward_plan(rows(5, 65537, 2), 132, backend="cuda") == ln.BackwardPlan(4096, 0, 5)
+    assert ln.backward_plan(rows(5, 65537, 2), 132, backend="tileir") == ln.BackwardPlan(8192, 0, 5)
+    assert ln.backward_plan(rows(5, 65537, 4), 132, backend="tileir") == ln.BackwardPlan(4096, 0, 5)
     assert on_backend(sm.softmax, None) is sm.softmax
     tileir = on_backend(sm.softmax, "tileir")
     assert tileir is on_backend(sm.softmax, "tileir") and tileir.func is sm.softmax.func
