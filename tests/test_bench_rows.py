@@ -100,6 +100,30 @@ def test_backward_peers_say_which_rows_one_program_cannot_hold(br: ModuleType) -
             assert why == f"n/a (the tutorial's backward holds whole rows of at most {most} {dtype} elements)"
 
 
+def test_the_norms_backward_runs_each_backend_with_its_own_plan(br: ModuleType) -> None:
+    """Each tilejit backend's norm backward gets its own plan (the CUDA backend's long rows in 4096-element chunks,
+    Tile IR's in 16 KB) and scratch buffers sized for that plan, made once before the timing."""
+    from types import SimpleNamespace
+
+    import layer_norm as ln
+
+    made: list[tuple[int, ...]] = []
+
+    def empty(shape: tuple[int, ...], device: str) -> tuple[int, ...]:
+        made.append(shape)
+        return shape
+
+    torch = SimpleNamespace(empty=empty,
+                            cuda=SimpleNamespace(get_device_properties=lambda i: SimpleNamespace(
+                                multi_processor_count=132)))
+    x = SimpleNamespace(shape=(64, 65536), itemsize=2)
+    plans = br.backward_plans(torch, x, ln.backward_scratch)
+    assert plans["cuda"][0] == ln.BackwardPlan(4096, 0, 16) and plans["tileir"][0] == ln.BackwardPlan(8192, 0, 33)
+    assert plans["cuda"][1] == ((16, 65536), (16, 65536), (64,), (64,))
+    assert plans["tileir"][1] == ((33, 65536), (33, 65536), (64,), (64,))
+    assert len(made) == 8
+
+
 def fake(br: ModuleType) -> list[dict[str, Any]]:
     """Two families, made-up times with known ratios to Triton, and each kind of status."""
     c = br.cell
