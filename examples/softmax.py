@@ -9,8 +9,8 @@ it out.
 
 Backward (``softmax_backward``): dx = y * (dy - sum(dy * y)) per row, from the forward's output y and its gradient
 dy, in float32. ``softmax_bwd`` holds the rows' y and dy whole (``ROWS`` rows a block, as the forward) up to
-``WHOLE_ROW_BWD`` elements; ``softmax_bwd_chunked`` adds up dy * y chunk by chunk and then re-reads the row to write
-dx."""
+``WHOLE_ROW_BWD`` elements on Tile IR, ``CUDA_WHOLE_ROW_BWD`` on the CUDA backend; ``softmax_bwd_chunked`` adds
+up dy * y chunk by chunk and then re-reads the row to write dx."""
 
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ import tilejit as tj
 
 #: The longest row (elements, any dtype) that ``softmax`` holds whole: ptxas -v for sm_90a shows no spill up to here.
 WHOLE_ROW = 32768
-#: The longest row (elements, any dtype) that ``softmax_bwd`` holds whole: it holds y and dy. ptxas -v for sm_90a
-#: shows no spill up to here (159-162 registers, 256 threads) and 176-228 B spilled at 32768 (bench_rows.py --ptxas).
+#: The longest row (elements, any dtype) that ``softmax_bwd`` holds whole on Tile IR: it holds y and dy. ptxas -v
+#: for sm_90a (the CUDA backend's code) shows no spill up to here (159-162 registers, 256 threads) and 176-228 B
+#: spilled at 32768 (bench_rows.py --ptxas).
 WHOLE_ROW_BWD = 16384
 #: On the CUDA backend ``softmax_bwd`` holds rows of up to 32768 elements whole, with these warps per block by the
 #: row's tile (an H200 sweep against Triton's peer, bench/RESULTS.md session 21: 32768-element rows whole with 8
