@@ -119,7 +119,40 @@ def tile_kernel_case(x: Any) -> dict[str, Callable[[], Any]]:
         cases["tilejit tile kernel (torch tensor arg)"] = lambda: launch(t)
     except ImportError:
         pass
+    try:
+        cases.update(same_cubin_case(empty_tile, x))
+    except Exception as exc:  # no cuda.core, or an older one
+        print(f"no cuda.core launch of the tile kernel's own CUBIN: {type(exc).__name__}: {exc}")
     return cases
+
+
+#: The peer that launches the tile kernel's own Tile IR CUBIN (three parameters, tileiras's metadata): a tile
+#: kernel's ratio to it is what tilejit's launch adds, apart from what the driver does with that CUBIN.
+SAME_CUBIN = "cuda.core (the tile kernel's Tile IR CUBIN)"
+
+
+def same_cubin_case(kernel: Any, x: Any) -> dict[str, Callable[[], Any]]:
+    """cuda.core launching the CUBIN that ``kernel`` (one float32 vector parameter) launches with, when the Tile IR
+    backend built it: its parameters are the pointer, extent and stride (cuda.core passes scalars, not the CUDA
+    backend's one 24-byte parameter, so that backend has no such case)."""
+    import numpy as np
+
+    try:
+        from cuda.core import Device, LaunchConfig, ObjectCode, launch
+    except ImportError:
+        from cuda.core.experimental import Device, LaunchConfig, ObjectCode, launch
+    dev = tj.get_device()
+    image = tj.compile(kernel, "float32[:]", target=dev.arch).image()
+    if image.backend != "tileir":
+        return {}
+    cc_dev = Device()
+    cc_dev.set_current()
+    entry = ObjectCode.from_cubin(image.image).get_kernel(image.symbol)
+    stream = cc_dev.default_stream
+    config = LaunchConfig(grid=1, block=image.num_threads)
+    args = (np.uint64(x.ptr), np.int64(1), np.int64(1))
+    launch(stream, config, entry, *args)
+    return {SAME_CUBIN: lambda: launch(stream, config, entry, *args)}
 
 
 def cuda_core_case() -> Callable[[], Any]:
@@ -316,6 +349,9 @@ def main() -> None:
     if best_peer:
         print(f"\nbest peer: {best_peer} ({best:.2f} µs)")
         print_paired(per_case, best_peer)
+    if SAME_CUBIN in per_case:
+        print_paired({n: v for n, v in per_case.items() if n.startswith("tilejit tile kernel")} | {
+            SAME_CUBIN: per_case[SAME_CUBIN]}, SAME_CUBIN)
     for name, why in skipped.items():
         print(f"skipped {name}: {why}")
     print_torch_reads()

@@ -463,13 +463,14 @@ def _texts_now(func: Any, paths: Sequence[Any]) -> list[str | None]:
 
 #: Words that start the names the dispatch source makes for one parameter (``_tj_view_x``...): no other name it
 #: makes starts with one, so no two parameters' names, nor a parameter's and another name, can come out alike.
-_PER_PARAMETER = ("last_", "view_", "key_", "ptr_", "dtype_", "shape_", "stride_")
-#: What the dispatch remembers of a torch tensor argument (``ptr_x`` None: the argument is none).
-_TENSOR_STATE = ("ptr", "dtype", "shape", "stride")
+_PER_PARAMETER = ("last_", "view_", "key_", "ptr_", "dtype_", "shape_", "stride_", "getptr_", "iscontig_")
+#: What the dispatch remembers of a torch tensor argument (``ptr_x`` None: the argument is none), and its class's
+#: ``data_ptr`` and ``is_contiguous``, read unbound (``dispatch.tensor_methods``).
+_TENSOR_STATE = ("ptr", "dtype", "shape", "stride", "getptr", "iscontig")
 #: The names a generated dispatch source reads, each with its prefix: globals, the same for every ``kernel[grid]``...
 _KERNEL_ENV = ("fast", "specialize", "slow", "classify", "own_of", "for_thread", "DeviceArray", "ArrayView", "VIEW",
                "MISSING", "NOKEEP", "KEEP", "KEEP_CONST", "get_device", "thread_id", "stream_handle", "NAME", "facts",
-               "torch_view", "torch_dtype_of")
+               "torch_view", "torch_dtype_of", "tensor_methods")
 #: ... and the parameters of its ``make``, those of one (its thread's id, current device and stream handle cells,
 #: grid and stream).
 _FUNCTION_ENV = ("owner", "current_device", "current_stream_handle", "grid", "stream")
@@ -535,7 +536,8 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
     # remembered, each read inline: 70-160 ns a read with torch 2.11 on an H100 host.
     states = []
     for a in args:
-        same = torch_reads_same(a, *(f"{p}{part}_{a}" for part in ("ptr", "dtype", "shape", "stride")))
+        same = torch_reads_same(a, f"{p}ptr_{a}", f"{p}dtype_{a}", f"{p}shape_{a}", f"{p}stride_{a}",
+                                methods=(f"{p}getptr_{a}", f"{p}iscontig_{a}"))
         states.append([f"({p}ptr_{a} is None or {same[0]} and {same[1]}", f"        and {same[2]}",
                        f"        and {same[3]})"])
     no_options = "".join(f" and {o} is None" for o in options)
@@ -589,6 +591,7 @@ def _dispatch_source(args: Sequence[str], constants: Sequence[str], annotated: S
                         f"        {p}ptr_{a}, {p}shape_{a} = {p}views[{i}][:2]",
                         f"        {p}stride_{a} = {remembered_strides_text(a, f'{p}views[{i}][2]')}",
                         f"        {p}dtype_{a} = {p}torch_dtype_of[{p}views[{i}][3]]  # its dtype, not read again",
+                        f"        {p}getptr_{a}, {p}iscontig_{a} = {p}tensor_methods({a})",
                         f"    else: {p}ptr_{a} = None  # not a torch tensor, or one of address 0: not remembered"]
             out += [f"    {p}no_state = {' and '.join(f'{p}ptr_{a} is None' for a in args)}"]
             out += [f"    {p}last_{a} = {a} if {a}.__class__ in {p}KEEP or {p}ptr_{a} is not None else {p}NOKEEP"
@@ -778,7 +781,7 @@ class Kernel:
             from tilejit.compiler.cache import cached_compile
             from tilejit.runtime.array import DeviceArray
             from tilejit.runtime.device import get_device
-            from tilejit.runtime.dispatch import IMMUTABLE_ARGS, classify, function_maker
+            from tilejit.runtime.dispatch import IMMUTABLE_ARGS, classify, function_maker, tensor_methods
             from tilejit.runtime.interop import torch_dtype_of, torch_view
             from tilejit.runtime.stream import stream_handle
 
@@ -791,7 +794,7 @@ class Kernel:
                 "VIEW": _VIEW_BY_TYPE, "MISSING": _MISSING, "NOKEEP": _NOKEEP, "KEEP": IMMUTABLE_ARGS,
                 "KEEP_CONST": _KEEP_CONST, "get_device": get_device, "thread_id": threading.get_ident,
                 "stream_handle": stream_handle, "NAME": self.__name__, "facts": launch_facts,
-                "torch_view": torch_view, "torch_dtype_of": torch_dtype_of(),
+                "torch_view": torch_view, "torch_dtype_of": torch_dtype_of(), "tensor_methods": tensor_methods,
             }
             make = self._make = function_maker(src, f"<tilejit dispatch {self.__name__}>", cached_compile,
                                                {p + name: env[name] for name in _KERNEL_ENV})

@@ -105,20 +105,31 @@ def stream_lines(stream: str, handle: str) -> list[str]:
     ]
 
 
-def torch_reads_same(a: str, ptr: str, dtype: str, shape: str | None = None, strides: str | None = None) -> list[str]:
+def torch_reads_same(a: str, ptr: str, dtype: str, shape: str | None = None, strides: str | None = None,
+                     methods: tuple[str, str] | None = None) -> list[str]:
     """Generated test, as terms to join with ``and``, that torch tensor ``a`` reads as a launch remembered it (torch
     tensors change in place: ``set_``, ``resize_``, ``transpose_``, ``.data =``): its address ``ptr``, its dtype
     (one object per dtype) and, for a tile-kernel array, its ``shape`` and ``strides``, where None stands for
     strides it had contiguous (:func:`remembered_strides_text`; ``is_contiguous()`` reads in about 100 ns,
-    ``stride()`` 160, on an H100 host); a pointer argument (no ``shape``) must be contiguous. The test does not
-    read ``is_cuda``: a launch remembers no tensor of address 0, and a tensor moved to the host in place has a
-    host address, which CUDA's unified address space never shares with the device memory the remembered address
-    was in while the launch used it."""
-    terms = [f"{a}.data_ptr() == {ptr}", f"{a}.dtype is {dtype}"]
+    ``stride()`` 160, on an H100 host); a pointer argument (no ``shape``) must be contiguous. ``methods`` names
+    the ``data_ptr`` and ``is_contiguous`` of ``a``'s class as remembered (:func:`tensor_methods`), called
+    unbound: 14 ns less each than looking them up on the tensor. The test does not read ``is_cuda``: a launch
+    remembers no tensor of address 0, and a tensor moved to the host in place has a host address, which CUDA's
+    unified address space never shares with the device memory the remembered address was in while the launch
+    used it."""
+    data_ptr, is_contiguous = (f"{m}({a})" for m in methods) if methods else (f"{a}.data_ptr()", f"{a}.is_contiguous()")
+    terms = [f"{data_ptr} == {ptr}", f"{a}.dtype is {dtype}"]
     if shape is None:
-        return [*terms, f"{a}.is_contiguous()"]
-    same_strides = f"({strides} is None and {a}.is_contiguous() or {a}.stride() == {strides})"
+        return [*terms, is_contiguous]
+    same_strides = f"({strides} is None and {is_contiguous} or {a}.stride() == {strides})"
     return [*terms, f"{a}.shape == {shape}", same_strides]
+
+
+def tensor_methods(tensor: Any) -> tuple[Callable[[Any], int], Callable[[Any], bool]]:
+    """The ``data_ptr`` and ``is_contiguous`` of torch tensor ``tensor``'s class (a subclass's own where it has
+    them), for :func:`torch_reads_same` to call unbound on the same tensor later."""
+    cls = tensor.__class__
+    return cls.data_ptr, cls.is_contiguous
 
 
 def remembered_strides_text(a: str, strides: str) -> str:
