@@ -44,6 +44,10 @@ WHOLE_ROW_BWD = 16384
 #: 0.68-0.82x with the default 8). The spills at 32768 go to L1 and cost less than re-reading the row.
 CUDA_WHOLE_ROW_BWD = 32768
 CUDA_BWD_WARPS = {16384: 16, 32768: 8}
+#: On the CUDA backend 16-bit rows shorter than their tile of 16384 or 32768 elements (12288, 20000, 24576) go in
+#: chunks of this many elements with 16 warps instead: whole, a quarter or more of the tile is padding (H200 sweeps,
+#: bench/RESULTS.md sessions 21-22: 12288 0.70-0.83x -> 0.98-1.00x of Triton, 24576 0.72x -> 0.87-0.92x).
+CUDA_BWD_PADDED_CHUNK = {16384: 4096, 32768: 8192}
 #: Elements of a block's (ROWS, BLOCK) tile of short rows on Tile IR (``row_tiles``; bench/RESULTS.md, session 18).
 ROW_TILE = 2048
 #: Tile IR's chunked rows: chunks of this many elements, with tileiras asked for this many CTAs per SM
@@ -135,9 +139,13 @@ def backward_row_plan(y: Any, backend: str | None = None) -> tuple[Any, int, dic
     """The backward kernel, its grid and constants for the rows of ``y`` (the forward's output): y and dy whole as
     tiles up to ``WHOLE_ROW_BWD`` elements (``row_tiles`` of them a block, as the forward's), else a block per row in
     chunks of ``_common.CHUNK_BYTES`` (32 KB on the CUDA backend); on the CUDA backend whole up to
-    ``CUDA_WHOLE_ROW_BWD`` elements, with ``CUDA_BWD_WARPS``."""
-    m, block = y.shape[0], block_of(y.shape[1])
+    ``CUDA_WHOLE_ROW_BWD`` elements, with ``CUDA_BWD_WARPS``, but 16-bit rows shorter than their tile in
+    ``CUDA_BWD_PADDED_CHUNK``'s chunks."""
+    m, n = y.shape
+    block = block_of(n)
     cuda = backend_of(backend) == "cuda"
+    if cuda and n < block and block in CUDA_BWD_PADDED_CHUNK and itemsize_of(y) == 2:
+        return softmax_bwd_chunked, m, {"BLOCK": CUDA_BWD_PADDED_CHUNK[block], "num_warps": 16}
     if block > (CUDA_WHOLE_ROW_BWD if cuda else WHOLE_ROW_BWD):
         return softmax_bwd_chunked, m, {"BLOCK": chunk_of(y, backend)}
     grid, constants = row_tiles(m, block, backend, ROW_TILE)

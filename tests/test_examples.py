@@ -236,15 +236,19 @@ def test_row_examples_choose_whole_rows_or_chunks() -> None:
     assert sm.row_plan(rows(1001, 100, 4), "tileir") == (sm.softmax, 63, {"ROWS": 16, "BLOCK": 128})
     assert sm.row_plan(rows(1001, 256, 2), "cuda") == (sm.softmax, 1001, {"ROWS": 1, "BLOCK": 256})
     # The softmax backward holds y and dy whole up to 16384 elements on Tile IR (as the forward: several short rows a
-    # block), up to 32768 on CUDA (16 warps for a 16384-element tile, 8 for 32768); in chunks of the forward's size
-    # beyond.
+    # block), up to 32768 on CUDA (16 warps for a 16384-element tile, 8 for 32768), but 16-bit rows shorter than that
+    # tile in 4096- or 8192-element chunks with 16 warps; in chunks of the forward's size beyond.
     bwd, bwd_chunked = sm.softmax_bwd, sm.softmax_bwd_chunked
     assert sm.backward_row_plan(rows(1001, 256, 2), "tileir") == (bwd, 126, {"ROWS": 8, "BLOCK": 256})
     assert sm.backward_row_plan(rows(1001, 256, 2), "cuda") == (bwd, 1001, {"ROWS": 1, "BLOCK": 256})
     assert sm.backward_row_plan(rows(4, 12288, 2), "tileir") == (bwd, 4, {"ROWS": 1, "BLOCK": 16384})
     assert sm.backward_row_plan(rows(4, 16384, 4), "tileir") == (bwd, 4, {"ROWS": 1, "BLOCK": 16384})
     assert sm.backward_row_plan(rows(4, 16385, 4), "tileir") == (bwd_chunked, 4, {"BLOCK": 4096})
-    assert sm.backward_row_plan(rows(4, 12288, 2), "cuda") == (bwd, 4, {"ROWS": 1, "BLOCK": 16384, "num_warps": 16})
+    assert sm.backward_row_plan(rows(4, 12288, 2), "cuda") == (bwd_chunked, 4, {"BLOCK": 4096, "num_warps": 16})
+    assert sm.backward_row_plan(rows(4, 12288, 4), "cuda") == (bwd, 4, {"ROWS": 1, "BLOCK": 16384, "num_warps": 16})
+    assert sm.backward_row_plan(rows(4, 16384, 2), "cuda") == (bwd, 4, {"ROWS": 1, "BLOCK": 16384, "num_warps": 16})
+    assert sm.backward_row_plan(rows(4, 24576, 2), "cuda") == (bwd_chunked, 4, {"BLOCK": 8192, "num_warps": 16})
+    assert sm.backward_row_plan(rows(4, 32768, 2), "cuda") == (bwd, 4, {"ROWS": 1, "BLOCK": 32768, "num_warps": 8})
     assert sm.backward_row_plan(rows(4, 8192, 2), "cuda") == (bwd, 4, {"ROWS": 1, "BLOCK": 8192})
     assert sm.backward_row_plan(rows(4, 16385, 4), "cuda") == (bwd, 4, {"ROWS": 1, "BLOCK": 32768, "num_warps": 8})
     assert sm.backward_row_plan(rows(4, 32769, 4), "cuda") == (bwd_chunked, 4, {"BLOCK": 8192})

@@ -19,6 +19,7 @@ from tilejit.backends.cuda import tables
 from tilejit.backends.cuda.abi import ParamSpec, device_headers
 from tilejit.backends.cuda.lower import Lowering
 from tilejit.backends.cuda.plan import Plan, located, max_shared_bytes
+from tilejit.backends.cuda.schedule import emission_orders
 from tilejit.backends.cuda.values import CV, c_ident, kernel_symbol
 from tilejit.errors import CompileError, TileCompileError
 from tilejit.language.ir.core import UNKNOWN_LOC, Loc, Op
@@ -152,6 +153,7 @@ def generate(
     if occupancy is not None:
         plan.min_blocks_arg = f", {occupancy}"
     lw = Lowering(plan, plan.hints)
+    lw.orders = emission_orders(fn)
     params: list[tuple[str, ParamSpec]] = []
     decls: list[str] = []
     used: set[str] = set()

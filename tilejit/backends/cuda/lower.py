@@ -50,6 +50,7 @@ class Lowering:
         self.facts: dict[Value, tuple[int, int]] = {}  # (div_by, contiguous) of AssumeOp results
         self.current: Op | None = None  # the op being lowered
         self.smem_op: Op | None = None  # the op that needs the most scratch memory (errors point at it)
+        self.orders: dict[int, list[Op]] = {}  # blocks emitted in another order than the IR's (schedule.py)
 
     # ------------------------------------------------------------------ helpers
 
@@ -151,7 +152,7 @@ class Lowering:
     # ------------------------------------------------------------------ walking
 
     def block(self, block: Block) -> None:
-        for op in block.ops:
+        for op in self.orders.get(id(block), block.ops):
             if id(op) in self.plan.elided:  # a view that a staged mma operand's buffer serves
                 continue
             outer, self.current = self.current, op
