@@ -408,7 +408,7 @@ def tileir_na() -> str | None:
     major, minor = torch.cuda.get_device_capability()
     target = get_backend("tileir").launch_targets(parse_target(f"sm_{major}{minor}"))[0]
     why = get_backend("tileir").available(target)
-    return None if why is None else f"n/a ({why})"
+    return None if why is None else f"n/a ({why.splitlines()[0]})"  # the first line: it goes in a table cell
 
 
 def load_triton() -> Any:
