@@ -772,3 +772,52 @@ def test_the_suite_never_caches_in_the_users_folder() -> None:
     assert directory != user_cache_dir()
     assert os.path.commonpath([os.path.realpath(directory), os.path.realpath(tempfile.gettempdir())]) == \
         os.path.realpath(tempfile.gettempdir())
+
+
+# ------------------------------------------------------------------ the code that compiles tile kernels
+
+
+def test_code_identity_follows_each_python_file_and_nothing_else(tmp_path: Path) -> None:
+    """A kernel image made by other compiler code under the same version number is not used: the identity changes
+    with any Python file's content or time under the folders, not with caches, other files or other folders."""
+    from tilejit.api.loader import code_identity
+
+    (tmp_path / "language" / "ir").mkdir(parents=True)
+    (tmp_path / "backends").mkdir()
+    lowering = tmp_path / "backends" / "lower.py"
+    lowering.write_text("A = 1\n")
+    (tmp_path / "language" / "ir" / "passes.py").write_text("B = 2\n")
+    folders = ("language", "backends")
+    first = code_identity(str(tmp_path), folders)
+    assert len(first) == 16 and first == code_identity(str(tmp_path), folders)
+
+    (tmp_path / "backends" / "__pycache__").mkdir()
+    (tmp_path / "backends" / "__pycache__" / "lower.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "backends" / "notes.txt").write_text("x")
+    (tmp_path / "api").mkdir()
+    (tmp_path / "api" / "kernel.py").write_text("C = 3\n")
+    assert code_identity(str(tmp_path), folders) == first
+
+    lowering.write_text("A = 2\n")  # same size: its modification time tells
+    os.utime(lowering, ns=(1, 1))
+    changed = code_identity(str(tmp_path), folders)
+    assert changed != first
+    lowering.write_text("A = 22\n")
+    os.utime(lowering, ns=(1, 1))
+    assert code_identity(str(tmp_path), folders) not in (first, changed)
+    assert code_identity(str(tmp_path), ("missing",)) == ""
+
+
+def test_a_tile_kernels_cache_key_names_the_compiler_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package's own identity is part of every tile kernel's disk-cache key (and is computed from the installed
+    folders: a 16-digit digest)."""
+    from tilejit.api import loader
+    from tilejit.api.compile import Artifact
+    from tilejit.compiler.targets import Target
+    from tilejit.language.ir.types import ArrayType, float32
+
+    assert len(loader.compiler_identity()) == 16
+    art = Artifact(None, "k", {"x": ArrayType(float32, 1)}, {}, Target(9, 0), None, {}, "cuda")
+    key = loader._specialization_key(art, "fp")
+    monkeypatch.setattr(loader, "compiler_identity", lambda: "another compiler")
+    assert loader._specialization_key(art, "fp") != key

@@ -1,9 +1,9 @@
 """From a kernel specialization to a ready launcher, through the disk cache.
 
 A kernel-level cache entry holds the backend's ``KernelImage`` (image, symbol, threads, shared memory,
-parameter ABI), keyed by the kernel's source fingerprint, the backend's name and cache identity and
-everything else that changes the code, so a warm first call in a new process skips the front end, the
-backend and its compiler (NVRTC, tileiras) entirely.
+parameter ABI), keyed by the kernel's source fingerprint, the backend's name and cache identity, tilejit's own
+compiler code (:func:`compiler_identity`) and everything else that changes the code, so a warm first call in a new
+process skips the front end, the backend and its compiler (NVRTC, tileiras) entirely.
 
 The entry also holds every value the translation read from outside the kernel (globals, closure
 variables, attributes and items of them, helpers' names and defaults: ``scope.Reads``), each as the
@@ -21,6 +21,8 @@ launch that asked for ``tileir`` by name compiles again, to raise the error with
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import TYPE_CHECKING, Any
 
 from tilejit.api.compile import Artifact
@@ -36,6 +38,40 @@ _ENTRY_VERSION = "6"
 _FIELDS = frozenset({"image", "kind", "symbol", "num_threads", "shared_bytes", "params", "cluster", "reads"})
 _REFUSAL_FIELDS = frozenset({"refused", "error", "reads"})
 _CHAIN = 8  # entries a lookup tries for one specialization (variants of the values read from outside)
+
+
+#: The package folders whose code turns a kernel's source into its image: an image made by other code under the
+#: same version number (a fix to a lowering, a pass or the front end, in a checkout or a reinstall) is not used.
+_COMPILER_FOLDERS = ("language", "backends")
+
+
+def code_identity(root: str, folders: tuple[str, ...]) -> str:
+    """A digest of the path (from ``root``), size and modification time of each Python file under ``folders`` of
+    ``root``, "" when there is none."""
+    from tilejit.compiler.cache import sha256
+
+    h = sha256()
+    found = 0
+    for folder in folders:
+        for here, dirs, files in os.walk(os.path.join(root, folder)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(here, name)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                h.update(f"{os.path.relpath(path, root)}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+                found += 1
+    return h.hexdigest()[:16] if found else ""
+
+
+@functools.cache
+def compiler_identity() -> str:
+    """Which of tilejit's own code compiles tile kernels (:func:`code_identity` of :data:`_COMPILER_FOLDERS`, as
+    the device headers and NVRTC are keyed), once a process (0.6 ms); "" where the package is not plain files (its
+    version number alone keys it then)."""
+    return code_identity(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), _COMPILER_FOLDERS)
 
 
 def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
@@ -56,7 +92,7 @@ def _specialization_key(artifact: Artifact, fingerprint: str) -> str:
         "tile-kernel", _ENTRY_VERSION, __version__, fingerprint, artifact.name, repr(types),
         repr(consts), repr(hints), artifact.target.sm, str(artifact.num_threads),
         f"num_ctas={artifact.num_ctas},occupancy={artifact.occupancy},num_stages={artifact.num_stages}",
-        backend.name, backend.cache_identity(),
+        backend.name, backend.cache_identity(), compiler_identity(),
     )
 
 
