@@ -40,9 +40,10 @@ _REFUSAL_FIELDS = frozenset({"refused", "error", "reads"})
 _CHAIN = 8  # entries a lookup tries for one specialization (variants of the values read from outside)
 
 
-#: The package folders whose code turns a kernel's source into its image: an image made by other code under the
-#: same version number (a fix to a lowering, a pass or the front end, in a checkout or a reinstall) is not used.
-_COMPILER_FOLDERS = ("language", "backends")
+#: The package folders whose code turns a kernel's source into its image (the front end and IR, the backends, the
+#: NVRTC and tileiras drivers): an image made by other code under the same version number (a fix to a lowering, a
+#: pass or the front end, in a checkout or a reinstall) is not used.
+_COMPILER_FOLDERS = ("language", "backends", "compiler")
 
 
 def code_identity(root: str, folders: tuple[str, ...]) -> str:
