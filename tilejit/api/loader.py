@@ -70,8 +70,8 @@ def code_identity(root: str, folders: tuple[str, ...]) -> str:
 @functools.cache
 def compiler_identity() -> str:
     """Which of tilejit's own code compiles tile kernels (:func:`code_identity` of :data:`_COMPILER_FOLDERS`, as
-    the device headers and NVRTC are keyed), once a process (0.6 ms); "" where the package is not plain files (its
-    version number alone keys it then)."""
+    the device headers and NVRTC are keyed), once a process (under a millisecond); "" where the package is not
+    plain files (its version number alone keys it then)."""
     return code_identity(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), _COMPILER_FOLDERS)
 
 

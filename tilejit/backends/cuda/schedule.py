@@ -46,23 +46,18 @@ def emission_orders(fn: O.Function) -> dict[int, list[Op]]:
         return {}
     orders: dict[int, list[Op]] = {}
 
-    def visit(block: Block, written: bool) -> bool:
-        """Reorder ``block`` (``written``: something before it may have written memory); whether it may write."""
+    def visit(block: Block, written: bool) -> None:
+        """Reorder ``block`` up to its first op that may write (``written``: something before it may have)."""
         start = 0
-        for i, op in enumerate(block.ops):
-            if written:
-                break
-            start = i + 1
-            for region in op.regions():
-                loops = isinstance(op, O.ForOp | O.LoopOp)
-                visit(region, loops and any(_writes(inner) for inner in region.ops))
+        while start < len(block.ops) and not written:
+            op = block.ops[start]
+            for region in op.regions():  # a loop's body follows its own writes from the second iteration on
+                visit(region, isinstance(op, O.ForOp | O.LoopOp) and _writes(op))
             written = _writes(op)
-        else:
-            start = len(block.ops)
+            start += 1
         prefix = _reordered(block.ops[:start])
         if prefix != block.ops[:start]:
             orders[id(block)] = prefix + block.ops[start:]
-        return written
 
     visit(fn.body, False)
     return orders
